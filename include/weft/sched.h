@@ -1,0 +1,270 @@
+/* weft/sched.h: the task runtime: workers, task groups, task graphs, parallel_for, actors,
+ * counters and traces.
+ * Owns: the public contract of sched/. Every graph node, device and network actor of weft
+ * runs through these calls; they are also usable alone, as a task library.
+ * Not here: tensors and graphs of ops (weft/core.h), devices, transport. */
+#ifndef WEFT_SCHED_H
+#define WEFT_SCHED_H
+
+#include <weft/base.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- The runtime -------------------------------------------------------------------- */
+
+typedef struct wf_runtime wf_runtime; /* opaque: owns the workers and everything they run */
+
+#define WF_MAX_WORKERS 1024 /* more is refused with WF_EINVAL */
+
+enum {
+    WF_RT_NO_PIN = 1u << 0, /* do not bind workers to cores */
+};
+
+typedef struct wf_runtime_opts {
+    int n_workers;        /* 0: one per core of the topology */
+    uint32_t flags;       /* WF_RT_* bits */
+    const char *topology; /* NULL: this machine (hwloc). Else an hwloc synthetic description,
+                             e.g. "pack:2 numa:2 core:2 pu:1"; workers are then not pinned. */
+    size_t trace_events;  /* 0: tracing off. Else each worker keeps its last 'trace_events'
+                             events (task begin/end, steal, park, actor message). */
+    uint32_t spin_us;     /* 0: 50. How long an idle worker looks for work before it parks. */
+} wf_runtime_opts;
+
+/* Creates a runtime: one worker thread per core (or 'n_workers'), pinned with hwloc and
+ * grouped by NUMA node, named "weft-w0", "weft-w1", ... Idle workers sleep; they burn no CPU.
+ * Returns 0, WF_EINVAL (bad option: n_workers < 0 or above WF_MAX_WORKERS), WF_ETOPO (the
+ * topology string or the machine could not be read), WF_ENOMEM or WF_ESYS; the reason is in
+ * wf_last_errmsg().
+ * Ownership: on success the caller owns '*out' (free with wf_runtime_destroy()); on failure
+ *   '*out' is NULL. 'opts' may be NULL (all defaults) and is not kept.
+ * Threads: safe from any thread; runtimes are independent of each other. */
+WF_API WF_NODISCARD int wf_runtime_create(wf_runtime **out, const wf_runtime_opts *opts);
+
+/* Stops and joins the workers and frees the runtime. Every group, task graph run and actor
+ * of this runtime must have been waited for or destroyed first. NULL is a no-op.
+ * Threads: not from a worker of 'rt'. */
+WF_API void wf_runtime_destroy(wf_runtime *rt);
+
+/* Fills 'opts' from the environment, for tools, examples and tests (the library itself
+ * reads no environment): WEFT_WORKERS (n_workers), WEFT_TOPOLOGY (topology), WEFT_NO_PIN=1,
+ * WEFT_TRACE=FILE (sets trace_events to 1<<20 when it is 0, and '*trace_path' to FILE).
+ * Fields not named there are left as they are. 'trace_path' may be NULL.
+ * Returns 0, or WF_EINVAL with a message for a malformed value (opts is then unchanged).
+ * Ownership: '*trace_path' is borrowed from the environment. Threads: any. */
+WF_API WF_NODISCARD int wf_runtime_opts_from_env(wf_runtime_opts *opts, const char **trace_path);
+
+/* Returns the number of workers. Threads: any. */
+WF_API int wf_runtime_worker_count(const wf_runtime *rt);
+
+/* Returns the number of NUMA nodes the workers are spread over (at least 1). */
+WF_API int wf_runtime_numa_count(const wf_runtime *rt);
+
+/* Returns the index of the calling thread among the workers of 'rt', or -1 when the caller
+ * is not one of them. Threads: any. */
+WF_API int wf_runtime_current_worker(const wf_runtime *rt);
+
+/* ---- Tasks and groups ---------------------------------------------------------------- */
+
+/* A task body. Returns >= 0 on success, or a negative wf_status to fail the task: its
+ * dependents are then canceled, and whoever waits gets this code with the task's name (and
+ * the message given to wf_task_fail(), if it was used). */
+typedef int (*wf_task_fn)(void *arg);
+
+/* A set of tasks that one caller waits for. Caller's storage: initialise with
+ * wf_group_init(), release with wf_group_deinit(). Fields are private. */
+typedef struct wf_group {
+    uint64_t private_[8];
+} wf_group;
+
+/* Initialises 'g' on 'rt'. Returns 0 or WF_EINVAL (NULL argument).
+ * Ownership: 'g' is the caller's; release with wf_group_deinit().
+ * Threads: a group is waited for by one thread at a time. */
+WF_API WF_NODISCARD int wf_group_init(wf_group *g, wf_runtime *rt);
+
+/* Releases what a failed group holds (its message). NULL is a no-op. Only when no task of
+ * the group is pending. */
+WF_API void wf_group_deinit(wf_group *g);
+
+/* Runs 'fn(arg)' as a task of 'g', on some worker, soon. 'name' (may be NULL) must stay
+ * valid until the group is waited for; it names the task in errors, traces and probes.
+ * From a worker the task goes to that worker's deque (others steal it); from any other
+ * thread it goes to the inbox of a NUMA node.
+ * Returns 0, WF_EINVAL (NULL 'g' or 'fn'), or WF_ENOMEM.
+ * Ownership: 'arg' is borrowed until the task runs.
+ * Threads: from any thread, including tasks of 'g' (nested spawns). */
+WF_API WF_NODISCARD int wf_spawn_named(wf_group *g, wf_task_fn fn, void *arg, const char *name);
+
+/* wf_spawn_named() without a name. */
+WF_API WF_NODISCARD int wf_spawn(wf_group *g, wf_task_fn fn, void *arg);
+
+/* Waits until every task of 'g' has finished. A worker that waits runs other tasks
+ * meanwhile; any other thread sleeps. Afterwards the group is empty and can be reused.
+ * Returns 0, or the first error of a task of the group (its message is in
+ * wf_group_errmsg()); tasks of the group that had not started after the first error were
+ * canceled (not run).
+ * Threads: one waiter at a time. */
+WF_API WF_NODISCARD int wf_group_wait(wf_group *g);
+
+/* Returns the message of the first failure of the group ("task 'load': file missing"), or
+ * "" when none. Ownership: borrowed, valid until the next spawn or deinit of 'g'. */
+WF_API const char *wf_group_errmsg(const wf_group *g);
+
+/* From inside a task: records 'fmt' as the reason the current task fails and returns
+ * 'code', so that a task body can end with 'return wf_task_fail(WF_EIO, "read %s", p);'.
+ * Outside a task it only sets wf_last_errmsg(). */
+WF_API int wf_task_fail(int code, const char *fmt, ...) WF_PRINTF(2, 3);
+
+/* ---- Task graphs: built once, run many times ------------------------------------------ */
+
+typedef struct wf_taskgraph wf_taskgraph; /* opaque */
+
+/* Creates an empty task graph on 'rt'. Returns 0, WF_EINVAL or WF_ENOMEM.
+ * Ownership: the caller owns '*out' (wf_taskgraph_destroy()). */
+WF_API WF_NODISCARD int wf_taskgraph_create(wf_runtime *rt, wf_taskgraph **out);
+
+/* Frees the graph; it must not be running. NULL is a no-op. */
+WF_API void wf_taskgraph_destroy(wf_taskgraph *g);
+
+/* Adds a node that runs 'fn(arg)'. 'name' (may be NULL) must outlive the graph.
+ * Returns the node's id (>= 0, ids count up from 0), WF_EINVAL, WF_EBUSY (the graph is
+ * running) or WF_ENOMEM; the message is in wf_taskgraph_errmsg(). */
+WF_API WF_NODISCARD int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg,
+                                         const char *name);
+
+/* Makes node 'after' run only once node 'before' has finished.
+ * Returns 0, WF_EINVAL (an unknown id, or before == after), WF_EBUSY or WF_ENOMEM.
+ * A cycle is reported by the next run. */
+WF_API WF_NODISCARD int wf_taskgraph_precede(wf_taskgraph *g, int before, int after);
+
+/* Starts one run of every node of 'g' as tasks of group 'grp': each node runs once, after
+ * all its predecessors. Wait with wf_group_wait(grp); a failing node cancels its
+ * descendants and its error is the group's. The first run after a change checks the graph.
+ * Returns 0, WF_EINVAL (a cycle: the message names a node on it), WF_EBUSY (the graph is
+ * already running) or WF_ENOMEM.
+ * Threads: one run of a graph at a time; the graph must not change while it runs. */
+WF_API WF_NODISCARD int wf_taskgraph_submit(wf_taskgraph *g, wf_group *grp);
+
+/* Runs the graph once and waits: wf_taskgraph_submit() plus wf_group_wait().
+ * Returns 0 or the first error; the message is in wf_taskgraph_errmsg(). */
+WF_API WF_NODISCARD int wf_taskgraph_run(wf_taskgraph *g);
+
+/* Returns the number of nodes. */
+WF_API int wf_taskgraph_node_count(const wf_taskgraph *g);
+
+/* Returns the message of the last failed call or run on 'g', or "".
+ * Ownership: borrowed, valid until the next call on 'g'. */
+WF_API const char *wf_taskgraph_errmsg(const wf_taskgraph *g);
+
+/* ---- Parallel loops --------------------------------------------------------------------- */
+
+/* A loop body over [begin, end). Returns >= 0, or a negative wf_status to stop the loop. */
+typedef int (*wf_range_fn)(void *ctx, int64_t begin, int64_t end);
+
+/* Calls 'fn' over disjoint sub-ranges covering [begin, end), in parallel on the workers,
+ * and waits. Ranges are split in halves while other workers are hungry (a split is only
+ * made when the worker's deque is empty), never below 'grain' iterations (0: automatic).
+ * A worker that calls it runs pieces itself; another thread sleeps until it is done.
+ * Returns 0, WF_EINVAL (end < begin, negative grain, NULL fn) or the first error of 'fn'
+ * (the message in wf_last_errmsg()).
+ * Threads: any; may nest. */
+WF_API WF_NODISCARD int wf_parallel_for(wf_runtime *rt, int64_t begin, int64_t end, int64_t grain,
+                                        wf_range_fn fn, void *ctx);
+
+/* ---- Actors --------------------------------------------------------------------------- */
+
+/* Embed a wf_msg in your message struct and send a pointer to it; recover the struct with
+ * offsetof. The field is private to weft while the message is in a mailbox. */
+typedef struct wf_msg {
+    struct wf_msg *next_;
+} wf_msg;
+
+typedef struct wf_actor wf_actor; /* opaque */
+
+/* A message handler. 'msg' is NULL for a wake-up from wf_actor_poke(). Returns >= 0, or a
+ * negative wf_status, which the actor records (wf_actor_status()) before going on. */
+typedef int (*wf_actor_fn)(wf_actor *a, wf_msg *msg, void *ctx);
+
+enum {
+    WF_BIND_ANY = 0,    /* any worker may run the handler */
+    WF_BIND_WORKER = 1, /* only worker 'bind_index' */
+    WF_BIND_NUMA = 2,   /* only workers of NUMA node 'bind_index' (first steals its inbox) */
+};
+
+typedef struct wf_actor_opts {
+    wf_actor_fn handler; /* required */
+    void *ctx;           /* passed to the handler */
+    const char *name;    /* NULL: "actor"; copied */
+    int bind;            /* WF_BIND_* */
+    int bind_index;      /* worker or NUMA node index, with bind */
+    uint32_t batch;      /* 0: 64. Messages handled per turn before the actor yields. */
+} wf_actor_opts;
+
+/* Creates an actor: a mailbox plus a handler. At most one call of the handler runs at a
+ * time; messages from one sender are handled in the order sent. The actor becomes a task
+ * when its mailbox goes from empty to non-empty.
+ * Returns 0, WF_EINVAL (no handler, bad bind index) or WF_ENOMEM.
+ * Ownership: the caller owns '*out' (wf_actor_destroy()); 'opts' is not kept. */
+WF_API WF_NODISCARD int wf_actor_create(wf_runtime *rt, const wf_actor_opts *opts,
+                                        wf_actor **out);
+
+/* Puts 'msg' in the mailbox. Never blocks, never allocates.
+ * Returns 0 or WF_EINVAL (NULL argument).
+ * Ownership: 'msg' is borrowed until the handler receives it; then it is the handler's.
+ * Threads: any thread, including handlers of this and other actors. */
+WF_API WF_NODISCARD int wf_actor_send(wf_actor *a, wf_msg *msg);
+
+/* Asks for one call of the handler with msg == NULL (pokes made before that call starts
+ * are merged into it): how something outside (a CUDA callback, an fd) says "look again".
+ * Returns 0 or WF_EINVAL. Threads: any; async-signal-unsafe. */
+WF_API WF_NODISCARD int wf_actor_poke(wf_actor *a);
+
+/* Returns 0, or the first negative code a handler of 'a' returned. The message is in
+ * wf_actor_errmsg(). */
+WF_API int wf_actor_status(const wf_actor *a);
+
+/* Returns the message recorded with the first failure of a handler, or "". */
+WF_API const char *wf_actor_errmsg(const wf_actor *a);
+
+/* Waits until the mailbox is empty and no handler runs, then frees the actor. No send may
+ * race with it. NULL is a no-op. Threads: not from the actor's own handler. */
+WF_API void wf_actor_destroy(wf_actor *a);
+
+/* ---- Counters and traces -------------------------------------------------------------- */
+
+typedef struct wf_worker_stats {
+    uint64_t tasks_run;         /* tasks, graph nodes and actor turns run */
+    uint64_t spawned;           /* tasks pushed on this worker's deque */
+    uint64_t steals_tried;      /* steal attempts on a victim's deque */
+    uint64_t steals_won;        /* of which took a task */
+    uint64_t steals_won_local;  /* ... from a victim in the same NUMA node */
+    uint64_t steals_won_remote; /* ... from a victim in another NUMA node */
+    uint64_t inbox_taken;       /* tasks taken from an inbox (submitted from outside) */
+    uint64_t parks;             /* times the worker went to sleep */
+    uint64_t idle_ns;           /* time spent asleep */
+    uint64_t actor_msgs;        /* actor messages handled */
+    int numa;                   /* the worker's NUMA node index */
+    int cpu;                    /* OS index of the PU it is pinned to, or -1 */
+} wf_worker_stats;
+
+/* Copies the counters of the first min(n, workers) workers to 'out', counted since creation
+ * or since wf_runtime_stats_reset(). Counters are read while workers run: each is exact,
+ * but they are not a snapshot of one instant.
+ * Returns the number of workers, or WF_EINVAL. Threads: any. */
+WF_API WF_NODISCARD int wf_runtime_stats(const wf_runtime *rt, wf_worker_stats *out, int n);
+
+/* Starts the counters again from zero. Threads: any. */
+WF_API void wf_runtime_stats_reset(wf_runtime *rt);
+
+/* Writes the events kept in the trace rings as Chrome trace JSON (open it in
+ * ui.perfetto.dev or chrome://tracing), then empties the rings. Call it while the runtime
+ * is idle (no task running).
+ * Returns the number of events written, WF_EINVAL (tracing is off, or NULL path) or WF_EIO
+ * (with the path and errno's text in wf_last_errmsg()). */
+WF_API WF_NODISCARD int wf_runtime_trace_write(wf_runtime *rt, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_SCHED_H */

@@ -1,0 +1,8 @@
+/* weft/weft.h: the umbrella header; it only includes the others. */
+#ifndef WEFT_WEFT_H
+#define WEFT_WEFT_H
+
+#include <weft/base.h>
+#include <weft/sched.h>
+
+#endif /* WEFT_WEFT_H */

@@ -1,0 +1,72 @@
+/* sched/park.c: sleeping and waking workers without losing a wake-up.
+ * Owns: the two-phase event count of the runtime ('epoch', 'n_sleeping') and the futex calls.
+ * Protocol (LESSONS.md, "Scheduler"): a waiter announces itself (seq_cst increment of
+ * 'n_sleeping'), reads 'epoch', re-checks every place work can appear, then either cancels
+ * or sleeps on 'epoch' with the value it read. A notifier publishes its work, issues a seq_cst
+ * fence, and only if 'n_sleeping' is non-zero bumps 'epoch' and wakes. Either the waiter's
+ * re-check sees the work, or the notifier sees the waiter: never neither.
+ * Not here: deciding when to park (worker.c), or group waits (task.c). */
+#include "internal.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+int wf__futex_wait(_Atomic uint32_t *addr, uint32_t val)
+{
+    long rc = syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+    return rc == 0 ? 0 : errno;
+}
+
+void wf__futex_wake(_Atomic uint32_t *addr, int n)
+{
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+uint64_t wf__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void notify(wf_runtime *rt, int n)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&rt->n_sleeping, memory_order_seq_cst) == 0)
+        return;
+    atomic_fetch_add_explicit(&rt->epoch, 1, memory_order_seq_cst);
+    wf__futex_wake(&rt->epoch, n);
+}
+
+void wf__notify_one(wf_runtime *rt)
+{
+    notify(rt, 1);
+}
+
+void wf__notify_all(wf_runtime *rt)
+{
+    notify(rt, 1 << 30);
+}
+
+uint32_t wf__ec_prepare(wf_runtime *rt)
+{
+    atomic_fetch_add_explicit(&rt->n_sleeping, 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    return atomic_load_explicit(&rt->epoch, memory_order_seq_cst);
+}
+
+void wf__ec_cancel(wf_runtime *rt)
+{
+    atomic_fetch_sub_explicit(&rt->n_sleeping, 1, memory_order_seq_cst);
+}
+
+void wf__ec_commit(wf_runtime *rt, uint32_t key)
+{
+    /* EAGAIN (epoch moved on) and EINTR both mean: look again. */
+    if (atomic_load_explicit(&rt->epoch, memory_order_seq_cst) == key)
+        wf__futex_wait(&rt->epoch, key);
+    atomic_fetch_sub_explicit(&rt->n_sleeping, 1, memory_order_seq_cst);
+}

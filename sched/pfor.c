@@ -1,0 +1,111 @@
+/* sched/pfor.c: wf_parallel_for with lazy binary splitting.
+ * Owns: the splitting policy. A worker holding a range splits it in half only while its
+ * own deque is empty (Tzannes et al., "Lazy Binary Splitting", PPoPP 2010): if nobody has
+ * stolen the last half it pushed, other workers are busy and splitting more would only add
+ * tasks. Otherwise it runs 'grain' iterations and looks again. So the number of tasks adapts
+ * to how hungry the other workers are, and never goes below 'grain' iterations a call.
+ * Not here: reductions with fixed split points (ops/ owns those, so results do not depend
+ * on the worker count). */
+#include "internal.h"
+#include "probes.h"
+
+typedef struct pfor {
+    wf_range_fn fn;
+    void *ctx;
+    int64_t grain;
+    wf__group *grp;
+} pfor;
+
+static void range_loop(wf__worker *w, pfor *pf, int64_t lo, int64_t hi)
+{
+    while (lo < hi) {
+        if (WF_UNLIKELY(atomic_load_explicit(&pf->grp->err, memory_order_relaxed)))
+            return;
+        if (hi - lo > pf->grain && wf__deque_size(&w->dq) <= 0) {
+            wf__task *t = wf__task_alloc(w->rt, w);
+            if (t) {
+                int64_t mid = lo + (hi - lo) / 2;
+                t->kind = WF__TK_RANGE;
+                t->grp = pf->grp;
+                t->owner = pf;
+                t->name = "parallel_for";
+                t->u.r.lo = mid;
+                t->u.r.hi = hi;
+                wf__group_add(pf->grp, 1);
+                wf__push_local(w, t);
+                hi = mid;
+                continue;
+            }
+        }
+        int64_t n = hi - lo < pf->grain ? hi - lo : pf->grain;
+        w->fail_set = 0;
+        int rc = pf->fn(pf->ctx, lo, lo + n);
+        if (WF_UNLIKELY(rc < 0)) {
+            wf__group_fail(pf->grp, w, "parallel_for", rc);
+            return;
+        }
+        lo += n;
+    }
+}
+
+void wf__range_run(wf__worker *w, wf__task *t)
+{
+    pfor *pf = t->owner;
+    wf__group *g = t->grp;
+    int64_t lo = t->u.r.lo, hi = t->u.r.hi;
+    wf__task_free(w, t);
+    uint64_t t0 = w->ring ? wf__now_ns() : 0;
+    WF_PROBE2(task_begin, w->index, "parallel_for");
+    range_loop(w, pf, lo, hi);
+    WF_PROBE3(task_end, w->index, "parallel_for", 0);
+    if (w->ring)
+        wf__trace_event(w, WF__EV_TASK, t0 - w->rt->t_start, wf__now_ns() - w->rt->t_start,
+                        "parallel_for", 0);
+    WF__INC(w, tasks_run, 1);
+    wf__group_done(g, 1);
+}
+
+int wf_parallel_for(wf_runtime *rt, int64_t begin, int64_t end, int64_t grain, wf_range_fn fn,
+                    void *ctx)
+{
+    if (!rt || !fn)
+        return wf__err(WF_EINVAL, "wf_parallel_for: %s is NULL", rt ? "fn" : "rt");
+    if (end < begin || grain < 0)
+        return wf__err(WF_EINVAL, "wf_parallel_for: bad range [%lld, %lld) or grain %lld",
+                       (long long)begin, (long long)end, (long long)grain);
+    if (end == begin)
+        return 0;
+    int64_t n = end - begin;
+    if (grain == 0) {
+        grain = n / ((int64_t)rt->nw * 64);
+        if (grain < 1)
+            grain = 1;
+    }
+    wf_group g;
+    if (wf_group_init(&g, rt) < 0) /* cannot fail: both arguments are set */
+        return WF_EINVAL;
+    pfor pf = { fn, ctx, grain, (wf__group *)&g };
+    wf__worker *w = wf__worker_of(rt);
+    if (w) {
+        range_loop(w, &pf, begin, end);
+    } else {
+        wf__task *t = wf__task_alloc(rt, NULL);
+        if (!t) {
+            wf_group_deinit(&g);
+            return wf__err(WF_ENOMEM, "wf_parallel_for: no memory for a task");
+        }
+        t->kind = WF__TK_RANGE;
+        t->grp = pf.grp;
+        t->owner = &pf;
+        t->name = "parallel_for";
+        t->u.r.lo = begin;
+        t->u.r.hi = end;
+        wf__group_add(pf.grp, 1);
+        wf__submit_outside(rt, t);
+    }
+    int rc = wf__group_wait(pf.grp);
+    if (rc < 0)
+        wf__err(rc, "%s", wf_group_errmsg(&g));
+    wf_group_deinit(&g);
+    return rc;
+}

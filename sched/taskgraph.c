@@ -1,0 +1,349 @@
+/* sched/taskgraph.c: task graphs built once and run many times.
+ * Owns: the nodes (one embedded task each, so a run allocates nothing), the edge list,
+ * and the compiled form: successors as CSR arrays, initial pending counts, the roots.
+ * Invariant: between runs, pending[i] == init[i] for every node: a node's counter is reset
+ * to its initial value by the worker that sees it reach zero, which is after its last
+ * decrement of this run and before the run ends.
+ * Running: a worker that finishes a node decrements its successors; of those that become
+ * ready it keeps the first for itself (no deque round trip along a chain) and pushes the
+ * rest. Finished nodes are counted locally and given to the group in one subtraction when
+ * the worker's run of inline successors ends.
+ * Not here: how tasks are scheduled (worker.c). */
+#include "internal.h"
+#include "probes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct wf_taskgraph {
+    wf_runtime *rt;
+    wf__task *tasks; /* one per node; fn, arg and name live here */
+    int n, cap;
+    int (*edges)[2];
+    int64_t nedges, capedges;
+    /* compiled */
+    bool dirty;
+    int *off, *succ, *init, *roots;
+    int nroots;
+    _Atomic int32_t *pending;
+    /* a run */
+    _Atomic int running;
+    _Atomic int64_t remaining;
+    wf__group *grp;
+    wf_group own;
+    char errmsg[WF_ERRMSG_MAX];
+};
+
+static int gerr(wf_taskgraph *g, int code, const char *fmt, ...) WF_PRINTF(3, 4);
+
+static int gerr(wf_taskgraph *g, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->errmsg, sizeof g->errmsg, fmt, ap);
+    va_end(ap);
+    return wf__err(code, "%s", g->errmsg);
+}
+
+int wf_taskgraph_create(wf_runtime *rt, wf_taskgraph **out)
+{
+    if (!out)
+        return wf__err(WF_EINVAL, "wf_taskgraph_create: out is NULL");
+    *out = NULL;
+    if (!rt)
+        return wf__err(WF_EINVAL, "wf_taskgraph_create: rt is NULL");
+    wf_taskgraph *g = calloc(1, sizeof *g);
+    if (!g)
+        return wf__err(WF_ENOMEM, "wf_taskgraph_create: no memory");
+    g->rt = rt;
+    g->dirty = true;
+    if (wf_group_init(&g->own, rt) < 0) {
+        free(g);
+        return WF_EINVAL;
+    }
+    *out = g;
+    return 0;
+}
+
+static void free_compiled(wf_taskgraph *g)
+{
+    free(g->off);
+    free(g->succ);
+    free(g->init);
+    free(g->roots);
+    free((void *)g->pending);
+    g->off = g->succ = g->init = g->roots = NULL;
+    g->pending = NULL;
+}
+
+void wf_taskgraph_destroy(wf_taskgraph *g)
+{
+    if (!g)
+        return;
+    free_compiled(g);
+    free(g->tasks);
+    free(g->edges);
+    wf_group_deinit(&g->own);
+    free(g);
+}
+
+int wf_taskgraph_node_count(const wf_taskgraph *g)
+{
+    return g ? g->n : WF_EINVAL;
+}
+
+const char *wf_taskgraph_errmsg(const wf_taskgraph *g)
+{
+    return g ? g->errmsg : "";
+}
+
+int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name)
+{
+    if (!g)
+        return wf__err(WF_EINVAL, "wf_taskgraph_add: g is NULL");
+    if (!fn)
+        return gerr(g, WF_EINVAL, "wf_taskgraph_add: node '%s' has a NULL function",
+                    name ? name : "(unnamed)");
+    if (atomic_load_explicit(&g->running, memory_order_acquire))
+        return gerr(g, WF_EBUSY, "wf_taskgraph_add: the graph is running");
+    if (g->n == g->cap) {
+        if (g->cap >= (1 << 30))
+            return gerr(g, WF_ENOMEM, "wf_taskgraph_add: more than 2^30 nodes");
+        int cap = g->cap ? g->cap * 2 : 64;
+        wf__task *t = aligned_alloc(WF_CACHELINE, (size_t)cap * sizeof *t);
+        if (!t)
+            return gerr(g, WF_ENOMEM, "wf_taskgraph_add: no memory for %d nodes", cap);
+        if (g->n)
+            memcpy(t, g->tasks, (size_t)g->n * sizeof *t);
+        free(g->tasks);
+        g->tasks = t;
+        g->cap = cap;
+    }
+    wf__task *t = &g->tasks[g->n];
+    memset(t, 0, sizeof *t);
+    t->kind = WF__TK_GRAPH;
+    t->owner = g;
+    t->node = (uint32_t)g->n;
+    t->name = name;
+    t->u.f.fn = fn;
+    t->u.f.arg = arg;
+    g->dirty = true;
+    return g->n++;
+}
+
+int wf_taskgraph_precede(wf_taskgraph *g, int before, int after)
+{
+    if (!g)
+        return wf__err(WF_EINVAL, "wf_taskgraph_precede: g is NULL");
+    if (before < 0 || before >= g->n || after < 0 || after >= g->n)
+        return gerr(g, WF_EINVAL, "wf_taskgraph_precede: node %d -> %d: ids must be in [0, %d)",
+                    before, after, g->n);
+    if (before == after)
+        return gerr(g, WF_EINVAL, "wf_taskgraph_precede: node %d ('%s') cannot precede itself",
+                    before, g->tasks[before].name ? g->tasks[before].name : "(unnamed)");
+    if (atomic_load_explicit(&g->running, memory_order_acquire))
+        return gerr(g, WF_EBUSY, "wf_taskgraph_precede: the graph is running");
+    if (g->nedges == g->capedges) {
+        int64_t cap = g->capedges ? g->capedges * 2 : 256;
+        int(*e)[2] = realloc(g->edges, (size_t)cap * sizeof *e);
+        if (!e)
+            return gerr(g, WF_ENOMEM, "wf_taskgraph_precede: no memory for %lld edges",
+                        (long long)cap);
+        g->edges = e;
+        g->capedges = cap;
+    }
+    g->edges[g->nedges][0] = before;
+    g->edges[g->nedges][1] = after;
+    g->nedges++;
+    g->dirty = true;
+    return 0;
+}
+
+/* Names a node on a cycle: after Kahn's algorithm, every node left has a predecessor left,
+ * so walking predecessors n steps from any of them ends on a cycle. */
+static int report_cycle(wf_taskgraph *g, const int *left)
+{
+    int *pred = malloc((size_t)g->n * sizeof *pred);
+    if (!pred)
+        return gerr(g, WF_EINVAL, "wf_taskgraph: the graph has a cycle");
+    int start = -1;
+    for (int i = 0; i < g->n; i++) {
+        pred[i] = -1;
+        if (left[i] && start < 0)
+            start = i;
+    }
+    for (int64_t e = 0; e < g->nedges; e++)
+        if (left[g->edges[e][0]] && left[g->edges[e][1]])
+            pred[g->edges[e][1]] = g->edges[e][0];
+    int v = start;
+    for (int i = 0; i < g->n && pred[v] >= 0; i++)
+        v = pred[v];
+    free(pred);
+    const char *name = g->tasks[v].name;
+    return gerr(g, WF_EINVAL, "wf_taskgraph: the graph has a cycle through node %d ('%s')", v,
+                name ? name : "(unnamed)");
+}
+
+static int compile(wf_taskgraph *g)
+{
+    free_compiled(g);
+    int n = g->n;
+    g->off = calloc((size_t)n + 1, sizeof *g->off);
+    g->succ = malloc((size_t)(g->nedges ? g->nedges : 1) * sizeof *g->succ);
+    g->init = calloc((size_t)n, sizeof *g->init);
+    g->roots = malloc((size_t)(n ? n : 1) * sizeof *g->roots);
+    g->pending = malloc((size_t)(n ? n : 1) * sizeof *g->pending);
+    int *cur = malloc(((size_t)n + 1) * sizeof *cur);
+    if (!g->off || !g->succ || !g->init || !g->roots || !g->pending || !cur) {
+        free(cur);
+        free_compiled(g);
+        return gerr(g, WF_ENOMEM, "wf_taskgraph: no memory to compile %d nodes", n);
+    }
+    for (int64_t e = 0; e < g->nedges; e++) {
+        g->off[g->edges[e][0] + 1]++;
+        g->init[g->edges[e][1]]++;
+    }
+    for (int i = 0; i < n; i++)
+        g->off[i + 1] += g->off[i];
+    memcpy(cur, g->off, (size_t)n * sizeof *cur);
+    for (int64_t e = 0; e < g->nedges; e++)
+        g->succ[cur[g->edges[e][0]]++] = g->edges[e][1];
+    /* Kahn's algorithm, with 'cur' as the in-degree left and 'roots' as the queue. */
+    g->nroots = 0;
+    for (int i = 0; i < n; i++) {
+        cur[i] = g->init[i];
+        if (!cur[i])
+            g->roots[g->nroots++] = i;
+    }
+    int *queue = malloc((size_t)(n ? n : 1) * sizeof *queue);
+    if (!queue) {
+        free(cur);
+        free_compiled(g);
+        return gerr(g, WF_ENOMEM, "wf_taskgraph: no memory to compile %d nodes", n);
+    }
+    memcpy(queue, g->roots, (size_t)g->nroots * sizeof *queue);
+    int head = 0, tail = g->nroots;
+    while (head < tail) {
+        int v = queue[head++];
+        for (int k = g->off[v]; k < g->off[v + 1]; k++)
+            if (--cur[g->succ[k]] == 0)
+                queue[tail++] = g->succ[k];
+    }
+    free(queue);
+    if (tail < n) {
+        int rc = report_cycle(g, cur);
+        free(cur);
+        free_compiled(g);
+        return rc;
+    }
+    free(cur);
+    for (int i = 0; i < n; i++) {
+        atomic_init(&g->pending[i], g->init[i]);
+        atomic_init(&g->tasks[i].cancel, 0);
+    }
+    g->dirty = false;
+    return 0;
+}
+
+int wf_taskgraph_submit(wf_taskgraph *g, wf_group *grp)
+{
+    if (!g || !grp)
+        return wf__err(WF_EINVAL, "wf_taskgraph_submit: %s is NULL", g ? "grp" : "g");
+    wf__group *x = (wf__group *)grp;
+    if (x->magic != WF__GROUP_MAGIC)
+        return gerr(g, WF_EINVAL, "wf_taskgraph_submit: the group is not initialised");
+    if (atomic_exchange_explicit(&g->running, 1, memory_order_acq_rel))
+        return gerr(g, WF_EBUSY, "wf_taskgraph_submit: the graph is already running");
+    if (g->dirty) {
+        int rc = compile(g);
+        if (rc < 0) {
+            atomic_store_explicit(&g->running, 0, memory_order_release);
+            return rc;
+        }
+    }
+    if (g->n == 0) {
+        atomic_store_explicit(&g->running, 0, memory_order_release);
+        return 0;
+    }
+    g->grp = x;
+    atomic_store_explicit(&g->remaining, g->n, memory_order_relaxed);
+    wf__group_add(x, (uint32_t)g->n);
+    wf__worker *w = wf__worker_of(g->rt);
+    for (int i = 0; i < g->nroots; i++) {
+        wf__task *t = &g->tasks[g->roots[i]];
+        if (w)
+            wf__push_local(w, t);
+        else
+            wf__submit_outside(g->rt, t);
+    }
+    return 0;
+}
+
+int wf_taskgraph_run(wf_taskgraph *g)
+{
+    if (!g)
+        return wf__err(WF_EINVAL, "wf_taskgraph_run: g is NULL");
+    int rc = wf_taskgraph_submit(g, &g->own);
+    if (rc < 0)
+        return rc;
+    g->errmsg[0] = '\0';
+    rc = wf_group_wait(&g->own);
+    if (rc < 0)
+        gerr(g, rc, "%s", wf_group_errmsg(&g->own));
+    return rc;
+}
+
+void wf__graph_run_node(wf__worker *w, wf__task *t)
+{
+    wf_taskgraph *g = t->owner;
+    wf__group *grp = g->grp;
+    wf_runtime *rt = w->rt;
+    const int *off = g->off, *succ = g->succ, *init = g->init;
+    uint32_t ndone = 0;
+    for (;;) {
+        int i = (int)t->node;
+        bool skip = atomic_load_explicit(&t->cancel, memory_order_relaxed) ||
+                    atomic_load_explicit(&grp->err, memory_order_relaxed);
+        if (WF_UNLIKELY(atomic_load_explicit(&t->cancel, memory_order_relaxed)))
+            atomic_store_explicit(&t->cancel, 0, memory_order_relaxed);
+        uint64_t t0 = w->ring ? wf__now_ns() : 0;
+        int rc = 0;
+        WF_PROBE2(task_begin, w->index, t->name);
+        if (WF_LIKELY(!skip)) {
+            w->fail_set = 0;
+            w->current = t;
+            rc = t->u.f.fn(t->u.f.arg);
+            if (WF_UNLIKELY(rc < 0)) {
+                wf__group_fail(grp, w, t->name, rc);
+                skip = true;
+            }
+        }
+        WF_PROBE3(task_end, w->index, t->name, rc);
+        if (w->ring)
+            wf__trace_event(w, WF__EV_TASK, t0 - rt->t_start, wf__now_ns() - rt->t_start,
+                            t->name, (uint32_t)rc);
+        WF__INC(w, tasks_run, 1);
+        wf__task *keep = NULL;
+        for (int k = off[i]; k < off[i + 1]; k++) {
+            int s = succ[k];
+            wf__task *st = &g->tasks[s];
+            if (WF_UNLIKELY(skip))
+                atomic_store_explicit(&st->cancel, 1, memory_order_relaxed);
+            if (atomic_fetch_sub_explicit(&g->pending[s], 1, memory_order_acq_rel) == 1) {
+                atomic_store_explicit(&g->pending[s], init[s], memory_order_relaxed);
+                if (!keep)
+                    keep = st;
+                else
+                    wf__push_local(w, st);
+            }
+        }
+        ndone++;
+        if (!keep)
+            break;
+        t = keep;
+    }
+    if (atomic_fetch_sub_explicit(&g->remaining, ndone, memory_order_acq_rel) == ndone)
+        atomic_store_explicit(&g->running, 0, memory_order_release);
+    wf__group_done(grp, ndone);
+}

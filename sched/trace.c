@@ -1,0 +1,105 @@
+/* sched/trace.c: per-worker trace rings and their export as Chrome trace JSON.
+ * Owns: the event format and the writer. Each worker writes only its own ring (no atomics:
+ * the writer runs while the runtime is idle, as the header says); a full ring overwrites
+ * its oldest events. Names are copied into the event (24 bytes), so the trace stays valid
+ * after the tasks' own strings are gone.
+ * Not here: deciding what to record (worker.c, taskgraph.c, actor.c, pfor.c). */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+void wf__trace_event(wf__worker *w, uint32_t type, uint64_t t0, uint64_t t1, const char *name,
+                     uint32_t arg)
+{
+    wf__tev *e = &w->ring[w->ring_head % w->rt->trace_cap];
+    w->ring_head++;
+    e->t0 = t0;
+    e->t1 = t1;
+    e->type = type;
+    e->arg = arg;
+    if (!name)
+        name = "task";
+    size_t n = strlen(name);
+    if (n >= sizeof e->name)
+        n = sizeof e->name - 1;
+    memcpy(e->name, name, n);
+    e->name[n] = '\0';
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+int wf_runtime_trace_write(wf_runtime *rt, const char *path)
+{
+    if (!rt || !path)
+        return wf__err(WF_EINVAL, "wf_runtime_trace_write: %s is NULL", rt ? "path" : "rt");
+    if (!rt->trace_cap)
+        return wf__err(WF_EINVAL, "wf_runtime_trace_write: tracing is off "
+                                  "(set wf_runtime_opts.trace_events, or WEFT_TRACE)");
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return wf__err(WF_EIO, "wf_runtime_trace_write: cannot open %s: %s", path,
+                       strerror(errno));
+    int count = 0;
+    fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"weft\"}}");
+    for (int i = 0; i < rt->nw; i++) {
+        wf__worker *w = rt->w[i];
+        fprintf(f,
+                ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
+                "\"args\":{\"name\":\"weft-w%d (numa %d)\"}}",
+                i, i, w->numa);
+        uint64_t n = w->ring_head < rt->trace_cap ? w->ring_head : rt->trace_cap;
+        for (uint64_t k = w->ring_head - n; k < w->ring_head; k++) {
+            const wf__tev *e = &w->ring[k % rt->trace_cap];
+            fprintf(f, ",\n{\"name\":");
+            json_str(f, e->type == WF__EV_STEAL ? "steal" : e->name);
+            double ts = (double)e->t0 / 1e3, dur = (double)(e->t1 - e->t0) / 1e3;
+            switch (e->type) {
+            case WF__EV_STEAL:
+                fprintf(f,
+                        ",\"cat\":\"steal\",\"ph\":\"i\",\"s\":\"t\",\"pid\":1,\"tid\":%d,"
+                        "\"ts\":%.3f,\"args\":{\"victim\":%u,\"task\":",
+                        i, ts, e->arg);
+                json_str(f, e->name);
+                fputs("}}", f);
+                break;
+            case WF__EV_PARK:
+                fprintf(f, ",\"cat\":\"park\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
+                           "\"dur\":%.3f}",
+                        i, ts, dur);
+                break;
+            case WF__EV_ACTOR:
+                fprintf(f, ",\"cat\":\"actor\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
+                           "\"dur\":%.3f,\"args\":{\"messages\":%u}}",
+                        i, ts, dur, e->arg);
+                break;
+            default:
+                fprintf(f, ",\"cat\":\"task\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
+                           "\"dur\":%.3f,\"args\":{\"rc\":%d}}",
+                        i, ts, dur, (int)e->arg);
+            }
+            count++;
+        }
+        w->ring_head = 0;
+    }
+    fprintf(f, "\n]}\n");
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return wf__err(WF_EIO, "wf_runtime_trace_write: writing %s failed", path);
+    return count;
+}

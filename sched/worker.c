@@ -1,0 +1,245 @@
+/* sched/worker.c: what a worker does: find a task, run it, steal, park.
+ * Owns: the worker loop, the order in which places are searched (own inbox, own deque,
+ * own node's inboxes, victims nearest first, other nodes' inboxes), the searching/parking
+ * policy, and the dispatch of a task to its kind.
+ * Policy (after Go's scheduler): a worker that runs out of work becomes a searcher for at
+ * most 'spin_ns', then parks. A push from a worker wakes a sleeper only when nobody is
+ * searching; a searcher that finds work, if it was the last one, wakes another. So one thief
+ * stays awake while work exists and the rest sleep (LESSONS.md). Pushes from a worker skip
+ * the seq_cst fence: if their wake-up is missed, the pushing worker runs the task itself.
+ * Every push from outside a worker notifies with the fence (an inbox task may be the only
+ * work there is).
+ * Not here: the event count (park.c), groups (task.c). */
+#include "internal.h"
+#include "probes.h"
+
+#include <stdlib.h>
+
+_Thread_local wf__worker *wf__self __attribute__((tls_model("initial-exec")));
+
+void wf__push_local(wf__worker *w, wf__task *t)
+{
+    if (WF_UNLIKELY(wf__deque_push(&w->dq, t) < 0))
+        wf__inbox_put(&w->inbox, t); /* could not grow: this worker still runs it */
+    WF__INC(w, spawned, 1);
+    wf_runtime *rt = w->rt;
+    if (atomic_load_explicit(&rt->n_sleeping, memory_order_relaxed) > 0 &&
+        atomic_load_explicit(&rt->n_searching, memory_order_relaxed) == 0)
+        wf__notify_one(rt);
+}
+
+void wf__submit_outside(wf_runtime *rt, wf__task *t)
+{
+    uint32_t k = atomic_fetch_add_explicit(&rt->rr, 1, memory_order_relaxed);
+    wf__inbox_put(&rt->nodes[k % (uint32_t)rt->nnuma].open, t);
+    wf__notify_one(rt);
+}
+
+static wf__task *node_inboxes(wf__worker *w)
+{
+    wf__node *nd = &w->rt->nodes[w->numa];
+    wf__task *t = wf__inbox_take(&nd->bound);
+    if (!t)
+        t = wf__inbox_take(&nd->open);
+    if (t)
+        WF__INC(w, inbox_taken, 1);
+    return t;
+}
+
+/* Work of this worker and its node, without stealing. The inboxes are looked at every 64
+ * tasks even while the deque has work, so that an actor or an outside submission is never
+ * starved by a long run of local tasks. */
+wf__task *wf__find_task(wf__worker *w)
+{
+    wf__task *t;
+    if (atomic_load_explicit(&w->inbox.n, memory_order_relaxed) &&
+        (t = wf__inbox_take(&w->inbox)))
+        return t;
+    if ((++w->tick & 63) == 0 && (t = node_inboxes(w)))
+        return t;
+    if ((t = wf__deque_take(&w->dq)))
+        return t;
+    return node_inboxes(w);
+}
+
+static inline uint64_t next_rand(wf__worker *w)
+{
+    w->rng ^= w->rng << 13;
+    w->rng ^= w->rng >> 7;
+    w->rng ^= w->rng << 17;
+    return w->rng;
+}
+
+/* One pass over the victims, nearest tier first, starting at a random victim within each
+ * tier; then the open inboxes of the other nodes. */
+wf__task *wf__steal_round(wf__worker *w)
+{
+    wf_runtime *rt = w->rt;
+    int lo = 0;
+    for (int k = 0; k < w->ntiers; k++) {
+        int hi = w->tier_end[k], n = hi - lo;
+        int start = (int)(next_rand(w) % (uint64_t)n);
+        for (int j = 0; j < n; j++) {
+            wf__worker *v = rt->w[w->victims[lo + (start + j) % n]];
+            if (wf__deque_size(&v->dq) <= 0)
+                continue;
+            bool lost;
+            WF__INC(w, steals_tried, 1);
+            wf__task *t = wf__deque_steal(&v->dq, &lost);
+            if (t) {
+                WF__INC(w, steals_won, 1);
+                if (v->numa == w->numa)
+                    WF__INC(w, steals_won_local, 1);
+                else
+                    WF__INC(w, steals_won_remote, 1);
+                WF_PROBE2(steal, w->index, v->index);
+                if (w->ring) {
+                    uint64_t now = wf__now_ns() - rt->t_start;
+                    wf__trace_event(w, WF__EV_STEAL, now, now, t->name, (uint32_t)v->index);
+                }
+                return t;
+            }
+        }
+        lo = hi;
+    }
+    for (int k = 1; k < rt->nnuma; k++) {
+        wf__node *nd = &rt->nodes[(w->numa + k) % rt->nnuma];
+        wf__task *t = wf__inbox_take(&nd->open);
+        if (t) {
+            WF__INC(w, inbox_taken, 1);
+            return t;
+        }
+    }
+    return NULL;
+}
+
+/* After wf__ec_prepare(): is there anything this worker could run? */
+bool wf__work_visible(wf__worker *w)
+{
+    wf_runtime *rt = w->rt;
+    if (atomic_load_explicit(&w->inbox.n, memory_order_relaxed) ||
+        atomic_load_explicit(&rt->nodes[w->numa].bound.n, memory_order_relaxed))
+        return true;
+    for (int i = 0; i < rt->nw; i++)
+        if (wf__deque_size(&rt->w[i]->dq) > 0)
+            return true;
+    for (int k = 0; k < rt->nnuma; k++)
+        if (atomic_load_explicit(&rt->nodes[k].open.n, memory_order_relaxed))
+            return true;
+    return false;
+}
+
+static wf__task *search(wf__worker *w)
+{
+    wf_runtime *rt = w->rt;
+    atomic_fetch_add_explicit(&rt->n_searching, 1, memory_order_seq_cst);
+    uint64_t t0 = 0;
+    unsigned backoff = 1, rounds = 0;
+    wf__task *t;
+    for (;;) {
+        if ((t = wf__steal_round(w)) || (t = wf__find_task(w)))
+            break;
+        wf__flush_done(w); /* nothing at hand: let waiters see what finished */
+        if (atomic_load_explicit(&rt->stop, memory_order_relaxed))
+            break;
+        for (unsigned i = 0; i < backoff; i++)
+            wf__cpu_relax();
+        if (backoff < 64)
+            backoff *= 2;
+        if ((++rounds & 7) == 0) {
+            uint64_t now = wf__now_ns();
+            if (!t0)
+                t0 = now;
+            else if (now - t0 > rt->spin_ns)
+                break;
+        }
+    }
+    int32_t left = atomic_fetch_sub_explicit(&rt->n_searching, 1, memory_order_seq_cst) - 1;
+    if (t && left == 0 && atomic_load_explicit(&rt->n_sleeping, memory_order_relaxed) > 0)
+        wf__notify_one(rt);
+    return t;
+}
+
+static void park(wf__worker *w)
+{
+    wf_runtime *rt = w->rt;
+    wf__flush_done(w);
+    uint32_t key = wf__ec_prepare(rt);
+    if (atomic_load_explicit(&rt->stop, memory_order_seq_cst) || wf__work_visible(w)) {
+        wf__ec_cancel(rt);
+        return;
+    }
+    uint64_t t0 = wf__now_ns();
+    WF__INC(w, parks, 1);
+    WF_PROBE1(park, w->index);
+    wf__ec_commit(rt, key);
+    uint64_t t1 = wf__now_ns();
+    WF__INC(w, idle_ns, t1 - t0);
+    WF_PROBE2(unpark, w->index, t1 - t0);
+    if (w->ring)
+        wf__trace_event(w, WF__EV_PARK, t0 - rt->t_start, t1 - rt->t_start, "park", 0);
+}
+
+void wf__run_task(wf__worker *w, wf__task *t)
+{
+    wf__task *prev = w->current;
+    w->current = t;
+    /* A task of another group may run long: do not make this group's waiter wait for it. */
+    if (w->done_n && (t->kind != WF__TK_PLAIN || t->grp != w->done_g))
+        wf__flush_done(w);
+    switch (t->kind) {
+    case WF__TK_PLAIN: {
+        wf__group *g = t->grp;
+        int rc = 0;
+        uint64_t t0 = w->ring ? wf__now_ns() : 0;
+        WF_PROBE2(task_begin, w->index, t->name);
+        if (WF_LIKELY(atomic_load_explicit(&g->err, memory_order_relaxed) == 0)) {
+            w->fail_set = 0;
+            rc = t->u.f.fn(t->u.f.arg);
+            if (WF_UNLIKELY(rc < 0))
+                wf__group_fail(g, w, t->name, rc);
+        }
+        WF_PROBE3(task_end, w->index, t->name, rc);
+        if (w->ring)
+            wf__trace_event(w, WF__EV_TASK, t0 - w->rt->t_start, wf__now_ns() - w->rt->t_start,
+                            t->name, (uint32_t)rc);
+        WF__INC(w, tasks_run, 1);
+        wf__task_free(w, t);
+        wf__done_later(w, g);
+        break;
+    }
+    case WF__TK_GRAPH:
+        wf__graph_run_node(w, t);
+        break;
+    case WF__TK_ACTOR:
+        wf__actor_turn(w, t);
+        break;
+    case WF__TK_RANGE:
+        wf__range_run(w, t);
+        break;
+    default:
+        WF_ASSERT(0);
+    }
+    w->current = prev;
+}
+
+void *wf__worker_main(void *arg)
+{
+    wf__worker *w = arg;
+    wf_runtime *rt = w->rt;
+    wf__self = w;
+    wf__topo_pin(rt, w);
+    pthread_barrier_wait(&rt->ready);
+    while (!atomic_load_explicit(&rt->stop, memory_order_acquire)) {
+        wf__task *t = wf__find_task(w);
+        if (!t)
+            t = search(w);
+        if (t)
+            wf__run_task(w, t);
+        else
+            park(w);
+    }
+    wf__flush_done(w);
+    wf__self = NULL;
+    return NULL;
+}
