@@ -71,10 +71,14 @@ typedef struct wf__task {
             int64_t lo, hi;
         } r;
     } u;
-    uint32_t node;           /* graph node index */
-    uint8_t kind;            /* WF__TK_* */
-    _Atomic uint8_t cancel;  /* graph: a predecessor failed */
+    uint32_t node;          /* graph node index */
+    uint8_t kind;           /* WF__TK_* */
+    _Atomic uint8_t cancel; /* graph: a predecessor failed */
+    int32_t npred;          /* graph: number of predecessors */
+    int32_t succ_off;       /* graph: first successor in the CSR array */
 } __attribute__((aligned(WF_CACHELINE))) wf__task;
+
+_Static_assert(sizeof(wf__task) == WF_CACHELINE, "a task is one cache line");
 
 /* ---- Groups: overlaid on the caller's wf_group ---- */
 

@@ -3,8 +3,11 @@
  * Protocol (LESSONS.md, "Scheduler"): a waiter announces itself (seq_cst increment of
  * 'n_sleeping'), reads 'epoch', re-checks every place work can appear, then either cancels
  * or sleeps on 'epoch' with the value it read. A notifier publishes its work, issues a seq_cst
- * fence, and only if 'n_sleeping' is non-zero bumps 'epoch' and wakes. Either the waiter's
- * re-check sees the work, or the notifier sees the waiter: never neither.
+ * read-modify-write of 'n_sleeping' (adding 0), and only if it is non-zero bumps 'epoch' and
+ * wakes. Both sides read-modify-write the same word, so one of them comes second in its
+ * modification order: either the waiter's re-check sees the work, or the notifier sees the
+ * waiter, never neither. (An RMW rather than a fence plus a load: the same cost on x86, and
+ * ThreadSanitizer understands it.)
  * Not here: deciding when to park (worker.c), or group waits (task.c). */
 #include "internal.h"
 
@@ -34,8 +37,7 @@ uint64_t wf__now_ns(void)
 
 static void notify(wf_runtime *rt, int n)
 {
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&rt->n_sleeping, memory_order_seq_cst) == 0)
+    if (atomic_fetch_add_explicit(&rt->n_sleeping, 0, memory_order_seq_cst) == 0)
         return;
     atomic_fetch_add_explicit(&rt->epoch, 1, memory_order_seq_cst);
     wf__futex_wake(&rt->epoch, n);
@@ -54,7 +56,6 @@ void wf__notify_all(wf_runtime *rt)
 uint32_t wf__ec_prepare(wf_runtime *rt)
 {
     atomic_fetch_add_explicit(&rt->n_sleeping, 1, memory_order_seq_cst);
-    atomic_thread_fence(memory_order_seq_cst);
     return atomic_load_explicit(&rt->epoch, memory_order_seq_cst);
 }
 

@@ -1,9 +1,11 @@
 /* sched/taskgraph.c: task graphs built once and run many times.
  * Owns: the nodes (one embedded task each, so a run allocates nothing), the edge list,
  * and the compiled form: successors as CSR arrays, initial pending counts, the roots.
- * Invariant: between runs, pending[i] == init[i] for every node: a node's counter is reset
- * to its initial value by the worker that sees it reach zero, which is after its last
- * decrement of this run and before the run ends.
+ * Invariant: between runs, pending[i] == npred of node i: a node's counter is reset to its
+ * initial value by the worker that sees it reach zero, which is after its last decrement of
+ * this run and before the run ends.
+ * A graph whose edges all go from a lower to a higher id (nodes added in a topological
+ * order, the usual case) is acyclic by construction; only other graphs pay for a check.
  * Running: a worker that finishes a node decrements its successors; of those that become
  * ready it keeps the first for itself (no deque round trip along a chain) and pushes the
  * rest. Finished nodes are counted locally and given to the group in one subtraction when
@@ -16,15 +18,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Nodes live in chunks that never move, so adding nodes copies nothing and a big graph
+ * reuses the allocator's memory instead of faulting in fresh pages for each doubling. */
+#define CHUNK_LOG 12
+#define CHUNK     (1 << CHUNK_LOG)
+
 struct wf_taskgraph {
     wf_runtime *rt;
-    wf__task *tasks; /* one per node; fn, arg and name live here */
-    int n, cap;
+    wf__task **chunks; /* one task per node; fn, arg and name live there */
+    int n, nchunks, capchunks;
     int (*edges)[2];
     int64_t nedges, capedges;
     /* compiled */
     bool dirty;
-    int *off, *succ, *init, *roots;
+    int64_t nback; /* edges from a higher id to a lower one */
+    int *succ, *roots;
     int nroots;
     _Atomic int32_t *pending;
     /* a run */
@@ -36,6 +44,11 @@ struct wf_taskgraph {
 };
 
 static int gerr(wf_taskgraph *g, int code, const char *fmt, ...) WF_PRINTF(3, 4);
+
+static inline wf__task *node(const wf_taskgraph *g, int i)
+{
+    return &g->chunks[i >> CHUNK_LOG][i & (CHUNK - 1)];
+}
 
 static int gerr(wf_taskgraph *g, int code, const char *fmt, ...)
 {
@@ -68,12 +81,10 @@ int wf_taskgraph_create(wf_runtime *rt, wf_taskgraph **out)
 
 static void free_compiled(wf_taskgraph *g)
 {
-    free(g->off);
     free(g->succ);
-    free(g->init);
     free(g->roots);
     free((void *)g->pending);
-    g->off = g->succ = g->init = g->roots = NULL;
+    g->succ = g->roots = NULL;
     g->pending = NULL;
 }
 
@@ -82,7 +93,9 @@ void wf_taskgraph_destroy(wf_taskgraph *g)
     if (!g)
         return;
     free_compiled(g);
-    free(g->tasks);
+    for (int c = 0; c < g->nchunks; c++)
+        free(g->chunks[c]);
+    free(g->chunks);
     free(g->edges);
     wf_group_deinit(&g->own);
     free(g);
@@ -107,27 +120,32 @@ int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name
                     name ? name : "(unnamed)");
     if (atomic_load_explicit(&g->running, memory_order_acquire))
         return gerr(g, WF_EBUSY, "wf_taskgraph_add: the graph is running");
-    if (g->n == g->cap) {
-        if (g->cap >= (1 << 30))
-            return gerr(g, WF_ENOMEM, "wf_taskgraph_add: more than 2^30 nodes");
-        int cap = g->cap ? g->cap * 2 : 64;
-        wf__task *t = aligned_alloc(WF_CACHELINE, (size_t)cap * sizeof *t);
-        if (!t)
-            return gerr(g, WF_ENOMEM, "wf_taskgraph_add: no memory for %d nodes", cap);
-        if (g->n)
-            memcpy(t, g->tasks, (size_t)g->n * sizeof *t);
-        free(g->tasks);
-        g->tasks = t;
-        g->cap = cap;
+    if (g->n >= (1 << 30))
+        return gerr(g, WF_ENOMEM, "wf_taskgraph_add: more than 2^30 nodes");
+    if ((g->n & (CHUNK - 1)) == 0) {
+        if (g->nchunks == g->capchunks) {
+            int cap = g->capchunks ? g->capchunks * 2 : 16;
+            wf__task **c = realloc(g->chunks, (size_t)cap * sizeof *c);
+            if (!c)
+                return gerr(g, WF_ENOMEM, "wf_taskgraph_add: no memory");
+            g->chunks = c;
+            g->capchunks = cap;
+        }
+        wf__task *c = aligned_alloc(WF_CACHELINE, CHUNK * sizeof *c);
+        if (!c)
+            return gerr(g, WF_ENOMEM, "wf_taskgraph_add: no memory for node %d", g->n);
+        g->chunks[g->nchunks++] = c;
     }
-    wf__task *t = &g->tasks[g->n];
-    memset(t, 0, sizeof *t);
+    wf__task *t = node(g, g->n);
+    t->next = NULL;
+    t->grp = NULL;
     t->kind = WF__TK_GRAPH;
     t->owner = g;
     t->node = (uint32_t)g->n;
     t->name = name;
     t->u.f.fn = fn;
     t->u.f.arg = arg;
+    atomic_init(&t->cancel, 0);
     g->dirty = true;
     return g->n++;
 }
@@ -141,7 +159,7 @@ int wf_taskgraph_precede(wf_taskgraph *g, int before, int after)
                     before, after, g->n);
     if (before == after)
         return gerr(g, WF_EINVAL, "wf_taskgraph_precede: node %d ('%s') cannot precede itself",
-                    before, g->tasks[before].name ? g->tasks[before].name : "(unnamed)");
+                    before, node(g, before)->name ? node(g, before)->name : "(unnamed)");
     if (atomic_load_explicit(&g->running, memory_order_acquire))
         return gerr(g, WF_EBUSY, "wf_taskgraph_precede: the graph is running");
     if (g->nedges == g->capedges) {
@@ -153,6 +171,7 @@ int wf_taskgraph_precede(wf_taskgraph *g, int before, int after)
         g->edges = e;
         g->capedges = cap;
     }
+    g->nback += before > after;
     g->edges[g->nedges][0] = before;
     g->edges[g->nedges][1] = after;
     g->nedges++;
@@ -180,67 +199,98 @@ static int report_cycle(wf_taskgraph *g, const int *left)
     for (int i = 0; i < g->n && pred[v] >= 0; i++)
         v = pred[v];
     free(pred);
-    const char *name = g->tasks[v].name;
+    const char *name = node(g, v)->name;
     return gerr(g, WF_EINVAL, "wf_taskgraph: the graph has a cycle through node %d ('%s')", v,
                 name ? name : "(unnamed)");
+}
+
+static inline int succ_end(const wf_taskgraph *g, int i)
+{
+    return i + 1 < g->n ? node(g, i + 1)->succ_off : (int)g->nedges;
+}
+
+/* Kahn's algorithm, with 'pending' as the in-degrees left. Returns 0 or the cycle's error. */
+static int check_acyclic(wf_taskgraph *g)
+{
+    int n = g->n, head = 0, tail = g->nroots;
+    int *queue = malloc((size_t)n * sizeof *queue);
+    int *left = calloc((size_t)n, sizeof *left);
+    if (!queue || !left) {
+        free(queue);
+        free(left);
+        return gerr(g, WF_ENOMEM, "wf_taskgraph: no memory to check %d nodes", n);
+    }
+    memcpy(queue, g->roots, (size_t)g->nroots * sizeof *queue);
+    while (head < tail) {
+        int v = queue[head++];
+        for (int k = node(g, v)->succ_off; k < succ_end(g, v); k++)
+            if (atomic_fetch_sub_explicit(&g->pending[g->succ[k]], 1, memory_order_relaxed) == 1)
+                queue[tail++] = g->succ[k];
+    }
+    int rc = 0;
+    if (tail < n) {
+        for (int i = 0; i < n; i++)
+            left[i] = atomic_load_explicit(&g->pending[i], memory_order_relaxed) > 0;
+        rc = report_cycle(g, left);
+    }
+    for (int i = 0; i < n; i++)
+        atomic_store_explicit(&g->pending[i], node(g, i)->npred, memory_order_relaxed);
+    free(queue);
+    free(left);
+    return rc;
 }
 
 static int compile(wf_taskgraph *g)
 {
     free_compiled(g);
     int n = g->n;
-    g->off = calloc((size_t)n + 1, sizeof *g->off);
     g->succ = malloc((size_t)(g->nedges ? g->nedges : 1) * sizeof *g->succ);
-    g->init = calloc((size_t)n, sizeof *g->init);
-    g->roots = malloc((size_t)(n ? n : 1) * sizeof *g->roots);
     g->pending = malloc((size_t)(n ? n : 1) * sizeof *g->pending);
-    int *cur = malloc(((size_t)n + 1) * sizeof *cur);
-    if (!g->off || !g->succ || !g->init || !g->roots || !g->pending || !cur) {
-        free(cur);
+    if (!g->succ || !g->pending) {
         free_compiled(g);
         return gerr(g, WF_ENOMEM, "wf_taskgraph: no memory to compile %d nodes", n);
+    }
+    /* Counting sort of the edges by source, with 'pending' as the cursor. */
+    for (int i = 0; i < n; i++) {
+        node(g, i)->npred = 0;
+        node(g, i)->succ_off = 0;
     }
     for (int64_t e = 0; e < g->nedges; e++) {
-        g->off[g->edges[e][0] + 1]++;
-        g->init[g->edges[e][1]]++;
+        node(g, g->edges[e][0])->succ_off++;
+        node(g, g->edges[e][1])->npred++;
     }
-    for (int i = 0; i < n; i++)
-        g->off[i + 1] += g->off[i];
-    memcpy(cur, g->off, (size_t)n * sizeof *cur);
-    for (int64_t e = 0; e < g->nedges; e++)
-        g->succ[cur[g->edges[e][0]]++] = g->edges[e][1];
-    /* Kahn's algorithm, with 'cur' as the in-degree left and 'roots' as the queue. */
-    g->nroots = 0;
+    int sum = 0, nroots = 0;
     for (int i = 0; i < n; i++) {
-        cur[i] = g->init[i];
-        if (!cur[i])
-            g->roots[g->nroots++] = i;
+        wf__task *t = node(g, i);
+        int d = t->succ_off;
+        t->succ_off = sum;
+        atomic_init(&g->pending[i], sum);
+        sum += d;
+        nroots += t->npred == 0;
     }
-    int *queue = malloc((size_t)(n ? n : 1) * sizeof *queue);
-    if (!queue) {
-        free(cur);
+    for (int64_t e = 0; e < g->nedges; e++) {
+        int k = atomic_fetch_add_explicit(&g->pending[g->edges[e][0]], 1, memory_order_relaxed);
+        g->succ[k] = g->edges[e][1];
+    }
+    g->roots = malloc((size_t)(nroots ? nroots : 1) * sizeof *g->roots);
+    if (!g->roots) {
         free_compiled(g);
         return gerr(g, WF_ENOMEM, "wf_taskgraph: no memory to compile %d nodes", n);
     }
-    memcpy(queue, g->roots, (size_t)g->nroots * sizeof *queue);
-    int head = 0, tail = g->nroots;
-    while (head < tail) {
-        int v = queue[head++];
-        for (int k = g->off[v]; k < g->off[v + 1]; k++)
-            if (--cur[g->succ[k]] == 0)
-                queue[tail++] = g->succ[k];
-    }
-    free(queue);
-    if (tail < n) {
-        int rc = report_cycle(g, cur);
-        free(cur);
-        free_compiled(g);
-        return rc;
-    }
-    free(cur);
+    g->nroots = 0;
     for (int i = 0; i < n; i++) {
-        atomic_init(&g->pending[i], g->init[i]);
-        atomic_init(&g->tasks[i].cancel, 0);
+        wf__task *t = node(g, i);
+        atomic_init(&g->pending[i], t->npred);
+        atomic_init(&t->cancel, 0);
+        if (!t->npred)
+            g->roots[g->nroots++] = i;
+    }
+    if (g->nback) {
+        int rc = check_acyclic(g);
+        if (rc < 0) {
+            free_compiled(g);
+            return rc;
+        }
     }
     g->dirty = false;
     return 0;
@@ -271,7 +321,7 @@ int wf_taskgraph_submit(wf_taskgraph *g, wf_group *grp)
     wf__group_add(x, (uint32_t)g->n);
     wf__worker *w = wf__worker_of(g->rt);
     for (int i = 0; i < g->nroots; i++) {
-        wf__task *t = &g->tasks[g->roots[i]];
+        wf__task *t = node(g, g->roots[i]);
         if (w)
             wf__push_local(w, t);
         else
@@ -299,7 +349,7 @@ void wf__graph_run_node(wf__worker *w, wf__task *t)
     wf_taskgraph *g = t->owner;
     wf__group *grp = g->grp;
     wf_runtime *rt = w->rt;
-    const int *off = g->off, *succ = g->succ, *init = g->init;
+    const int *succ = g->succ;
     uint32_t ndone = 0;
     for (;;) {
         int i = (int)t->node;
@@ -325,13 +375,13 @@ void wf__graph_run_node(wf__worker *w, wf__task *t)
                             t->name, (uint32_t)rc);
         WF__INC(w, tasks_run, 1);
         wf__task *keep = NULL;
-        for (int k = off[i]; k < off[i + 1]; k++) {
+        for (int k = t->succ_off, end = succ_end(g, i); k < end; k++) {
             int s = succ[k];
-            wf__task *st = &g->tasks[s];
+            wf__task *st = node(g, s);
             if (WF_UNLIKELY(skip))
                 atomic_store_explicit(&st->cancel, 1, memory_order_relaxed);
             if (atomic_fetch_sub_explicit(&g->pending[s], 1, memory_order_acq_rel) == 1) {
-                atomic_store_explicit(&g->pending[s], init[s], memory_order_relaxed);
+                atomic_store_explicit(&g->pending[s], st->npred, memory_order_relaxed);
                 if (!keep)
                     keep = st;
                 else
