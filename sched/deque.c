@@ -28,6 +28,7 @@ int wf__deque_init(wf__deque *d, int64_t cap)
     atomic_init(&d->top, 0);
     atomic_init(&d->bottom, 0);
     atomic_init(&d->ring, r);
+    d->top_seen = 0;
     return 0;
 }
 
@@ -59,12 +60,15 @@ static wf__ring *grow(wf__deque *d, wf__ring *r, int64_t t, int64_t b)
 int wf__deque_push(wf__deque *d, wf__task *t)
 {
     int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
-    int64_t top = atomic_load_explicit(&d->top, memory_order_acquire);
     wf__ring *r = atomic_load_explicit(&d->ring, memory_order_relaxed);
-    if (WF_UNLIKELY(b - top > r->cap - 1)) {
-        r = grow(d, r, top, b);
-        if (!r)
-            return WF_ENOMEM;
+    if (WF_UNLIKELY(b - d->top_seen > r->cap - 1)) {
+        int64_t top = atomic_load_explicit(&d->top, memory_order_acquire);
+        d->top_seen = top;
+        if (b - top > r->cap - 1) {
+            r = grow(d, r, top, b);
+            if (!r)
+                return WF_ENOMEM;
+        }
     }
     atomic_store_explicit(&r->buf[b & (r->cap - 1)], t, memory_order_relaxed);
     atomic_store_explicit(&d->bottom, b + 1, memory_order_release);

@@ -110,6 +110,9 @@ typedef struct wf__deque {
     _Alignas(WF_CACHELINE) _Atomic int64_t top; /* thieves */
     _Alignas(WF_CACHELINE) _Atomic int64_t bottom; /* owner */
     _Atomic(wf__ring *) ring;
+    int64_t top_seen; /* owner's last read of 'top': a lower bound, so 'bottom - top_seen'
+                         never underestimates the size. Saves a read of the thieves' line
+                         per push. */
 } wf__deque;
 
 /* ---- Inboxes: submissions from outside a worker, and bound actors ---- */
@@ -157,6 +160,7 @@ typedef struct wf__worker {
     wf__task *free;
     uint32_t nfree;
     uint32_t tick;      /* tasks since the inboxes were last looked at */
+    uint32_t inline_depth; /* spawns run at once, nested (see wf_spawn_named) */
     wf__group *done_g;  /* finished tasks of 'done_g' not yet subtracted from it */
     uint32_t done_n;
     wf__task *current;
@@ -229,6 +233,17 @@ static inline int64_t wf__deque_size(wf__deque *d)
     return b - t;
 }
 
+/* The owner's estimate of its deque's size, reading the thieves' line only when the cheap
+ * estimate (an upper bound) reaches 'limit'. Returns true if the size is at least 'limit'. */
+static inline bool wf__deque_at_least(wf__deque *d, int64_t limit)
+{
+    int64_t b = atomic_load_explicit(&d->bottom, memory_order_relaxed);
+    if (b - d->top_seen < limit)
+        return false;
+    d->top_seen = atomic_load_explicit(&d->top, memory_order_relaxed);
+    return b - d->top_seen >= limit;
+}
+
 /* inbox */
 void wf__inbox_init(wf__inbox *q);
 void wf__inbox_deinit(wf__inbox *q);
@@ -247,6 +262,9 @@ void wf__futex_wake(_Atomic uint32_t *addr, int n);
 /* worker.c */
 void *wf__worker_main(void *arg);
 void wf__run_task(wf__worker *w, wf__task *t);
+/* Runs one task body of group 'g' (skipped if the group failed), with probes, trace and
+ * counters; records its failure in 'g'. */
+void wf__run_body(wf__worker *w, wf__group *g, wf_task_fn fn, void *arg, const char *name);
 wf__task *wf__find_task(wf__worker *w);
 wf__task *wf__steal_round(wf__worker *w);
 bool wf__work_visible(wf__worker *w);

@@ -17,6 +17,7 @@
 #define SLAB    256
 #define BATCH   128
 #define HIWATER 4096
+#define THROTTLE 256 /* deque depth above which a spawn runs at once */
 
 static int refill(wf_runtime *rt)
 {
@@ -272,6 +273,19 @@ int wf_spawn_named(wf_group *g, wf_task_fn fn, void *arg, const char *name)
     wf__group *x = grp(g);
     wf_runtime *rt = x->rt;
     wf__worker *w = wf__worker_of(rt);
+    if (w && WF_UNLIKELY(wf__deque_at_least(&w->dq, THROTTLE)) && w->inline_depth < 8) {
+        /* Throttling, as libgomp does: with this many tasks already waiting here, the
+         * thieves have plenty, and one more in the deque would only cost memory and cache
+         * misses. Run it now. Nesting is bounded so a spawn chain cannot overflow the stack. */
+        int fail_set = w->fail_set;
+        wf__task *cur = w->current;
+        w->inline_depth++;
+        wf__run_body(w, x, fn, arg, name);
+        w->inline_depth--;
+        w->current = cur;
+        w->fail_set = fail_set;
+        return 0;
+    }
     wf__task *t = wf__task_alloc(rt, w);
     if (WF_UNLIKELY(!t))
         return wf__err(WF_ENOMEM, "wf_spawn: no memory for a task");

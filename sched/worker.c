@@ -180,6 +180,24 @@ static void park(wf__worker *w)
         wf__trace_event(w, WF__EV_PARK, t0 - rt->t_start, t1 - rt->t_start, "park", 0);
 }
 
+void wf__run_body(wf__worker *w, wf__group *g, wf_task_fn fn, void *arg, const char *name)
+{
+    int rc = 0;
+    uint64_t t0 = w->ring ? wf__now_ns() : 0;
+    WF_PROBE2(task_begin, w->index, name);
+    if (WF_LIKELY(atomic_load_explicit(&g->err, memory_order_relaxed) == 0)) {
+        w->fail_set = 0;
+        rc = fn(arg);
+        if (WF_UNLIKELY(rc < 0))
+            wf__group_fail(g, w, name, rc);
+    }
+    WF_PROBE3(task_end, w->index, name, rc);
+    if (w->ring)
+        wf__trace_event(w, WF__EV_TASK, t0 - w->rt->t_start, wf__now_ns() - w->rt->t_start, name,
+                        (uint32_t)rc);
+    WF__INC(w, tasks_run, 1);
+}
+
 void wf__run_task(wf__worker *w, wf__task *t)
 {
     wf__task *prev = w->current;
@@ -190,20 +208,7 @@ void wf__run_task(wf__worker *w, wf__task *t)
     switch (t->kind) {
     case WF__TK_PLAIN: {
         wf__group *g = t->grp;
-        int rc = 0;
-        uint64_t t0 = w->ring ? wf__now_ns() : 0;
-        WF_PROBE2(task_begin, w->index, t->name);
-        if (WF_LIKELY(atomic_load_explicit(&g->err, memory_order_relaxed) == 0)) {
-            w->fail_set = 0;
-            rc = t->u.f.fn(t->u.f.arg);
-            if (WF_UNLIKELY(rc < 0))
-                wf__group_fail(g, w, t->name, rc);
-        }
-        WF_PROBE3(task_end, w->index, t->name, rc);
-        if (w->ring)
-            wf__trace_event(w, WF__EV_TASK, t0 - w->rt->t_start, wf__now_ns() - w->rt->t_start,
-                            t->name, (uint32_t)rc);
-        WF__INC(w, tasks_run, 1);
+        wf__run_body(w, g, t->u.f.fn, t->u.f.arg, t->name);
         wf__task_free(w, t);
         wf__done_later(w, g);
         break;

@@ -90,7 +90,10 @@ WF_API void wf_group_deinit(wf_group *g);
 /* Runs 'fn(arg)' as a task of 'g', on some worker, soon. 'name' (may be NULL) must stay
  * valid until the group is waited for; it names the task in errors, traces and probes.
  * From a worker the task goes to that worker's deque (others steal it); from any other
- * thread it goes to the inbox of a NUMA node.
+ * thread it goes to the inbox of a NUMA node. When the calling worker's deque already holds
+ * 256 tasks, the task may instead run at once, inside this call (task throttling, as in
+ * OpenMP runtimes): so a task must never wait for something its spawner does after
+ * spawning it.
  * Returns 0, WF_EINVAL (NULL 'g' or 'fn'), or WF_ENOMEM.
  * Ownership: 'arg' is borrowed until the task runs.
  * Threads: from any thread, including tasks of 'g' (nested spawns). */
