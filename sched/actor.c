@@ -79,9 +79,10 @@ int wf_actor_create(wf_runtime *rt, const wf_actor_opts *o, wf_actor **out)
         return wf__err(WF_EINVAL, "wf_actor_create: out is NULL");
     *out = NULL;
     if (!rt || !o || !o->handler)
-        return wf__err(WF_EINVAL, "wf_actor_create: %s", !rt  ? "rt is NULL"
-                                                         : !o ? "opts is NULL"
-                                                              : "opts.handler is NULL");
+        return wf__err(WF_EINVAL, "wf_actor_create: %s",
+                       !rt  ? "rt is NULL"
+                       : !o ? "opts is NULL"
+                            : "opts.handler is NULL");
     if (o->bind == WF_BIND_WORKER && (o->bind_index < 0 || o->bind_index >= rt->nw))
         return wf__err(WF_EINVAL, "wf_actor_create: bind_index %d is not a worker (0..%d)",
                        o->bind_index, rt->nw - 1);
@@ -90,8 +91,8 @@ int wf_actor_create(wf_runtime *rt, const wf_actor_opts *o, wf_actor **out)
                        o->bind_index, rt->nnuma - 1);
     if (o->bind != WF_BIND_ANY && o->bind != WF_BIND_WORKER && o->bind != WF_BIND_NUMA)
         return wf__err(WF_EINVAL, "wf_actor_create: bind %d is not a WF_BIND_* value", o->bind);
-    wf_actor *a = aligned_alloc(WF_CACHELINE, (sizeof *a + WF_CACHELINE - 1) &
-                                                  ~(size_t)(WF_CACHELINE - 1));
+    wf_actor *a =
+        aligned_alloc(WF_CACHELINE, (sizeof *a + WF_CACHELINE - 1) & ~(size_t)(WF_CACHELINE - 1));
     if (!a)
         return wf__err(WF_ENOMEM, "wf_actor_create: no memory");
     memset(a, 0, sizeof *a);
@@ -153,6 +154,11 @@ int wf_actor_poke(wf_actor *a)
     if (atomic_exchange_explicit(&a->poke_queued, 1, memory_order_acq_rel))
         return 0; /* a poke is already waiting: this one merges into it */
     return wf_actor_send(a, &a->poke);
+}
+
+wf_runtime *wf__actor_runtime(const wf_actor *a)
+{
+    return a->rt;
 }
 
 int wf_actor_status(const wf_actor *a)

@@ -89,8 +89,7 @@ wf__task *wf__deque_take(wf__deque *d)
     if (t <= b) {
         x = atomic_load_explicit(&r->buf[b & (r->cap - 1)], memory_order_relaxed);
         if (t == b) { /* the last item: race the thieves for it */
-            if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1,
-                                                         memory_order_seq_cst,
+            if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst,
                                                          memory_order_relaxed))
                 x = NULL;
             atomic_store_explicit(&d->bottom, b + 1, memory_order_relaxed);

@@ -13,14 +13,15 @@
 #ifndef WF_SCHED_INTERNAL_H
 #define WF_SCHED_INTERNAL_H
 
+#include "../core/error.h"
+
 #include <weft/sched.h>
 
 #include <hwloc.h>
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-
-#include "../core/error.h"
 
 #define WF_CACHELINE 64
 
@@ -39,13 +40,13 @@
 #    include <stdio.h>
 #    include <stdlib.h>
 /* Internal invariants only (STYLE.md section 4): never for caller input. */
-#    define WF_ASSERT(c)                                                                     \
-        do {                                                                                 \
-            if (!(c)) {                                                                      \
+#    define WF_ASSERT(c)                                                                       \
+        do {                                                                                   \
+            if (!(c)) {                                                                        \
                 fprintf(stderr, "weft: internal invariant failed: %s (%s:%d)\n", #c, __FILE__, \
-                        __LINE__);                                                           \
-                abort();                                                                     \
-            }                                                                                \
+                        __LINE__);                                                             \
+                abort();                                                                       \
+            }                                                                                  \
         } while (0)
 #else
 #    define WF_ASSERT(c) ((void)0)
@@ -62,15 +63,18 @@ typedef struct wf__task {
     wf__group *grp;        /* NULL for actor turns */
     const char *name;
     void *owner; /* the taskgraph, actor or parallel_for of this task */
+
     union {
         struct {
             wf_task_fn fn;
             void *arg;
         } f;
+
         struct {
             int64_t lo, hi;
         } r;
     } u;
+
     uint32_t node;          /* graph node index */
     uint8_t kind;           /* WF__TK_* */
     _Atomic uint8_t cancel; /* graph: a predecessor failed */
@@ -89,8 +93,8 @@ _Static_assert(sizeof(wf__task) == WF_CACHELINE, "a task is one cache line");
 struct wf__group {
     wf_runtime *rt;
     _Atomic uint32_t state;
-    _Atomic int32_t err;  /* first error, 0 if none: also the cancel flag */
-    char *_Atomic msg;    /* the first error's message (malloc), or NULL */
+    _Atomic int32_t err; /* first error, 0 if none: also the cancel flag */
+    char *_Atomic msg;   /* the first error's message (malloc), or NULL */
     uint32_t magic;
 };
 
@@ -107,7 +111,7 @@ typedef struct wf__ring {
 } wf__ring;
 
 typedef struct wf__deque {
-    _Alignas(WF_CACHELINE) _Atomic int64_t top; /* thieves */
+    _Alignas(WF_CACHELINE) _Atomic int64_t top;    /* thieves */
     _Alignas(WF_CACHELINE) _Atomic int64_t bottom; /* owner */
     _Atomic(wf__ring *) ring;
     int64_t top_seen; /* owner's last read of 'top': a lower bound, so 'bottom - top_seen'
@@ -140,8 +144,8 @@ typedef struct wf__counters {
         steals_won_remote, inbox_taken, parks, idle_ns, actor_msgs;
 } wf__counters;
 
-#define WF__INC(w, field, v)                                                            \
-    atomic_store_explicit(&(w)->ctr.field,                                             \
+#define WF__INC(w, field, v)                                                                 \
+    atomic_store_explicit(&(w)->ctr.field,                                                   \
                           atomic_load_explicit(&(w)->ctr.field, memory_order_relaxed) + (v), \
                           memory_order_relaxed)
 
@@ -159,9 +163,9 @@ typedef struct wf__worker {
     _Alignas(WF_CACHELINE) uint64_t rng;
     wf__task *free;
     uint32_t nfree;
-    uint32_t tick;      /* tasks since the inboxes were last looked at */
+    uint32_t tick;         /* tasks since the inboxes were last looked at */
     uint32_t inline_depth; /* spawns run at once, nested (see wf_spawn_named) */
-    wf__group *done_g;  /* finished tasks of 'done_g' not yet subtracted from it */
+    wf__group *done_g;     /* finished tasks of 'done_g' not yet subtracted from it */
     uint32_t done_n;
     wf__task *current;
     wf__tev *ring; /* trace ring, NULL when tracing is off */
@@ -204,7 +208,11 @@ struct wf_runtime {
     void **slabs;
     size_t nslabs, capslabs;
     pthread_barrier_t ready;
+    pthread_mutex_t poll_mu; /* guards starting 'poller' */
+    struct wf__poller *poller;
 };
+
+typedef struct wf__poller wf__poller;
 
 /* The worker the calling thread is, or NULL. Thread-local like the error slot: it holds no
  * state of its own, only which worker this thread is (STYLE.md section 7). */
@@ -302,11 +310,16 @@ static inline void wf__done_later(wf__worker *w, wf__group *g)
     if (++w->done_n >= 256)
         wf__flush_done(w);
 }
+
 void wf__group_fail(wf__group *g, wf__worker *w, const char *name, int rc);
 int wf__group_wait(wf__group *g);
 
 /* actor.c */
 void wf__actor_turn(wf__worker *w, wf__task *t);
+wf_runtime *wf__actor_runtime(const wf_actor *a);
+
+/* poll.c */
+void wf__poll_stop(wf_runtime *rt);
 
 /* pfor.c */
 void wf__range_run(wf__worker *w, wf__task *t);

@@ -35,6 +35,7 @@ static void destroy_parts(wf_runtime *rt)
     free(rt->numa_dist);
     wf__pool_destroy(rt);
     pthread_mutex_destroy(&rt->pool_mu);
+    pthread_mutex_destroy(&rt->poll_mu);
     if (rt->topo)
         hwloc_topology_destroy(rt->topo);
     free(rt);
@@ -54,12 +55,12 @@ int wf_runtime_create(wf_runtime **out, const wf_runtime_opts *opts)
         return wf__err(WF_EINVAL, "wf_runtime_create: trace_events is %zu, above 2^26",
                        o.trace_events);
     if (o.spin_us > 1000000)
-        return wf__err(WF_EINVAL, "wf_runtime_create: spin_us is %u, above one second",
-                       o.spin_us);
+        return wf__err(WF_EINVAL, "wf_runtime_create: spin_us is %u, above one second", o.spin_us);
     wf_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return wf__err(WF_ENOMEM, "wf_runtime_create: no memory");
     pthread_mutex_init(&rt->pool_mu, NULL);
+    pthread_mutex_init(&rt->poll_mu, NULL);
     rt->spin_ns = (uint64_t)(o.spin_us ? o.spin_us : 50) * 1000u;
     rt->pin = !(o.flags & WF_RT_NO_PIN) && !o.topology;
     rt->trace_cap = o.trace_events;
@@ -118,6 +119,7 @@ void wf_runtime_destroy(wf_runtime *rt)
 {
     if (!rt)
         return;
+    wf__poll_stop(rt);
     atomic_store_explicit(&rt->stop, 1, memory_order_seq_cst);
     wf__notify_all(rt);
     for (int i = 0; i < rt->nw; i++)
@@ -135,8 +137,7 @@ static int env_int(const char *name, int lo, int hi, int *out)
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || *end || v < lo || v > hi)
-        return wf__err(WF_EINVAL, "%s=\"%s\": expected an integer from %d to %d", name, s, lo,
-                       hi);
+        return wf__err(WF_EINVAL, "%s=\"%s\": expected an integer from %d to %d", name, s, lo, hi);
     *out = (int)v;
     return 1;
 }

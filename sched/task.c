@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SLAB    256
-#define BATCH   128
-#define HIWATER 4096
+#define SLAB     256
+#define BATCH    128
+#define HIWATER  4096
 #define THROTTLE 256 /* deque depth above which a spawn runs at once */
 
 static int refill(wf_runtime *rt)
@@ -267,9 +267,10 @@ int wf_group_wait(wf_group *g)
 int wf_spawn_named(wf_group *g, wf_task_fn fn, void *arg, const char *name)
 {
     if (WF_UNLIKELY(!g || !fn || grp(g)->magic != WF__GROUP_MAGIC))
-        return wf__err(WF_EINVAL, "wf_spawn: %s", !g    ? "the group is NULL"
-                                                  : !fn ? "the task function is NULL"
-                                                        : "the group is not initialised");
+        return wf__err(WF_EINVAL, "wf_spawn: %s",
+                       !g    ? "the group is NULL"
+                       : !fn ? "the task function is NULL"
+                             : "the group is not initialised");
     wf__group *x = grp(g);
     wf_runtime *rt = x->rt;
     wf__worker *w = wf__worker_of(rt);

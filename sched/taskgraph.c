@@ -46,8 +46,8 @@ struct wf_taskgraph {
     bool dirty;
     int64_t nback; /* edges from a higher id to a lower one */
     int *succ, *roots;
-    int nroots;     /* nodes without predecessors, counted as edges are added */
-    bool compiled;  /* succ_off holds CSR offsets; otherwise it holds out-degrees */
+    int nroots;    /* nodes without predecessors, counted as edges are added */
+    bool compiled; /* succ_off holds CSR offsets; otherwise it holds out-degrees */
     _Atomic int32_t *pending;
     /* a run */
     _Atomic int running;
@@ -402,8 +402,8 @@ void wf__graph_run_node(wf__worker *w, wf__task *t)
         }
         WF_PROBE3(task_end, w->index, t->name, rc);
         if (w->ring)
-            wf__trace_event(w, WF__EV_TASK, t0 - rt->t_start, wf__now_ns() - rt->t_start,
-                            t->name, (uint32_t)rc);
+            wf__trace_event(w, WF__EV_TASK, t0 - rt->t_start, wf__now_ns() - rt->t_start, t->name,
+                            (uint32_t)rc);
         WF__INC(w, tasks_run, 1);
         wf__task *keep = NULL;
         for (int k = t->succ_off, end = succ_end(g, i); k < end; k++) {

@@ -50,8 +50,8 @@ static int fill_distances(wf_runtime *rt)
         nr >= 1 && d && (int)d->nbobjs == n) {
         for (int a = 0; a < n; a++)
             for (int b = 0; b < n; b++)
-                rt->numa_dist[(int)d->objs[a]->logical_index * n +
-                              (int)d->objs[b]->logical_index] = (int)d->values[a * n + b];
+                rt->numa_dist[(int)d->objs[a]->logical_index * n + (int)d->objs[b]->logical_index] =
+                    (int)d->values[a * n + b];
     }
     if (d)
         hwloc_distances_release(rt->topo, d);
@@ -133,8 +133,8 @@ int wf__topo_build(wf_runtime *rt, const wf_runtime_opts *o, int *n_workers)
     if (!rt->w)
         return wf__err(WF_ENOMEM, "wf_runtime_create: no memory for %d workers", rt->nw);
     for (int i = 0; i < rt->nw; i++) {
-        wf__worker *w = aligned_alloc(WF_CACHELINE, (sizeof *w + WF_CACHELINE - 1) &
-                                                        ~(size_t)(WF_CACHELINE - 1));
+        wf__worker *w = aligned_alloc(WF_CACHELINE,
+                                      (sizeof *w + WF_CACHELINE - 1) & ~(size_t)(WF_CACHELINE - 1));
         if (!w)
             return wf__err(WF_ENOMEM, "wf_runtime_create: no memory for worker %d", i);
         memset(w, 0, sizeof *w);

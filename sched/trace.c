@@ -52,8 +52,7 @@ int wf_runtime_trace_write(wf_runtime *rt, const char *path)
                                   "(set wf_runtime_opts.trace_events, or WEFT_TRACE)");
     FILE *f = fopen(path, "w");
     if (!f)
-        return wf__err(WF_EIO, "wf_runtime_trace_write: cannot open %s: %s", path,
-                       strerror(errno));
+        return wf__err(WF_EIO, "wf_runtime_trace_write: cannot open %s: %s", path, strerror(errno));
     int count = 0;
     fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
     fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"weft\"}}");
@@ -79,18 +78,21 @@ int wf_runtime_trace_write(wf_runtime *rt, const char *path)
                 fputs("}}", f);
                 break;
             case WF__EV_PARK:
-                fprintf(f, ",\"cat\":\"park\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
-                           "\"dur\":%.3f}",
+                fprintf(f,
+                        ",\"cat\":\"park\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
+                        "\"dur\":%.3f}",
                         i, ts, dur);
                 break;
             case WF__EV_ACTOR:
-                fprintf(f, ",\"cat\":\"actor\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
-                           "\"dur\":%.3f,\"args\":{\"messages\":%u}}",
+                fprintf(f,
+                        ",\"cat\":\"actor\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
+                        "\"dur\":%.3f,\"args\":{\"messages\":%u}}",
                         i, ts, dur, e->arg);
                 break;
             default:
-                fprintf(f, ",\"cat\":\"task\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
-                           "\"dur\":%.3f,\"args\":{\"rc\":%d}}",
+                fprintf(f,
+                        ",\"cat\":\"task\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
+                        "\"dur\":%.3f,\"args\":{\"rc\":%d}}",
                         i, ts, dur, (int)e->arg);
             }
             count++;

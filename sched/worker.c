@@ -52,8 +52,7 @@ static wf__task *node_inboxes(wf__worker *w)
 wf__task *wf__find_task(wf__worker *w)
 {
     wf__task *t;
-    if (atomic_load_explicit(&w->inbox.n, memory_order_relaxed) &&
-        (t = wf__inbox_take(&w->inbox)))
+    if (atomic_load_explicit(&w->inbox.n, memory_order_relaxed) && (t = wf__inbox_take(&w->inbox)))
         return t;
     if ((++w->tick & 63) == 0 && (t = node_inboxes(w)))
         return t;

@@ -35,27 +35,28 @@ extern "C" {
 #define WF_VERSION_HEX   ((WF_VERSION_MAJOR << 16) | (WF_VERSION_MINOR << 8) | WF_VERSION_PATCH)
 
 /* The status codes: X(name, value, message). Append only; never renumber. */
-#define WF_STATUS_MAP(X)                                             \
-    X(EINVAL, -1, "invalid argument")                                \
-    X(ENOMEM, -2, "out of memory")                                   \
-    X(ESHAPE, -3, "tensor shapes do not match")                      \
-    X(ENODEV, -4, "no device can run this")                          \
-    X(EDEVICE, -5, "device or driver error")                         \
-    X(ECANCELED, -6, "canceled because an earlier task failed")      \
-    X(ETIMEDOUT, -7, "timed out")                                    \
-    X(EBUSY, -8, "resource busy")                                    \
-    X(ESYS, -9, "operating system error")                            \
-    X(ETOPO, -10, "topology error")                                  \
-    X(EDTYPE, -11, "tensor dtypes do not match")                     \
-    X(ENOTFOUND, -12, "not found")                                   \
-    X(EIO, -13, "input/output error")                                \
-    X(EFORMAT, -14, "malformed data")                                \
-    X(EPEER, -15, "a peer failed or broke the protocol")             \
-    X(ENOSYS, -16, "not supported in this build")                    \
+#define WF_STATUS_MAP(X)                                        \
+    X(EINVAL, -1, "invalid argument")                           \
+    X(ENOMEM, -2, "out of memory")                              \
+    X(ESHAPE, -3, "tensor shapes do not match")                 \
+    X(ENODEV, -4, "no device can run this")                     \
+    X(EDEVICE, -5, "device or driver error")                    \
+    X(ECANCELED, -6, "canceled because an earlier task failed") \
+    X(ETIMEDOUT, -7, "timed out")                               \
+    X(EBUSY, -8, "resource busy")                               \
+    X(ESYS, -9, "operating system error")                       \
+    X(ETOPO, -10, "topology error")                             \
+    X(EDTYPE, -11, "tensor dtypes do not match")                \
+    X(ENOTFOUND, -12, "not found")                              \
+    X(EIO, -13, "input/output error")                           \
+    X(EFORMAT, -14, "malformed data")                           \
+    X(EPEER, -15, "a peer failed or broke the protocol")        \
+    X(ENOSYS, -16, "not supported in this build")               \
     X(ETASK, -17, "a task failed (its code was positive or unknown)")
 
 typedef enum wf_status {
     WF_OK = 0,
+
 #define WF__STATUS_ENUM(name, value, msg) WF_##name = (value),
     WF_STATUS_MAP(WF__STATUS_ENUM)
 #undef WF__STATUS_ENUM

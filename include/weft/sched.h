@@ -209,8 +209,7 @@ typedef struct wf_actor_opts {
  * when its mailbox goes from empty to non-empty.
  * Returns 0, WF_EINVAL (no handler, bad bind index) or WF_ENOMEM.
  * Ownership: the caller owns '*out' (wf_actor_destroy()); 'opts' is not kept. */
-WF_API WF_NODISCARD int wf_actor_create(wf_runtime *rt, const wf_actor_opts *opts,
-                                        wf_actor **out);
+WF_API WF_NODISCARD int wf_actor_create(wf_runtime *rt, const wf_actor_opts *opts, wf_actor **out);
 
 /* Puts 'msg' in the mailbox. Never blocks, never allocates.
  * Returns 0 or WF_EINVAL (NULL argument).
@@ -229,6 +228,26 @@ WF_API int wf_actor_status(const wf_actor *a);
 
 /* Returns the message recorded with the first failure of a handler, or "". */
 WF_API const char *wf_actor_errmsg(const wf_actor *a);
+
+enum {
+    WF_FD_READ = 1u << 0,  /* readable (or closed by the peer) */
+    WF_FD_WRITE = 1u << 1, /* writable */
+};
+
+/* Watches 'fd' for 'events' (WF_FD_* bits) on behalf of 'a': when the fd is ready, the actor
+ * is poked once (its handler runs with msg == NULL) and the watch pauses; call this again
+ * from the handler to watch again (one-shot, so a handler that leaves data unread is not
+ * called in a loop). How an actor waits for a socket, an eventfd or a UCX worker without
+ * blocking a worker: one thread of the runtime ("weft-poll", started at the first watch)
+ * sleeps in epoll_wait and does nothing else.
+ * Returns 0, WF_EINVAL (NULL actor, fd < 0, no event bit) or WF_ESYS (epoll refused the fd;
+ * the message says why).
+ * Threads: any. Unwatch before destroying the actor or closing the fd. */
+WF_API WF_NODISCARD int wf_actor_watch_fd(wf_actor *a, int fd, uint32_t events);
+
+/* Stops watching 'fd' for 'a'. After it returns, no poke from this watch happens.
+ * Returns 0 (also when the fd was not watched) or WF_EINVAL. */
+WF_API WF_NODISCARD int wf_actor_unwatch_fd(wf_actor *a, int fd);
 
 /* Waits until the mailbox is empty and no handler runs, then frees the actor. No send may
  * race with it. NULL is a no-op. Threads: not from the actor's own handler. */
