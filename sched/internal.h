@@ -283,7 +283,7 @@ void wf__submit_outside(wf_runtime *rt, wf__task *t);
 wf__task *wf__task_alloc(wf_runtime *rt, wf__worker *w);
 void wf__task_free(wf__worker *w, wf__task *t);
 void wf__pool_destroy(wf_runtime *rt);
-void wf__group_add(wf__group *g, uint32_t n);
+int wf__group_add(wf__group *g, uint32_t n); /* WF_ENOMEM past WF__GRP_COUNT */
 void wf__group_done(wf__group *g, uint32_t n);
 
 /* Counts one finished task of 'g' now or later: a worker running many tasks of one group

@@ -23,7 +23,11 @@ static void range_loop(wf__worker *w, pfor *pf, int64_t lo, int64_t hi)
             return;
         if (hi - lo > pf->grain && wf__deque_size(&w->dq) <= 0) {
             wf__task *t = wf__task_alloc(w->rt, w);
-            if (t) {
+            if (t && wf__group_add(pf->grp, 1) < 0) {
+                wf__task_free(w, t);
+                t = NULL;
+            }
+            if (t) { /* else: no memory to split, so run it here */
                 int64_t mid = lo + (hi - lo) / 2;
                 t->kind = WF__TK_RANGE;
                 t->grp = pf->grp;
@@ -31,7 +35,6 @@ static void range_loop(wf__worker *w, pfor *pf, int64_t lo, int64_t hi)
                 t->name = "parallel_for";
                 t->u.r.lo = mid;
                 t->u.r.hi = hi;
-                wf__group_add(pf->grp, 1);
                 wf__push_local(w, t);
                 hi = mid;
                 continue;

@@ -49,7 +49,7 @@ static void *poll_main(void *arg)
                 continue;
             }
             if (w->active) {
-                w->active = false; /* EPOLLONESHOT disarmed it; a new watch re-arms */
+                w->active = false;               /* EPOLLONESHOT disarmed it; a new watch re-arms */
                 if (wf_actor_poke(w->actor) < 0) /* only for a NULL actor: not here */
                     WF_ASSERT(0);
             }

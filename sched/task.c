@@ -137,9 +137,13 @@ const char *wf_group_errmsg(const wf_group *g)
     return m ? m : "";
 }
 
-void wf__group_add(wf__group *g, uint32_t n)
+int wf__group_add(wf__group *g, uint32_t n)
 {
-    atomic_fetch_add_explicit(&g->state, n, memory_order_relaxed);
+    uint32_t old = atomic_fetch_add_explicit(&g->state, n, memory_order_relaxed);
+    if (WF_LIKELY((old & WF__GRP_COUNT) <= WF__GRP_COUNT - n))
+        return 0;
+    atomic_fetch_sub_explicit(&g->state, n, memory_order_relaxed);
+    return wf__err(WF_ENOMEM, "a group holds at most %u unfinished tasks", WF__GRP_COUNT);
 }
 
 void wf__group_done(wf__group *g, uint32_t n)
@@ -287,16 +291,19 @@ int wf_spawn_named(wf_group *g, wf_task_fn fn, void *arg, const char *name)
         w->fail_set = fail_set;
         return 0;
     }
+    if (WF_UNLIKELY(wf__group_add(x, 1) < 0))
+        return WF_ENOMEM;
     wf__task *t = wf__task_alloc(rt, w);
-    if (WF_UNLIKELY(!t))
+    if (WF_UNLIKELY(!t)) {
+        wf__group_done(x, 1);
         return wf__err(WF_ENOMEM, "wf_spawn: no memory for a task");
+    }
     t->kind = WF__TK_PLAIN;
     t->grp = x;
     t->name = name;
     t->owner = NULL;
     t->u.f.fn = fn;
     t->u.f.arg = arg;
-    wf__group_add(x, 1);
     if (w) {
         WF_PROBE2(spawn, w->index, name);
         wf__push_local(w, t);

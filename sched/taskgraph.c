@@ -349,7 +349,10 @@ int wf_taskgraph_submit(wf_taskgraph *g, wf_group *grp)
     }
     g->grp = x;
     atomic_store_explicit(&g->remaining, g->n, memory_order_relaxed);
-    wf__group_add(x, (uint32_t)g->n);
+    if (wf__group_add(x, (uint32_t)g->n) < 0) {
+        atomic_store_explicit(&g->running, 0, memory_order_release);
+        return gerr(g, WF_ENOMEM, "wf_taskgraph_submit: %s", wf_last_errmsg());
+    }
     wf__worker *w = wf__worker_of(g->rt);
     for (int i = 0; i < g->nroots; i++) {
         wf__task *t = node(g, g->roots[i]);
