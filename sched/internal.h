@@ -165,6 +165,7 @@ typedef struct wf__worker {
     uint32_t nfree;
     uint32_t tick;         /* tasks since the inboxes were last looked at */
     uint32_t inline_depth; /* spawns run at once, nested (see wf_spawn_named) */
+    uint32_t throttled;    /* spawns left to run at once before the deque is looked at */
     wf__group *done_g;     /* finished tasks of 'done_g' not yet subtracted from it */
     uint32_t done_n;
     wf__task *current;

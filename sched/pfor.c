@@ -60,7 +60,8 @@ void wf__range_run(wf__worker *w, wf__task *t)
     uint64_t t0 = w->ring ? wf__now_ns() : 0;
     WF_PROBE2(task_begin, w->index, "parallel_for");
     range_loop(w, pf, lo, hi);
-    WF_PROBE3(task_end, w->index, "parallel_for", 0);
+    int rc = 0; /* a variable, not a constant: perf wants the same arguments at every site */
+    WF_PROBE3(task_end, w->index, "parallel_for", rc);
     if (w->ring)
         wf__trace_event(w, WF__EV_TASK, t0 - w->rt->t_start, wf__now_ns() - w->rt->t_start,
                         "parallel_for", 0);

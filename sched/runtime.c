@@ -147,7 +147,7 @@ int wf_runtime_opts_from_env(wf_runtime_opts *opts, const char **trace_path)
     if (!opts)
         return wf__err(WF_EINVAL, "wf_runtime_opts_from_env: opts is NULL");
     wf_runtime_opts o = *opts;
-    int v;
+    int v = 0;
     int rc = env_int("WEFT_WORKERS", 0, WF_MAX_WORKERS, &v);
     if (rc < 0)
         return rc;

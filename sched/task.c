@@ -14,10 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SLAB     256
-#define BATCH    128
-#define HIWATER  4096
-#define THROTTLE 256 /* deque depth above which a spawn runs at once */
+#define SLAB         256
+#define BATCH        128
+#define HIWATER      4096
+#define THROTTLE     256 /* deque depth above which a spawn runs at once */
+#define THROTTLE_RUN 31  /* ... and how many more spawns run at once before checking again */
 
 static int refill(wf_runtime *rt)
 {
@@ -278,10 +279,14 @@ int wf_spawn_named(wf_group *g, wf_task_fn fn, void *arg, const char *name)
     wf__group *x = grp(g);
     wf_runtime *rt = x->rt;
     wf__worker *w = wf__worker_of(rt);
-    if (w && WF_UNLIKELY(wf__deque_at_least(&w->dq, THROTTLE)) && w->inline_depth < 8) {
+    if (w && (w->throttled || WF_UNLIKELY(wf__deque_at_least(&w->dq, THROTTLE))) &&
+        w->inline_depth < 8) {
         /* Throttling, as libgomp does: with this many tasks already waiting here, the
          * thieves have plenty, and one more in the deque would only cost memory and cache
-         * misses. Run it now. Nesting is bounded so a spawn chain cannot overflow the stack. */
+         * misses. Run it now, and the next THROTTLE_RUN spawns too before looking at the
+         * deque again: reading its 'top' each time would pull the thieves' cache line on
+         * every spawn. Nesting is bounded so a spawn chain cannot overflow the stack. */
+        w->throttled = w->throttled ? w->throttled - 1 : THROTTLE_RUN;
         int fail_set = w->fail_set;
         wf__task *cur = w->current;
         w->inline_depth++;
