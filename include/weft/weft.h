@@ -4,5 +4,6 @@
 
 #include <weft/base.h>
 #include <weft/sched.h>
+#include <weft/core.h>
 
 #endif /* WEFT_WEFT_H */

@@ -1,0 +1,60 @@
+/* core/tensor.h: the layout of tensors and buffers, for the modules above core (ops/,
+ * runtime/, devices/) that read and fill them (a module interface: not installed, not
+ * internal.h).
+ * Owns: struct wf_tensor and struct wf_buffer, and the constructors those modules use for
+ * outputs (wf__tensor_alloc: a fresh contiguous tensor whose data they may write until
+ * they publish it).
+ * Invariants: 'data' points at element 0 inside the buffer (or caller memory for a view);
+ * 'strides' are in elements; 'contiguous' is true iff the strides are row-major for
+ * 'shape'; a tensor is written only by the code that allocated it, before anyone else
+ * sees it.
+ * Not here: where buffers come from (memory/ pools plug in through wf_buffer's free hook). */
+#ifndef WF_CORE_TENSOR_H
+#define WF_CORE_TENSOR_H
+
+#include <weft/core.h>
+
+#include <stdatomic.h>
+
+typedef struct wf_buffer {
+    _Atomic int64_t refs;
+    void *data;
+    size_t bytes;
+    void (*free_fn)(void *ctx, void *data, size_t bytes); /* NULL: free() */
+    void *free_ctx;
+} wf_buffer;
+
+struct wf_tensor {
+    _Atomic int64_t refs;
+    wf_dtype dtype;
+    bool contiguous;
+    wf_shape shape;
+    int64_t strides[WF_MAX_RANK];
+    int64_t numel;
+    wf_buffer *buf; /* NULL for a view of caller memory */
+    char *data;     /* element 0 */
+};
+
+/* A new contiguous tensor with uninitialised data (64-byte aligned), for kernels to fill.
+ * Returns NULL with wf_last_errmsg() set (WF_ENOMEM or WF_EINVAL). */
+wf_tensor *wf__tensor_alloc(wf_dtype dt, wf_shape shape);
+
+/* A new tensor header sharing 'base''s buffer (retained) with other shape/strides/offset:
+ * how reshape, transpose and slice make views without copying. 'offset' is in elements
+ * from base->data. */
+wf_tensor *wf__tensor_alias(const wf_tensor *base, wf_shape shape, const int64_t *strides,
+                            int64_t offset);
+
+/* Row-major strides for 'shape'. */
+void wf__contiguous_strides(wf_shape shape, int64_t *strides);
+
+/* Element conversion used by wf_tensor_read and cast kernels: load one element of 'dt' at
+ * 'p' as double, store a double as 'dt' at 'p' (bf16/f16 round to nearest even). */
+double wf__load_f64(wf_dtype dt, const void *p);
+void wf__store_f64(wf_dtype dt, void *p, double v);
+float wf__bf16_to_f32(uint16_t h);
+uint16_t wf__f32_to_bf16(float f);
+float wf__f16_to_f32(uint16_t h);
+uint16_t wf__f32_to_f16(float f);
+
+#endif /* WF_CORE_TENSOR_H */

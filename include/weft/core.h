@@ -1,0 +1,310 @@
+/* weft/core.h: the vocabulary: dtypes, shapes, tensors, and graphs of ops.
+ * Owns: the public contract of core/: what a tensor is (an immutable value: dtype, shape,
+ * strides, a refcounted buffer), what a graph and a node are, placeholders, constants,
+ * variables and their initializers.
+ * Not here: the op constructors (weft/ops.h), sessions and eager execution (weft/runtime.h),
+ * the scheduler (weft/sched.h). */
+#ifndef WEFT_CORE_H
+#define WEFT_CORE_H
+
+#include <weft/base.h>
+#include <weft/sched.h>
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- dtypes ----------------------------------------------------------------------------- */
+
+typedef enum wf_dtype {
+    WF_DTYPE_INVALID = 0,
+    WF_F32 = 1,
+    WF_F64 = 2,
+    WF_I32 = 3,
+    WF_I64 = 4,
+    WF_U8 = 5,
+    WF_BOOL = 6, /* one byte, 0 or 1 */
+    WF_BF16 = 7, /* storage only: converted to f32 on load, rounded to nearest even on store */
+    WF_F16 = 8,  /* storage only, as bf16 */
+} wf_dtype;
+
+#define WF_DTYPE_COUNT 9
+
+/* Returns the size of one element in bytes, or 0 for an invalid dtype. */
+WF_API size_t wf_dtype_size(wf_dtype dt);
+
+/* Returns "f32", "f64", "i32", "i64", "u8", "bool", "bf16", "f16", or "invalid". */
+WF_API const char *wf_dtype_name(wf_dtype dt);
+
+/* Returns true for f32, f64, bf16 and f16. */
+WF_API bool wf_dtype_is_float(wf_dtype dt);
+
+/* ---- Shapes ----------------------------------------------------------------------------- */
+
+#define WF_MAX_RANK 8
+
+/* A shape: up to WF_MAX_RANK dimensions. In a placeholder, -1 means "any size" (known when
+ * fed); everywhere else dimensions are >= 0. Rank 0 is a scalar. */
+typedef struct wf_shape {
+    int32_t rank;
+    int64_t dims[WF_MAX_RANK];
+} wf_shape;
+
+#define WF__NARG(...)                             WF__NARG_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define WF__NARG_(a, b, c, d, e, f, g, h, N, ...) N
+/* WF_SHAPE(256, 784) is a rank-2 shape (one to eight dimensions); WF_SCALAR is rank 0.
+ * C only: C++ callers fill a wf_shape themselves. */
+#define WF_SHAPE(...) ((wf_shape){ .rank = WF__NARG(__VA_ARGS__), .dims = { __VA_ARGS__ } })
+#define WF_SCALAR     ((wf_shape){ .rank = 0 })
+
+/* Returns the number of elements (1 for a scalar), or -1 if a dimension is -1 or the
+ * product overflows int64. */
+WF_API int64_t wf_shape_numel(wf_shape s);
+
+/* Returns true if both have the same rank and dimensions. */
+WF_API bool wf_shape_equal(wf_shape a, wf_shape b);
+
+/* Writes "[256, 784]" (or "[]" for a scalar, "?" for -1) into 'buf' and returns 'buf'. */
+WF_API char *wf_shape_str(wf_shape s, char *buf, size_t size);
+
+/* NumPy broadcasting of 'a' and 'b' into '*out'. -1 broadcasts with anything (the result
+ * is -1 unless the other is a size > 1).
+ * Returns 0 or WF_ESHAPE with both shapes in wf_last_errmsg(). */
+WF_API WF_NODISCARD int wf_shape_broadcast(wf_shape a, wf_shape b, wf_shape *out);
+
+/* ---- Tensors ---------------------------------------------------------------------------- */
+
+/* An immutable value: dtype, shape, strides (in elements) and a refcounted host buffer.
+ * Tensors are never written after creation, so they may be shared between threads, graphs
+ * and runs freely. */
+typedef struct wf_tensor wf_tensor;
+
+/* Creates a contiguous tensor holding a copy of 'data' (numel * dtype size bytes; NULL:
+ * zeros). Returns 0, WF_EINVAL (invalid dtype, negative or -1 dimension, rank above
+ * WF_MAX_RANK) or WF_ENOMEM, with the reason in wf_last_errmsg().
+ * Ownership: on success the caller owns '*out' (wf_tensor_release()); 'data' is copied.
+ * Threads: any. */
+WF_API WF_NODISCARD int wf_tensor_create(wf_dtype dt, wf_shape shape, const void *data,
+                                         wf_tensor **out);
+
+/* wf_tensor_create() for expressions: returns the tensor, or NULL with the reason in
+ * wf_last_errmsg(). Ownership: owned by the caller. */
+WF_API wf_tensor *wf_tensor_from(wf_dtype dt, wf_shape shape, const void *data);
+
+/* Creates a tensor that reads caller memory in place: element i of dimension d is at
+ * 'data' + sum(index[d] * strides[d]) elements. 'strides' NULL: contiguous row-major.
+ * Negative strides are allowed; the caller keeps 'data' alive and unchanged for the
+ * tensor's life (and that of anything that retains it).
+ * Returns 0, WF_EINVAL or WF_ENOMEM. Ownership: '*out' is owned; 'data' is borrowed. */
+WF_API WF_NODISCARD int wf_tensor_view(wf_dtype dt, wf_shape shape, const int64_t *strides,
+                                       const void *data, wf_tensor **out);
+
+/* Adds a reference and returns 't'. NULL is returned as is. Threads: any. */
+WF_API wf_tensor *wf_tensor_retain(wf_tensor *t);
+
+/* Drops a reference; the last one frees the tensor (and its buffer, if it owns one).
+ * NULL is a no-op. Threads: any. */
+WF_API void wf_tensor_release(wf_tensor *t);
+
+WF_API wf_dtype wf_tensor_dtype(const wf_tensor *t);
+WF_API wf_shape wf_tensor_shape(const wf_tensor *t);
+WF_API int64_t wf_tensor_numel(const wf_tensor *t);
+/* The strides in elements, one per dimension. Ownership: borrowed from 't'. */
+WF_API const int64_t *wf_tensor_strides(const wf_tensor *t);
+WF_API bool wf_tensor_is_contiguous(const wf_tensor *t);
+
+/* The address of element 0 (borrowed, read-only: tensors are immutable). */
+WF_API const void *wf_tensor_data(const wf_tensor *t);
+
+/* wf_tensor_data() if 't' is a contiguous tensor of that dtype, else NULL. */
+WF_API const float *wf_tensor_data_f32(const wf_tensor *t);
+WF_API const double *wf_tensor_data_f64(const wf_tensor *t);
+WF_API const int32_t *wf_tensor_data_i32(const wf_tensor *t);
+WF_API const int64_t *wf_tensor_data_i64(const wf_tensor *t);
+
+/* Copies the elements of 't', in row-major order, into 'dst' as dtype 'dt' (converting:
+ * floats are rounded to nearest even, float to integer truncates toward zero, bool is
+ * x != 0). 'bytes' must be at least numel * wf_dtype_size(dt).
+ * Returns 0 or WF_EINVAL. Threads: any. */
+WF_API WF_NODISCARD int wf_tensor_read(const wf_tensor *t, wf_dtype dt, void *dst, size_t bytes);
+
+/* Reads element 'index' (row-major position) as a double. Returns NAN for a bad index. */
+WF_API double wf_tensor_get(const wf_tensor *t, int64_t index);
+
+/* ---- Graphs and nodes ------------------------------------------------------------------- */
+
+typedef struct wf_graph wf_graph; /* opaque: owns its nodes */
+typedef struct wf_node wf_node;   /* opaque: borrowed from its graph */
+
+enum {
+    WF_STATIC = 0, /* build, then run through a session */
+    WF_EAGER = 1,  /* each node runs as it is added; its value is readable at once */
+};
+
+/* Creates an empty graph on 'rt' (its workers run eager nodes and sessions).
+ * Returns the graph, or NULL with the reason in wf_last_errmsg() (NULL rt, bad mode, no
+ * memory). Ownership: owned by the caller (wf_graph_destroy()). */
+WF_API wf_graph *wf_graph_create(wf_runtime *rt, int mode);
+
+/* Frees the graph, its nodes and what they retain. Sessions of the graph must be destroyed
+ * first. NULL is a no-op. */
+WF_API void wf_graph_destroy(wf_graph *g);
+
+/* Returns 0, or the first error since the graph was created or wf_graph_clear_error():
+ * node constructors return NULL on error and leave the code here, so a model can be built
+ * and checked once at the end. A constructor given a NULL input returns NULL and keeps the
+ * first error. */
+WF_API int wf_graph_status(const wf_graph *g);
+
+/* Returns the message of the first error, naming the node, its op, where it was created
+ * and the shapes involved: "matmul 'logits' (model.c:42): a is [3, 4] but b is [5, 2]".
+ * "" when none. Ownership: borrowed, valid until the next call on 'g'. */
+WF_API const char *wf_graph_errmsg(const wf_graph *g);
+
+/* Forgets the first error, so building can go on after a mistake was handled. */
+WF_API void wf_graph_clear_error(wf_graph *g);
+
+WF_API int wf_graph_mode(const wf_graph *g);
+WF_API int wf_graph_node_count(const wf_graph *g);
+WF_API wf_runtime *wf_graph_runtime(const wf_graph *g);
+
+/* Returns the node named 'name', or NULL. Ownership: borrowed. */
+WF_API wf_node *wf_graph_find(const wf_graph *g, const char *name);
+
+/* Returns node number 'i' (0 .. count-1, in creation order), or NULL. */
+WF_API wf_node *wf_graph_node(const wf_graph *g, int i);
+
+/* Node queries. Names are unique in a graph: given ones are kept (a clash is an error),
+ * others are made from the op ("add_3"). */
+WF_API const char *wf_node_name(const wf_node *n);
+WF_API const char *wf_node_op(const wf_node *n);
+WF_API wf_dtype wf_node_dtype(const wf_node *n);
+WF_API wf_shape wf_node_shape(const wf_node *n);
+WF_API wf_graph *wf_node_graph(const wf_node *n);
+WF_API int wf_node_input_count(const wf_node *n);
+WF_API wf_node *wf_node_input(const wf_node *n, int i);
+/* Where the node was created ("model.c:42"), through the macros below; "?" if unknown. */
+WF_API const char *wf_node_file(const wf_node *n);
+WF_API int wf_node_line(const wf_node *n);
+
+/* Renames a node. Returns 0, WF_EINVAL (NULL, empty, or a name another node has). */
+WF_API WF_NODISCARD int wf_node_set_name(wf_node *n, const char *name);
+
+/* In an eager graph: the node's value (borrowed; valid while the graph lives). In a static
+ * graph: the value of a constant, else NULL. */
+WF_API wf_tensor *wf_node_value(const wf_node *n);
+
+/* Records where the next node on this thread is created. The op constructors are also
+ * macros of the same name that call this first, so every node knows its file and line;
+ * '(wf_add)(g, a, b)' calls the function without recording. */
+WF_API void wf_set_source_location(const char *file, int line);
+#define WF__HERE() wf_set_source_location(__FILE__, __LINE__)
+
+/* ---- Inputs: placeholders, constants, variables ---------------------------------------- */
+
+/* A value fed at each run. -1 dimensions match any size. Returns NULL on error. */
+WF_API wf_node *wf_placeholder(wf_graph *g, const char *name, wf_dtype dt, wf_shape shape);
+#define wf_placeholder(g, name, dt, shape) (WF__HERE(), (wf_placeholder)(g, name, dt, shape))
+
+/* A constant node. Ownership: retains 't'. Returns NULL on error. */
+WF_API wf_node *wf_constant(wf_graph *g, wf_tensor *t);
+#define wf_constant(g, t) (WF__HERE(), (wf_constant)(g, t))
+
+/* A scalar constant of dtype 'dt' (f32/f64/i32/i64/bool). */
+WF_API wf_node *wf_scalar(wf_graph *g, wf_dtype dt, double value);
+#define wf_scalar(g, dt, value) (WF__HERE(), (wf_scalar)(g, dt, value))
+
+/* How a variable gets its first value. The values depend only on (kind, seed, params,
+ * shape), never on thread count or scheduling: element i is computed from a counter-based
+ * generator (splitmix64 of seed and i). */
+typedef struct wf_init {
+    int kind; /* WF_INIT_* */
+    uint64_t seed;
+    double a, b; /* constant: a; uniform: [a, b); normal: mean a, stddev b */
+} wf_init;
+
+enum {
+    WF_INIT_ZEROS = 0,
+    WF_INIT_ONES,
+    WF_INIT_CONSTANT,
+    WF_INIT_UNIFORM,
+    WF_INIT_NORMAL,
+    WF_INIT_GLOROT_UNIFORM, /* U(-l, l), l = sqrt(6 / (fan_in + fan_out)) */
+    WF_INIT_GLOROT_NORMAL,  /* N(0, sqrt(2 / (fan_in + fan_out))) */
+    WF_INIT_HE_UNIFORM,     /* U(-l, l), l = sqrt(6 / fan_in) */
+    WF_INIT_HE_NORMAL,      /* N(0, sqrt(2 / fan_in)) */
+};
+
+static inline wf_init wf_init_zeros(void)
+{
+    wf_init r = { WF_INIT_ZEROS, 0, 0, 0 };
+    return r;
+}
+
+static inline wf_init wf_init_ones(void)
+{
+    wf_init r = { WF_INIT_ONES, 0, 0, 0 };
+    return r;
+}
+
+static inline wf_init wf_init_constant(double v)
+{
+    wf_init r = { WF_INIT_CONSTANT, 0, v, 0 };
+    return r;
+}
+
+static inline wf_init wf_init_uniform(uint64_t seed, double lo, double hi)
+{
+    wf_init r = { WF_INIT_UNIFORM, seed, lo, hi };
+    return r;
+}
+
+static inline wf_init wf_init_normal(uint64_t seed, double mean, double stddev)
+{
+    wf_init r = { WF_INIT_NORMAL, seed, mean, stddev };
+    return r;
+}
+
+static inline wf_init wf_init_glorot_uniform(uint64_t seed)
+{
+    wf_init r = { WF_INIT_GLOROT_UNIFORM, seed, 0, 0 };
+    return r;
+}
+
+static inline wf_init wf_init_glorot_normal(uint64_t seed)
+{
+    wf_init r = { WF_INIT_GLOROT_NORMAL, seed, 0, 0 };
+    return r;
+}
+
+static inline wf_init wf_init_he_uniform(uint64_t seed)
+{
+    wf_init r = { WF_INIT_HE_UNIFORM, seed, 0, 0 };
+    return r;
+}
+
+static inline wf_init wf_init_he_normal(uint64_t seed)
+{
+    wf_init r = { WF_INIT_HE_NORMAL, seed, 0, 0 };
+    return r;
+}
+
+/* Fills a new tensor of 'dt' and 'shape' from 'init' (fan_in is dims[0] and fan_out the
+ * product of the other dims for rank 2, PyTorch's convention for [in, out] weights as
+ * DESIGN.md's example uses them; for rank >= 3, [out, in, k...]: fan_in = in * k...,
+ * fan_out = out * k...). Returns 0, WF_EINVAL or WF_ENOMEM. Ownership: '*out' is owned. */
+WF_API WF_NODISCARD int wf_init_tensor(wf_init init, wf_dtype dt, wf_shape shape, wf_tensor **out);
+
+/* A named, mutable variable: its value is owned by each session (static graphs) or by the
+ * graph (eager graphs), starts from 'init', and is written only by update nodes.
+ * Returns NULL on error (a -1 dimension, an unnamed variable, a name in use). */
+WF_API wf_node *wf_variable(wf_graph *g, const char *name, wf_dtype dt, wf_shape shape,
+                            wf_init init);
+#define wf_variable(g, name, dt, shape, init) (WF__HERE(), (wf_variable)(g, name, dt, shape, init))
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_CORE_H */
