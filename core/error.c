@@ -37,6 +37,11 @@ const char *wf_err_name(int code)
     return "WF_UNKNOWN";
 }
 
+int wf__status_known(int code)
+{
+    return strcmp(wf_err_name(code), "WF_UNKNOWN") != 0;
+}
+
 const char *wf_last_errmsg(void)
 {
     return errbuf;

@@ -16,6 +16,9 @@
 int wf__err(int code, const char *fmt, ...) WF_PRINTF(2, 3);
 int wf__verr(int code, const char *fmt, va_list ap);
 
+/* Returns true if 'code' is WF_OK or one of WF_STATUS_MAP's codes. */
+int wf__status_known(int code);
+
 /* Clears this thread's message. */
 void wf__err_clear(void);
 

@@ -113,27 +113,36 @@ int wf_actor_create(wf_runtime *rt, const wf_actor_opts *o, wf_actor **out)
     return 0;
 }
 
-static void schedule(wf_actor *a)
+/* Queues the actor's turn. 'yield': the turn follows a full batch, so it goes behind the
+ * work already waiting (a FIFO inbox), not on top of the LIFO deque. Everything needed is
+ * read before the put: once queued, the turn may run, and the actor be destroyed, before
+ * this returns. */
+static void schedule(wf_actor *a, bool yield)
 {
     wf_runtime *rt = a->rt;
     wf__worker *w = wf__worker_of(rt);
     wf__task *t = &a->task;
-    switch (a->bind) {
+    int bind = a->bind, idx = a->bind_index;
+    switch (bind) {
     case WF_BIND_WORKER:
-        wf__inbox_put(&rt->w[a->bind_index]->inbox, t);
-        if (!w || w->index != a->bind_index)
+        wf__inbox_put(&rt->w[idx]->inbox, t);
+        if (!w || w->index != idx)
             wf__notify_all(rt); /* only that worker can take it: wake them all */
         break;
     case WF_BIND_NUMA:
-        wf__inbox_put(&rt->nodes[a->bind_index].bound, t);
-        if (!w || w->numa != a->bind_index)
+        wf__inbox_put(&rt->nodes[idx].bound, t);
+        if (!w || w->numa != idx)
             wf__notify_all(rt);
         break;
     default:
-        if (w)
+        if (w && yield) {
+            wf__inbox_put(&rt->nodes[w->numa].open, t);
+            wf__notify_one(rt);
+        } else if (w) {
             wf__push_local(w, t);
-        else
+        } else {
             wf__submit_outside(rt, t);
+        }
     }
 }
 
@@ -143,7 +152,7 @@ int wf_actor_send(wf_actor *a, wf_msg *m)
         return wf__err(WF_EINVAL, "wf_actor_send: %s is NULL", a ? "msg" : "actor");
     mb_push(a, m);
     if (atomic_fetch_add_explicit(&a->count, 1, memory_order_acq_rel) == 0)
-        schedule(a);
+        schedule(a, false);
     return 0;
 }
 
@@ -204,7 +213,7 @@ void wf__actor_turn(wf__worker *w, wf__task *t)
         wf__trace_event(w, WF__EV_ACTOR, t0 - w->rt->t_start, wf__now_ns() - w->rt->t_start,
                         a->name, handled);
     if (more)
-        schedule(a); /* 'count' still holds our unhandled messages: nobody else schedules */
+        schedule(a, true); /* 'count' still holds our messages: nobody else schedules */
     /* The last touch of 'a': wf_actor_destroy() waits for 'count' and then 'running' to be 0
      * (a counter, since the next turn may start on another worker before this one ends). */
     atomic_fetch_sub_explicit(&a->running, 1, memory_order_release);

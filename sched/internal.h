@@ -171,6 +171,7 @@ typedef struct wf__worker {
     wf__task *current;
     wf__tev *ring; /* trace ring, NULL when tracing is off */
     uint64_t ring_head;
+    pthread_mutex_t ring_mu;
     int fail_set;
     char failmsg[WF_ERRMSG_MAX];
     pthread_t thread;

@@ -23,6 +23,19 @@ int wf__futex_wait(_Atomic uint32_t *addr, uint32_t val)
     return rc == 0 ? 0 : errno;
 }
 
+/* A parked worker looks around every PARK_MAX_NS even if nobody woke it. The one wake-up
+ * the protocol can miss is a push onto a busy worker's own deque (worker.c skips the fence
+ * there, ~20 cycles a spawn): that task is never lost, its worker runs it, but if that
+ * worker blocks in user code, this bounds how long the task can wait for a thief. Ten
+ * wake-ups a second cost each idle worker a few microseconds of CPU. */
+#define PARK_MAX_NS 100000000
+
+static void futex_wait_bounded(_Atomic uint32_t *addr, uint32_t val)
+{
+    struct timespec ts = { 0, PARK_MAX_NS };
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+}
+
 void wf__futex_wake(_Atomic uint32_t *addr, int n)
 {
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
@@ -68,6 +81,6 @@ void wf__ec_commit(wf_runtime *rt, uint32_t key)
 {
     /* EAGAIN (epoch moved on) and EINTR both mean: look again. */
     if (atomic_load_explicit(&rt->epoch, memory_order_seq_cst) == key)
-        wf__futex_wait(&rt->epoch, key);
+        futex_wait_bounded(&rt->epoch, key);
     atomic_fetch_sub_explicit(&rt->n_sleeping, 1, memory_order_seq_cst);
 }

@@ -16,19 +16,27 @@ typedef struct pfor {
     wf__group *grp;
 } pfor;
 
+/* Lengths as unsigned: a range may span more than INT64_MAX iterations. */
+static inline uint64_t span(int64_t lo, int64_t hi)
+{
+    return (uint64_t)hi - (uint64_t)lo;
+}
+
 static void range_loop(wf__worker *w, pfor *pf, int64_t lo, int64_t hi)
 {
+    uint64_t grain = (uint64_t)pf->grain;
     while (lo < hi) {
         if (WF_UNLIKELY(atomic_load_explicit(&pf->grp->err, memory_order_relaxed)))
             return;
-        if (hi - lo > pf->grain && wf__deque_size(&w->dq) <= 0) {
+        /* Split only into halves of at least 'grain' each. */
+        if (span(lo, hi) / 2 >= grain && wf__deque_size(&w->dq) <= 0) {
             wf__task *t = wf__task_alloc(w->rt, w);
             if (t && wf__group_add(pf->grp, 1) < 0) {
                 wf__task_free(w, t);
                 t = NULL;
             }
             if (t) { /* else: no memory to split, so run it here */
-                int64_t mid = lo + (hi - lo) / 2;
+                int64_t mid = (int64_t)((uint64_t)lo + span(lo, hi) / 2);
                 t->kind = WF__TK_RANGE;
                 t->grp = pf->grp;
                 t->owner = pf;
@@ -40,14 +48,17 @@ static void range_loop(wf__worker *w, pfor *pf, int64_t lo, int64_t hi)
                 continue;
             }
         }
-        int64_t n = hi - lo < pf->grain ? hi - lo : pf->grain;
+        /* A piece of 'grain' iterations, or all that is left if less than two pieces are: no
+         * call ever gets fewer than 'grain' iterations unless the whole range is smaller. */
+        uint64_t n = span(lo, hi) < 2 * grain ? span(lo, hi) : grain;
+        int64_t end = (int64_t)((uint64_t)lo + n);
         w->fail_set = 0;
-        int rc = pf->fn(pf->ctx, lo, lo + n);
+        int rc = pf->fn(pf->ctx, lo, end);
         if (WF_UNLIKELY(rc < 0)) {
             wf__group_fail(pf->grp, w, "parallel_for", rc);
             return;
         }
-        lo += n;
+        lo = end;
     }
 }
 
@@ -79,11 +90,9 @@ int wf_parallel_for(wf_runtime *rt, int64_t begin, int64_t end, int64_t grain, w
                        (long long)begin, (long long)end, (long long)grain);
     if (end == begin)
         return 0;
-    int64_t n = end - begin;
     if (grain == 0) {
-        grain = n / ((int64_t)rt->nw * 64);
-        if (grain < 1)
-            grain = 1;
+        uint64_t g = span(begin, end) / ((uint64_t)rt->nw * 64);
+        grain = g < 1 ? 1 : g > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)g;
     }
     wf_group g;
     if (wf_group_init(&g, rt) < 0) /* cannot fail: both arguments are set */

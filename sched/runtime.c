@@ -21,6 +21,7 @@ static void destroy_parts(wf_runtime *rt)
             continue;
         wf__deque_deinit(&w->dq);
         wf__inbox_deinit(&w->inbox);
+        pthread_mutex_destroy(&w->ring_mu);
         free(w->victims);
         free(w->tier_end);
         free(w->ring);
@@ -82,6 +83,7 @@ int wf_runtime_create(wf_runtime **out, const wf_runtime_opts *opts)
     for (int i = 0; i < rt->nw; i++) {
         wf__worker *w = rt->w[i];
         wf__inbox_init(&w->inbox);
+        pthread_mutex_init(&w->ring_mu, NULL);
         w->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1) | 1;
         if (wf__deque_init(&w->dq, 1024) < 0 ||
             (rt->trace_cap && !(w->ring = calloc(rt->trace_cap, sizeof *w->ring)))) {
@@ -184,6 +186,18 @@ int wf_runtime_current_worker(const wf_runtime *rt)
 {
     wf__worker *w = rt ? wf__worker_of(rt) : NULL;
     return w ? w->index : -1;
+}
+
+int wf_runtime_worker_numa(const wf_runtime *rt, int worker)
+{
+    if (!rt || worker < 0 || worker >= rt->nw)
+        return WF_EINVAL;
+    return rt->w[worker]->numa;
+}
+
+struct hwloc_topology *wf_runtime_hwloc_topology(const wf_runtime *rt)
+{
+    return rt ? rt->topo : NULL;
 }
 
 #define LD(c, f) atomic_load_explicit(&(c)->f, memory_order_relaxed)

@@ -162,6 +162,9 @@ void wf__group_done(wf__group *g, uint32_t n)
 
 void wf__group_fail(wf__group *g, wf__worker *w, const char *name, int rc)
 {
+    int raw = rc;
+    if (!wf__status_known(rc)) /* a code that is not a wf_status: say so, keep the value */
+        rc = WF_ETASK;
     int32_t expect = 0;
     if (!atomic_compare_exchange_strong_explicit(&g->err, &expect, rc, memory_order_acq_rel,
                                                  memory_order_relaxed))
@@ -169,6 +172,9 @@ void wf__group_fail(wf__group *g, wf__worker *w, const char *name, int rc)
     char buf[WF_ERRMSG_MAX + 64];
     if (w && w->fail_set)
         snprintf(buf, sizeof buf, "task '%s': %s", name ? name : "(unnamed)", w->failmsg);
+    else if (raw != rc)
+        snprintf(buf, sizeof buf, "task '%s' failed with %d, which is not a wf_status",
+                 name ? name : "(unnamed)", raw);
     else
         snprintf(buf, sizeof buf, "task '%s' failed: %s (%s)", name ? name : "(unnamed)",
                  wf_err_name(rc), wf_strerror(rc));
@@ -255,7 +261,10 @@ int wf__group_wait(wf__group *g)
         wait_outside(g);
     /* Every task of the group has finished: only this thread touches 'g' now. */
     atomic_store_explicit(&g->state, 0, memory_order_relaxed);
-    return atomic_exchange_explicit(&g->err, 0, memory_order_acquire);
+    int rc = atomic_exchange_explicit(&g->err, 0, memory_order_acquire);
+    if (rc == 0) /* a success forgets the message of an earlier failure */
+        free(atomic_exchange_explicit(&g->msg, NULL, memory_order_relaxed));
+    return rc;
 }
 
 int wf_group_wait(wf_group *g)

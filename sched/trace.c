@@ -1,8 +1,9 @@
 /* sched/trace.c: per-worker trace rings and their export as Chrome trace JSON.
- * Owns: the event format and the writer. Each worker writes only its own ring (no atomics:
- * the writer runs while the runtime is idle, as the header says); a full ring overwrites
- * its oldest events. Names are copied into the event (24 bytes), so the trace stays valid
- * after the tasks' own strings are gone.
+ * Owns: the event format and the writer. Each worker writes only its own ring, under the
+ * ring's mutex (uncontended but for the writer: tracing costs ~30 ns an event anyway, and a
+ * worker may record a park even while the runtime counts as idle); a full ring overwrites its
+ * oldest events. Names are copied into the event (at most 23 bytes, cut at a UTF-8 character
+ * boundary), so the trace stays valid after the tasks' own strings are gone.
  * Not here: deciding what to record (worker.c, taskgraph.c, actor.c, pfor.c). */
 #include "internal.h"
 
@@ -13,6 +14,7 @@
 void wf__trace_event(wf__worker *w, uint32_t type, uint64_t t0, uint64_t t1, const char *name,
                      uint32_t arg)
 {
+    pthread_mutex_lock(&w->ring_mu);
     wf__tev *e = &w->ring[w->ring_head % w->rt->trace_cap];
     w->ring_head++;
     e->t0 = t0;
@@ -22,10 +24,14 @@ void wf__trace_event(wf__worker *w, uint32_t type, uint64_t t0, uint64_t t1, con
     if (!name)
         name = "task";
     size_t n = strlen(name);
-    if (n >= sizeof e->name)
+    if (n >= sizeof e->name) {
         n = sizeof e->name - 1;
+        while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
+            n--; /* name[n] continues a character: cut before that character starts */
+    }
     memcpy(e->name, name, n);
     e->name[n] = '\0';
+    pthread_mutex_unlock(&w->ring_mu);
 }
 
 static void json_str(FILE *f, const char *s)
@@ -58,6 +64,7 @@ int wf_runtime_trace_write(wf_runtime *rt, const char *path)
     fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"weft\"}}");
     for (int i = 0; i < rt->nw; i++) {
         wf__worker *w = rt->w[i];
+        pthread_mutex_lock(&w->ring_mu);
         fprintf(f,
                 ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
                 "\"args\":{\"name\":\"weft-w%d (numa %d)\"}}",
@@ -98,6 +105,7 @@ int wf_runtime_trace_write(wf_runtime *rt, const char *path)
             count++;
         }
         w->ring_head = 0;
+        pthread_mutex_unlock(&w->ring_mu);
     }
     fprintf(f, "\n]}\n");
     int bad = ferror(f);

@@ -28,13 +28,16 @@ typedef struct wf_runtime_opts {
     const char *topology; /* NULL: this machine (hwloc). Else an hwloc synthetic description,
                              e.g. "pack:2 numa:2 core:2 pu:1"; workers are then not pinned. */
     size_t trace_events;  /* 0: tracing off. Else each worker keeps its last 'trace_events'
-                             events (task begin/end, steal, park, actor message). */
-    uint32_t spin_us;     /* 0: 50. How long an idle worker looks for work before it parks. */
+                             events (task begin/end, steal, park, actor message); at most
+                             2^26. */
+    uint32_t spin_us;     /* 0: 50. How long an idle worker looks for work before it parks;
+                             at most 1000000. */
 } wf_runtime_opts;
 
 /* Creates a runtime: one worker thread per core (or 'n_workers'), pinned with hwloc and
  * grouped by NUMA node, named "weft-w0", "weft-w1", ... Idle workers sleep; they burn no CPU.
- * Returns 0, WF_EINVAL (bad option: n_workers < 0 or above WF_MAX_WORKERS), WF_ETOPO (the
+ * Returns 0, WF_EINVAL (bad option: n_workers < 0 or above WF_MAX_WORKERS, trace_events or
+ * spin_us above their limits), WF_ETOPO (the
  * topology string or the machine could not be read), WF_ENOMEM or WF_ESYS; the reason is in
  * wf_last_errmsg().
  * Ownership: on success the caller owns '*out' (free with wf_runtime_destroy()); on failure
@@ -65,11 +68,26 @@ WF_API int wf_runtime_numa_count(const wf_runtime *rt);
  * is not one of them. Threads: any. */
 WF_API int wf_runtime_current_worker(const wf_runtime *rt);
 
+/* Returns the NUMA node index (0 .. wf_runtime_numa_count() - 1) of worker 'worker', or
+ * WF_EINVAL for a NULL runtime or an index out of range. How memory/ binds a worker's
+ * allocations to its node. Threads: any. */
+WF_API int wf_runtime_worker_numa(const wf_runtime *rt, int worker);
+
+struct hwloc_topology;
+
+/* Returns the hwloc topology the runtime was built from (the machine's, or the synthetic
+ * one of wf_runtime_opts.topology), for the modules that bind memory to NUMA nodes
+ * (memory/), or NULL for a NULL runtime.
+ * Ownership: borrowed; valid while 'rt' lives. Callers only read it (hwloc's binding calls
+ * take it without changing it). Threads: any. */
+WF_API struct hwloc_topology *wf_runtime_hwloc_topology(const wf_runtime *rt);
+
 /* ---- Tasks and groups ---------------------------------------------------------------- */
 
 /* A task body. Returns >= 0 on success, or a negative wf_status to fail the task: its
  * dependents are then canceled, and whoever waits gets this code with the task's name (and
- * the message given to wf_task_fail(), if it was used). */
+ * the message given to wf_task_fail(), if it was used). A negative value that is not a
+ * wf_status is reported as WF_ETASK, its value in the message. */
 typedef int (*wf_task_fn)(void *arg);
 
 /* A set of tasks that one caller waits for. Caller's storage: initialise with
@@ -280,8 +298,8 @@ WF_API WF_NODISCARD int wf_runtime_stats(const wf_runtime *rt, wf_worker_stats *
 WF_API void wf_runtime_stats_reset(wf_runtime *rt);
 
 /* Writes the events kept in the trace rings as Chrome trace JSON (open it in
- * ui.perfetto.dev or chrome://tracing), then empties the rings. Call it while the runtime
- * is idle (no task running).
+ * ui.perfetto.dev or chrome://tracing), then empties the rings. Safe while workers run;
+ * tasks still running then are simply not in the file yet.
  * Returns the number of events written, WF_EINVAL (tracing is off, or NULL path) or WF_EIO
  * (with the path and errno's text in wf_last_errmsg()). */
 WF_API WF_NODISCARD int wf_runtime_trace_write(wf_runtime *rt, const char *path);

@@ -3,7 +3,7 @@
 #define WEFT_WEFT_H
 
 #include <weft/base.h>
-#include <weft/sched.h>
 #include <weft/core.h>
+#include <weft/sched.h>
 
 #endif /* WEFT_WEFT_H */

@@ -1,0 +1,465 @@
+/* tests/sched/test_taskgraph.c: task graphs built once and replayed. Random DAGs from fixed
+ * seeds (node ids in a shuffled order, so that ids say nothing about the order), a deep
+ * chain, a wide fan-out/fan-in: each node takes a global sequence number when it starts and
+ * when it ends, and every run must run each node exactly once and start it only after all
+ * its predecessors ended. Also: ids, replays after a change, runs from inside a task, and
+ * WF_EBUSY while a run is in flight. Failing nodes and cycles are in test_errors.c. */
+#include "wf_test.h"
+
+#include <weft/weft.h>
+
+#include <criterion/criterion.h>
+
+#include <stdlib.h>
+
+TestSuite(sched_taskgraph, .fini = wf_test_fini, .timeout = WF_TEST_TIMEOUT(120));
+
+typedef struct dag dag;
+
+typedef struct dnode {
+    dag *d;
+    int id;
+    uint32_t work;     /* busy-loop iterations, to vary interleavings */
+    atomic_long start; /* sequence number at start, this run */
+    atomic_long end;   /* sequence number at end, this run */
+    atomic_int runs;   /* times run, this run */
+} dnode;
+
+typedef struct edge {
+    int before, after;
+} edge;
+
+struct dag {
+    wf_taskgraph *g;
+    dnode *nodes;
+    int n;
+    edge *edges;
+    int n_edges, cap_edges;
+    atomic_long seq;
+};
+
+static int dnode_fn(void *arg)
+{
+    dnode *x = arg;
+    atomic_store(&x->start, atomic_fetch_add(&x->d->seq, 1));
+    atomic_fetch_add(&x->runs, 1);
+    for (volatile uint32_t i = 0; i < x->work; i++) {
+    }
+    atomic_store(&x->end, atomic_fetch_add(&x->d->seq, 1));
+    return 0;
+}
+
+/* A graph with room for 'cap' nodes; the graph keeps pointers into 'nodes', so the array
+ * never moves. */
+static dag *dag_new(wf_runtime *rt, int cap)
+{
+    dag *d = calloc(1, sizeof *d);
+    cr_assert_not_null(d);
+    int rc = wf_taskgraph_create(rt, &d->g);
+    cr_assert_eq(rc, 0, "wf_taskgraph_create: %s: %s", wf_err_name(rc), wf_last_errmsg());
+    d->nodes = calloc((size_t)cap, sizeof *d->nodes);
+    cr_assert_not_null(d->nodes);
+    return d;
+}
+
+/* Adds 'count' nodes, each with up to 'max_work' iterations of busy work. */
+static void dag_add(dag *d, int count, uint64_t *rng, uint32_t max_work)
+{
+    for (int k = 0; k < count; k++) {
+        int i = d->n++;
+        dnode *x = &d->nodes[i];
+        x->d = d;
+        x->id = i;
+        x->work = max_work ? (uint32_t)wf_test_rand_below(rng, max_work) : 0;
+        int id = wf_taskgraph_add(d->g, dnode_fn, x, "dag_node");
+        cr_assert_eq(id, i, "wf_taskgraph_add returned %d for the node added as #%d (%s)", id, i,
+                     wf_taskgraph_errmsg(d->g));
+    }
+}
+
+static void dag_edge(dag *d, int before, int after)
+{
+    int rc = wf_taskgraph_precede(d->g, before, after);
+    cr_assert_eq(rc, 0, "precede(%d, %d): %s: %s", before, after, wf_err_name(rc),
+                 wf_taskgraph_errmsg(d->g));
+    if (d->n_edges == d->cap_edges) {
+        d->cap_edges = d->cap_edges ? 2 * d->cap_edges : 1024;
+        d->edges = realloc(d->edges, (size_t)d->cap_edges * sizeof *d->edges);
+        cr_assert_not_null(d->edges);
+    }
+    d->edges[d->n_edges++] = (edge){ before, after };
+}
+
+/* dag_edge() unless the edge exists: whether a duplicate edge is allowed is not promised. */
+static void dag_edge_once(dag *d, int before, int after)
+{
+    for (int e = 0; e < d->n_edges; e++)
+        if (d->edges[e].before == before && d->edges[e].after == after)
+            return;
+    dag_edge(d, before, after);
+}
+
+static void dag_free(dag *d)
+{
+    wf_taskgraph_destroy(d->g);
+    free(d->nodes);
+    free(d->edges);
+    free(d);
+}
+
+static void dag_reset(dag *d)
+{
+    for (int i = 0; i < d->n; i++) {
+        atomic_store(&d->nodes[i].start, -1);
+        atomic_store(&d->nodes[i].end, -1);
+        atomic_store(&d->nodes[i].runs, 0);
+    }
+}
+
+/* Every node ran once, and started after each predecessor ended. */
+static void dag_check(const dag *d, int run)
+{
+    for (int i = 0; i < d->n; i++)
+        if (atomic_load(&d->nodes[i].runs) != 1)
+            cr_assert_fail("run %d: node %d ran %d times", run, i, atomic_load(&d->nodes[i].runs));
+    for (int e = 0; e < d->n_edges; e++) {
+        const dnode *b = &d->nodes[d->edges[e].before], *a = &d->nodes[d->edges[e].after];
+        if (atomic_load(&a->start) <= atomic_load(&b->end))
+            cr_assert_fail("run %d: node %d started (seq %ld) before its predecessor %d ended "
+                           "(seq %ld)",
+                           run, a->id, atomic_load(&a->start), b->id, atomic_load(&b->end));
+    }
+}
+
+static void dag_run_and_check(dag *d, int runs)
+{
+    for (int r = 0; r < runs; r++) {
+        dag_reset(d);
+        int rc = wf_taskgraph_run(d->g);
+        cr_assert_eq(rc, 0, "run %d: %s: %s", r, wf_err_name(rc), wf_taskgraph_errmsg(d->g));
+        dag_check(d, r);
+    }
+}
+
+/* A random DAG: a random topological order is mapped onto the ids; each node gets up to
+ * 'max_preds' distinct predecessors among the 'window' nodes before it in that order
+ * (window 0: any earlier node). */
+static dag *random_dag(wf_runtime *rt, uint64_t seed, int n, int max_preds, int window)
+{
+    uint64_t rng = seed;
+    dag *d = dag_new(rt, n);
+    dag_add(d, n, &rng, 200);
+    int *order = malloc((size_t)n * sizeof *order); /* position -> id */
+    cr_assert_not_null(order);
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)wf_test_rand_below(&rng, (uint64_t)i + 1);
+        int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    int *picked = malloc((size_t)(max_preds + 1) * sizeof *picked);
+    cr_assert_not_null(picked);
+    for (int pos = 1; pos < n; pos++) {
+        int lo = window > 0 && pos > window ? pos - window : 0;
+        int k = (int)wf_test_rand_below(&rng, (uint64_t)max_preds + 1), n_picked = 0;
+        for (int t = 0; t < k; t++) {
+            int p = lo + (int)wf_test_rand_below(&rng, (uint64_t)(pos - lo));
+            int dup = 0;
+            for (int q = 0; q < n_picked; q++)
+                dup |= picked[q] == p;
+            if (dup)
+                continue;
+            picked[n_picked++] = p;
+            dag_edge(d, order[p], order[pos]);
+        }
+    }
+    free(picked);
+    free(order);
+    return d;
+}
+
+static int replays(void)
+{
+    return (int)wf_test_scaled(50, 10);
+}
+
+Test(sched_taskgraph, a_sparse_random_dag_with_long_edges_runs_each_node_once_after_its_preds)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 4 });
+    dag *d = random_dag(rt, 0x5eed0001, 3000, 3, 0);
+    dag_run_and_check(d, replays());
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+Test(sched_taskgraph, a_dense_random_dag_with_local_edges_runs_each_node_once_after_its_preds)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 4 });
+    dag *d = random_dag(rt, 0x5eed0002, 4000, 8, 16);
+    dag_run_and_check(d, replays());
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+Test(sched_taskgraph, a_layered_random_dag_runs_each_node_once_after_its_preds)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 3 });
+
+    enum { LAYERS = 20, WIDTH = 100, PREDS = 5 };
+
+    uint64_t rng = 0x5eed0003;
+    dag *d = dag_new(rt, LAYERS * WIDTH);
+    dag_add(d, LAYERS * WIDTH, &rng, 500);
+    for (int l = 1; l < LAYERS; l++)
+        for (int i = 0; i < WIDTH; i++) {
+            int seen[PREDS], n_seen = 0;
+            for (int k = 0; k < PREDS; k++) {
+                int p = (int)wf_test_rand_below(&rng, WIDTH), dup = 0;
+                for (int q = 0; q < n_seen; q++)
+                    dup |= seen[q] == p;
+                if (!dup) {
+                    seen[n_seen++] = p;
+                    dag_edge(d, (l - 1) * WIDTH + p, l * WIDTH + i);
+                }
+            }
+        }
+    dag_run_and_check(d, replays());
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+Test(sched_taskgraph, random_dags_run_correctly_on_a_single_worker)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1 });
+    dag *d = random_dag(rt, 0x5eed0004, 2000, 4, 0);
+    dag_run_and_check(d, (int)wf_test_scaled(20, 5));
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+/* A 100k-node chain, added last to first, so that each edge goes from a higher id to a
+ * lower one. Also catches a recursive cycle check that overflows the stack. */
+Test(sched_taskgraph, a_chain_of_100000_nodes_runs_in_order)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    int n = 100000;
+    uint64_t rng = 1;
+    dag *d = dag_new(rt, n);
+    dag_add(d, n, &rng, 0);
+    for (int i = n - 1; i > 0; i--)
+        dag_edge(d, i, i - 1);
+    dag_run_and_check(d, 3);
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+Test(sched_taskgraph, a_wide_fan_out_and_fan_in_runs_the_join_after_every_branch)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 4 });
+    int width = (int)wf_test_scaled(100000, 10000);
+    uint64_t rng = 2;
+    dag *d = dag_new(rt, width + 2);
+    dag_add(d, width + 2, &rng, 0);
+    for (int i = 1; i <= width; i++) {
+        dag_edge(d, 0, i);
+        dag_edge(d, i, width + 1);
+    }
+    dag_run_and_check(d, 5);
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+Test(sched_taskgraph, node_ids_count_up_from_zero_and_node_count_follows)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1 });
+    wf_taskgraph *g;
+    cr_assert_eq(wf_taskgraph_create(rt, &g), 0);
+    cr_assert_eq(wf_taskgraph_node_count(g), 0);
+    dnode dummy = { 0 };
+    for (int i = 0; i < 100; i++) {
+        cr_assert_eq(wf_taskgraph_add(g, dnode_fn, &dummy, NULL), i);
+        cr_assert_eq(wf_taskgraph_node_count(g), i + 1);
+    }
+    wf_taskgraph_destroy(g);
+    wf_runtime_destroy(rt);
+}
+
+Test(sched_taskgraph, an_empty_graph_runs_and_returns_zero)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    wf_taskgraph *g;
+    cr_assert_eq(wf_taskgraph_create(rt, &g), 0);
+    for (int r = 0; r < 3; r++)
+        cr_assert_eq(wf_taskgraph_run(g), 0, "%s", wf_taskgraph_errmsg(g));
+    wf_taskgraph_destroy(g);
+    wf_runtime_destroy(rt);
+}
+
+Test(sched_taskgraph, a_graph_grown_between_runs_runs_its_new_nodes_in_order)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 4 });
+    uint64_t rng = 0x5eed0005;
+    dag *d = dag_new(rt, 1000);
+    dag_add(d, 500, &rng, 100);
+    for (int i = 1; i < 500; i++)
+        dag_edge_once(d, (int)wf_test_rand_below(&rng, (uint64_t)i), i);
+    dag_run_and_check(d, 3);
+    /* New nodes, each after two older ones, and new edges between old nodes. */
+    dag_add(d, 500, &rng, 100);
+    for (int i = 500; i < 1000; i++)
+        for (int k = 0; k < 2; k++)
+            dag_edge_once(d, (int)wf_test_rand_below(&rng, (uint64_t)i), i);
+    for (int k = 0; k < 100; k++) {
+        int lo = (int)wf_test_rand_below(&rng, 499);
+        dag_edge_once(d, lo, lo + 1 + (int)wf_test_rand_below(&rng, (uint64_t)(499 - lo)));
+    }
+    dag_run_and_check(d, 3);
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+/* ---- Runs from inside a task, and concurrent runs through one group ------------------ */
+
+typedef struct inner_runs {
+    dag *d;
+    int runs;
+    atomic_int failures;
+    atomic_int bad_node;
+} inner_runs;
+
+static int run_graph_from_task(void *arg)
+{
+    inner_runs *ir = arg;
+    for (int r = 0; r < ir->runs; r++) {
+        dag_reset(ir->d);
+        if (wf_taskgraph_run(ir->d->g) != 0)
+            atomic_fetch_add(&ir->failures, 1);
+        for (int i = 0; i < ir->d->n; i++)
+            if (atomic_load(&ir->d->nodes[i].runs) != 1)
+                atomic_store(&ir->bad_node, i + 1);
+    }
+    return 0;
+}
+
+Test(sched_taskgraph, a_graph_run_from_inside_a_task_completes)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    dag *d = random_dag(rt, 0x5eed0007, 1000, 3, 0);
+    inner_runs ir = { .d = d, .runs = (int)wf_test_scaled(20, 5) };
+    wf_group g;
+    cr_assert_eq(wf_group_init(&g, rt), 0);
+    cr_assert_eq(wf_spawn(&g, run_graph_from_task, &ir), 0);
+    cr_assert_eq(wf_group_wait(&g), 0, "%s", wf_group_errmsg(&g));
+    cr_assert_eq(atomic_load(&ir.failures), 0);
+    cr_assert_eq(atomic_load(&ir.bad_node), 0, "node %d did not run exactly once",
+                 atomic_load(&ir.bad_node) - 1);
+    wf_group_deinit(&g);
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+Test(sched_taskgraph, a_graph_run_from_inside_a_task_on_a_single_worker_completes)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1 });
+    dag *d = random_dag(rt, 0x5eed0008, 300, 3, 0);
+    inner_runs ir = { .d = d, .runs = 5 };
+    wf_group g;
+    cr_assert_eq(wf_group_init(&g, rt), 0);
+    cr_assert_eq(wf_spawn(&g, run_graph_from_task, &ir), 0);
+    cr_assert_eq(wf_group_wait(&g), 0, "%s", wf_group_errmsg(&g));
+    cr_assert_eq(atomic_load(&ir.failures), 0);
+    cr_assert_eq(atomic_load(&ir.bad_node), 0);
+    wf_group_deinit(&g);
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+Test(sched_taskgraph, two_graphs_submitted_to_one_group_both_complete)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 4 });
+    dag *a = random_dag(rt, 0x5eed0009, 1500, 3, 0);
+    dag *b = random_dag(rt, 0x5eed000a, 1500, 5, 30);
+    wf_group g;
+    cr_assert_eq(wf_group_init(&g, rt), 0);
+    for (int r = 0; r < (int)wf_test_scaled(20, 5); r++) {
+        dag_reset(a);
+        dag_reset(b);
+        cr_assert_eq(wf_taskgraph_submit(a->g, &g), 0, "%s", wf_taskgraph_errmsg(a->g));
+        cr_assert_eq(wf_taskgraph_submit(b->g, &g), 0, "%s", wf_taskgraph_errmsg(b->g));
+        cr_assert_eq(wf_group_wait(&g), 0, "%s", wf_group_errmsg(&g));
+        dag_check(a, r);
+        dag_check(b, r);
+    }
+    wf_group_deinit(&g);
+    dag_free(a);
+    dag_free(b);
+    wf_runtime_destroy(rt);
+}
+
+/* ---- A running graph refuses a second run and changes -------------------------------- */
+
+static atomic_int gate_open;
+static atomic_int gate_reached;
+
+static int gate_fn(void *arg)
+{
+    atomic_store(&gate_reached, 1);
+    while (!atomic_load(&gate_open))
+        wf_test_sleep_us(100);
+    return 0;
+}
+
+static int nop_fn(void *arg)
+{
+    return 0;
+}
+
+Test(sched_taskgraph, a_running_graph_refuses_submit_add_and_precede_with_ebusy)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    wf_taskgraph *tg;
+    cr_assert_eq(wf_taskgraph_create(rt, &tg), 0);
+    int a = wf_taskgraph_add(tg, gate_fn, NULL, "gate");
+    int b = wf_taskgraph_add(tg, nop_fn, NULL, "after_gate");
+    cr_assert_eq(wf_taskgraph_precede(tg, a, b), 0);
+    wf_group g1, g2;
+    cr_assert_eq(wf_group_init(&g1, rt), 0);
+    cr_assert_eq(wf_group_init(&g2, rt), 0);
+    cr_assert_eq(wf_taskgraph_submit(tg, &g1), 0, "%s", wf_taskgraph_errmsg(tg));
+    while (!atomic_load(&gate_reached))
+        wf_test_sleep_us(100);
+    int rc = wf_taskgraph_submit(tg, &g2);
+    int rc_add = wf_taskgraph_add(tg, nop_fn, NULL, "late");
+    int rc_pre = wf_taskgraph_precede(tg, b, a);
+    atomic_store(&gate_open, 1);
+    cr_assert_eq(wf_group_wait(&g1), 0, "%s", wf_group_errmsg(&g1));
+    cr_assert_eq(wf_group_wait(&g2), 0);
+    cr_assert_eq(rc, WF_EBUSY, "second submit: %s", wf_err_name(rc));
+    cr_assert_eq(rc_add, WF_EBUSY, "add while running: %s", wf_err_name(rc_add));
+    cr_assert_eq(rc_pre, WF_EBUSY, "precede while running: %s", wf_err_name(rc_pre));
+    cr_assert_eq(wf_taskgraph_node_count(tg), 2);
+    wf_group_deinit(&g1);
+    wf_group_deinit(&g2);
+    wf_taskgraph_destroy(tg);
+    wf_runtime_destroy(rt);
+}
+
+Test(sched_taskgraph, a_graph_can_run_again_once_its_run_was_waited_for)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    dag *d = random_dag(rt, 0x5eed000b, 200, 3, 0);
+    wf_group g;
+    cr_assert_eq(wf_group_init(&g, rt), 0);
+    for (int r = 0; r < 100; r++) {
+        dag_reset(d);
+        int rc = wf_taskgraph_submit(d->g, &g);
+        cr_assert_eq(rc, 0, "run %d: %s: %s", r, wf_err_name(rc), wf_taskgraph_errmsg(d->g));
+        cr_assert_eq(wf_group_wait(&g), 0);
+        dag_check(d, r);
+    }
+    wf_group_deinit(&g);
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
