@@ -1,6 +1,7 @@
 /* core/dtype.c: element types: sizes, names, and conversions between them.
  * Owns: the dtype tables and the bf16/f16 <-> f32 conversions (round to nearest even, NaN
- * kept quiet), and the load/store of one element as double that generic code uses.
+ * kept quiet), and the load/store of one element as double that generic code uses (f64 to
+ * bf16/f16 rounds once, through a round-to-odd f32).
  * Not here: vectorised casts (ops/ owns kernels). */
 #include "tensor.h"
 
@@ -105,6 +106,25 @@ uint16_t wf__f32_to_f16(float f)
     return (uint16_t)(sign | (r >> 13));
 }
 
+/* 'v' rounded to f32 by round-to-odd: truncated toward zero, with the last bit set if
+ * anything was cut. Rounding that to bf16 or f16 (8 and 11 bits, at least 2 fewer than
+ * f32's 24) then gives the correctly rounded result; rounding to nearest f32 first would
+ * round twice (1 + 2^-8 + 2^-30 would become the tie 1 + 2^-8, then 1 instead of
+ * 1 + 2^-7). */
+static float f32_round_odd(double v)
+{
+    float f = (float)v;
+    if (isnan(v) || (double)f == v)
+        return f;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (fabs((double)f) > fabs(v))
+        u -= 1; /* one step toward zero; inf becomes FLT_MAX */
+    u |= 1;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 double wf__load_f64(wf_dtype dt, const void *p)
 {
     switch (dt) {
@@ -156,10 +176,10 @@ void wf__store_f64(wf_dtype dt, void *p, double v)
         *(uint8_t *)p = v != 0;
         break;
     case WF_BF16:
-        *(uint16_t *)p = wf__f32_to_bf16((float)v);
+        *(uint16_t *)p = wf__f32_to_bf16(f32_round_odd(v));
         break;
     case WF_F16:
-        *(uint16_t *)p = wf__f32_to_f16((float)v);
+        *(uint16_t *)p = wf__f32_to_f16(f32_round_odd(v));
         break;
     default:
         break;

@@ -4,6 +4,8 @@
 
 #include <weft/base.h>
 #include <weft/core.h>
+#include <weft/devices.h>
+#include <weft/memory.h>
 #include <weft/sched.h>
 
 #endif /* WEFT_WEFT_H */

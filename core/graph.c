@@ -1,0 +1,859 @@
+/* core/graph.c: graphs and nodes: storage, names, source locations, first errors, and the
+ * inputs core defines (placeholders, constants, scalars, variables).
+ * Owns: the node chunks, the arena, the name table and the interned file names of each graph
+ *   (layout and invariants in core/internal.h), and the thread-local pending source
+ *   location behind wf_set_source_location().
+ * Why the thread-local: the op macros of the public headers record __FILE__/__LINE__ in the
+ *   calling thread just before the constructor runs; a graph argument is not available to
+ *   the macro in a form it could write to without evaluating it twice. It holds two words
+ *   and is consumed by the next node this thread creates, so it carries no state between
+ *   graphs or runtimes (the one exception to STYLE.md section 7 besides the error slot).
+ * Sizes: 100,000 nodes take about 100,000 * (sizeof(wf_node) ~ 250 bytes) in 1024-node
+ *   chunks plus their names in the arena; nothing is allocated per node except inputs
+ *   beyond WF_NODE_INLINE_INPUTS and attribute bags (only for ops that have attributes).
+ * Not here: op defs and inference of the built-in ops (op.c), initializers (init.c),
+ *   kernels (ops/), sessions (runtime/). */
+#include "internal.h"
+#include "tensor.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local wf_srcloc pending;
+
+static const wf_attrs no_attrs; /* shared by nodes without attributes (all zero) */
+
+void wf_set_source_location(const char *file, int line)
+{
+    pending.file = file;
+    pending.line = file ? line : 0;
+}
+
+wf_srcloc wf__srcloc_take(void)
+{
+    wf_srcloc l = pending;
+    pending.file = NULL;
+    pending.line = 0;
+    return l;
+}
+
+/* ---- The arena --------------------------------------------------------------------------- */
+
+#define ARENA_BLOCK (64 * 1024)
+
+void *wf__graph_alloc(wf_graph *g, size_t bytes)
+{
+    if (!g)
+        return NULL;
+    size_t need = (bytes + 15) & ~(size_t)15;
+    if (need < bytes)
+        return NULL;
+    wf__arena_block *b = g->arena;
+    if (!b || b->cap - b->used < need) {
+        size_t cap = need > ARENA_BLOCK / 4 ? need : ARENA_BLOCK;
+        if (cap > SIZE_MAX - sizeof *b)
+            return NULL;
+        wf__arena_block *nb = malloc(sizeof *nb + cap);
+        if (!nb)
+            return NULL;
+        nb->used = 0;
+        nb->cap = cap;
+        if (b && cap != ARENA_BLOCK) {
+            /* A big one-off allocation: keep the current block as the bump target. */
+            nb->next = b->next;
+            b->next = nb;
+        } else {
+            nb->next = b;
+            g->arena = nb;
+        }
+        b = nb;
+    }
+    void *p = b->data + b->used;
+    b->used += need;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static char *arena_strdup(wf_graph *g, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = wf__graph_alloc(g, n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+/* ---- Errors ------------------------------------------------------------------------------ */
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+const char *wf__node_where(const wf_node *n, char *buf, size_t size)
+{
+    if (!buf || !size)
+        return buf;
+    if (!n || !n->file)
+        snprintf(buf, size, "?");
+    else
+        snprintf(buf, size, "%s:%d", base_name(n->file), n->line);
+    return buf;
+}
+
+int wf__node_prefix(const wf_node *n, char *buf, size_t size)
+{
+    char where[256];
+    if (n && n->file)
+        return snprintf(buf, size, "%s '%s' (%s): ", n->op ? n->op->name : "?",
+                        n->name ? n->name : "?", wf__node_where(n, where, sizeof where));
+    return snprintf(buf, size, "%s '%s': ", n && n->op ? n->op->name : "?",
+                    n && n->name ? n->name : "?");
+}
+
+/* Records 'msg' as g's error if it has none, and as this thread's message. */
+static int set_error(wf_graph *g, int code, const char *msg)
+{
+    wf__err(code, "%s", msg);
+    if (g && g->status == 0) {
+        g->status = code;
+        snprintf(g->errmsg, sizeof g->errmsg, "%s", msg);
+    }
+    return code;
+}
+
+int wf__graph_fail(wf_graph *g, int code, const char *fmt, ...)
+{
+    char msg[WF_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    wf__srcloc_take();
+    return set_error(g, code, msg);
+}
+
+static int vnode_fail(wf_node *n, int code, const char *fmt, va_list ap)
+{
+    char msg[WF_ERRMSG_MAX];
+    int k = n ? wf__node_prefix(n, msg, sizeof msg) : 0;
+    if (k < 0)
+        k = 0;
+    if ((size_t)k < sizeof msg)
+        vsnprintf(msg + k, sizeof msg - (size_t)k, fmt, ap);
+    return set_error(n ? n->graph : NULL, code, msg);
+}
+
+int wf__node_fail(wf_node *n, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vnode_fail(n, code, fmt, ap);
+    va_end(ap);
+    wf__srcloc_take();
+    return code;
+}
+
+static int node_fail(wf_node *n, int code, const char *fmt, ...) WF_PRINTF(3, 4);
+
+static int node_fail(wf_node *n, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vnode_fail(n, code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* ---- Graphs ------------------------------------------------------------------------------ */
+
+wf_graph *wf_graph_create(wf_runtime *rt, int mode)
+{
+    if (!rt) {
+        wf__err(WF_EINVAL, "wf_graph_create: rt is NULL");
+        return NULL;
+    }
+    if (mode != WF_STATIC && mode != WF_EAGER) {
+        wf__err(WF_EINVAL, "wf_graph_create: mode %d is neither WF_STATIC (0) nor WF_EAGER (1)",
+                mode);
+        return NULL;
+    }
+    wf_graph *g = calloc(1, sizeof *g);
+    if (!g) {
+        wf__err(WF_ENOMEM, "wf_graph_create: no memory");
+        return NULL;
+    }
+    g->rt = rt;
+    g->mode = mode;
+    return g;
+}
+
+static wf_node *node_at(const wf_graph *g, int i)
+{
+    return &g->chunks[i >> WF__CHUNK_SHIFT][i & WF__CHUNK_MASK];
+}
+
+void wf_graph_destroy(wf_graph *g)
+{
+    if (!g)
+        return;
+    for (int i = 0; i < g->n_nodes; i++)
+        wf_tensor_release(node_at(g, i)->value);
+    for (int i = 0; i < g->n_chunks; i++)
+        free(g->chunks[i]);
+    free(g->chunks);
+    free(g->slots);
+    for (wf__arena_block *b = g->arena, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    free(g);
+}
+
+int wf_graph_status(const wf_graph *g)
+{
+    return g ? g->status : WF_EINVAL;
+}
+
+const char *wf_graph_errmsg(const wf_graph *g)
+{
+    return g ? g->errmsg : "wf_graph_errmsg: graph is NULL";
+}
+
+void wf_graph_clear_error(wf_graph *g)
+{
+    if (g) {
+        g->status = 0;
+        g->errmsg[0] = '\0';
+    }
+}
+
+int wf_graph_mode(const wf_graph *g)
+{
+    return g ? g->mode : WF_EINVAL;
+}
+
+int wf_graph_node_count(const wf_graph *g)
+{
+    return g ? g->n_nodes : 0;
+}
+
+wf_runtime *wf_graph_runtime(const wf_graph *g)
+{
+    return g ? g->rt : NULL;
+}
+
+wf_node *wf_graph_node(const wf_graph *g, int i)
+{
+    return g && i >= 0 && i < g->n_nodes ? node_at(g, i) : NULL;
+}
+
+void wf__graph_set_eager(wf_graph *g, wf_eager_fn fn, void *ctx)
+{
+    if (g) {
+        g->eager_fn = fn;
+        g->eager_ctx = ctx;
+    }
+}
+
+/* ---- The name table ---------------------------------------------------------------------- */
+
+/* Open addressing with linear probing; each slot keeps the name's hash beside the node, so a
+ * probe that does not match never touches the node (at 100,000 nodes, a lookup costs about
+ * one cache miss for the slot and one for the node). At most half the slots are used. */
+
+static uint64_t hash_name(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325u; /* FNV-1a, then a multiply to spread the low bits */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3u;
+    h ^= h >> 32;
+    h *= 0x9e3779b97f4a7c15u;
+    return h ^ (h >> 29);
+}
+
+static wf_node *find(const wf_graph *g, const char *name, uint64_t h)
+{
+    if (!g->n_slots)
+        return NULL;
+    size_t mask = g->n_slots - 1;
+    for (size_t i = h & mask; g->slots[i].node; i = (i + 1) & mask)
+        if (g->slots[i].hash == h && strcmp(g->slots[i].node->name, name) == 0)
+            return g->slots[i].node;
+    return NULL;
+}
+
+static void put(wf__name_slot *slots, size_t mask, uint64_t h, wf_node *n)
+{
+    size_t i = h & mask;
+    while (slots[i].node)
+        i = (i + 1) & mask;
+    slots[i].hash = h;
+    slots[i].node = n;
+}
+
+/* Makes room for one more name. Returns 0 or WF_ENOMEM. */
+static int reserve_name(wf_graph *g)
+{
+    if (((size_t)g->n_nodes + 1) * 2 <= g->n_slots)
+        return 0;
+    size_t ns = g->n_slots ? g->n_slots * 2 : 512;
+    wf__name_slot *slots = calloc(ns, sizeof *slots);
+    if (!slots)
+        return WF_ENOMEM;
+    for (size_t i = 0; i < g->n_slots; i++)
+        if (g->slots[i].node)
+            put(slots, ns - 1, g->slots[i].hash, g->slots[i].node);
+    free(g->slots);
+    g->slots = slots;
+    g->n_slots = ns;
+    return 0;
+}
+
+static void insert_name(wf_graph *g, wf_node *n)
+{
+    put(g->slots, g->n_slots - 1, n->name_hash, n);
+}
+
+/* Removes 'n' by backward-shift deletion, so that no tombstones are needed. */
+static void remove_name(wf_graph *g, wf_node *n)
+{
+    size_t mask = g->n_slots - 1, i = n->name_hash & mask;
+    while (g->slots[i].node != n)
+        i = (i + 1) & mask;
+    for (size_t j = (i + 1) & mask; g->slots[j].node; j = (j + 1) & mask) {
+        size_t home = g->slots[j].hash & mask;
+        /* Move slot j back to the hole at i unless its home lies cyclically in (i, j]. */
+        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!stays) {
+            g->slots[i] = g->slots[j];
+            i = j;
+        }
+    }
+    g->slots[i].node = NULL;
+    g->slots[i].hash = 0;
+}
+
+wf_node *wf_graph_find(const wf_graph *g, const char *name)
+{
+    if (!g || !name)
+        return NULL;
+    return find(g, name, hash_name(name));
+}
+
+/* ---- Nodes ------------------------------------------------------------------------------- */
+
+/* The slot for the next node, allocating a chunk if needed; NULL on no memory. */
+static wf_node *next_slot(wf_graph *g)
+{
+    int i = g->n_nodes;
+    int c = i >> WF__CHUNK_SHIFT;
+    if (c >= g->n_chunks) {
+        if (g->n_chunks == g->cap_chunks) {
+            int cap = g->cap_chunks ? g->cap_chunks * 2 : 16;
+            wf_node **p = realloc(g->chunks, (size_t)cap * sizeof *p);
+            if (!p)
+                return NULL;
+            g->chunks = p;
+            g->cap_chunks = cap;
+        }
+        wf_node *chunk = malloc(WF__CHUNK_NODES * sizeof *chunk);
+        if (!chunk)
+            return NULL;
+        g->chunks[g->n_chunks++] = chunk;
+    }
+    return node_at(g, i);
+}
+
+/* The arena's copy of 'file' (one per distinct file name per graph). */
+static const char *intern_file(wf_graph *g, const char *file)
+{
+    if (!file)
+        return NULL;
+    for (wf__file_name *f = g->files; f; f = f->next)
+        if (f->copy == file || strcmp(f->copy, file) == 0)
+            return f->copy;
+    wf__file_name *f = wf__graph_alloc(g, sizeof *f);
+    char *copy = f ? arena_strdup(g, file) : NULL;
+    if (!copy)
+        return NULL;
+    f->copy = copy;
+    f->next = g->files;
+    g->files = f;
+    return copy;
+}
+
+/* A fresh automatic name "<op>_<id>", or "<op>_<id>_<k>" if a user took that one. */
+static const char *auto_name(wf_graph *g, const char *op, int id)
+{
+    char buf[160];
+    const char *s = strlen(op) < 100 ? op : "node";
+    snprintf(buf, sizeof buf, "%s_%d", s, id);
+    for (int k = 1; find(g, buf, hash_name(buf)); k++)
+        snprintf(buf, sizeof buf, "%s_%d_%d", s, id, k);
+    return arena_strdup(g, buf);
+}
+
+/* The graph's copy of 'a': nodes with equal attributes share one copy (a direct-mapped cache
+ * of recent copies, by a hash of the bytes), so 100,000 placeholders of a few shapes cost a
+ * few copies instead of 44 MB. Returns NULL on no memory. */
+static const wf_attrs *share_attrs(wf_graph *g, const wf_attrs *a)
+{
+    uint64_t h = 0;
+    const unsigned char *p = (const unsigned char *)a;
+    for (size_t i = 0; i + 8 <= sizeof *a; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15u;
+        h ^= h >> 31;
+    }
+    const wf_attrs **slot = &g->attrs_cache[h % WF__ATTRS_CACHE];
+    if (*slot && memcmp(*slot, a, sizeof *a) == 0)
+        return *slot;
+    wf_attrs *copy = wf__graph_alloc(g, sizeof *copy);
+    if (copy) {
+        memcpy(copy, a, sizeof *copy);
+        *slot = copy;
+    }
+    return copy;
+}
+
+static bool valid_dtype(wf_dtype dt)
+{
+    return dt != WF_DTYPE_INVALID && wf_dtype_size(dt) != 0;
+}
+
+/* The default eager execution: the op's CPU kernel, here and now, into a fresh tensor of
+ * the inferred dtype and shape (eager graphs have no -1 dimensions, except in the output of
+ * WF_OP_DYNAMIC_SHAPE ops, whose kernels allocate; the node then takes the actual shape). */
+static int eager_cpu(wf_graph *g, wf_node *n)
+{
+    wf_kernel_fn k = n->op->kernel[WF_KERNEL_CPU];
+    if (!k)
+        return wf__err(WF_ENOSYS, "op '%s' has no CPU kernel to run it eagerly", n->op->name);
+    bool dynamic = n->op->flags & WF_OP_DYNAMIC_SHAPE;
+    wf_tensor *stack[8];
+    wf_tensor **in = stack;
+    if (n->n_inputs > 8 && !(in = malloc((size_t)n->n_inputs * sizeof *in)))
+        return wf__err(WF_ENOMEM, "no memory for %d inputs", n->n_inputs);
+    int rc = 0;
+    for (int i = 0; i < n->n_inputs && rc == 0; i++)
+        if (!(in[i] = n->inputs[i]->value))
+            rc = wf__err(WF_EINVAL, "input %d ('%s') has no value", i, n->inputs[i]->name);
+    wf_tensor *out = NULL;
+    if (rc == 0 && !dynamic && !(out = wf__tensor_alloc(n->dtype, n->shape)))
+        rc = WF_ENOMEM;
+    if (rc == 0) {
+        wf_kernel_ctx ctx = { .rt = g->rt };
+        rc = k(&ctx, n, in, &out);
+        if (rc >= 0 && !out)
+            rc = wf__err(WF_EINVAL, "the CPU kernel of '%s' returned no tensor", n->op->name);
+    }
+    if (in != stack)
+        free(in);
+    if (rc < 0) {
+        wf_tensor_release(out);
+        return rc;
+    }
+    bool fits = out->dtype == n->dtype && out->shape.rank == n->shape.rank;
+    for (int i = 0; fits && i < n->shape.rank; i++)
+        fits = out->shape.dims[i] == n->shape.dims[i] || (dynamic && n->shape.dims[i] == -1);
+    if (!fits) {
+        char a[160], b[160];
+        rc = wf__err(WF_EINVAL, "the CPU kernel gave %s %s but inference said %s %s",
+                     wf_dtype_name(out->dtype), wf_shape_str(out->shape, a, sizeof a),
+                     wf_dtype_name(n->dtype), wf_shape_str(n->shape, b, sizeof b));
+        wf_tensor_release(out);
+        return rc;
+    }
+    n->shape = out->shape;
+    n->value = out;
+    return 0;
+}
+
+/* The value of a source node in an eager graph. */
+static int eager_source(wf_node *n)
+{
+    if (n->op == &wf_op_placeholder)
+        return wf__err(WF_EINVAL, "eager graphs take constants, not placeholders");
+    if (n->op == &wf_op_variable && !n->value) {
+        wf_tensor *t;
+        int rc = wf_init_tensor(n->attrs->init, n->dtype, n->shape, &t);
+        if (rc < 0)
+            return rc;
+        n->value = t;
+    }
+    return 0;
+}
+
+/* The one place nodes are made. 'value' (may be NULL) is stolen, also on failure. */
+static wf_node *add_node(wf_graph *g, const wf_op_def *op, const char *name, wf_node *const *inputs,
+                         int n_inputs, const wf_attrs *attrs, wf_srcloc loc, wf_tensor *value)
+{
+    if (!g) {
+        wf__err(WF_EINVAL, "%s: graph is NULL", op && op->name ? op->name : "wf__node_add");
+        wf_tensor_release(value);
+        return NULL;
+    }
+    if (!op || !op->name || !op->infer) {
+        wf__graph_fail(g, WF_EINVAL, "wf__node_add: op is NULL or has no name or no infer");
+        wf_tensor_release(value);
+        return NULL;
+    }
+    /* A NULL input is usually the result of an earlier failed constructor: keep its error. */
+    if (n_inputs > 0 && inputs && g->status < 0)
+        for (int i = 0; i < n_inputs; i++)
+            if (!inputs[i]) {
+                wf_tensor_release(value);
+                return NULL;
+            }
+    if (g->n_nodes == INT_MAX) {
+        wf__graph_fail(g, WF_ENOMEM, "%s: the graph already has %d nodes", op->name, INT_MAX);
+        wf_tensor_release(value);
+        return NULL;
+    }
+    wf_node *n = next_slot(g);
+    if (!n || reserve_name(g) < 0) {
+        wf__graph_fail(g, WF_ENOMEM, "%s: no memory for node %d", op->name, g->n_nodes);
+        wf_tensor_release(value);
+        return NULL;
+    }
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->graph = g;
+    n->id = g->n_nodes;
+    n->file = intern_file(g, loc.file);
+    n->line = n->file ? loc.line : 0;
+    n->attrs = &no_attrs;
+    n->device = -1;
+    n->rt_index = -1;
+    n->value = value;
+    n->inputs = n->inline_inputs;
+    n->name = name;
+    int rc = 0;
+    if (name && !*name) {
+        n->name = "";
+        rc = node_fail(n, WF_EINVAL, "a name must not be empty");
+        goto fail;
+    }
+    if (name) {
+        wf_node *other = find(g, name, hash_name(name));
+        if (other) {
+            char where[256];
+            rc = node_fail(n, WF_EINVAL, "the name '%s' is taken by %s node %d (%s)", name,
+                           other->op->name, other->id, wf__node_where(other, where, sizeof where));
+            goto fail;
+        }
+        n->name = arena_strdup(g, name);
+    } else {
+        n->name = auto_name(g, op->name, n->id);
+    }
+    if (!n->name)
+        goto nomem;
+    if (n_inputs < 0 || (n_inputs > 0 && !inputs)) {
+        rc = node_fail(n, WF_EINVAL, "%d inputs at %p", n_inputs, (const void *)inputs);
+        goto fail;
+    }
+    if (n_inputs < op->min_inputs || (op->max_inputs >= 0 && n_inputs > op->max_inputs)) {
+        if (op->max_inputs < 0)
+            rc = node_fail(n, WF_EINVAL, "takes at least %d inputs, not %d", op->min_inputs,
+                           n_inputs);
+        else if (op->min_inputs == op->max_inputs)
+            rc = node_fail(n, WF_EINVAL, "takes %d inputs, not %d", op->min_inputs, n_inputs);
+        else
+            rc = node_fail(n, WF_EINVAL, "takes %d to %d inputs, not %d", op->min_inputs,
+                           op->max_inputs, n_inputs);
+        goto fail;
+    }
+    for (int i = 0; i < n_inputs; i++) {
+        if (!inputs[i]) {
+            rc = node_fail(n, WF_EINVAL, "input %d is NULL", i);
+            goto fail;
+        }
+        if (inputs[i]->graph != g) {
+            rc = node_fail(n, WF_EINVAL, "input %d ('%s') belongs to another graph", i,
+                           inputs[i]->name);
+            goto fail;
+        }
+    }
+    if (n_inputs > WF_NODE_INLINE_INPUTS &&
+        !(n->inputs = wf__graph_alloc(g, (size_t)n_inputs * sizeof *n->inputs)))
+        goto nomem;
+    if (n_inputs > 0)
+        memcpy(n->inputs, inputs, (size_t)n_inputs * sizeof *inputs);
+    n->n_inputs = n_inputs;
+    if (attrs && memcmp(attrs, &no_attrs, sizeof *attrs) != 0 &&
+        !(n->attrs = share_attrs(g, attrs)))
+        goto nomem;
+    char detail[WF_ERRMSG_MAX];
+    detail[0] = '\0';
+    rc = op->infer(n, detail, sizeof detail);
+    if (rc < 0) {
+        rc = node_fail(n, rc, "%s", detail[0] ? detail : "inference failed");
+        goto fail;
+    }
+    if (!valid_dtype(n->dtype) || n->shape.rank < 0 || n->shape.rank > WF_MAX_RANK) {
+        rc = node_fail(n, WF_EINVAL, "inference gave dtype %d and rank %d", (int)n->dtype,
+                       n->shape.rank);
+        goto fail;
+    }
+    for (int i = n->shape.rank; i < WF_MAX_RANK; i++)
+        n->shape.dims[i] = 0;
+    if (g->mode == WF_EAGER) {
+        if (op->flags & WF_OP_SOURCE)
+            rc = eager_source(n);
+        else if (g->eager_fn)
+            rc = g->eager_fn(g->eager_ctx, n);
+        else
+            rc = eager_cpu(g, n);
+        if (rc < 0) {
+            char why[WF_ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", wf_last_errmsg());
+            node_fail(n, rc, "%s", why);
+            goto fail;
+        }
+    }
+    n->name_hash = hash_name(n->name);
+    insert_name(g, n);
+    g->n_nodes++;
+    return n;
+nomem:
+    rc = node_fail(n, WF_ENOMEM, "no memory");
+fail:
+    wf_tensor_release(n->value);
+    n->value = NULL;
+    (void)rc;
+    return NULL;
+}
+
+wf_node *wf__node_add_ex(wf_graph *g, const wf_op_def *op, const char *name, wf_node *const *inputs,
+                         int n_inputs, const wf_attrs *attrs, wf_srcloc loc)
+{
+    return add_node(g, op, name, inputs, n_inputs, attrs, loc, NULL);
+}
+
+wf_node *wf__node_add(wf_graph *g, const wf_op_def *op, wf_node *const *inputs, int n_inputs,
+                      const wf_attrs *attrs)
+{
+    return add_node(g, op, NULL, inputs, n_inputs, attrs, wf__srcloc_take(), NULL);
+}
+
+int wf__node_add_control(wf_node *n, wf_node *before)
+{
+    if (!n || !before)
+        return wf__graph_fail(n        ? n->graph
+                              : before ? before->graph
+                                       : NULL,
+                              WF_EINVAL, "wf__node_add_control: %s is NULL", n ? "before" : "n");
+    if (before->graph != n->graph)
+        return node_fail(n, WF_EINVAL, "control input '%s' belongs to another graph", before->name);
+    if (before->id >= n->id)
+        return node_fail(n, WF_EINVAL,
+                         "control input '%s' (node %d) was not created before this node (%d)",
+                         before->name, before->id, n->id);
+    for (int i = 0; i < n->n_control; i++)
+        if (n->control[i] == before)
+            return 0;
+    /* Capacity is 2, 4, 8, ...: full when the count is a power of two >= 2. The old array
+     * stays in the arena (control edges are few). */
+    int k = n->n_control;
+    if (k == 0 || (k >= 2 && (k & (k - 1)) == 0)) {
+        if (k > INT_MAX / 4)
+            return node_fail(n, WF_ENOMEM, "too many control inputs");
+        wf_node **c = wf__graph_alloc(n->graph, (size_t)(k ? k * 2 : 2) * sizeof *c);
+        if (!c)
+            return node_fail(n, WF_ENOMEM, "no memory for a control input");
+        if (k)
+            memcpy(c, n->control, (size_t)k * sizeof *c);
+        n->control = c;
+    }
+    n->control[n->n_control++] = before;
+    return 0;
+}
+
+/* ---- Node queries ------------------------------------------------------------------------ */
+
+const char *wf_node_name(const wf_node *n)
+{
+    return n ? n->name : NULL;
+}
+
+const char *wf_node_op(const wf_node *n)
+{
+    return n ? n->op->name : NULL;
+}
+
+wf_dtype wf_node_dtype(const wf_node *n)
+{
+    return n ? n->dtype : WF_DTYPE_INVALID;
+}
+
+wf_shape wf_node_shape(const wf_node *n)
+{
+    return n ? n->shape : (wf_shape){ .rank = 0 };
+}
+
+wf_graph *wf_node_graph(const wf_node *n)
+{
+    return n ? n->graph : NULL;
+}
+
+int wf_node_input_count(const wf_node *n)
+{
+    return n ? n->n_inputs : 0;
+}
+
+wf_node *wf_node_input(const wf_node *n, int i)
+{
+    return n && i >= 0 && i < n->n_inputs ? n->inputs[i] : NULL;
+}
+
+const char *wf_node_file(const wf_node *n)
+{
+    return n && n->file ? n->file : "?";
+}
+
+int wf_node_line(const wf_node *n)
+{
+    return n ? n->line : 0;
+}
+
+wf_tensor *wf_node_value(const wf_node *n)
+{
+    return n ? n->value : NULL;
+}
+
+int wf_node_set_name(wf_node *n, const char *name)
+{
+    if (!n)
+        return wf__err(WF_EINVAL, "wf_node_set_name: node is NULL");
+    if (!name || !*name)
+        return wf__err(WF_EINVAL, "wf_node_set_name: %s name for node '%s'",
+                       name ? "empty" : "NULL", n->name);
+    wf_graph *g = n->graph;
+    uint64_t h = hash_name(name);
+    wf_node *other = find(g, name, h);
+    if (other == n)
+        return 0;
+    if (other) {
+        char where[256];
+        return wf__err(WF_EINVAL, "wf_node_set_name: the name '%s' is taken by %s node %d (%s)",
+                       name, other->op->name, other->id,
+                       wf__node_where(other, where, sizeof where));
+    }
+    char *copy = arena_strdup(g, name);
+    if (!copy)
+        return wf__err(WF_ENOMEM, "wf_node_set_name: no memory");
+    remove_name(g, n);
+    n->name = copy;
+    n->name_hash = h;
+    insert_name(g, n);
+    return 0;
+}
+
+/* ---- Placeholders, constants, variables ------------------------------------------------- */
+
+static wf_attrs source_attrs(wf_dtype dt, wf_shape shape)
+{
+    wf_attrs a;
+    memset(&a, 0, sizeof a);
+    a.dtype = dt;
+    a.shape = shape;
+    return a;
+}
+
+wf_node *(wf_placeholder)(wf_graph *g, const char *name, wf_dtype dt, wf_shape shape)
+{
+    wf_attrs a = source_attrs(dt, shape);
+    return add_node(g, &wf_op_placeholder, name, NULL, 0, &a, wf__srcloc_take(), NULL);
+}
+
+wf_node *(wf_constant)(wf_graph *g, wf_tensor *t)
+{
+    wf_srcloc loc = wf__srcloc_take();
+    if (!t) {
+        if (!g)
+            wf__err(WF_EINVAL, "wf_constant: graph is NULL");
+        else if (g->status == 0)
+            wf__graph_fail(g, WF_EINVAL, "constant (%s:%d): the tensor is NULL",
+                           loc.file ? base_name(loc.file) : "?", loc.line);
+        return NULL;
+    }
+    wf_attrs a = source_attrs(t->dtype, t->shape);
+    return add_node(g, &wf_op_constant, NULL, NULL, 0, &a, loc, wf_tensor_retain(t));
+}
+
+wf_node *(wf_scalar)(wf_graph *g, wf_dtype dt, double value)
+{
+    wf_srcloc loc = wf__srcloc_take();
+    if (!g) {
+        wf__err(WF_EINVAL, "wf_scalar: graph is NULL");
+        return NULL;
+    }
+    if (!valid_dtype(dt)) {
+        wf__graph_fail(g, WF_EINVAL, "scalar (%s:%d): dtype %d is not a wf_dtype",
+                       loc.file ? base_name(loc.file) : "?", loc.line, (int)dt);
+        return NULL;
+    }
+    wf_tensor *t = wf__tensor_alloc(dt, WF_SCALAR);
+    if (!t) {
+        wf__graph_fail(g, WF_ENOMEM, "scalar: no memory");
+        return NULL;
+    }
+    wf__store_f64(dt, t->data, value);
+    wf_attrs a = source_attrs(dt, WF_SCALAR);
+    return add_node(g, &wf_op_constant, NULL, NULL, 0, &a, loc, t);
+}
+
+wf_node *(wf_variable)(wf_graph *g, const char *name, wf_dtype dt, wf_shape shape, wf_init init)
+{
+    wf_srcloc loc = wf__srcloc_take();
+    if (g && (!name || !*name)) {
+        wf__graph_fail(g, WF_EINVAL, "variable (%s:%d): a variable needs a name, not %s",
+                       loc.file ? base_name(loc.file) : "?", loc.line, name ? "\"\"" : "NULL");
+        return NULL;
+    }
+    wf_attrs a = source_attrs(dt, shape);
+    a.init = init;
+    return add_node(g, &wf_op_variable, name, NULL, 0, &a, loc, NULL);
+}
+
+/* ---- Dumps ------------------------------------------------------------------------------- */
+
+int wf__graph_dump(const wf_graph *g, FILE *f, bool dot)
+{
+    if (!g || !f)
+        return wf__err(WF_EINVAL, "wf__graph_dump: %s is NULL", g ? "f" : "g");
+    char shape[160], where[256];
+    if (dot)
+        fprintf(f, "digraph weft {\n  node [shape=box, fontname=monospace];\n");
+    for (int i = 0; i < g->n_nodes; i++) {
+        const wf_node *n = node_at(g, i);
+        wf_shape_str(n->shape, shape, sizeof shape);
+        wf__node_where(n, where, sizeof where);
+        if (dot) {
+            fprintf(f, "  n%d [label=\"%s\\n%s %s %s\\n%s\"];\n", n->id, n->name, n->op->name,
+                    wf_dtype_name(n->dtype), shape, where);
+            for (int k = 0; k < n->n_inputs; k++)
+                fprintf(f, "  n%d -> n%d;\n", n->inputs[k]->id, n->id);
+            for (int k = 0; k < n->n_control; k++)
+                fprintf(f, "  n%d -> n%d [style=dashed];\n", n->control[k]->id, n->id);
+            continue;
+        }
+        fprintf(f, "%%%d %s: %s %s = %s(", n->id, n->name, wf_dtype_name(n->dtype), shape,
+                n->op->name);
+        for (int k = 0; k < n->n_inputs; k++)
+            fprintf(f, "%s%%%d %s", k ? ", " : "", n->inputs[k]->id, n->inputs[k]->name);
+        fprintf(f, ")");
+        for (int k = 0; k < n->n_control; k++)
+            fprintf(f, "%s%%%d %s", k ? ", " : " after(", n->control[k]->id, n->control[k]->name);
+        fprintf(f, "%s @ %s\n", n->n_control ? ")" : "", where);
+    }
+    if (dot)
+        fprintf(f, "}\n");
+    return ferror(f) ? wf__err(WF_EIO, "wf__graph_dump: a write failed") : 0;
+}

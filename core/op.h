@@ -1,0 +1,148 @@
+/* core/op.h: the op registry: what an op is, for ops/, grad/, placement/ and runtime/ (a
+ * module interface: not installed, not internal.h).
+ * Owns: struct wf_op_def (name, arity, shape and dtype inference, kernels per device kind, a
+ *   gradient slot, a cost function, flags), the kernel calling convention (wf_kernel_ctx,
+ *   wf_kernel_fn), the three op defs core itself needs (placeholder, constant, variable),
+ *   and lookup by name.
+ * How ops are registered: there is no mutable registry (STYLE.md section 7). Each op is a
+ *   'const wf_op_def' defined once, in the file of ops/ that implements it
+ *   ('const wf_op_def wf_op_add = { .name = "add", ... };'); the op's constructor hands its
+ *   address to wf__node_add(), so a graph only ever holds ops by pointer. Lookup by name
+ *   (for loading a saved graph, for tools) takes an explicit table: ops/ keeps one
+ *   'static const wf_op_def *const' array of its defs and passes it to wf__op_find(), which
+ *   searches core's built-ins first, then that table. Core cannot see ops/ (it is the floor
+ *   below), so a table assembled "at link time" would need a linker section trick; an
+ *   explicit table is plain C and costs one pointer per op.
+ * Invariant: an op def is immutable and lives for the whole program (static storage), so a
+ *   node's 'op' pointer never dangles and two defs are the same op iff their addresses are
+ *   equal.
+ * Not here: the ops themselves (ops/), gradient functions (grad/), running kernels on
+ *   devices (devices/, runtime/). */
+#ifndef WF_CORE_OP_H
+#define WF_CORE_OP_H
+
+#include <weft/core.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wf_op_def wf_op_def;
+
+/* Kernel slots, one per device kind: the values are those of wf_device_kind in
+ * <weft/devices.h> (WF_DEVICE_CPU 0, WF_DEVICE_CUDA 1), which core cannot include (devices/
+ * is above it), so runtime/ indexes 'kernel[info.kind]' directly. Keep the two equal. */
+#define WF_KERNEL_CPU   0
+#define WF_KERNEL_CUDA  1
+#define WF_DEVICE_KINDS 2 /* the length of wf_op_def.kernel */
+
+/* What a kernel gets besides its node and tensors. Zero means "none" for every field. */
+typedef struct wf_kernel_ctx {
+    wf_runtime *rt;       /* the runtime whose workers run the kernel: big CPU kernels split
+                             themselves with wf_parallel_for(rt, ...) */
+    int device;           /* index of the device among those of its kind (0: the first) */
+    void *stream;         /* device kinds with queues (CUDA): the stream to enqueue on;
+                             NULL for the CPU */
+    void *scratch;        /* workspace the memory planner set aside for this node, or NULL */
+    size_t scratch_bytes; /* its size */
+} wf_kernel_ctx;
+
+/* A kernel: computes node 'n' (its op, attributes and dtype are read from 'n') from
+ * 'in[0 .. n->n_inputs-1]' into '*out'.
+ * Inputs have the dtype of the corresponding input node and its shape, except that a -1
+ *   dimension (a placeholder's "any") is known here: kernels read shapes from the tensors,
+ *   never from the nodes. Inputs may be strided views (any strides, also 0 and negative).
+ * Output: '*out' is a contiguous tensor of n's dtype and of the shape inference gives for the
+ *   inputs' concrete shapes (wf__op_infer()), allocated by the caller (the memory planner's
+ *   arena, or wf__tensor_alloc() in eager graphs); nobody else sees it yet, so the kernel
+ *   writes it. It does not overlap an input unless the op has WF_OP_INPLACE and the caller
+ *   passed input 0's storage. Only for ops with WF_OP_DYNAMIC_SHAPE (output shape known
+ *   only from the data) is '*out' NULL on entry: the kernel then allocates it
+ *   (wf__tensor_alloc()) and the caller owns it.
+ * Returns 0, or a negative wf_status with the reason in wf_last_errmsg() (the caller adds the
+ *   node's name, op and location). On error a tensor the kernel allocated is released and
+ *   '*out' is left as it came in.
+ * Threads: called on a worker of ctx->rt (or the thread building an eager graph); a kernel
+ *   keeps no state between calls. ops/kernels.h's entries (wf__<op>_cpu(ctx, attrs...,
+ *   inputs..., out)) are wrapped into this shape by each op's table entry. */
+typedef int (*wf_kernel_fn)(const wf_kernel_ctx *ctx, const struct wf_node *n, wf_tensor *const *in,
+                            wf_tensor **out);
+
+/* Shape and dtype inference: sets n->dtype and n->shape from the inputs' dtype and shape
+ * and n->attrs. On error returns WF_ESHAPE, WF_EDTYPE or WF_EINVAL and writes into 'err' a
+ * message naming the values, without the node's name ("a is [3, 4] but b is [5, 2]"): the
+ * graph prefixes "matmul 'logits' (model.c:42): ".
+ * Rules, so that the runtime can re-run it with the concrete shapes of fed placeholders
+ * (wf__op_infer()): it reads only n->op, n->attrs, n->n_inputs and n->inputs[i]->dtype and
+ * ->shape; it writes only n->dtype and n->shape; it keeps -1 dimensions flowing (a -1 in an
+ * input gives -1 in the output where the output depends on it; wf_shape_broadcast() does
+ * this). */
+typedef int (*wf_infer_fn)(struct wf_node *n, char *err, size_t errlen);
+
+/* A gradient: adds to n's graph the nodes computing the gradient of the loss with respect to
+ * each input of 'n', given 'dy' (the gradient with respect to n's output, same shape and
+ * dtype), and writes them into 'dx[0 .. n->n_inputs-1]' (NULL where an input gets no
+ * gradient, e.g. integer indices). Returns 0 or a negative wf_status; the graph's error
+ * holds the message. The exact contract belongs to grad/ (TODO: the autodiff issue may
+ * refine it); core only keeps the slot. */
+typedef int (*wf_grad_fn)(wf_graph *g, const struct wf_node *n, struct wf_node *dy,
+                          struct wf_node **dx);
+
+/* Estimated work of a node: floating-point operations and bytes moved (read + written), for
+ * placement and the scheduler's cost model. -1 dimensions count as 1. */
+typedef void (*wf_cost_fn)(const struct wf_node *n, double *flops, double *bytes);
+
+enum {
+    WF_OP_ELEMENTWISE = 1u << 0,   /* output element i depends only on input elements i (after
+                                      broadcasting): fusable into one loop */
+    WF_OP_STATEFUL = 1u << 1,      /* reads or writes state besides its inputs (variables,
+                                      random ops): never constant-folded, CSE'd or pruned away
+                                      when it writes */
+    WF_OP_NO_GRAD = 1u << 2,       /* has no gradient and needs none (comparisons, argmax,
+                                      integer ops): autodiff stops here without an error */
+    WF_OP_SOURCE = 1u << 3,        /* takes no inputs and has no kernel: its value comes from
+                                      outside (placeholder: fed; constant: the tensor;
+                                      variable: the session or the eager graph) */
+    WF_OP_INPLACE = 1u << 4,       /* the kernel may write its output over input 0 when the
+                                      memory planner says input 0 dies here */
+    WF_OP_DYNAMIC_SHAPE = 1u << 5, /* the output's shape depends on input values (inference
+                                      gives -1 there): the kernel allocates its output */
+};
+
+struct wf_op_def {
+    const char *name;  /* unique among all ops: "matmul"; auto node names are "<name>_<id>" */
+    int min_inputs;    /* arity: n_inputs must be in [min_inputs, max_inputs] */
+    int max_inputs;    /* -1: no upper bound (concat, add_n) */
+    wf_infer_fn infer; /* required (wf__node_add() refuses an op without one) */
+    wf_kernel_fn kernel[WF_DEVICE_KINDS]; /* by device kind (WF_KERNEL_*); NULL: no kernel
+                                             for that kind (placement: WF_ENODEV) */
+    wf_grad_fn grad;                      /* NULL: no gradient (an error in wf_gradients unless
+                                             WF_OP_NO_GRAD) */
+    wf_cost_fn cost; /* NULL: cost is the bytes of inputs and output, no flops */
+    uint32_t flags;  /* WF_OP_* bits */
+};
+
+/* The ops core defines itself (all WF_OP_SOURCE; attrs.dtype and attrs.shape hold the
+ * value's type; a variable's initializer is attrs.init). */
+extern const wf_op_def wf_op_placeholder; /* "placeholder": -1 dimensions allowed */
+extern const wf_op_def wf_op_constant;    /* "constant": the node's 'value' is the tensor */
+extern const wf_op_def wf_op_variable;    /* "variable": named; no -1 dimensions */
+
+/* Finds an op by name: core's built-ins first, then 'table[0 .. count-1]' (may be NULL
+ * when 'count' is 0; NULL entries are skipped). Returns the def or NULL (also for a NULL
+ * name). Linear search: tables are short and lookup by name is rare (loading graphs). */
+const wf_op_def *wf__op_find(const wf_op_def *const *table, size_t count, const char *name);
+
+/* Checks a table of op defs: every entry has a name and an infer function, sane arity, and
+ * no two entries (nor an entry and a built-in) share a name. Returns 0 or WF_EINVAL with
+ * the first problem in wf_last_errmsg(). For ops/' own tests. */
+int wf__op_check_table(const wf_op_def *const *table, size_t count);
+
+/* Runs n's inference as if its inputs had the dtypes 'in_dtypes' and shapes 'in_shapes'
+ * (n->n_inputs of each) instead of their own, e.g. with a fed placeholder's concrete batch
+ * size; 'n' is not changed. Writes the result into '*dtype' and '*shape'.
+ * Returns 0 or the infer function's code with "<op> '<name>' (<file>:<line>): ..." in
+ * wf_last_errmsg(). Threads: any ('n' is only read). */
+int wf__op_infer(const struct wf_node *n, const wf_dtype *in_dtypes, const wf_shape *in_shapes,
+                 wf_dtype *dtype, wf_shape *shape);
+
+#endif /* WF_CORE_OP_H */

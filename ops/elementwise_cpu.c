@@ -1,0 +1,776 @@
+/* ops/elementwise_cpu.c: CPU kernels of the elementwise ops: unary math and activations,
+ * binary arithmetic and comparisons with NumPy broadcasting, where, and cast.
+ * Owns: the one strided N-d iterator every elementwise kernel runs through (ew_plan): it
+ * broadcasts inputs by zero strides, drops size-1 axes and merges axes that are contiguous
+ * in every operand, then walks the output in row-major runs along the innermost axis and
+ * hands each run to a per-(op, dtype) loop (ew_fn) with the byte stride of each operand.
+ * A contiguous same-shape op is one run, so the loops' unit-stride branch is the fast path
+ * (it vectorises: gcc -O2 -fvect-cost-model=dynamic, see ops/CMakeLists.txt; the libm calls
+ * exp, log, tanh, erf, pow stay scalar). bf16 and f16 operands are staged through f32
+ * buffers of EW_STAGE elements, so their loops are the f32 ones.
+ * Invariants: 'out' is contiguous, so every run's output has unit stride; each element is
+ * computed alone, so the bits never depend on how wf_parallel_for splits the range.
+ * Not here: reductions (reduce_cpu.c), matrix products (matmul_cpu.c), op definitions. */
+#include "../core/error.h"
+#include "../core/tensor.h"
+#include "kernels.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <tgmath.h>
+
+#define EW_MAX_OPS 4     /* out and up to three inputs (where) */
+#define EW_STAGE   256   /* elements per bf16/f16 staging chunk */
+#define EW_PAR_MIN 32768 /* a runtime splits ops with more elements than this */
+#define EW_GRAIN   16384 /* elements per parallel piece, at least */
+
+/* One run of 'n' elements: p[0] is the output (unit stride), p[1..] the inputs, s[k] the
+ * byte stride of operand k; 'pos' is the row-major index of the run's first element (for
+ * messages). Returns 0 or a negative wf_status with the message set. */
+typedef int (*ew_fn)(const void *arg, char *const *p, const int64_t *s, int64_t n, int64_t pos);
+
+typedef struct ew_arg {
+    double alpha; /* leaky_relu's slope */
+} ew_arg;
+
+typedef struct ew_plan {
+    int n_ops, rank, any_stage;
+    int64_t numel;
+    int64_t dims[WF_MAX_RANK];
+    int64_t st[EW_MAX_OPS][WF_MAX_RANK]; /* bytes */
+    char *base[EW_MAX_OPS];
+    wf_dtype stage[EW_MAX_OPS]; /* WF_BF16 or WF_F16: staged through f32; else 0 */
+    ew_fn fn;
+    const void *arg;
+} ew_plan;
+
+/* ---- The iterator -------------------------------------------------------------------------- */
+
+static bool is_half(wf_dtype dt)
+{
+    return dt == WF_BF16 || dt == WF_F16;
+}
+
+/* Lays out 'in[0..n_in)' broadcast against 'out' (shapes already checked). 'stage_halves':
+ * bf16/f16 operands are converted through f32 (false for pure copies such as where). */
+static void plan_init(ew_plan *pl, wf_tensor *out, const wf_tensor *const *in, int n_in,
+                      bool stage_halves, ew_fn fn, const void *arg)
+{
+    int r = out->shape.rank, n_ops = n_in + 1;
+    int64_t st[EW_MAX_OPS][WF_MAX_RANK];
+    pl->n_ops = n_ops;
+    pl->any_stage = 0;
+    pl->fn = fn;
+    pl->arg = arg;
+    for (int k = 0; k < n_ops; k++) {
+        const wf_tensor *t = k ? in[k - 1] : out;
+        int64_t es = (int64_t)wf_dtype_size(t->dtype);
+        pl->base[k] = t->data;
+        pl->stage[k] = stage_halves && is_half(t->dtype) ? t->dtype : WF_DTYPE_INVALID;
+        pl->any_stage |= pl->stage[k] != WF_DTYPE_INVALID;
+        for (int d = 0; d < r; d++) {
+            int td = d - (r - t->shape.rank);
+            st[k][d] = td < 0 || t->shape.dims[td] == 1 ? 0 : t->strides[td] * es;
+        }
+    }
+    /* Drop size-1 axes; merge an axis into the one before it when, in every operand, the
+     * outer stride is the inner stride times the inner size. */
+    int n = 0;
+    for (int d = 0; d < r; d++) {
+        int64_t dim = out->shape.dims[d];
+        if (dim == 1)
+            continue;
+        bool merge = n > 0;
+        for (int k = 0; k < n_ops && merge; k++)
+            merge = pl->st[k][n - 1] == st[k][d] * dim;
+        if (merge) {
+            pl->dims[n - 1] *= dim;
+            for (int k = 0; k < n_ops; k++)
+                pl->st[k][n - 1] = st[k][d];
+        } else {
+            pl->dims[n] = dim;
+            for (int k = 0; k < n_ops; k++)
+                pl->st[k][n] = st[k][d];
+            n++;
+        }
+    }
+    if (n == 0) { /* a scalar, or all axes of size 1 */
+        pl->dims[0] = 1;
+        for (int k = 0; k < n_ops; k++)
+            pl->st[k][0] = 0;
+        n = 1;
+    }
+    pl->rank = n;
+    pl->numel = out->numel;
+}
+
+static void load_half(wf_dtype dt, float *dst, const char *src, int64_t stride, int64_t n)
+{
+    if (dt == WF_BF16)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = wf__bf16_to_f32(*(const uint16_t *)(src + i * stride));
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = wf__f16_to_f32(*(const uint16_t *)(src + i * stride));
+}
+
+static void store_half(wf_dtype dt, uint16_t *dst, const float *src, int64_t n)
+{
+    if (dt == WF_BF16)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = wf__f32_to_bf16(src[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = wf__f32_to_f16(src[i]);
+}
+
+/* One run, staging bf16/f16 operands through f32 chunks. */
+static int run(const ew_plan *pl, char *const *p, int64_t n, int64_t pos)
+{
+    int last = pl->rank - 1;
+    int64_t s[EW_MAX_OPS];
+    for (int k = 0; k < pl->n_ops; k++)
+        s[k] = pl->st[k][last];
+    if (!pl->any_stage)
+        return pl->fn(pl->arg, p, s, n, pos);
+    float buf[EW_MAX_OPS][EW_STAGE];
+    for (int64_t i0 = 0; i0 < n; i0 += EW_STAGE) {
+        int64_t m = n - i0 < EW_STAGE ? n - i0 : EW_STAGE;
+        char *q[EW_MAX_OPS];
+        int64_t qs[EW_MAX_OPS];
+        for (int k = 0; k < pl->n_ops; k++) {
+            char *src = p[k] + i0 * s[k];
+            if (pl->stage[k]) {
+                if (k > 0)
+                    load_half(pl->stage[k], buf[k], src, s[k], m);
+                q[k] = (char *)buf[k];
+                qs[k] = sizeof(float);
+            } else {
+                q[k] = src;
+                qs[k] = s[k];
+            }
+        }
+        int rc = pl->fn(pl->arg, q, qs, m, pos + i0);
+        if (rc < 0)
+            return rc;
+        if (pl->stage[0])
+            store_half(pl->stage[0], (uint16_t *)(p[0] + i0 * s[0]), buf[0], m);
+    }
+    return 0;
+}
+
+/* Runs the output elements [lo, hi) in row-major order. */
+static int plan_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const ew_plan *pl = ctx;
+    int last = pl->rank - 1;
+    int64_t idx[WF_MAX_RANK], rem = lo;
+    for (int d = last; d >= 0; d--) {
+        idx[d] = rem % pl->dims[d];
+        rem /= pl->dims[d];
+    }
+    char *p[EW_MAX_OPS];
+    for (int k = 0; k < pl->n_ops; k++) {
+        int64_t off = 0;
+        for (int d = 0; d <= last; d++)
+            off += idx[d] * pl->st[k][d];
+        p[k] = pl->base[k] + off;
+    }
+    for (int64_t pos = lo; pos < hi;) {
+        int64_t n = pl->dims[last] - idx[last];
+        if (n > hi - pos)
+            n = hi - pos;
+        int rc = run(pl, p, n, pos);
+        if (rc < 0)
+            return rc;
+        pos += n;
+        if (pos >= hi)
+            break;
+        for (int k = 0; k < pl->n_ops; k++)
+            p[k] += n * pl->st[k][last];
+        idx[last] += n;
+        for (int d = last; d > 0 && idx[d] == pl->dims[d]; d--) {
+            idx[d] = 0;
+            idx[d - 1]++;
+            for (int k = 0; k < pl->n_ops; k++)
+                p[k] += pl->st[k][d - 1] - pl->dims[d] * pl->st[k][d];
+        }
+    }
+    return 0;
+}
+
+static int plan_exec(const wf_kctx *ctx, ew_plan *pl)
+{
+    if (pl->numel == 0)
+        return 0;
+    if (ctx && ctx->rt && pl->numel > EW_PAR_MIN)
+        return wf_parallel_for(ctx->rt, 0, pl->numel, EW_GRAIN, plan_range, pl);
+    return plan_range(pl, 0, pl->numel);
+}
+
+/* ---- Argument checks ------------------------------------------------------------------------ */
+
+int wf__kernel_check_out(const char *op, const wf_tensor *out, wf_dtype dt, wf_shape shape)
+{
+    char s1[160], s2[160];
+    if (!out)
+        return wf__err(WF_EINVAL, "%s: out is NULL", op);
+    if (out->dtype != dt)
+        return wf__err(WF_EDTYPE, "%s: out is %s %s but %s %s was expected", op,
+                       wf_dtype_name(out->dtype), wf_shape_str(out->shape, s1, sizeof s1),
+                       wf_dtype_name(dt), wf_shape_str(shape, s2, sizeof s2));
+    if (!wf_shape_equal(out->shape, shape))
+        return wf__err(WF_ESHAPE, "%s: out is %s %s but %s %s was expected", op,
+                       wf_dtype_name(out->dtype), wf_shape_str(out->shape, s1, sizeof s1),
+                       wf_dtype_name(dt), wf_shape_str(shape, s2, sizeof s2));
+    if (!out->contiguous)
+        return wf__err(WF_EINVAL, "%s: out %s must be contiguous", op,
+                       wf_shape_str(out->shape, s1, sizeof s1));
+    return 0;
+}
+
+/* Broadcasts the shapes of 'in[0..n)' (names in 'names') or fails with both shapes named. */
+static int broadcast_shapes(const char *op, const wf_tensor *const *in, const char *const *names,
+                            int n, wf_shape *res)
+{
+    wf_shape r = in[0]->shape;
+    for (int i = 1; i < n; i++) {
+        wf_shape b = in[i]->shape;
+        wf_shape t = { .rank = r.rank > b.rank ? r.rank : b.rank };
+        for (int d = 0; d < t.rank; d++) {
+            int ia = r.rank - t.rank + d, ib = b.rank - t.rank + d;
+            int64_t x = ia >= 0 ? r.dims[ia] : 1, y = ib >= 0 ? b.dims[ib] : 1;
+            if (x != y && x != 1 && y != 1) {
+                char s1[160], s2[160];
+                return wf__err(WF_ESHAPE, "%s: %s is %s and %s is %s: they do not broadcast", op,
+                               names[i - 1], wf_shape_str(in[i - 1]->shape, s1, sizeof s1),
+                               names[i], wf_shape_str(b, s2, sizeof s2));
+            }
+            t.dims[d] = x == 1 ? y : x;
+        }
+        r = t;
+    }
+    *res = r;
+    return 0;
+}
+
+/* The loops' dtype index: f32 (also bf16 and f16, staged), f64, i32, i64, u8 (also bool). */
+enum { C_F32, C_F64, C_I32, C_I64, C_U8, C_COUNT };
+
+static int compute_index(wf_dtype dt)
+{
+    switch (dt) {
+    case WF_F32:
+    case WF_BF16:
+    case WF_F16:
+        return C_F32;
+    case WF_F64:
+        return C_F64;
+    case WF_I32:
+        return C_I32;
+    case WF_I64:
+        return C_I64;
+    case WF_U8:
+    case WF_BOOL:
+        return C_U8;
+    default:
+        return -1;
+    }
+}
+
+/* ---- Unary loops ------------------------------------------------------------------------- */
+
+#define EW_UNARY(name, TYPE, UTYPE, EXPR)                                                      \
+    static int name(const void *arg, char *const *p, const int64_t *s, int64_t n, int64_t pos) \
+    {                                                                                          \
+        typedef TYPE T; /* the names EXPR uses */                                              \
+        typedef UTYPE U __attribute__((unused));                                               \
+        const T alpha = (T)((const ew_arg *)arg)->alpha;                                       \
+        T *restrict o = (T *)p[0];                                                             \
+        if (s[1] == (int64_t)sizeof(T)) {                                                      \
+            const T *restrict x = (const T *)p[1];                                             \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T v = x[i];                                                                    \
+                o[i] = (EXPR);                                                                 \
+            }                                                                                  \
+        } else {                                                                               \
+            const char *xp = p[1];                                                             \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T v = *(const T *)(xp + i * s[1]);                                             \
+                o[i] = (EXPR);                                                                 \
+            }                                                                                  \
+        }                                                                                      \
+        (void)alpha;                                                                           \
+        return 0;                                                                              \
+    }
+
+/* Numerically stable forms, once per float type (tgmath picks expf or exp). */
+#define EW_MATH(T, sfx)                                                                           \
+    static inline T sigmoid_##sfx(T v)                                                            \
+    {                                                                                             \
+        T e = exp(-fabs(v)), r = (T)1 / ((T)1 + e);                                               \
+        return v >= 0 ? r : e * r;                                                                \
+    }                                                                                             \
+    static inline T gelu_tanh_##sfx(T v)                                                          \
+    {                                                                                             \
+        return (T)0.5 * v * ((T)1 + tanh((T)0.7978845608028654 * (v + (T)0.044715 * v * v * v))); \
+    }                                                                                             \
+    static inline T gelu_erf_##sfx(T v)                                                           \
+    {                                                                                             \
+        return (T)0.5 * v * ((T)1 + erf(v * (T)0.7071067811865476));                              \
+    }
+EW_MATH(float, f32)
+EW_MATH(double, f64)
+#define SIGMOID(v)   _Generic((v), float : sigmoid_f32, double : sigmoid_f64)(v)
+#define GELU_TANH(v) _Generic((v), float : gelu_tanh_f32, double : gelu_tanh_f64)(v)
+#define GELU_ERF(v)  _Generic((v), float : gelu_erf_f32, double : gelu_erf_f64)(v)
+
+/* X(op, expression in 'v' of float type T) */
+#define UNARY_FLOAT(X)                   \
+    X(NEG, -v)                           \
+    X(ABS, fabs(v))                      \
+    X(EXP, exp(v))                       \
+    X(LOG, log(v))                       \
+    X(SQRT, sqrt(v))                     \
+    X(RSQRT, (T)1 / sqrt(v))             \
+    X(SQUARE, v *v)                      \
+    X(TANH, tanh(v))                     \
+    X(SIGMOID, SIGMOID(v))               \
+    X(RELU, v < 0 ? (T)0 : v)            \
+    X(LEAKY_RELU, v < 0 ? alpha * v : v) \
+    X(GELU_TANH, GELU_TANH(v))           \
+    X(GELU_ERF, GELU_ERF(v))             \
+    X(SILU, v *SIGMOID(v))               \
+    X(SIGN, v > 0 ? (T)1 : v < 0 ? (T)-1 : v)
+
+/* X(op, expression in 'v' of integer type T, unsigned twin U): wrapping, never UB */
+#define UNARY_INT(X)                     \
+    X(NEG, (T)((U)0 - (U)v))             \
+    X(ABS, v < 0 ? (T)((U)0 - (U)v) : v) \
+    X(SQUARE, (T)((U)v * (U)v))          \
+    X(RELU, v < 0 ? (T)0 : v)            \
+    X(SIGN, (T)((v > 0) - (v < 0)))
+
+#define DEF_UNARY_FLOAT(op, EXPR)              \
+    EW_UNARY(u_##op##_f32, float, float, EXPR) \
+    EW_UNARY(u_##op##_f64, double, double, EXPR)
+#define DEF_UNARY_INT(op, EXPR)                     \
+    EW_UNARY(u_##op##_i32, int32_t, uint32_t, EXPR) \
+    EW_UNARY(u_##op##_i64, int64_t, uint64_t, EXPR)
+UNARY_FLOAT(DEF_UNARY_FLOAT)
+UNARY_INT(DEF_UNARY_INT)
+
+#define TAB_UNARY_FLOAT(op, EXPR) \
+    [WF_UNARY_##op][C_F32] = u_##op##_f32, [WF_UNARY_##op][C_F64] = u_##op##_f64,
+#define TAB_UNARY_INT(op, EXPR) \
+    [WF_UNARY_##op][C_I32] = u_##op##_i32, [WF_UNARY_##op][C_I64] = u_##op##_i64,
+static const ew_fn unary_fns[WF_UNARY_COUNT][C_COUNT] = { UNARY_FLOAT(TAB_UNARY_FLOAT)
+                                                              UNARY_INT(TAB_UNARY_INT) };
+
+static const char *const unary_names[WF_UNARY_COUNT] = {
+    "neg",     "abs",  "exp",        "log",       "sqrt",     "rsqrt", "square", "tanh",
+    "sigmoid", "relu", "leaky_relu", "gelu_tanh", "gelu_erf", "silu",  "sign",
+};
+
+int wf__unary_cpu(const wf_kctx *ctx, wf_unary_op op, double alpha, const wf_tensor *x,
+                  wf_tensor *out)
+{
+    if ((unsigned)op >= WF_UNARY_COUNT)
+        return wf__err(WF_EINVAL, "unary: op %d is not a wf_unary_op", (int)op);
+    const char *name = unary_names[op];
+    if (!x)
+        return wf__err(WF_EINVAL, "%s: x is NULL", name);
+    int c = compute_index(x->dtype);
+    ew_fn fn = c >= 0 ? unary_fns[op][c] : NULL;
+    if (!fn)
+        return wf__err(WF_EDTYPE, "%s: x is %s, which %s does not support", name,
+                       wf_dtype_name(x->dtype), name);
+    int rc = wf__kernel_check_out(name, out, x->dtype, x->shape);
+    if (rc < 0)
+        return rc;
+    ew_arg arg = { .alpha = alpha };
+    ew_plan pl;
+    plan_init(&pl, out, &x, 1, true, fn, &arg);
+    return plan_exec(ctx, &pl);
+}
+
+#define UNARY_ENTRY(name, OP)                                                    \
+    int wf__##name##_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out) \
+    {                                                                            \
+        return wf__unary_cpu(ctx, WF_UNARY_##OP, 0, x, out);                     \
+    }
+UNARY_ENTRY(neg, NEG)
+UNARY_ENTRY(abs, ABS)
+UNARY_ENTRY(exp, EXP)
+UNARY_ENTRY(log, LOG)
+UNARY_ENTRY(sqrt, SQRT)
+UNARY_ENTRY(rsqrt, RSQRT)
+UNARY_ENTRY(square, SQUARE)
+UNARY_ENTRY(tanh, TANH)
+UNARY_ENTRY(sigmoid, SIGMOID)
+UNARY_ENTRY(relu, RELU)
+UNARY_ENTRY(gelu_tanh, GELU_TANH)
+UNARY_ENTRY(gelu_erf, GELU_ERF)
+UNARY_ENTRY(silu, SILU)
+UNARY_ENTRY(sign, SIGN)
+
+int wf__leaky_relu_cpu(const wf_kctx *ctx, double alpha, const wf_tensor *x, wf_tensor *out)
+{
+    return wf__unary_cpu(ctx, WF_UNARY_LEAKY_RELU, alpha, x, out);
+}
+
+/* ---- Binary loops ---------------------------------------------------------------------------- */
+
+/* Four branches: both unit stride (the fast path), b a scalar, a a scalar, general. */
+#define EW_BINARY(name, TYPE, UTYPE, R, EXPR)                                                  \
+    static int name(const void *arg, char *const *p, const int64_t *s, int64_t n, int64_t pos) \
+    {                                                                                          \
+        typedef TYPE T; /* the names EXPR uses */                                              \
+        typedef UTYPE U __attribute__((unused));                                               \
+        R *restrict o = (R *)p[0];                                                             \
+        const char *ap = p[1], *bp = p[2];                                                     \
+        const int64_t sa = s[1], sb = s[2], es = (int64_t)sizeof(T);                           \
+        if (sa == es && sb == es) {                                                            \
+            const T *restrict A = (const T *)ap, *restrict B = (const T *)bp;                  \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T a = A[i], b = B[i];                                                          \
+                o[i] = (R)(EXPR);                                                              \
+            }                                                                                  \
+        } else if (sa == es && sb == 0) {                                                      \
+            const T *restrict A = (const T *)ap;                                               \
+            const T b = *(const T *)bp;                                                        \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T a = A[i];                                                                    \
+                o[i] = (R)(EXPR);                                                              \
+            }                                                                                  \
+        } else if (sa == 0 && sb == es) {                                                      \
+            const T a = *(const T *)ap;                                                        \
+            const T *restrict B = (const T *)bp;                                               \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T b = B[i];                                                                    \
+                o[i] = (R)(EXPR);                                                              \
+            }                                                                                  \
+        } else {                                                                               \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T a = *(const T *)(ap + i * sa), b = *(const T *)(bp + i * sb);                \
+                o[i] = (R)(EXPR);                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        (void)arg;                                                                             \
+        (void)pos;                                                                             \
+        return 0;                                                                              \
+    }
+
+/* X(op, expression in 'a' and 'b' of float type T) */
+#define BINARY_FLOAT(X)                 \
+    X(ADD, a + b)                       \
+    X(SUB, a - b)                       \
+    X(MUL, a *b)                        \
+    X(DIV, a / b)                       \
+    X(POW, pow(a, b))                   \
+    X(MAXIMUM, a > b || a != a ? a : b) \
+    X(MINIMUM, a < b || a != a ? a : b)
+
+/* X(op, expression of integer type T, unsigned twin U); div is written out below */
+#define BINARY_INT(X)         \
+    X(ADD, (T)((U)a + (U)b))  \
+    X(SUB, (T)((U)a - (U)b))  \
+    X(MUL, (T)((U)a * (U)b))  \
+    X(MAXIMUM, a > b ? a : b) \
+    X(MINIMUM, a < b ? a : b)
+
+/* X(op, expression), for every dtype; the result is bool */
+#define BINARY_CMP(X) \
+    X(EQ, a == b)     \
+    X(NE, a != b)     \
+    X(LT, a < b)      \
+    X(LE, a <= b)     \
+    X(GT, a > b)      \
+    X(GE, a >= b)
+
+#define DEF_BINARY_FLOAT(op, EXPR)                     \
+    EW_BINARY(b_##op##_f32, float, float, float, EXPR) \
+    EW_BINARY(b_##op##_f64, double, double, double, EXPR)
+#define DEF_BINARY_INT(op, EXPR)                              \
+    EW_BINARY(b_##op##_i32, int32_t, uint32_t, int32_t, EXPR) \
+    EW_BINARY(b_##op##_i64, int64_t, uint64_t, int64_t, EXPR)
+#define DEF_BINARY_CMP(op, EXPR)                              \
+    EW_BINARY(b_##op##_f32, float, float, uint8_t, EXPR)      \
+    EW_BINARY(b_##op##_f64, double, double, uint8_t, EXPR)    \
+    EW_BINARY(b_##op##_i32, int32_t, uint32_t, uint8_t, EXPR) \
+    EW_BINARY(b_##op##_i64, int64_t, uint64_t, uint8_t, EXPR) \
+    EW_BINARY(b_##op##_u8, uint8_t, uint8_t, uint8_t, EXPR)
+BINARY_FLOAT(DEF_BINARY_FLOAT)
+BINARY_INT(DEF_BINARY_INT)
+BINARY_CMP(DEF_BINARY_CMP)
+
+/* Integer division truncates toward zero; a zero divisor fails the call, INT_MIN / -1 wraps
+ * (both are undefined behaviour in C, so neither reaches the '/' operator). */
+#define EW_IDIV(name, T, U)                                                                    \
+    static int name(const void *arg, char *const *p, const int64_t *s, int64_t n, int64_t pos) \
+    {                                                                                          \
+        T *o = (T *)p[0];                                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                      \
+            T a = *(const T *)(p[1] + i * s[1]), b = *(const T *)(p[2] + i * s[2]);            \
+            if (b == 0)                                                                        \
+                return wf__err(WF_EINVAL, "div: integer division by zero at element %lld",     \
+                               (long long)(pos + i));                                          \
+            o[i] = b == -1 ? (T)((U)0 - (U)a) : a / b;                                         \
+        }                                                                                      \
+        (void)arg;                                                                             \
+        return 0;                                                                              \
+    }
+EW_IDIV(b_DIV_i32, int32_t, uint32_t)
+EW_IDIV(b_DIV_i64, int64_t, uint64_t)
+
+#define TAB_BINARY_FLOAT(op, EXPR) \
+    [WF_BINARY_##op][C_F32] = b_##op##_f32, [WF_BINARY_##op][C_F64] = b_##op##_f64,
+#define TAB_BINARY_INT(op, EXPR) \
+    [WF_BINARY_##op][C_I32] = b_##op##_i32, [WF_BINARY_##op][C_I64] = b_##op##_i64,
+#define TAB_BINARY_CMP(op, EXPR)                                                    \
+    [WF_BINARY_##op][C_F32] = b_##op##_f32, [WF_BINARY_##op][C_F64] = b_##op##_f64, \
+    [WF_BINARY_##op][C_I32] = b_##op##_i32, [WF_BINARY_##op][C_I64] = b_##op##_i64, \
+    [WF_BINARY_##op][C_U8] = b_##op##_u8,
+static const ew_fn binary_fns[WF_BINARY_COUNT][C_COUNT] = {
+    BINARY_FLOAT(TAB_BINARY_FLOAT) BINARY_INT(TAB_BINARY_INT)
+        BINARY_CMP(TAB_BINARY_CMP)[WF_BINARY_DIV][C_I32] = b_DIV_i32,
+    [WF_BINARY_DIV][C_I64] = b_DIV_i64,
+};
+
+static const char *const binary_names[WF_BINARY_COUNT] = {
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+};
+
+int wf__binary_cpu(const wf_kctx *ctx, wf_binary_op op, const wf_tensor *a, const wf_tensor *b,
+                   wf_tensor *out)
+{
+    if ((unsigned)op >= WF_BINARY_COUNT)
+        return wf__err(WF_EINVAL, "binary: op %d is not a wf_binary_op", (int)op);
+    const char *name = binary_names[op];
+    if (!a || !b)
+        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !a ? "a" : "b");
+    if (a->dtype != b->dtype)
+        return wf__err(WF_EDTYPE, "%s: a is %s but b is %s", name, wf_dtype_name(a->dtype),
+                       wf_dtype_name(b->dtype));
+    int c = compute_index(a->dtype);
+    ew_fn fn = c >= 0 ? binary_fns[op][c] : NULL;
+    if (!fn)
+        return wf__err(WF_EDTYPE, "%s: a and b are %s, which %s does not support", name,
+                       wf_dtype_name(a->dtype), name);
+    const wf_tensor *in[2] = { a, b };
+    const char *const names[2] = { "a", "b" };
+    wf_shape shape;
+    int rc = broadcast_shapes(name, in, names, 2, &shape);
+    if (rc < 0)
+        return rc;
+    bool cmp = op >= WF_BINARY_EQ;
+    rc = wf__kernel_check_out(name, out, cmp ? WF_BOOL : a->dtype, shape);
+    if (rc < 0)
+        return rc;
+    ew_plan pl;
+    plan_init(&pl, out, in, 2, true, fn, NULL);
+    return plan_exec(ctx, &pl);
+}
+
+#define BINARY_ENTRY(name, OP)                                                       \
+    int wf__##name##_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, \
+                         wf_tensor *out)                                             \
+    {                                                                                \
+        return wf__binary_cpu(ctx, WF_BINARY_##OP, a, b, out);                       \
+    }
+BINARY_ENTRY(add, ADD)
+BINARY_ENTRY(sub, SUB)
+BINARY_ENTRY(mul, MUL)
+BINARY_ENTRY(div, DIV)
+BINARY_ENTRY(pow, POW)
+BINARY_ENTRY(maximum, MAXIMUM)
+BINARY_ENTRY(minimum, MINIMUM)
+BINARY_ENTRY(eq, EQ)
+BINARY_ENTRY(ne, NE)
+BINARY_ENTRY(lt, LT)
+BINARY_ENTRY(le, LE)
+BINARY_ENTRY(gt, GT)
+BINARY_ENTRY(ge, GE)
+
+/* ---- where --------------------------------------------------------------------------------- */
+
+/* By element size: where copies bits, so bf16/f16 need no staging. */
+#define EW_WHERE(name, T)                                                                      \
+    static int name(const void *arg, char *const *p, const int64_t *s, int64_t n, int64_t pos) \
+    {                                                                                          \
+        T *restrict o = (T *)p[0];                                                             \
+        if (s[1] == 1 && s[2] == (int64_t)sizeof(T) && s[3] == (int64_t)sizeof(T)) {           \
+            const uint8_t *restrict c = (const uint8_t *)p[1];                                 \
+            const T *restrict a = (const T *)p[2], *restrict b = (const T *)p[3];              \
+            for (int64_t i = 0; i < n; i++) { /* both loads unconditional: vectorises */       \
+                T av = a[i], bv = b[i];                                                        \
+                o[i] = c[i] ? av : bv;                                                         \
+            }                                                                                  \
+        } else {                                                                               \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                uint8_t c = *(const uint8_t *)(p[1] + i * s[1]);                               \
+                o[i] = c ? *(const T *)(p[2] + i * s[2]) : *(const T *)(p[3] + i * s[3]);      \
+            }                                                                                  \
+        }                                                                                      \
+        (void)arg;                                                                             \
+        (void)pos;                                                                             \
+        return 0;                                                                              \
+    }
+EW_WHERE(where_1, uint8_t)
+EW_WHERE(where_2, uint16_t)
+EW_WHERE(where_4, uint32_t)
+EW_WHERE(where_8, uint64_t)
+
+int wf__where_cpu(const wf_kctx *ctx, const wf_tensor *cond, const wf_tensor *a, const wf_tensor *b,
+                  wf_tensor *out)
+{
+    if (!cond || !a || !b)
+        return wf__err(WF_EINVAL, "where: %s is NULL", !cond ? "cond" : !a ? "a" : "b");
+    if (cond->dtype != WF_BOOL)
+        return wf__err(WF_EDTYPE, "where: cond is %s but must be bool", wf_dtype_name(cond->dtype));
+    if (a->dtype != b->dtype)
+        return wf__err(WF_EDTYPE, "where: a is %s but b is %s", wf_dtype_name(a->dtype),
+                       wf_dtype_name(b->dtype));
+    const wf_tensor *in[3] = { cond, a, b };
+    const char *const names[3] = { "cond", "a", "b" };
+    wf_shape shape;
+    int rc = broadcast_shapes("where", in, names, 3, &shape);
+    if (rc < 0)
+        return rc;
+    rc = wf__kernel_check_out("where", out, a->dtype, shape);
+    if (rc < 0)
+        return rc;
+    ew_fn fn;
+    switch (wf_dtype_size(a->dtype)) {
+    case 1:
+        fn = where_1;
+        break;
+    case 2:
+        fn = where_2;
+        break;
+    case 4:
+        fn = where_4;
+        break;
+    case 8:
+        fn = where_8;
+        break;
+    default:
+        return wf__err(WF_EDTYPE, "where: dtype %s is not supported", wf_dtype_name(a->dtype));
+    }
+    ew_plan pl;
+    plan_init(&pl, out, in, 3, false, fn, NULL);
+    return plan_exec(ctx, &pl);
+}
+
+/* ---- cast ---------------------------------------------------------------------------------- */
+
+/* Floating to integer: truncate toward zero, saturate, NaN gives 0 (core/dtype.c's rule). */
+static inline int32_t f2i32(double v)
+{
+    return v != v ? 0 : v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : (int32_t)v;
+}
+
+static inline int64_t f2i64(double v)
+{
+    return v != v                        ? 0
+           : v >= 9.2233720368547758e18  ? INT64_MAX
+           : v <= -9.2233720368547758e18 ? INT64_MIN
+                                         : (int64_t)v;
+}
+
+static inline uint8_t f2u8(double v)
+{
+    return v != v || v <= 0 ? 0 : v >= 255 ? 255 : (uint8_t)v;
+}
+
+#define EW_CAST(name, S, D, CONV)                                                              \
+    static int name(const void *arg, char *const *p, const int64_t *s, int64_t n, int64_t pos) \
+    {                                                                                          \
+        D *restrict o = (D *)p[0];                                                             \
+        if (s[1] == (int64_t)sizeof(S)) {                                                      \
+            const S *restrict x = (const S *)p[1];                                             \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                S v = x[i];                                                                    \
+                o[i] = (CONV);                                                                 \
+            }                                                                                  \
+        } else {                                                                               \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                S v = *(const S *)(p[1] + i * s[1]);                                           \
+                o[i] = (CONV);                                                                 \
+            }                                                                                  \
+        }                                                                                      \
+        (void)arg;                                                                             \
+        (void)pos;                                                                             \
+        return 0;                                                                              \
+    }
+
+/* X(source index, source type, destination index, destination type, conversion of 'v').
+ * Index C_U8 + 1 is bool (stored as a byte; any non-zero byte reads as true). */
+enum { C_BOOL = C_COUNT, C_CAST_COUNT };
+
+#define CAST_PAIRS(X)                         \
+    X(F32, float, F32, float, v)              \
+    X(F32, float, F64, double, v)             \
+    X(F32, float, I32, int32_t, f2i32(v))     \
+    X(F32, float, I64, int64_t, f2i64(v))     \
+    X(F32, float, U8, uint8_t, f2u8(v))       \
+    X(F32, float, BOOL, uint8_t, v != 0)      \
+    X(F64, double, F32, float, (float)v)      \
+    X(F64, double, F64, double, v)            \
+    X(F64, double, I32, int32_t, f2i32(v))    \
+    X(F64, double, I64, int64_t, f2i64(v))    \
+    X(F64, double, U8, uint8_t, f2u8(v))      \
+    X(F64, double, BOOL, uint8_t, v != 0)     \
+    X(I32, int32_t, F32, float, (float)v)     \
+    X(I32, int32_t, F64, double, v)           \
+    X(I32, int32_t, I32, int32_t, v)          \
+    X(I32, int32_t, I64, int64_t, v)          \
+    X(I32, int32_t, U8, uint8_t, (uint8_t)v)  \
+    X(I32, int32_t, BOOL, uint8_t, v != 0)    \
+    X(I64, int64_t, F32, float, (float)v)     \
+    X(I64, int64_t, F64, double, (double)v)   \
+    X(I64, int64_t, I32, int32_t, (int32_t)v) \
+    X(I64, int64_t, I64, int64_t, v)          \
+    X(I64, int64_t, U8, uint8_t, (uint8_t)v)  \
+    X(I64, int64_t, BOOL, uint8_t, v != 0)    \
+    X(U8, uint8_t, F32, float, v)             \
+    X(U8, uint8_t, F64, double, v)            \
+    X(U8, uint8_t, I32, int32_t, v)           \
+    X(U8, uint8_t, I64, int64_t, v)           \
+    X(U8, uint8_t, U8, uint8_t, v)            \
+    X(U8, uint8_t, BOOL, uint8_t, v != 0)     \
+    X(BOOL, uint8_t, F32, float, v != 0)      \
+    X(BOOL, uint8_t, F64, double, v != 0)     \
+    X(BOOL, uint8_t, I32, int32_t, v != 0)    \
+    X(BOOL, uint8_t, I64, int64_t, v != 0)    \
+    X(BOOL, uint8_t, U8, uint8_t, v != 0)     \
+    X(BOOL, uint8_t, BOOL, uint8_t, v != 0)
+
+#define DEF_CAST(si, S, di, D, CONV) EW_CAST(cast_##si##_##di, S, D, CONV)
+CAST_PAIRS(DEF_CAST)
+EW_CAST(copy_16, uint16_t, uint16_t, v)
+#define TAB_CAST(si, S, di, D, CONV) [C_##si][C_##di] = cast_##si##_##di,
+static const ew_fn cast_fns[C_CAST_COUNT][C_CAST_COUNT] = { CAST_PAIRS(TAB_CAST) };
+
+static int cast_index(wf_dtype dt)
+{
+    return dt == WF_BOOL ? C_BOOL : compute_index(dt);
+}
+
+int wf__cast_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out)
+{
+    if (!x || !out)
+        return wf__err(WF_EINVAL, "cast: %s is NULL", !x ? "x" : "out");
+    int si = cast_index(x->dtype), di = cast_index(out->dtype);
+    if (si < 0 || di < 0)
+        return wf__err(WF_EDTYPE, "cast: from %s to %s is not supported", wf_dtype_name(x->dtype),
+                       wf_dtype_name(out->dtype));
+    int rc = wf__kernel_check_out("cast", out, out->dtype, x->shape);
+    if (rc < 0)
+        return rc;
+    /* Same-dtype halves are a bit copy: no f32 round trip (it would quiet signalling NaNs). */
+    bool copy16 = x->dtype == out->dtype && is_half(x->dtype);
+    ew_plan pl;
+    plan_init(&pl, out, &x, 1, !copy16, copy16 ? copy_16 : cast_fns[si][di], NULL);
+    return plan_exec(ctx, &pl);
+}

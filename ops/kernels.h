@@ -1,0 +1,194 @@
+/* ops/kernels.h: the CPU kernels of the op set, as plain functions over tensors (a module
+ * interface of ops/: the op table, shape inference and the executor call these; not
+ * installed).
+ * Owns: wf_kctx and the entry signature every CPU kernel has (STYLE.md section 10):
+ *   int wf__<op>_cpu(const wf_kctx *ctx, <attributes>, const wf_tensor *x..., wf_tensor *out)
+ * Contract shared by every entry below:
+ * - Inputs may be any strided view (transposed, negative or zero strides). 'out' is a
+ *   contiguous tensor the caller allocated (wf__tensor_alloc) with the result's dtype and
+ *   shape; the kernel checks both and returns WF_ESHAPE, WF_EDTYPE or WF_EINVAL with a
+ *   message naming the shapes (wf_last_errmsg()) instead of writing anything. 'out' must not
+ *   overlap an input.
+ * - Returns 0 or a negative wf_status. Never aborts on bad arguments.
+ * - Deterministic: the bits of 'out' depend only on the inputs, never on 'ctx->rt' or its
+ *   number of workers (elementwise kernels treat each element alone; reductions use fixed
+ *   blocks of the reduced range combined in a fixed order; GEMM tiles depend on shapes only).
+ * - dtypes: f32 and f64 compute natively; bf16 and f16 are loaded as f32, computed in f32 and
+ *   stored rounded to nearest even. Integer support is listed per kernel.
+ * Not here: op definitions, shape inference on nodes, gradients, CUDA twins. */
+#ifndef WF_OPS_KERNELS_H
+#define WF_OPS_KERNELS_H
+
+#include <weft/core.h>
+#include <weft/sched.h>
+
+#include <stdbool.h>
+
+/* What every kernel is given besides its tensors. */
+typedef struct wf_kctx {
+    wf_runtime *rt; /* NULL: run serially on the calling thread */
+} wf_kctx;
+
+/* ---- Elementwise: unary ------------------------------------------------------------------ */
+
+/* out = op(x), same shape. Floating dtypes for all; i32 and i64 also for neg, abs, sign,
+ * square and relu (integer neg and abs wrap: abs(INT_MIN) is INT_MIN). */
+typedef enum wf_unary_op {
+    WF_UNARY_NEG,
+    WF_UNARY_ABS,
+    WF_UNARY_EXP,
+    WF_UNARY_LOG,
+    WF_UNARY_SQRT,
+    WF_UNARY_RSQRT,
+    WF_UNARY_SQUARE,
+    WF_UNARY_TANH,
+    WF_UNARY_SIGMOID,
+    WF_UNARY_RELU,       /* NaN stays NaN */
+    WF_UNARY_LEAKY_RELU, /* x < 0 ? alpha * x : x */
+    WF_UNARY_GELU_TANH,  /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    WF_UNARY_GELU_ERF,   /* 0.5 x (1 + erf(x / sqrt(2))) */
+    WF_UNARY_SILU,       /* x sigmoid(x) */
+    WF_UNARY_SIGN,       /* -1, 0, 1 (NaN stays NaN) */
+    WF_UNARY_COUNT
+} wf_unary_op;
+
+/* The generic entry; 'alpha' is used by WF_UNARY_LEAKY_RELU only. */
+int wf__unary_cpu(const wf_kctx *ctx, wf_unary_op op, double alpha, const wf_tensor *x,
+                  wf_tensor *out);
+
+int wf__neg_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__abs_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__exp_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__log_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__sqrt_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__rsqrt_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__square_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__tanh_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__sigmoid_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__relu_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__leaky_relu_cpu(const wf_kctx *ctx, double alpha, const wf_tensor *x, wf_tensor *out);
+int wf__gelu_tanh_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__gelu_erf_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__silu_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+int wf__sign_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+
+/* ---- Elementwise: binary, with NumPy broadcasting ---------------------------------------- */
+
+/* out = a op b; 'a' and 'b' have the same dtype and shapes that broadcast to out's shape.
+ * Arithmetic ops: out has the inputs' dtype; floating dtypes for all, i32 and i64 for add,
+ * sub, mul, div, maximum and minimum (add, sub and mul wrap modulo 2^n; div truncates toward
+ * zero, INT_MIN / -1 wraps to INT_MIN, and a zero divisor fails the call with WF_EINVAL
+ * naming the element: no silent garbage in an index computation). maximum and minimum
+ * propagate NaN. pow is floating only.
+ * Comparisons: out is bool; every dtype (NaN compares unequal to everything). */
+typedef enum wf_binary_op {
+    WF_BINARY_ADD,
+    WF_BINARY_SUB,
+    WF_BINARY_MUL,
+    WF_BINARY_DIV,
+    WF_BINARY_POW,
+    WF_BINARY_MAXIMUM,
+    WF_BINARY_MINIMUM,
+    WF_BINARY_EQ,
+    WF_BINARY_NE,
+    WF_BINARY_LT,
+    WF_BINARY_LE,
+    WF_BINARY_GT,
+    WF_BINARY_GE,
+    WF_BINARY_COUNT
+} wf_binary_op;
+
+int wf__binary_cpu(const wf_kctx *ctx, wf_binary_op op, const wf_tensor *a, const wf_tensor *b,
+                   wf_tensor *out);
+
+int wf__add_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__sub_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__mul_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__div_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__pow_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__maximum_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__minimum_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__eq_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__ne_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__lt_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__le_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__gt_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+int wf__ge_cpu(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out);
+
+/* out = cond ? a : b, elementwise; 'cond' is bool, 'a', 'b' and 'out' share any dtype, and
+ * the three shapes broadcast to out's. */
+int wf__where_cpu(const wf_kctx *ctx, const wf_tensor *cond, const wf_tensor *a, const wf_tensor *b,
+                  wf_tensor *out);
+
+/* out = x converted to out's dtype (any pair; same shape). Floating to integer truncates
+ * toward zero and saturates, NaN gives 0 (as wf_tensor_read); integer to narrower integer
+ * wraps modulo 2^n (as C and NumPy); anything to bool is x != 0; to bf16/f16 rounds to
+ * nearest even (through f32). Same dtype: a strided copy into contiguous 'out'. */
+int wf__cast_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+
+/* ---- Reductions ---------------------------------------------------------------------------- */
+
+/* Reduces 'x' over the axes 'axes[0..n_axes)' (negative counts from the end, as in NumPy;
+ * each axis at most once). 'axes' NULL: every axis. n_axes 0 with non-NULL 'axes': none
+ * (a copy). keepdims: the reduced axes stay as size 1, else they are dropped.
+ * dtypes: sum, prod, max and min: floating, i32 and i64 (out has x's dtype; integer sums and
+ * products wrap); mean and logsumexp: floating (out has x's dtype); argmax: floating, i32
+ * and i64, out is i64: the row-major position of the first maximum inside the reduced
+ * sub-block (for one axis, the index along it). Floating sums accumulate in f64.
+ * max, min and argmax propagate NaN (the first NaN wins). An empty reduced range gives 0
+ * for sum, 1 for prod, NaN for mean, -inf for logsumexp, and WF_EINVAL for max, min and
+ * argmax (no identity). */
+typedef enum wf_reduce_op {
+    WF_REDUCE_SUM,
+    WF_REDUCE_MEAN,
+    WF_REDUCE_MAX,
+    WF_REDUCE_MIN,
+    WF_REDUCE_PROD,
+    WF_REDUCE_ARGMAX,
+    WF_REDUCE_LOGSUMEXP,
+    WF_REDUCE_COUNT
+} wf_reduce_op;
+
+int wf__reduce_cpu(const wf_kctx *ctx, wf_reduce_op op, const int *axes, int n_axes, bool keepdims,
+                   const wf_tensor *x, wf_tensor *out);
+
+/* The shape wf__reduce_cpu() gives for 'x_shape' (for callers that allocate 'out').
+ * Returns 0 or WF_EINVAL (an axis out of range or repeated) with a message. */
+int wf__reduce_shape(wf_shape x_shape, const int *axes, int n_axes, bool keepdims, wf_shape *out);
+
+int wf__sum_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims, const wf_tensor *x,
+                wf_tensor *out);
+int wf__mean_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims, const wf_tensor *x,
+                 wf_tensor *out);
+int wf__max_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims, const wf_tensor *x,
+                wf_tensor *out);
+int wf__min_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims, const wf_tensor *x,
+                wf_tensor *out);
+int wf__prod_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims, const wf_tensor *x,
+                 wf_tensor *out);
+int wf__argmax_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims,
+                   const wf_tensor *x, wf_tensor *out);
+int wf__logsumexp_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims,
+                      const wf_tensor *x, wf_tensor *out);
+
+/* ---- Matrix products ------------------------------------------------------------------------ */
+
+/* out = op(a) @ op(b), op(t) = t^T (of the last two axes) when the flag is set. a is
+ * [..., M, K] ([..., K, M] transposed), b is [..., K, N] ([..., N, K]); both have rank >= 2
+ * and their batch axes broadcast (NumPy matmul) to out's [..., M, N].
+ * dtypes: f32 (cblas_sgemm), f64 (cblas_dgemm), bf16 and f16 (converted to f32, out
+ * rounded); a, b and out share the dtype. Strided inputs with one unit stride in the last two
+ * axes go to BLAS as they are; others are packed first.
+ * Work is split into tiles of out fixed by the shapes; with ctx->rt they run through
+ * wf_parallel_for, each a single-threaded BLAS call (matmul_cpu.c says which BLAS). */
+int wf__matmul_cpu(const wf_kctx *ctx, bool trans_a, bool trans_b, const wf_tensor *a,
+                   const wf_tensor *b, wf_tensor *out);
+
+/* ---- Shared helpers for the kernel files (ops/ only) ------------------------------------- */
+
+/* Checks that 'out' is a contiguous tensor of dtype 'dt' and shape 'shape'; else sets a
+ * message "<op>: out is <dtype> <shape> but <dtype> <shape> was expected" and returns
+ * WF_EDTYPE, WF_ESHAPE or WF_EINVAL. */
+int wf__kernel_check_out(const char *op, const wf_tensor *out, wf_dtype dt, wf_shape shape);
+
+#endif /* WF_OPS_KERNELS_H */

@@ -1,0 +1,254 @@
+/* ops/matmul_cpu.c: CPU kernel of matmul: 2-D and batched (NumPy broadcasting of the batch
+ * axes), with transpose flags, through BLAS: cblas_sgemm for f32, cblas_dgemm for f64; bf16
+ * and f16 are converted to f32 and back.
+ * Owns: mapping strided operands onto BLAS (a matrix with one unit stride is passed as is,
+ * flipping the transpose flag when it is column-major; any other layout is packed first) and
+ * the tiling of the product.
+ * Invariant (determinism): the output of each batch matrix is cut into MM_TILE_M x MM_TILE_N
+ * tiles fixed by the shapes alone, and each tile is one single-threaded BLAS call over the
+ * whole K; ctx->rt only decides which worker runs which tile, so the bits never depend on it.
+ *
+ * Which BLAS, and why (LESSONS.md, "One thread pool"): weft's workers split big products
+ * into tiles, so BLAS must not start threads of its own inside a tile. Options considered:
+ * - openblas_set_num_threads(1) on the threaded OpenBLAS: process-wide; it would make the
+ *   user's own BLAS calls single-threaded too. Rejected.
+ * - Linking Debian's serial libopenblas.so.0 (openblas-serial/): it has the same SONAME as
+ *   the threaded one, so the dynamic loader keeps whichever of the two a process loads
+ *   first, for everybody: weft could silently get threaded BLAS, or the user serial BLAS.
+ * - Chosen: the serial static archive (libopenblas-serial-dev's libopenblas.a, built with
+ *   USE_THREAD=0 and its buffer-pool lock, so concurrent calls from several workers are
+ *   safe) linked into libweft.so with -Wl,--exclude-libs so none of its symbols are
+ *   exported: weft has a private serial BLAS, and the user's BLAS (any variant, any thread
+ *   count) is untouched. Cost: libweft.so grows by the kernels it pulls in. ops/CMakeLists.txt
+ *   falls back to the system OpenBLAS (WF_BLAS_SERIAL=0) when the archive is missing; then
+ *   each matrix is one BLAS call and weft does not tile.
+ * Not here: the op definition and its gradient; GEMM epilogues (fusion, later). */
+#include "../core/error.h"
+#include "../core/tensor.h"
+#include "kernels.h"
+
+#include <cblas.h>
+
+#include <limits.h>
+#include <string.h>
+
+#ifndef WF_BLAS_SERIAL
+#    define WF_BLAS_SERIAL 0
+#endif
+
+#define MM_TILE_M    256
+#define MM_TILE_N    256
+#define MM_PAR_FLOPS (1 << 22) /* products below this many flops run on the calling thread */
+
+/* One operand as BLAS sees it: a row-major matrix at 'data' + batch offset, leading
+ * dimension 'ld', transposed for BLAS when 'trans'. */
+typedef struct mm_operand {
+    const char *data;
+    int64_t bst[WF_MAX_RANK]; /* strides in elements of out's batch axes (0: broadcast) */
+    bool trans;
+    int64_t ld;
+} mm_operand;
+
+typedef struct mm_plan {
+    wf_dtype dt;
+    int64_t es, M, N, K;
+    int nb_rank;
+    int64_t bdims[WF_MAX_RANK]; /* out's batch axes */
+    int64_t tile_m, tile_n;     /* MM_TILE_M x MM_TILE_N, or whole matrices without serial BLAS */
+    int64_t tiles_m, tiles_n, n_items;
+    mm_operand a, b;
+    char *c;
+} mm_plan;
+
+/* Places a (rows x cols) matrix with strides (sr, sc) for BLAS with the user's 'trans'.
+ * Returns false when it has no unit stride (it must be packed). */
+static bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool trans,
+                        mm_operand *op)
+{
+    int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
+    if ((cols <= 1 || sc == 1) && (rows <= 1 || sr >= c1)) { /* row-major */
+        op->trans = trans;
+        op->ld = rows <= 1 ? c1 : sr;
+    } else if ((rows <= 1 || sr == 1) && (cols <= 1 || sc >= r1)) { /* column-major */
+        op->trans = !trans;
+        op->ld = cols <= 1 ? r1 : sc;
+    } else {
+        return false;
+    }
+    return op->ld <= INT_MAX;
+}
+
+/* One tile: item 'k' is (batch, tile row, tile column) in row-major order. */
+static int tile(void *ctx, int64_t lo, int64_t hi)
+{
+    const mm_plan *pl = ctx;
+    for (int64_t k = lo; k < hi; k++) {
+        int64_t tn = k % pl->tiles_n, tm = (k / pl->tiles_n) % pl->tiles_m;
+        int64_t batch = k / pl->tiles_n / pl->tiles_m, rem = batch, aoff = 0, boff = 0;
+        for (int d = pl->nb_rank - 1; d >= 0; d--) {
+            int64_t i = rem % pl->bdims[d];
+            rem /= pl->bdims[d];
+            aoff += i * pl->a.bst[d];
+            boff += i * pl->b.bst[d];
+        }
+        int64_t m0 = tm * pl->tile_m, n0 = tn * pl->tile_n;
+        int64_t mt = pl->M - m0 < pl->tile_m ? pl->M - m0 : pl->tile_m;
+        int64_t nt = pl->N - n0 < pl->tile_n ? pl->N - n0 : pl->tile_n;
+        /* Row m0 of op(a): row m0 of a stored as is, column m0 of a stored transposed. */
+        aoff += pl->a.trans ? m0 : m0 * pl->a.ld;
+        boff += pl->b.trans ? n0 * pl->b.ld : n0;
+        char *c = pl->c + ((batch * pl->M + m0) * pl->N + n0) * pl->es;
+        CBLAS_TRANSPOSE ta = pl->a.trans ? CblasTrans : CblasNoTrans;
+        CBLAS_TRANSPOSE tb = pl->b.trans ? CblasTrans : CblasNoTrans;
+        if (pl->dt == WF_F32)
+            cblas_sgemm(CblasRowMajor, ta, tb, (int)mt, (int)nt, (int)pl->K, 1.0f,
+                        (const float *)pl->a.data + aoff, (int)pl->a.ld,
+                        (const float *)pl->b.data + boff, (int)pl->b.ld, 0.0f, (float *)c,
+                        (int)pl->N);
+        else
+            cblas_dgemm(CblasRowMajor, ta, tb, (int)mt, (int)nt, (int)pl->K, 1.0,
+                        (const double *)pl->a.data + aoff, (int)pl->a.ld,
+                        (const double *)pl->b.data + boff, (int)pl->b.ld, 0.0, (double *)c,
+                        (int)pl->N);
+    }
+    return 0;
+}
+
+/* A contiguous copy of 't' as 'dt' (a packed operand, or a bf16/f16 one as f32). */
+static int convert(const wf_kctx *ctx, const wf_tensor *t, wf_dtype dt, wf_tensor **out)
+{
+    *out = wf__tensor_alloc(dt, t->shape);
+    if (!*out)
+        return WF_ENOMEM;
+    int rc = wf__cast_cpu(ctx, t, *out);
+    if (rc < 0) {
+        wf_tensor_release(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* bf16 and f16: the product of f32 copies, rounded into 'out'. */
+static int matmul_half(const wf_kctx *ctx, bool trans_a, bool trans_b, const wf_tensor *a,
+                       const wf_tensor *b, wf_tensor *out)
+{
+    wf_tensor *fa = NULL, *fb = NULL, *fc = NULL;
+    int rc = convert(ctx, a, WF_F32, &fa);
+    if (rc >= 0)
+        rc = convert(ctx, b, WF_F32, &fb);
+    if (rc >= 0 && !(fc = wf__tensor_alloc(WF_F32, out->shape)))
+        rc = WF_ENOMEM;
+    if (rc >= 0)
+        rc = wf__matmul_cpu(ctx, trans_a, trans_b, fa, fb, fc);
+    if (rc >= 0)
+        rc = wf__cast_cpu(ctx, fc, out);
+    wf_tensor_release(fa);
+    wf_tensor_release(fb);
+    wf_tensor_release(fc);
+    return rc;
+}
+
+int wf__matmul_cpu(const wf_kctx *ctx, bool trans_a, bool trans_b, const wf_tensor *a,
+                   const wf_tensor *b, wf_tensor *out)
+{
+    char sa[160], sb[160];
+    if (!a || !b || !out)
+        return wf__err(WF_EINVAL, "matmul: %s is NULL", !a ? "a" : !b ? "b" : "out");
+    if (a->dtype != b->dtype)
+        return wf__err(WF_EDTYPE, "matmul: a is %s but b is %s", wf_dtype_name(a->dtype),
+                       wf_dtype_name(b->dtype));
+    wf_dtype dt = a->dtype;
+    if (dt != WF_F32 && dt != WF_F64 && dt != WF_BF16 && dt != WF_F16)
+        return wf__err(WF_EDTYPE, "matmul: a and b are %s; matmul takes f32, f64, bf16, f16",
+                       wf_dtype_name(dt));
+    int ra = a->shape.rank, rb = b->shape.rank;
+    if (ra < 2 || rb < 2)
+        return wf__err(WF_ESHAPE, "matmul: a is %s and b is %s; both need rank >= 2",
+                       wf_shape_str(a->shape, sa, sizeof sa),
+                       wf_shape_str(b->shape, sb, sizeof sb));
+    int64_t M = a->shape.dims[ra - (trans_a ? 1 : 2)], K = a->shape.dims[ra - (trans_a ? 2 : 1)];
+    int64_t Kb = b->shape.dims[rb - (trans_b ? 1 : 2)], N = b->shape.dims[rb - (trans_b ? 2 : 1)];
+    if (K != Kb)
+        return wf__err(WF_ESHAPE,
+                       "matmul: a is %s%s but b is %s%s: inner dimensions %lld and %lld differ",
+                       wf_shape_str(a->shape, sa, sizeof sa), trans_a ? " (transposed)" : "",
+                       wf_shape_str(b->shape, sb, sizeof sb), trans_b ? " (transposed)" : "",
+                       (long long)K, (long long)Kb);
+    /* Batch axes: NumPy broadcasting of a's and b's leading axes. */
+    mm_plan pl = { .dt = dt, .M = M, .N = N, .K = K };
+    int na = ra - 2, nbb = rb - 2, nb = na > nbb ? na : nbb;
+    wf_shape oshape = { .rank = nb + 2 };
+    for (int d = 0; d < nb; d++) {
+        int ia = d - (nb - na), ib = d - (nb - nbb);
+        int64_t x = ia >= 0 ? a->shape.dims[ia] : 1, y = ib >= 0 ? b->shape.dims[ib] : 1;
+        if (x != y && x != 1 && y != 1)
+            return wf__err(WF_ESHAPE, "matmul: a is %s and b is %s: batch axes do not broadcast",
+                           wf_shape_str(a->shape, sa, sizeof sa),
+                           wf_shape_str(b->shape, sb, sizeof sb));
+        oshape.dims[d] = pl.bdims[d] = x == 1 ? y : x;
+    }
+    oshape.dims[nb] = M;
+    oshape.dims[nb + 1] = N;
+    int rc = wf__kernel_check_out("matmul", out, dt, oshape);
+    if (rc < 0)
+        return rc;
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        return wf__err(WF_EINVAL, "matmul: a is %s and b is %s: a dimension exceeds BLAS's int",
+                       wf_shape_str(a->shape, sa, sizeof sa),
+                       wf_shape_str(b->shape, sb, sizeof sb));
+    if (dt == WF_BF16 || dt == WF_F16)
+        return matmul_half(ctx, trans_a, trans_b, a, b, out);
+    if (out->numel == 0)
+        return 0;
+    pl.es = (int64_t)wf_dtype_size(dt);
+    if (K == 0) {
+        memset(out->data, 0, (size_t)out->numel * (size_t)pl.es);
+        return 0;
+    }
+
+    /* Operands without a unit stride in their matrix axes are packed (row-major copies). */
+    wf_tensor *packed[2] = { NULL, NULL };
+    const wf_tensor *ops[2] = { a, b };
+    mm_operand *mo[2] = { &pl.a, &pl.b };
+    bool tr[2] = { trans_a, trans_b };
+    for (int i = 0; i < 2 && rc >= 0; i++) {
+        const wf_tensor *t = ops[i];
+        int r = t->shape.rank;
+        if (!blas_layout(t->shape.dims[r - 2], t->shape.dims[r - 1], t->strides[r - 2],
+                         t->strides[r - 1], tr[i], mo[i])) {
+            rc = convert(ctx, t, dt, &packed[i]);
+            if (rc < 0)
+                break;
+            t = packed[i];
+            (void)blas_layout(t->shape.dims[r - 2], t->shape.dims[r - 1], t->strides[r - 2],
+                              t->strides[r - 1], tr[i], mo[i]);
+        }
+        mo[i]->data = t->data;
+        int n_own = r - 2;
+        for (int d = 0; d < nb; d++) {
+            int td = d - (nb - n_own);
+            mo[i]->bst[d] = td < 0 || t->shape.dims[td] == 1 ? 0 : t->strides[td];
+        }
+    }
+    if (rc >= 0) {
+        pl.nb_rank = nb;
+        pl.c = out->data;
+        int64_t nbatch = 1;
+        for (int d = 0; d < nb; d++)
+            nbatch *= pl.bdims[d];
+        /* Without a private serial BLAS, one call per matrix: BLAS threads split it. */
+        pl.tile_m = WF_BLAS_SERIAL ? MM_TILE_M : M;
+        pl.tile_n = WF_BLAS_SERIAL ? MM_TILE_N : N;
+        pl.tiles_m = (M + pl.tile_m - 1) / pl.tile_m;
+        pl.tiles_n = (N + pl.tile_n - 1) / pl.tile_n;
+        pl.n_items = nbatch * pl.tiles_m * pl.tiles_n;
+        double flops = 2.0 * (double)nbatch * (double)M * (double)N * (double)K;
+        if (WF_BLAS_SERIAL && ctx && ctx->rt && pl.n_items > 1 && flops >= MM_PAR_FLOPS)
+            rc = wf_parallel_for(ctx->rt, 0, pl.n_items, 1, tile, &pl);
+        else
+            rc = tile(&pl, 0, pl.n_items);
+    }
+    wf_tensor_release(packed[0]);
+    wf_tensor_release(packed[1]);
+    return rc;
+}

@@ -1,0 +1,502 @@
+/* ops/reduce_cpu.c: CPU kernels of the reductions: sum, mean, max, min, prod, argmax and
+ * logsumexp over any set of axes, with keepdims.
+ * Owns: the reduction plan: the kept axes (their row-major order is the output's) and the
+ * reduced axes (size-1 axes dropped, contiguous neighbours merged, which keeps the row-major
+ * order of the reduced sub-block that argmax reports positions in).
+ * Invariant (determinism): the reduced range of every output element is cut into fixed
+ * blocks of RD_BLOCK positions; each block gives a partial (accumulated in runs along the
+ * innermost reduced axis, unit-stride runs in 8 fixed lanes), and the partials are combined
+ * in block order. Which worker computes a block never changes its bits, so results do not
+ * depend on ctx->rt or its worker count; wf_parallel_for only decides who computes what.
+ * Floating sums and products accumulate in f64, integer ones in wrapping 64-bit.
+ * Not here: elementwise kernels and the shared output check (elementwise_cpu.c).
+ * TODO(#ops-reduce-columns): a reduction whose innermost input axis is kept (column sums of
+ * a row-major matrix) walks each column with a large stride; accumulating whole rows into a
+ * row of partials would read memory once. */
+#include "../core/error.h"
+#include "../core/tensor.h"
+#include "kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define RD_BLOCK   4096  /* reduced positions per partial: fixed, never from the worker count */
+#define RD_PAR_MIN 32768 /* a runtime splits reductions of more input elements than this */
+
+/* One partial: floating ops use 'v' (and 's' for logsumexp's sum), integer ops 'iv';
+ * max, min and argmax keep the position of their value in 'idx' (-1: none yet). */
+typedef struct acc {
+    double v, s;
+    int64_t iv, idx;
+} acc;
+
+/* Folds 'n' elements at 'p' (stride 's' elements; the first is at reduced position 'pos'). */
+typedef void (*rd_fn)(acc *a, const char *p, int64_t s, int64_t n, int64_t pos);
+
+/* Better: larger, or the first NaN. Ties keep the earlier position. */
+#define MAX_WINS(v, m, idx) ((idx) < 0 || (v) > (m) || ((v) != (v) && (m) == (m)))
+#define MIN_WINS(v, m, idx) ((idx) < 0 || (v) < (m) || ((v) != (v) && (m) == (m)))
+
+/* The run loops, once per dtype: T the element type, LOAD its value as double (or int64). */
+#define RD_FLOAT_RUNS(sfx, T, LOAD)                                                  \
+    static void sum_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
+    {                                                                                \
+        const T *x = (const T *)p;                                                   \
+        double t = 0;                                                                \
+        if (s == 1) {                                                                \
+            double l[8] = { 0 };                                                     \
+            int64_t i = 0;                                                           \
+            for (; i + 8 <= n; i += 8)                                               \
+                for (int j = 0; j < 8; j++)                                          \
+                    l[j] += LOAD(x[i + j]);                                          \
+            for (; i < n; i++)                                                       \
+                l[0] += LOAD(x[i]);                                                  \
+            t = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));   \
+        } else {                                                                     \
+            for (int64_t i = 0; i < n; i++)                                          \
+                t += LOAD(x[i * s]);                                                 \
+        }                                                                            \
+        a->v += t;                                                                   \
+    }                                                                                \
+    static void prod_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos) \
+    {                                                                                \
+        const T *x = (const T *)p;                                                   \
+        for (int64_t i = 0; i < n; i++)                                              \
+            a->v *= LOAD(x[i * s]);                                                  \
+    }                                                                                \
+    static void max_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
+    {                                                                                \
+        const T *x = (const T *)p;                                                   \
+        for (int64_t i = 0; i < n; i++) {                                            \
+            double v = LOAD(x[i * s]);                                               \
+            if (MAX_WINS(v, a->v, a->idx)) {                                         \
+                a->v = v;                                                            \
+                a->idx = pos + i;                                                    \
+            }                                                                        \
+        }                                                                            \
+    }                                                                                \
+    static void min_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
+    {                                                                                \
+        const T *x = (const T *)p;                                                   \
+        for (int64_t i = 0; i < n; i++) {                                            \
+            double v = LOAD(x[i * s]);                                               \
+            if (MIN_WINS(v, a->v, a->idx)) {                                         \
+                a->v = v;                                                            \
+                a->idx = pos + i;                                                    \
+            }                                                                        \
+        }                                                                            \
+    }                                                                                \
+    static void lse_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
+    {                                                                                \
+        const T *x = (const T *)p;                                                   \
+        double t = 0, m = a->v;                                                      \
+        for (int64_t i = 0; i < n; i++)                                              \
+            t += exp(LOAD(x[i * s]) - m);                                            \
+        a->s += t;                                                                   \
+    }
+
+#define RD_INT_RUNS(sfx, T)                                                          \
+    static void sum_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
+    {                                                                                \
+        const T *x = (const T *)p;                                                   \
+        uint64_t t = 0;                                                              \
+        for (int64_t i = 0; i < n; i++)                                              \
+            t += (uint64_t)(int64_t)x[i * s];                                        \
+        a->iv = (int64_t)((uint64_t)a->iv + t);                                      \
+    }                                                                                \
+    static void prod_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos) \
+    {                                                                                \
+        const T *x = (const T *)p;                                                   \
+        uint64_t t = (uint64_t)a->iv;                                                \
+        for (int64_t i = 0; i < n; i++)                                              \
+            t *= (uint64_t)(int64_t)x[i * s];                                        \
+        a->iv = (int64_t)t;                                                          \
+    }                                                                                \
+    static void max_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
+    {                                                                                \
+        const T *x = (const T *)p;                                                   \
+        for (int64_t i = 0; i < n; i++) {                                            \
+            int64_t v = x[i * s];                                                    \
+            if (a->idx < 0 || v > a->iv) {                                           \
+                a->iv = v;                                                           \
+                a->idx = pos + i;                                                    \
+            }                                                                        \
+        }                                                                            \
+    }                                                                                \
+    static void min_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
+    {                                                                                \
+        const T *x = (const T *)p;                                                   \
+        for (int64_t i = 0; i < n; i++) {                                            \
+            int64_t v = x[i * s];                                                    \
+            if (a->idx < 0 || v < a->iv) {                                           \
+                a->iv = v;                                                           \
+                a->idx = pos + i;                                                    \
+            }                                                                        \
+        }                                                                            \
+    }
+
+#define LOAD_F32(x)  ((double)(x))
+#define LOAD_F64(x)  (x)
+#define LOAD_BF16(x) ((double)wf__bf16_to_f32(x))
+#define LOAD_F16(x)  ((double)wf__f16_to_f32(x))
+RD_FLOAT_RUNS(f32, float, LOAD_F32)
+RD_FLOAT_RUNS(f64, double, LOAD_F64)
+RD_FLOAT_RUNS(bf16, uint16_t, LOAD_BF16)
+RD_FLOAT_RUNS(f16, uint16_t, LOAD_F16)
+RD_INT_RUNS(i32, int32_t)
+RD_INT_RUNS(i64, int64_t)
+
+enum { K_SUM, K_PROD, K_MAX, K_MIN, K_LSE, K_COUNT };
+
+enum { D_F32, D_F64, D_BF16, D_F16, D_I32, D_I64, D_COUNT };
+
+#define RD_ROW(sfx)                                            \
+    {                                                          \
+        sum_##sfx, prod_##sfx, max_##sfx, min_##sfx, lse_##sfx \
+    }
+#define RD_IROW(sfx)                                      \
+    {                                                     \
+        sum_##sfx, prod_##sfx, max_##sfx, min_##sfx, NULL \
+    }
+static const rd_fn rd_fns[D_COUNT][K_COUNT] = {
+    [D_F32] = RD_ROW(f32), [D_F64] = RD_ROW(f64),  [D_BF16] = RD_ROW(bf16),
+    [D_F16] = RD_ROW(f16), [D_I32] = RD_IROW(i32), [D_I64] = RD_IROW(i64),
+};
+
+static int dtype_index(wf_dtype dt)
+{
+    switch (dt) {
+    case WF_F32:
+        return D_F32;
+    case WF_F64:
+        return D_F64;
+    case WF_BF16:
+        return D_BF16;
+    case WF_F16:
+        return D_F16;
+    case WF_I32:
+        return D_I32;
+    case WF_I64:
+        return D_I64;
+    default:
+        return -1;
+    }
+}
+
+/* The run loop each op folds with (logsumexp: the maximum first, then lse_*). */
+static const int reduce_kind[WF_REDUCE_COUNT] = {
+    [WF_REDUCE_SUM] = K_SUM,       [WF_REDUCE_MEAN] = K_SUM,  [WF_REDUCE_MAX] = K_MAX,
+    [WF_REDUCE_MIN] = K_MIN,       [WF_REDUCE_PROD] = K_PROD, [WF_REDUCE_ARGMAX] = K_MAX,
+    [WF_REDUCE_LOGSUMEXP] = K_MAX,
+};
+
+static const char *const reduce_names[WF_REDUCE_COUNT] = {
+    "sum", "mean", "max", "min", "prod", "argmax", "logsumexp",
+};
+
+/* ---- The plan -------------------------------------------------------------------------------- */
+
+typedef struct rd_plan {
+    wf_reduce_op op;
+    bool is_int;
+    int kr, rr; /* kept and reduced ranks after dropping size-1 axes */
+    int64_t kdims[WF_MAX_RANK], kst[WF_MAX_RANK]; /* strides in elements */
+    int64_t rdims[WF_MAX_RANK], rst[WF_MAX_RANK];
+    int64_t nout, m, nblocks;
+    const char *base;
+    int64_t es;
+    rd_fn pass1, pass2; /* pass2: logsumexp's sum of exponentials */
+    acc *part;          /* nout * nblocks partials; NULL when nblocks <= 1 */
+    wf_tensor *out;
+} rd_plan;
+
+/* Marks the reduced axes of a rank-'rank' shape in 'mask'; fails on a bad or repeated axis. */
+static int axes_mask(const char *op, wf_shape s, const int *axes, int n_axes, bool *mask)
+{
+    for (int d = 0; d < s.rank; d++)
+        mask[d] = axes == NULL;
+    if (!axes)
+        return 0;
+    char sb[160];
+    if (n_axes < 0 || n_axes > s.rank)
+        return wf__err(WF_EINVAL, "%s: %d axes given for a tensor of shape %s", op, n_axes,
+                       wf_shape_str(s, sb, sizeof sb));
+    for (int i = 0; i < n_axes; i++) {
+        int a = axes[i] < 0 ? axes[i] + s.rank : axes[i];
+        if (a < 0 || a >= s.rank)
+            return wf__err(WF_EINVAL, "%s: axis %d is out of range for shape %s", op, axes[i],
+                           wf_shape_str(s, sb, sizeof sb));
+        if (mask[a])
+            return wf__err(WF_EINVAL, "%s: axis %d is given twice for shape %s", op, axes[i],
+                           wf_shape_str(s, sb, sizeof sb));
+        mask[a] = true;
+    }
+    return 0;
+}
+
+int wf__reduce_shape(wf_shape x_shape, const int *axes, int n_axes, bool keepdims, wf_shape *out)
+{
+    bool mask[WF_MAX_RANK];
+    if (x_shape.rank < 0 || x_shape.rank > WF_MAX_RANK || !out)
+        return wf__err(WF_EINVAL, "reduce: bad shape rank %d or NULL out", x_shape.rank);
+    int rc = axes_mask("reduce", x_shape, axes, n_axes, mask);
+    if (rc < 0)
+        return rc;
+    wf_shape r = { .rank = 0 };
+    for (int d = 0; d < x_shape.rank; d++) {
+        if (!mask[d])
+            r.dims[r.rank++] = x_shape.dims[d];
+        else if (keepdims)
+            r.dims[r.rank++] = 1;
+    }
+    *out = r;
+    return 0;
+}
+
+static void acc_init(const rd_plan *pl, acc *a)
+{
+    a->v = pl->op == WF_REDUCE_PROD ? 1.0 : 0.0;
+    a->s = 0;
+    a->iv = pl->op == WF_REDUCE_PROD ? 1 : 0;
+    a->idx = -1;
+    if (pl->op == WF_REDUCE_LOGSUMEXP)
+        a->v = -INFINITY;
+}
+
+/* Folds reduced positions [lo, hi) of the sub-block at 'base' with 'fn'. */
+static void fold(const rd_plan *pl, const char *base, int64_t lo, int64_t hi, rd_fn fn, acc *a)
+{
+    int last = pl->rr - 1;
+    int64_t idx[WF_MAX_RANK], rem = lo, off = 0;
+    for (int d = last; d >= 0; d--) {
+        idx[d] = rem % pl->rdims[d];
+        rem /= pl->rdims[d];
+        off += idx[d] * pl->rst[d];
+    }
+    for (int64_t pos = lo; pos < hi;) {
+        int64_t n = pl->rdims[last] - idx[last];
+        if (n > hi - pos)
+            n = hi - pos;
+        fn(a, base + off * pl->es, pl->rst[last], n, pos);
+        pos += n;
+        if (pos >= hi)
+            break;
+        off += n * pl->rst[last];
+        idx[last] += n;
+        for (int d = last; d > 0 && idx[d] == pl->rdims[d]; d--) {
+            idx[d] = 0;
+            idx[d - 1]++;
+            off += pl->rst[d - 1] - pl->rdims[d] * pl->rst[d];
+        }
+    }
+}
+
+/* The partial of block 'b' of output 'o'. */
+static void block(const rd_plan *pl, int64_t o, int64_t b, acc *a)
+{
+    int64_t off = 0, rem = o;
+    for (int d = pl->kr - 1; d >= 0; d--) {
+        off += (rem % pl->kdims[d]) * pl->kst[d];
+        rem /= pl->kdims[d];
+    }
+    const char *base = pl->base + off * pl->es;
+    int64_t lo = b * RD_BLOCK, hi = lo + RD_BLOCK < pl->m ? lo + RD_BLOCK : pl->m;
+    acc_init(pl, a);
+    fold(pl, base, lo, hi, pl->pass1, a);
+    if (pl->pass2) {
+        if (isfinite(a->v))
+            fold(pl, base, lo, hi, pl->pass2, a);
+        else /* -inf: every element is -inf (the sum stays 0); +inf or NaN decide alone */
+            a->s = a->v == -INFINITY ? 0 : 1;
+    }
+}
+
+/* Folds partial 'b' into 'a', in block order. */
+static void combine(const rd_plan *pl, acc *a, const acc *b)
+{
+    switch (pl->op) {
+    case WF_REDUCE_SUM:
+    case WF_REDUCE_MEAN:
+        a->v += b->v;
+        a->iv = (int64_t)((uint64_t)a->iv + (uint64_t)b->iv);
+        break;
+    case WF_REDUCE_PROD:
+        a->v *= b->v;
+        a->iv = (int64_t)((uint64_t)a->iv * (uint64_t)b->iv);
+        break;
+    case WF_REDUCE_MAX:
+    case WF_REDUCE_ARGMAX:
+        if (pl->is_int ? a->idx < 0 || b->iv > a->iv : MAX_WINS(b->v, a->v, a->idx))
+            *a = *b;
+        break;
+    case WF_REDUCE_MIN:
+        if (pl->is_int ? a->idx < 0 || b->iv < a->iv : MIN_WINS(b->v, a->v, a->idx))
+            *a = *b;
+        break;
+    case WF_REDUCE_LOGSUMEXP: { /* rescale both sums to the larger maximum; NaN wins */
+        double av = a->v, bv = b->v;
+        double m = av != av ? av : bv != bv ? bv : av > bv ? av : bv;
+        if (isfinite(m))
+            a->s = a->s * exp(av - m) + b->s * exp(bv - m);
+        a->v = m;
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* Writes the finished 'a' as output element 'o'. */
+static void finish(const rd_plan *pl, int64_t o, const acc *a)
+{
+    wf_tensor *out = pl->out;
+    char *p = out->data + o * (int64_t)wf_dtype_size(out->dtype);
+    switch (pl->op) {
+    case WF_REDUCE_ARGMAX:
+        *(int64_t *)p = a->idx;
+        return;
+    case WF_REDUCE_MEAN:
+        wf__store_f64(out->dtype, p, a->v / (double)pl->m);
+        return;
+    case WF_REDUCE_LOGSUMEXP:
+        wf__store_f64(out->dtype, p, isfinite(a->v) ? a->v + log(a->s) : a->v);
+        return;
+    default:
+        break;
+    }
+    if (out->dtype == WF_I32)
+        *(int32_t *)p = (int32_t)a->iv;
+    else if (out->dtype == WF_I64)
+        *(int64_t *)p = a->iv;
+    else
+        wf__store_f64(out->dtype, p, a->v);
+}
+
+/* Parallel items: with one block per output, item o computes and writes output o; else item
+ * k computes partial k (output k / nblocks, block k % nblocks). */
+static int items(void *ctx, int64_t lo, int64_t hi)
+{
+    const rd_plan *pl = ctx;
+    for (int64_t k = lo; k < hi; k++) {
+        acc a;
+        if (pl->nblocks == 1) {
+            block(pl, k, 0, &a);
+            finish(pl, k, &a);
+        } else {
+            block(pl, k / pl->nblocks, k % pl->nblocks, &pl->part[k]);
+        }
+    }
+    return 0;
+}
+
+int wf__reduce_cpu(const wf_kctx *ctx, wf_reduce_op op, const int *axes, int n_axes, bool keepdims,
+                   const wf_tensor *x, wf_tensor *out)
+{
+    if ((unsigned)op >= WF_REDUCE_COUNT)
+        return wf__err(WF_EINVAL, "reduce: op %d is not a wf_reduce_op", (int)op);
+    const char *name = reduce_names[op];
+    if (!x)
+        return wf__err(WF_EINVAL, "%s: x is NULL", name);
+    int di = dtype_index(x->dtype);
+    bool is_int = x->dtype == WF_I32 || x->dtype == WF_I64;
+    if (di < 0 || (is_int && (op == WF_REDUCE_MEAN || op == WF_REDUCE_LOGSUMEXP)))
+        return wf__err(WF_EDTYPE, "%s: x is %s, which %s does not support", name,
+                       wf_dtype_name(x->dtype), name);
+    bool mask[WF_MAX_RANK];
+    wf_shape oshape;
+    int rc = axes_mask(name, x->shape, axes, n_axes, mask);
+    if (rc < 0)
+        return rc;
+    rc = wf__reduce_shape(x->shape, axes, n_axes, keepdims, &oshape);
+    if (rc < 0)
+        return rc;
+    rc = wf__kernel_check_out(name, out, op == WF_REDUCE_ARGMAX ? WF_I64 : x->dtype, oshape);
+    if (rc < 0)
+        return rc;
+
+    rd_plan pl = { .op = op, .is_int = is_int, .base = x->data, .out = out };
+    pl.es = (int64_t)wf_dtype_size(x->dtype);
+    pl.nout = 1;
+    pl.m = 1;
+    for (int d = 0; d < x->shape.rank; d++) {
+        int64_t dim = x->shape.dims[d], st = x->strides[d];
+        if (!mask[d]) {
+            pl.nout *= dim;
+            if (dim != 1) {
+                pl.kdims[pl.kr] = dim;
+                pl.kst[pl.kr++] = st;
+            }
+        } else {
+            pl.m *= dim;
+            if (dim == 1)
+                continue;
+            if (pl.rr > 0 && pl.rst[pl.rr - 1] == st * dim) { /* merge: order is kept */
+                pl.rdims[pl.rr - 1] *= dim;
+                pl.rst[pl.rr - 1] = st;
+            } else {
+                pl.rdims[pl.rr] = dim;
+                pl.rst[pl.rr++] = st;
+            }
+        }
+    }
+    if (pl.rr == 0) { /* nothing left to reduce: one position per output */
+        pl.rdims[0] = 1;
+        pl.rst[0] = 0;
+        pl.rr = 1;
+    }
+    if (pl.nout == 0)
+        return 0;
+    if (pl.m == 0) {
+        if (op == WF_REDUCE_MAX || op == WF_REDUCE_MIN || op == WF_REDUCE_ARGMAX) {
+            char s[160];
+            return wf__err(WF_EINVAL, "%s: x %s has an empty reduced range; %s has no identity",
+                           name, wf_shape_str(x->shape, s, sizeof s), name);
+        }
+        for (int64_t o = 0; o < pl.nout; o++) {
+            acc a;
+            acc_init(&pl, &a);
+            finish(&pl, o, &a);
+        }
+        return 0;
+    }
+    pl.pass1 = rd_fns[di][reduce_kind[op]];
+    pl.pass2 = op == WF_REDUCE_LOGSUMEXP ? rd_fns[di][K_LSE] : NULL;
+    pl.nblocks = (pl.m + RD_BLOCK - 1) / RD_BLOCK;
+    int64_t n_items = pl.nout * pl.nblocks;
+    if (pl.nblocks > 1) {
+        pl.part = malloc((size_t)n_items * sizeof *pl.part);
+        if (!pl.part)
+            return wf__err(WF_ENOMEM, "%s: no memory for %lld partials", name, (long long)n_items);
+    }
+    int64_t per_item = pl.m < RD_BLOCK ? pl.m : RD_BLOCK;
+    if (ctx && ctx->rt && pl.nout * pl.m > RD_PAR_MIN) {
+        int64_t grain = RD_PAR_MIN / 2 / per_item;
+        rc = wf_parallel_for(ctx->rt, 0, n_items, grain > 0 ? grain : 1, items, &pl);
+    } else {
+        rc = items(&pl, 0, n_items);
+    }
+    if (rc >= 0 && pl.part) {
+        for (int64_t o = 0; o < pl.nout; o++) {
+            acc a = pl.part[o * pl.nblocks];
+            for (int64_t b = 1; b < pl.nblocks; b++)
+                combine(&pl, &a, &pl.part[o * pl.nblocks + b]);
+            finish(&pl, o, &a);
+        }
+    }
+    free(pl.part);
+    return rc;
+}
+
+#define REDUCE_ENTRY(name, OP)                                                           \
+    int wf__##name##_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims, \
+                         const wf_tensor *x, wf_tensor *out)                             \
+    {                                                                                    \
+        return wf__reduce_cpu(ctx, WF_REDUCE_##OP, axes, n_axes, keepdims, x, out);      \
+    }
+REDUCE_ENTRY(sum, SUM)
+REDUCE_ENTRY(mean, MEAN)
+REDUCE_ENTRY(max, MAX)
+REDUCE_ENTRY(min, MIN)
+REDUCE_ENTRY(prod, PROD)
+REDUCE_ENTRY(argmax, ARGMAX)
+REDUCE_ENTRY(logsumexp, LOGSUMEXP)
