@@ -28,9 +28,10 @@
 #define WF_NODE_INLINE_INPUTS 4
 
 /* Attributes of a node: one fixed bag that covers every built-in op, so nodes need no
- * per-op allocation and passes can copy and compare attributes with memcpy/memcmp
- * (constructors start from '(wf_attrs){ 0 }', so padding is zero). A field means what the
- * op that reads it says; zero means "default" where the op's doc says so. */
+ * per-op types, passes copy and compare attributes with memcpy/memcmp (CSE: same op, same
+ * inputs, equal bags), and a graph stores equal bags once. Start from '(wf_attrs){ 0 }' or
+ * memset() so that padding is zero (garbage there is harmless but defeats sharing). A field
+ * means what the op that reads it says; zero means "default" where the op's doc says so. */
 typedef struct wf_attrs {
     /* matmul: transpose a and/or b before multiplying. */
     bool transpose_a, transpose_b;
@@ -65,8 +66,8 @@ typedef struct wf_attrs {
     wf_init init;
 } wf_attrs;
 
-/* A source location: file (a string that outlives the graph, e.g. __FILE__; the graph keeps
- * its own copy) and line; file NULL and line 0 when unknown. */
+/* A source location: file (e.g. __FILE__; the graph copies it when the node is made) and
+ * line; file NULL and line 0 when unknown. */
 typedef struct wf_srcloc {
     const char *file;
     int line;
@@ -121,7 +122,15 @@ wf_node *wf__node_add(wf_graph *g, const wf_op_def *op, wf_node *const *inputs, 
 wf_node *wf__node_add_ex(wf_graph *g, const wf_op_def *op, const char *name, wf_node *const *inputs,
                          int n_inputs, const wf_attrs *attrs, wf_srcloc loc);
 
-/* Returns this thread's pending source location and forgets it ({NULL, 0} when none). */
+/* Returns this thread's innermost pending source location and forgets it ({NULL, 0} when
+ * none). Pending locations are a stack (constructor macros nest: in
+ * 'wf_add(g, wf_matmul(g, x, w), b)' both record one, and matmul's node is made first), so
+ * the rule for every constructor that a public macro wraps is: consume exactly one pending
+ * location on every path. wf__node_add(), wf__graph_fail() and wf__node_fail() each consume
+ * one; a constructor that returns early without them, or that adds several nodes, calls
+ * wf__srcloc_take() once itself (and passes the result to wf__node_add_ex()). A constructor
+ * that consumes none leaves a stale location for a later node; one that consumes two
+ * steals its caller's. */
 wf_srcloc wf__srcloc_take(void);
 
 /* Adds an "ordered after" edge: 'n' runs after 'before' has finished. Both must be of the
@@ -136,8 +145,10 @@ int wf__node_add_control(wf_node *n, wf_node *before);
  * thread's message. */
 int wf__graph_fail(wf_graph *g, int code, const char *fmt, ...) WF_PRINTF(3, 4);
 
-/* Records an error about node 'n' (or about a node being built: 'n' may be NULL) as
- * "<op> '<name>' (<file>:<line>): <detail>", as wf__graph_fail() does. */
+/* Records an error about node 'n' on its graph as "<op> '<name>' (<file>:<line>): <detail>",
+ * as wf__graph_fail() does (first error kept, thread message set, pending location
+ * forgotten); returns 'code'. For kernels and passes that find a problem with an existing
+ * node. 'n' NULL: only the thread's message, without a prefix. */
 int wf__node_fail(wf_node *n, int code, const char *fmt, ...) WF_PRINTF(3, 4);
 
 /* How an eager graph computes a node's value: 'fn(ctx, n)' sets n->value (owned by the node)

@@ -72,7 +72,7 @@ static void cost_source(const wf_node *n, double *flops, double *bytes)
 {
     int64_t numel = 1;
     for (int i = 0; i < n->shape.rank; i++)
-        numel *= n->shape.dims[i] > 0 ? n->shape.dims[i] : 1;
+        numel *= n->shape.dims[i] >= 0 ? n->shape.dims[i] : 1; // -1 counts as 1
     *flops = 0;
     *bytes = (double)numel * (double)wf_dtype_size(n->dtype);
 }

@@ -82,7 +82,7 @@ typedef int (*wf_infer_fn)(struct wf_node *n, char *err, size_t errlen);
  * each input of 'n', given 'dy' (the gradient with respect to n's output, same shape and
  * dtype), and writes them into 'dx[0 .. n->n_inputs-1]' (NULL where an input gets no
  * gradient, e.g. integer indices). Returns 0 or a negative wf_status; the graph's error
- * holds the message. The exact contract belongs to grad/ (TODO: the autodiff issue may
+ * holds the message. The exact contract belongs to grad/ (the autodiff issue may
  * refine it); core only keeps the slot. */
 typedef int (*wf_grad_fn)(wf_graph *g, const struct wf_node *n, struct wf_node *dy,
                           struct wf_node **dx);

@@ -561,7 +561,7 @@ static wf_tensor *make_tensor(wf_pool *p, wf_dtype dt, wf_shape shape, size_t by
 
 wf_tensor *wf__pool_tensor_alloc(wf_pool *p, wf_dtype dt, wf_shape shape)
 {
-    size_t bytes;
+    size_t bytes = 0;
     if (!p) {
         wf__err(WF_EINVAL, "wf_pool_tensor: pool is NULL");
         return NULL;
@@ -578,7 +578,7 @@ int wf_pool_tensor(wf_pool *p, wf_dtype dt, wf_shape shape, const void *data, wf
     *out = NULL;
     if (!p)
         return wf__err(WF_EINVAL, "wf_pool_tensor: pool is NULL");
-    size_t bytes;
+    size_t bytes = 0;
     int rc = check_tensor("wf_pool_tensor", dt, shape, &bytes);
     if (rc < 0)
         return rc;

@@ -9,7 +9,9 @@
  * exp, log, tanh, erf, pow stay scalar). bf16 and f16 operands are staged through f32
  * buffers of EW_STAGE elements, so their loops are the f32 ones.
  * Invariants: 'out' is contiguous, so every run's output has unit stride; each element is
- * computed alone, so the bits never depend on how wf_parallel_for splits the range.
+ * computed alone, so the bits never depend on how wf_parallel_for splits the range. The loops
+ * read element i before writing element i and use no 'restrict', so 'out' may be an input
+ * (in place); gcc's runtime overlap check lets that exact alias take the vector path.
  * Not here: reductions (reduce_cpu.c), matrix products (matmul_cpu.c), op definitions. */
 #include "../core/error.h"
 #include "../core/tensor.h"
@@ -286,9 +288,9 @@ static int compute_index(wf_dtype dt)
         typedef TYPE T; /* the names EXPR uses */                                              \
         typedef UTYPE U __attribute__((unused));                                               \
         const T alpha = (T)((const ew_arg *)arg)->alpha;                                       \
-        T *restrict o = (T *)p[0];                                                             \
+        T *o = (T *)p[0];                                                                      \
         if (s[1] == (int64_t)sizeof(T)) {                                                      \
-            const T *restrict x = (const T *)p[1];                                             \
+            const T *x = (const T *)p[1];                                                      \
             for (int64_t i = 0; i < n; i++) {                                                  \
                 T v = x[i];                                                                    \
                 o[i] = (EXPR);                                                                 \
@@ -427,17 +429,17 @@ int wf__leaky_relu_cpu(const wf_kctx *ctx, double alpha, const wf_tensor *x, wf_
     {                                                                                          \
         typedef TYPE T; /* the names EXPR uses */                                              \
         typedef UTYPE U __attribute__((unused));                                               \
-        R *restrict o = (R *)p[0];                                                             \
+        R *o = (R *)p[0];                                                                      \
         const char *ap = p[1], *bp = p[2];                                                     \
         const int64_t sa = s[1], sb = s[2], es = (int64_t)sizeof(T);                           \
         if (sa == es && sb == es) {                                                            \
-            const T *restrict A = (const T *)ap, *restrict B = (const T *)bp;                  \
+            const T *A = (const T *)ap, *B = (const T *)bp;                                    \
             for (int64_t i = 0; i < n; i++) {                                                  \
                 T a = A[i], b = B[i];                                                          \
                 o[i] = (R)(EXPR);                                                              \
             }                                                                                  \
         } else if (sa == es && sb == 0) {                                                      \
-            const T *restrict A = (const T *)ap;                                               \
+            const T *A = (const T *)ap;                                                        \
             const T b = *(const T *)bp;                                                        \
             for (int64_t i = 0; i < n; i++) {                                                  \
                 T a = A[i];                                                                    \
@@ -445,7 +447,7 @@ int wf__leaky_relu_cpu(const wf_kctx *ctx, double alpha, const wf_tensor *x, wf_
             }                                                                                  \
         } else if (sa == 0 && sb == es) {                                                      \
             const T a = *(const T *)ap;                                                        \
-            const T *restrict B = (const T *)bp;                                               \
+            const T *B = (const T *)bp;                                                        \
             for (int64_t i = 0; i < n; i++) {                                                  \
                 T b = B[i];                                                                    \
                 o[i] = (R)(EXPR);                                                              \
@@ -598,10 +600,10 @@ BINARY_ENTRY(ge, GE)
 #define EW_WHERE(name, T)                                                                      \
     static int name(const void *arg, char *const *p, const int64_t *s, int64_t n, int64_t pos) \
     {                                                                                          \
-        T *restrict o = (T *)p[0];                                                             \
+        T *o = (T *)p[0];                                                                      \
         if (s[1] == 1 && s[2] == (int64_t)sizeof(T) && s[3] == (int64_t)sizeof(T)) {           \
-            const uint8_t *restrict c = (const uint8_t *)p[1];                                 \
-            const T *restrict a = (const T *)p[2], *restrict b = (const T *)p[3];              \
+            const uint8_t *c = (const uint8_t *)p[1];                                          \
+            const T *a = (const T *)p[2], *b = (const T *)p[3];                                \
             for (int64_t i = 0; i < n; i++) { /* both loads unconditional: vectorises */       \
                 T av = a[i], bv = b[i];                                                        \
                 o[i] = c[i] ? av : bv;                                                         \
@@ -686,9 +688,9 @@ static inline uint8_t f2u8(double v)
 #define EW_CAST(name, S, D, CONV)                                                              \
     static int name(const void *arg, char *const *p, const int64_t *s, int64_t n, int64_t pos) \
     {                                                                                          \
-        D *restrict o = (D *)p[0];                                                             \
+        D *o = (D *)p[0];                                                                      \
         if (s[1] == (int64_t)sizeof(S)) {                                                      \
-            const S *restrict x = (const S *)p[1];                                             \
+            const S *x = (const S *)p[1];                                                      \
             for (int64_t i = 0; i < n; i++) {                                                  \
                 S v = x[i];                                                                    \
                 o[i] = (CONV);                                                                 \

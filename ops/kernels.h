@@ -8,7 +8,9 @@
  *   contiguous tensor the caller allocated (wf__tensor_alloc) with the result's dtype and
  *   shape; the kernel checks both and returns WF_ESHAPE, WF_EDTYPE or WF_EINVAL with a
  *   message naming the shapes (wf_last_errmsg()) instead of writing anything. 'out' must not
- *   overlap an input.
+ *   overlap an input, except that an elementwise kernel (unary, binary, where, cast) may
+ *   write in place: 'out' may be an input itself (same data, dtype and shape, contiguous),
+ *   for the memory planner's in-place reuse.
  * - Returns 0 or a negative wf_status. Never aborts on bad arguments.
  * - Deterministic: the bits of 'out' depend only on the inputs, never on 'ctx->rt' or its
  *   number of workers (elementwise kernels treat each element alone; reductions use fixed
@@ -183,6 +185,23 @@ int wf__logsumexp_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keep
  * wf_parallel_for, each a single-threaded BLAS call (matmul_cpu.c says which BLAS). */
 int wf__matmul_cpu(const wf_kctx *ctx, bool trans_a, bool trans_b, const wf_tensor *a,
                    const wf_tensor *b, wf_tensor *out);
+
+/* ---- Softmax ------------------------------------------------------------------------------ */
+
+/* out = softmax(x) along 'axis' (negative counts from the end): exp(x - max) / sum, with the
+ * row's maximum subtracted first (stable for any input), computed in f64 and stored rounded.
+ * Floating dtypes; out has x's dtype and shape. A row holding NaN or +inf gives NaN. */
+int wf__softmax_cpu(const wf_kctx *ctx, int axis, const wf_tensor *x, wf_tensor *out);
+
+/* out = log_softmax(x) along 'axis': x - max - log(sum(exp(x - max))). As softmax. */
+int wf__log_softmax_cpu(const wf_kctx *ctx, int axis, const wf_tensor *x, wf_tensor *out);
+
+/* out[i] = -log(softmax(logits[i, :])[labels[i]]) = logsumexp(logits[i, :]) - logits[i, label]
+ * for logits [..., C] (floating) and labels [...] (i32 or i64, values in [0, C)); out is [...]
+ * with the logits' dtype (per-example losses: the caller takes the mean). A label outside
+ * [0, C) fails the call with WF_EINVAL naming the example and the label. */
+int wf__softmax_cross_entropy_cpu(const wf_kctx *ctx, const wf_tensor *logits,
+                                  const wf_tensor *labels, wf_tensor *out);
 
 /* ---- Shared helpers for the kernel files (ops/ only) ------------------------------------- */
 

@@ -9,10 +9,10 @@
  * in block order. Which worker computes a block never changes its bits, so results do not
  * depend on ctx->rt or its worker count; wf_parallel_for only decides who computes what.
  * Floating sums and products accumulate in f64, integer ones in wrapping 64-bit.
- * Not here: elementwise kernels and the shared output check (elementwise_cpu.c).
- * TODO(#ops-reduce-columns): a reduction whose innermost input axis is kept (column sums of
- * a row-major matrix) walks each column with a large stride; accumulating whole rows into a
- * row of partials would read memory once. */
+ * Sums and means down the columns of a row-major matrix take a column path (col_items) that
+ * reads rows in order; it folds every output in the same order as the general path, so the
+ * choice of path never changes a bit.
+ * Not here: elementwise kernels and the shared output check (elementwise_cpu.c). */
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
@@ -22,6 +22,7 @@
 
 #define RD_BLOCK   4096  /* reduced positions per partial: fixed, never from the worker count */
 #define RD_PAR_MIN 32768 /* a runtime splits reductions of more input elements than this */
+#define RD_COLS    256   /* outputs per item of the column path */
 
 /* One partial: floating ops use 'v' (and 's' for logsumexp's sum), integer ops 'iv';
  * max, min and argmax keep the position of their value in 'idx' (-1: none yet). */
@@ -135,6 +136,32 @@ typedef void (*rd_fn)(acc *a, const char *p, int64_t s, int64_t n, int64_t pos);
         }                                                                            \
     }
 
+/* Column sums (see col_items): 'w' adjacent outputs at unit stride, rows [0, n) at stride
+ * 'rs'. Each tmp[j] takes its rows in order from 0, exactly as sum_* folds one strided run,
+ * so the column path gives the bits of the general one. */
+typedef void (*rd_cols_fn)(const char *p, int64_t rs, int64_t n, int64_t w, void *tmp);
+#define RD_COLS_FN(sfx, T, LOAD, A)                                                    \
+    static void cols_##sfx(const char *p, int64_t rs, int64_t n, int64_t w, void *tmp) \
+    {                                                                                  \
+        const T *x = (const T *)p;                                                     \
+        A *t = tmp;                                                                    \
+        int64_t r = 0;                                                                 \
+        for (; r + 4 <= n; r += 4) { /* four rows per pass over t, still in order */   \
+            const T *x0 = x + r * rs, *x1 = x0 + rs, *x2 = x1 + rs, *x3 = x2 + rs;     \
+            for (int64_t j = 0; j < w; j++) {                                          \
+                A v = t[j];                                                            \
+                v += (A)LOAD(x0[j]);                                                   \
+                v += (A)LOAD(x1[j]);                                                   \
+                v += (A)LOAD(x2[j]);                                                   \
+                v += (A)LOAD(x3[j]);                                                   \
+                t[j] = v;                                                              \
+            }                                                                          \
+        }                                                                              \
+        for (; r < n; r++)                                                             \
+            for (int64_t j = 0; j < w; j++)                                            \
+                t[j] += (A)LOAD(x[r * rs + j]);                                        \
+    }
+
 #define LOAD_F32(x)  ((double)(x))
 #define LOAD_F64(x)  (x)
 #define LOAD_BF16(x) ((double)wf__bf16_to_f32(x))
@@ -145,6 +172,13 @@ RD_FLOAT_RUNS(bf16, uint16_t, LOAD_BF16)
 RD_FLOAT_RUNS(f16, uint16_t, LOAD_F16)
 RD_INT_RUNS(i32, int32_t)
 RD_INT_RUNS(i64, int64_t)
+#define LOAD_INT(x) ((uint64_t)(int64_t)(x))
+RD_COLS_FN(f32, float, LOAD_F32, double)
+RD_COLS_FN(f64, double, LOAD_F64, double)
+RD_COLS_FN(bf16, uint16_t, LOAD_BF16, double)
+RD_COLS_FN(f16, uint16_t, LOAD_F16, double)
+RD_COLS_FN(i32, int32_t, LOAD_INT, uint64_t)
+RD_COLS_FN(i64, int64_t, LOAD_INT, uint64_t)
 
 enum { K_SUM, K_PROD, K_MAX, K_MIN, K_LSE, K_COUNT };
 
@@ -161,6 +195,11 @@ enum { D_F32, D_F64, D_BF16, D_F16, D_I32, D_I64, D_COUNT };
 static const rd_fn rd_fns[D_COUNT][K_COUNT] = {
     [D_F32] = RD_ROW(f32), [D_F64] = RD_ROW(f64),  [D_BF16] = RD_ROW(bf16),
     [D_F16] = RD_ROW(f16), [D_I32] = RD_IROW(i32), [D_I64] = RD_IROW(i64),
+};
+
+static const rd_cols_fn rd_cols[D_COUNT] = {
+    [D_F32] = cols_f32, [D_F64] = cols_f64, [D_BF16] = cols_bf16,
+    [D_F16] = cols_f16, [D_I32] = cols_i32, [D_I64] = cols_i64,
 };
 
 static int dtype_index(wf_dtype dt)
@@ -206,6 +245,8 @@ typedef struct rd_plan {
     const char *base;
     int64_t es;
     rd_fn pass1, pass2; /* pass2: logsumexp's sum of exponentials */
+    rd_cols_fn cols;    /* the column path's loop, or NULL */
+    int64_t col_chunks; /* column path: chunks of RD_COLS outputs per row of outputs */
     acc *part;          /* nout * nblocks partials; NULL when nblocks <= 1 */
     wf_tensor *out;
 } rd_plan;
@@ -389,6 +430,48 @@ static int items(void *ctx, int64_t lo, int64_t hi)
     return 0;
 }
 
+/* The column path, for sum and mean over one (merged) reduced axis whose innermost kept axis
+ * has unit stride (a bias gradient: [batch, n] summed over the batch). The general path
+ * would walk each column down a large stride; here item k sums a chunk of RD_COLS adjacent
+ * outputs row by row, reading memory once, block by block as the general path does. */
+static int col_items(void *ctx, int64_t lo, int64_t hi)
+{
+    const rd_plan *pl = ctx;
+    int64_t nlast = pl->kdims[pl->kr - 1];
+    for (int64_t k = lo; k < hi; k++) {
+        int64_t q = k / pl->col_chunks, j0 = (k % pl->col_chunks) * RD_COLS, rem = q, off = j0;
+        int64_t w = nlast - j0 < RD_COLS ? nlast - j0 : RD_COLS;
+        for (int d = pl->kr - 2; d >= 0; d--) {
+            off += (rem % pl->kdims[d]) * pl->kst[d];
+            rem /= pl->kdims[d];
+        }
+        double dsum[RD_COLS], dblk[RD_COLS];
+        uint64_t isum[RD_COLS], iblk[RD_COLS];
+        for (int64_t j = 0; j < w; j++) {
+            dsum[j] = 0;
+            isum[j] = 0;
+        }
+        for (int64_t b = 0; b < pl->nblocks; b++) {
+            int64_t r0 = b * RD_BLOCK, n = pl->m - r0 < RD_BLOCK ? pl->m - r0 : RD_BLOCK;
+            const char *p = pl->base + (off + r0 * pl->rst[0]) * pl->es;
+            for (int64_t j = 0; j < w; j++) {
+                dblk[j] = 0;
+                iblk[j] = 0;
+            }
+            pl->cols(p, pl->rst[0], n, w, pl->is_int ? (void *)iblk : (void *)dblk);
+            for (int64_t j = 0; j < w; j++) {
+                dsum[j] += dblk[j];
+                isum[j] += iblk[j];
+            }
+        }
+        for (int64_t j = 0; j < w; j++) {
+            acc a = { .v = dsum[j], .iv = (int64_t)isum[j], .idx = -1 };
+            finish(pl, q * nlast + j0 + j, &a);
+        }
+    }
+    return 0;
+}
+
 int wf__reduce_cpu(const wf_kctx *ctx, wf_reduce_op op, const int *axes, int n_axes, bool keepdims,
                    const wf_tensor *x, wf_tensor *out)
 {
@@ -459,9 +542,20 @@ int wf__reduce_cpu(const wf_kctx *ctx, wf_reduce_op op, const int *axes, int n_a
         }
         return 0;
     }
+    pl.nblocks = (pl.m + RD_BLOCK - 1) / RD_BLOCK;
+    if ((op == WF_REDUCE_SUM || op == WF_REDUCE_MEAN) && pl.rr == 1 && pl.rdims[0] > 1 &&
+        pl.rst[0] != 1 && pl.kr > 0 && pl.kst[pl.kr - 1] == 1) {
+        pl.cols = rd_cols[di];
+        pl.col_chunks = (pl.kdims[pl.kr - 1] + RD_COLS - 1) / RD_COLS;
+        int64_t n_items = pl.nout / pl.kdims[pl.kr - 1] * pl.col_chunks;
+        if (ctx && ctx->rt && pl.nout * pl.m > RD_PAR_MIN) {
+            int64_t grain = RD_PAR_MIN / 2 / (pl.m * RD_COLS);
+            return wf_parallel_for(ctx->rt, 0, n_items, grain > 0 ? grain : 1, col_items, &pl);
+        }
+        return col_items(&pl, 0, n_items);
+    }
     pl.pass1 = rd_fns[di][reduce_kind[op]];
     pl.pass2 = op == WF_REDUCE_LOGSUMEXP ? rd_fns[di][K_LSE] : NULL;
-    pl.nblocks = (pl.m + RD_BLOCK - 1) / RD_BLOCK;
     int64_t n_items = pl.nout * pl.nblocks;
     if (pl.nblocks > 1) {
         pl.part = malloc((size_t)n_items * sizeof *pl.part);

@@ -198,7 +198,9 @@ WF_API wf_tensor *wf_node_value(const wf_node *n);
 
 /* Records where the next node on this thread is created. The op constructors are also
  * macros of the same name that call this first, so every node knows its file and line;
- * '(wf_add)(g, a, b)' calls the function without recording. */
+ * '(wf_add)(g, a, b)' calls the function without recording. Nested calls work: pending
+ * locations form a stack and each constructor consumes the innermost one, so in
+ * 'wf_add(g, wf_matmul(g, x, w), b)' both nodes get the line. */
 WF_API void wf_set_source_location(const char *file, int line);
 #define WF__HERE() wf_set_source_location(__FILE__, __LINE__)
 

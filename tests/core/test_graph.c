@@ -1,8 +1,9 @@
 /* tests/core/test_graph.c: graphs and nodes through the public API: creation, names (given,
  * automatic, clashes, renames), source locations recorded by the macros, the first-error
  * state, bad arguments (NULL graph, NULL or empty names, rank above 8, invalid dtypes,
- * negative dimensions), placeholders, constants, scalars, variables, eager values, and a
- * 100,000-node graph. Ops with inputs are tested in test_internal_graph.c. */
+ * negative dimensions), placeholders, constants, scalars, variables, eager values, a
+ * 100,000-node graph, and per-thread pending locations. Ops with inputs are tested in
+ * test_internal_graph.c. */
 #include "wf_test.h"
 
 #include <weft/weft.h>
@@ -10,6 +11,7 @@
 #include <criterion/criterion.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -577,5 +579,44 @@ Test(core_graph, many_renames_keep_every_name_findable)
         if (strcmp(wf_node_name(n), name) != 0)
             cr_assert_null(wf_graph_find(g, name), "old name %s still found", name);
     }
+    wf_graph_destroy(g);
+}
+
+Test(core_graph, failed_constructors_leave_no_location_pending)
+{
+    wf_graph *g = new_graph(WF_STATIC);
+    cr_assert_null(wf_constant(g, NULL));
+    cr_assert_null(wf_scalar(g, WF_DTYPE_INVALID, 1));
+    cr_assert_null(wf_variable(g, NULL, WF_F32, WF_SHAPE(2), wf_init_zeros()));
+    cr_assert_null(wf_variable(g, "v", WF_F32, WF_SHAPE(-1), wf_init_zeros()));
+    cr_assert_null(wf_placeholder(g, "", WF_F32, WF_SHAPE(2)));
+    cr_assert_null(wf_placeholder(NULL, "x", WF_F32, WF_SHAPE(2)));
+    cr_assert_null(wf_constant(NULL, NULL));
+    cr_assert_null(wf_scalar(NULL, WF_F32, 1));
+    wf_node *x = (wf_placeholder)(g, "x", WF_F32, WF_SHAPE(2));
+    cr_assert_not_null(x);
+    cr_assert_str_eq(wf_node_file(x), "?", "a stale location from a failed call was used");
+    wf_graph_destroy(g);
+}
+
+static void *make_on_other_thread(void *arg)
+{
+    wf_graph *g = arg;
+    return (wf_placeholder)(g, "other", WF_F32, WF_SHAPE(1));
+}
+
+Test(core_graph, pending_location_belongs_to_its_thread)
+{
+    wf_graph *g = new_graph(WF_STATIC);
+    wf_set_source_location("main.c", 3);
+    pthread_t t;
+    void *other = NULL;
+    cr_assert_eq(pthread_create(&t, NULL, make_on_other_thread, g), 0);
+    pthread_join(t, &other);
+    cr_assert_not_null(other);
+    cr_assert_str_eq(wf_node_file(other), "?", "another thread's location is not used");
+    wf_node *mine = (wf_placeholder)(g, "mine", WF_F32, WF_SHAPE(1));
+    cr_assert_str_eq(wf_node_file(mine), "main.c");
+    cr_assert_eq(wf_node_line(mine), 3);
     wf_graph_destroy(g);
 }

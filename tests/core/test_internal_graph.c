@@ -2,7 +2,7 @@
  * (core/graph.h, core/op.h), with small test ops defined here: wf__node_add (inference,
  * automatic names, arity, NULL and foreign inputs, the message format with shapes and
  * file:line), attribute copies, many inputs, control edges, eager execution through the CPU
- * kernel and through a hook, re-inference with concrete shapes, and lookup by name.
+ * kernel and through a hook, re-inference with concrete shapes, lookup by name, and dumps.
  * Internal: links the static library, where the wf__ symbols are visible. */
 #include "../../core/error.h"
 #include "../../core/graph.h"
@@ -275,6 +275,44 @@ Test(core_internal_graph, macro_location_reaches_nodes_added_by_constructors)
     cr_assert_str_eq(wf_node_file(y), __FILE__);
     wf_node *z = add2(g, &op_tadd, a, a);
     cr_assert_eq(wf_node_line(z), 0, "consumed by the first node");
+    wf_graph_destroy(g);
+}
+
+/* A constructor macro as ops/ will write them. */
+#define tadd(g, a, b) (WF__HERE(), add2(g, &op_tadd, a, b))
+
+Test(core_internal_graph, nested_constructor_macros_each_get_their_location)
+{
+    wf_graph *g = new_graph(WF_STATIC);
+    wf_node *a = (wf_placeholder)(g, "a", WF_F32, WF_SHAPE(3));
+    wf_node *y = tadd(g, tadd(g, a, tadd(g, a, a)), a);
+    const int line = __LINE__ - 1;
+    wf_node *z = tadd(g, a, tadd(g, a, a));
+    const int line_z = __LINE__ - 1;
+    cr_assert_not_null(y);
+    cr_assert_eq(wf_graph_node_count(g), 6);
+    for (int i = 1; i <= 3; i++)
+        cr_assert_eq(wf_node_line(wf_graph_node(g, i)), line, "node %d", i);
+    cr_assert_eq(wf_node_line(wf_graph_node(g, 4)), line_z, "the inner node is made first");
+    cr_assert_eq(wf_node_line(z), line_z);
+    cr_assert_eq(wf_node_input(z, 1), wf_graph_node(g, 4));
+    wf_node *w = add2(g, &op_tadd, a, a);
+    cr_assert_eq(wf_node_line(w), 0, "nothing is left pending");
+    wf_graph_destroy(g);
+}
+
+Test(core_internal_graph, absurd_nesting_loses_only_the_deepest_locations)
+{
+    wf_graph *g = new_graph(WF_STATIC);
+    for (int i = 0; i < 20; i++)
+        wf_set_source_location("deep.c", i + 1);
+    for (int i = 0; i < 4; i++) /* the 4 deepest are beyond the 16 kept */
+        cr_assert_null(wf__srcloc_take().file);
+    for (int i = 16; i >= 1; i--) {
+        wf_srcloc l = wf__srcloc_take();
+        cr_assert_eq(l.line, i);
+    }
+    cr_assert_null(wf__srcloc_take().file, "empty again");
     wf_graph_destroy(g);
 }
 
@@ -599,9 +637,16 @@ Test(core_internal_graph, dump_lists_nodes_inputs_and_control_edges)
     f = open_memstream(&text, &len);
     cr_assert_eq(wf__graph_dump(g, f, true), 0);
     fclose(f);
+    cr_assert(strstr(text, "n0 [label=\"x\\nplaceholder f32 [?, 4]\\n?\"];"), "%s", text);
     cr_assert(strstr(text, "digraph") && strstr(text, "n0 -> n2;") &&
                   strstr(text, "n1 -> n2 [style=dashed];"),
               "%s", text);
+    free(text);
+    cr_assert_eq(wf_node_set_name(x, "say \"hi\"\\"), 0);
+    f = open_memstream(&text, &len);
+    cr_assert_eq(wf__graph_dump(g, f, true), 0);
+    fclose(f);
+    cr_assert(strstr(text, "label=\"say \\\"hi\\\"\\\\\\n"), "names are escaped: %s", text);
     free(text);
     cr_assert_eq(wf__graph_dump(NULL, stdout, false), WF_EINVAL);
     wf_graph_destroy(g);

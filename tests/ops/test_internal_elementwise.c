@@ -522,6 +522,27 @@ Test(ops_elementwise, cast_needs_matching_shapes)
     wf_tensor_release(out);
 }
 
+Test(ops_elementwise, kernels_may_write_in_place_over_an_input)
+{
+    const wf_dtype dts[] = { WF_F32, WF_BF16 };
+    for (int d = 0; d < 2; d++) {
+        ot_tensor x = ot_random(dts[d], WF_SHAPE(1001), OT_CONTIG, 31, -2, 2);
+        ot_tensor y = ot_random(dts[d], WF_SHAPE(1001), OT_CONTIG, 31, -2, 2); /* a copy */
+        ot_tensor b = ot_random(dts[d], WF_SHAPE(1), OT_CONTIG, 32, -2, 2);
+        wf_tensor *ref = ot_out(dts[d], WF_SHAPE(1001));
+        cr_assert_eq(wf__add_cpu(&serial, y.t, b.t, ref), 0);
+        cr_assert_eq(wf__add_cpu(&serial, x.t, b.t, x.t), 0, "%s", wf_last_errmsg());
+        ot_assert_same_bits(x.t, ref, "in-place add");
+        cr_assert_eq(wf__exp_cpu(&serial, ref, ref), 0);
+        cr_assert_eq(wf__exp_cpu(&serial, x.t, x.t), 0);
+        ot_assert_same_bits(x.t, ref, "in-place exp");
+        wf_tensor_release(ref);
+        ot_release(&x);
+        ot_release(&y);
+        ot_release(&b);
+    }
+}
+
 /* ---- Determinism and parallel splitting ------------------------------------------------------ */
 
 Test(ops_elementwise, big_ops_give_identical_bits_with_0_1_and_2_workers)

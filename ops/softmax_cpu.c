@@ -1,0 +1,202 @@
+/* ops/softmax_cpu.c: CPU kernels of softmax, log_softmax (along any axis) and
+ * softmax_cross_entropy (logits [..., C] against integer labels [...]).
+ * Owns: the row walk these share: a row is the 'axis' line through one position of the other
+ * axes; it is loaded into an f64 buffer, its maximum is subtracted before exp (stable for any
+ * input size), and its results are stored rounded to out's dtype.
+ * Invariant: each row is computed by one worker, alone and in a fixed order, so results do
+ * not depend on ctx->rt or its worker count.
+ * Not here: the gradients (grad/), fusing softmax into a GEMM epilogue. */
+#include "../core/error.h"
+#include "../core/tensor.h"
+#include "kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define SM_PAR_MIN 32768 /* a runtime splits work on more elements than this */
+
+enum { SM_SOFTMAX, SM_LOG_SOFTMAX, SM_XENT };
+
+typedef struct sm_plan {
+    int kind;
+    const wf_tensor *x, *labels;
+    wf_tensor *out;
+    int axis;
+    int64_t C, rows;
+    int orank;                                    /* the other axes */
+    int64_t odims[WF_MAX_RANK], xst[WF_MAX_RANK]; /* x's strides along them */
+    int64_t ost[WF_MAX_RANK], lst[WF_MAX_RANK];   /* out's and labels' strides */
+    int64_t x_axis_st, out_axis_st;
+} sm_plan;
+
+/* Row 'r' of x as f64 into 'buf'. */
+static void load_row(const sm_plan *pl, const char *p, double *buf)
+{
+    wf_dtype dt = pl->x->dtype;
+    int64_t s = pl->x_axis_st, es = (int64_t)wf_dtype_size(dt);
+    if (dt == WF_F32) {
+        for (int64_t j = 0; j < pl->C; j++)
+            buf[j] = ((const float *)p)[j * s];
+    } else if (dt == WF_F64) {
+        for (int64_t j = 0; j < pl->C; j++)
+            buf[j] = ((const double *)p)[j * s];
+    } else {
+        for (int64_t j = 0; j < pl->C; j++)
+            buf[j] = wf__load_f64(dt, p + j * s * es);
+    }
+}
+
+/* The maximum of the row (NaN if any element is NaN) and the sum of exp(x - max). */
+static void row_stats(const double *buf, int64_t C, double *max, double *sum)
+{
+    double m = -INFINITY;
+    for (int64_t j = 0; j < C; j++) {
+        if (buf[j] != buf[j]) { /* NaN decides */
+            m = buf[j];
+            break;
+        }
+        if (buf[j] > m)
+            m = buf[j];
+    }
+    double s = 0;
+    if (isfinite(m))
+        for (int64_t j = 0; j < C; j++)
+            s += exp(buf[j] - m);
+    *max = m;
+    *sum = s;
+}
+
+static int rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const sm_plan *pl = ctx;
+    double *buf = malloc((size_t)(pl->C ? pl->C : 1) * sizeof *buf);
+    if (!buf)
+        return wf__err(WF_ENOMEM, "softmax: no memory for a row of %lld", (long long)pl->C);
+    int64_t es_x = (int64_t)wf_dtype_size(pl->x->dtype);
+    int64_t es_o = (int64_t)wf_dtype_size(pl->out->dtype);
+    int rc = 0;
+    for (int64_t r = lo; r < hi && rc == 0; r++) {
+        int64_t rem = r, xo = 0, oo = 0, lo_ = 0;
+        for (int d = pl->orank - 1; d >= 0; d--) {
+            int64_t k = rem % pl->odims[d];
+            rem /= pl->odims[d];
+            xo += k * pl->xst[d];
+            oo += k * pl->ost[d];
+            lo_ += k * pl->lst[d];
+        }
+        load_row(pl, pl->x->data + xo * es_x, buf);
+        double m, s;
+        row_stats(buf, pl->C, &m, &s);
+        char *o = pl->out->data + oo * es_o;
+        if (pl->kind == SM_XENT) {
+            const char *lp = pl->labels->data + lo_ * (int64_t)wf_dtype_size(pl->labels->dtype);
+            int64_t label =
+                pl->labels->dtype == WF_I32 ? *(const int32_t *)lp : *(const int64_t *)lp;
+            if (label < 0 || label >= pl->C) {
+                rc = wf__err(WF_EINVAL,
+                             "softmax_cross_entropy: label %lld of example %lld is outside "
+                             "[0, %lld)",
+                             (long long)label, (long long)r, (long long)pl->C);
+                break;
+            }
+            /* -log softmax[label] = max + log(sum) - x[label] */
+            double loss = isfinite(m) ? m + log(s) - buf[label] : m - buf[label];
+            wf__store_f64(pl->out->dtype, o, loss);
+            continue;
+        }
+        double ls = log(s);
+        for (int64_t j = 0; j < pl->C; j++) {
+            double y;
+            if (!isfinite(m)) /* NaN or +inf in the row: NaN; all -inf: NaN as 0/0 */
+                y = NAN;
+            else if (pl->kind == SM_SOFTMAX)
+                y = exp(buf[j] - m) / s;
+            else
+                y = buf[j] - m - ls;
+            wf__store_f64(pl->out->dtype, o + j * pl->out_axis_st * es_o, y);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+static const char *const sm_names[] = { "softmax", "log_softmax", "softmax_cross_entropy" };
+
+static int run(const wf_kctx *ctx, int kind, int axis, const wf_tensor *x, const wf_tensor *labels,
+               wf_tensor *out)
+{
+    const char *name = sm_names[kind];
+    char s1[160], s2[160], s3[160];
+    if (!x || !out || (kind == SM_XENT && !labels))
+        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !x ? "x" : !out ? "out" : "labels");
+    if (!wf_dtype_is_float(x->dtype))
+        return wf__err(WF_EDTYPE, "%s: x is %s; %s takes f32, f64, bf16 or f16", name,
+                       wf_dtype_name(x->dtype), name);
+    int rank = x->shape.rank;
+    if (rank == 0)
+        return wf__err(WF_ESHAPE, "%s: x is a scalar; it needs an axis", name);
+    int a = axis < 0 ? axis + rank : axis;
+    if (a < 0 || a >= rank)
+        return wf__err(WF_EINVAL, "%s: axis %d is out of range for shape %s", name, axis,
+                       wf_shape_str(x->shape, s1, sizeof s1));
+    sm_plan pl = { .kind = kind, .x = x, .labels = labels, .out = out, .axis = a };
+    pl.C = x->shape.dims[a];
+    pl.x_axis_st = x->strides[a];
+    wf_shape oshape = x->shape, lshape = { .rank = 0 };
+    for (int d = 0; d < rank; d++)
+        if (d != a)
+            lshape.dims[lshape.rank++] = x->shape.dims[d];
+    if (kind == SM_XENT) {
+        if (labels->dtype != WF_I32 && labels->dtype != WF_I64)
+            return wf__err(WF_EDTYPE, "%s: labels are %s but must be i32 or i64", name,
+                           wf_dtype_name(labels->dtype));
+        if (!wf_shape_equal(labels->shape, lshape))
+            return wf__err(WF_ESHAPE, "%s: logits are %s, so labels must be %s, not %s", name,
+                           wf_shape_str(x->shape, s1, sizeof s1),
+                           wf_shape_str(lshape, s2, sizeof s2),
+                           wf_shape_str(labels->shape, s3, sizeof s3));
+        oshape = lshape;
+    }
+    int rc = wf__kernel_check_out(name, out, x->dtype, oshape);
+    if (rc < 0)
+        return rc;
+    /* The other axes, with the strides of x, out and labels along them. */
+    int64_t ostr[WF_MAX_RANK];
+    wf__contiguous_strides(out->shape, ostr);
+    pl.rows = 1;
+    for (int d = 0, k = 0; d < rank; d++) {
+        if (d == a)
+            continue;
+        pl.odims[pl.orank] = x->shape.dims[d];
+        pl.xst[pl.orank] = x->strides[d];
+        pl.ost[pl.orank] = kind == SM_XENT ? ostr[k] : ostr[d];
+        pl.lst[pl.orank] = kind == SM_XENT ? labels->strides[k] : 0;
+        pl.rows *= x->shape.dims[d];
+        pl.orank++;
+        k++;
+    }
+    pl.out_axis_st = kind == SM_XENT ? 0 : ostr[a];
+    if (pl.rows == 0 || (pl.C == 0 && kind != SM_XENT))
+        return 0;
+    if (ctx && ctx->rt && pl.rows * pl.C > SM_PAR_MIN) {
+        int64_t grain = SM_PAR_MIN / 2 / (pl.C ? pl.C : 1);
+        return wf_parallel_for(ctx->rt, 0, pl.rows, grain > 0 ? grain : 1, rows, &pl);
+    }
+    return rows(&pl, 0, pl.rows);
+}
+
+int wf__softmax_cpu(const wf_kctx *ctx, int axis, const wf_tensor *x, wf_tensor *out)
+{
+    return run(ctx, SM_SOFTMAX, axis, x, NULL, out);
+}
+
+int wf__log_softmax_cpu(const wf_kctx *ctx, int axis, const wf_tensor *x, wf_tensor *out)
+{
+    return run(ctx, SM_LOG_SOFTMAX, axis, x, NULL, out);
+}
+
+int wf__softmax_cross_entropy_cpu(const wf_kctx *ctx, const wf_tensor *logits,
+                                  const wf_tensor *labels, wf_tensor *out)
+{
+    return run(ctx, SM_XENT, logits ? logits->shape.rank - 1 : 0, logits, labels, out);
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# scripts/setup.sh: installs what weft needs to build, test and benchmark on Debian 12.
+# Idempotent and quick: it asks dpkg first and touches apt only when a package is missing
+# (then one 'apt-get update' and one 'apt-get install'). Needs root for that; without root it
+# prints the command to run and fails.
+# Usage: scripts/setup.sh            (WF_SETUP_SKIP=1 skips it, for machines set up by hand)
+set -euo pipefail
+
+if [[ "${WF_SETUP_SKIP:-0}" == 1 ]]; then
+    echo "setup: skipped (WF_SETUP_SKIP=1)"
+    exit 0
+fi
+
+# What each package is for, so that a removal is a decision, not an accident.
+packages=(
+    build-essential   # gcc, g++ (the C++ header check), make, libc headers
+    cmake             # >= 3.20
+    ninja-build       # the generator the scripts use
+    pkg-config        # finds hwloc; the install check uses it as a consumer would
+    git               # check-format.sh lists the tracked files
+    clang-format      # check-format.sh (the repo's .clang-format)
+    libhwloc-dev      # sched/: topology and pinning
+    hwloc             # lstopo, to see what the scheduler sees
+    libuv1-dev        # transport/: bootstrap (later)
+    libopenblas-dev   # ops/: CPU GEMM (later); perf/ peers
+    libopenblas-pthread-dev # named, or a fresh machine would let -serial-dev below satisfy
+                            # libopenblas-dev's alternatives and get no threaded OpenBLAS
+    libopenblas-serial-dev # ops/: the private single-threaded BLAS inside weft tiles
+    libucx-dev        # transport/: UCX endpoints (later)
+    libcriterion-dev  # tests/
+    systemtap-sdt-dev # sys/sdt.h: USDT probes
+    libtbb-dev        # perf/: the oneTBB peer
+    libomp-dev        # perf/: the OpenMP peer
+    python3           # perf/ and scripts that post-process JSON
+    util-linux        # setarch (ThreadSanitizer with ASLR off, where the kernel needs it)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+        missing+=("$p")
+    fi
+done
+
+if ((${#missing[@]} == 0)); then
+    echo "setup: all ${#packages[@]} packages present"
+    exit 0
+fi
+
+echo "setup: missing: ${missing[*]}"
+if [[ "$(id -u)" != 0 ]]; then
+    echo "setup: not root; run this, then try again:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+echo "setup: installed ${missing[*]}"
