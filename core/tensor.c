@@ -31,7 +31,7 @@ static bool is_contiguous(wf_shape shape, const int64_t *strides)
     return true;
 }
 
-static int check(const char *fn, wf_dtype dt, wf_shape shape)
+int wf__tensor_check(const char *fn, wf_dtype dt, wf_shape shape, size_t *bytes)
 {
     if (!wf_dtype_size(dt))
         return wf__err(WF_EINVAL, "%s: dtype %d is not a wf_dtype", fn, (int)dt);
@@ -49,6 +49,8 @@ static int check(const char *fn, wf_dtype dt, wf_shape shape)
         return wf__err(WF_EINVAL, "%s: shape %s has too many elements", fn,
                        wf_shape_str(shape, s, sizeof s));
     }
+    if (bytes)
+        *bytes = (size_t)n * wf_dtype_size(dt);
     return 0;
 }
 
@@ -72,7 +74,7 @@ static wf_tensor *header(wf_dtype dt, wf_shape shape)
 
 wf_tensor *wf__tensor_alloc(wf_dtype dt, wf_shape shape)
 {
-    if (check("wf_tensor", dt, shape) < 0)
+    if (wf__tensor_check("wf_tensor", dt, shape, NULL) < 0)
         return NULL;
     wf_tensor *t = header(dt, shape);
     wf_buffer *b = malloc(sizeof *b);
@@ -101,7 +103,7 @@ int wf_tensor_create(wf_dtype dt, wf_shape shape, const void *data, wf_tensor **
     if (!out)
         return wf__err(WF_EINVAL, "wf_tensor_create: out is NULL");
     *out = NULL;
-    int rc = check("wf_tensor_create", dt, shape);
+    int rc = wf__tensor_check("wf_tensor_create", dt, shape, NULL);
     if (rc < 0)
         return rc;
     wf_tensor *t = wf__tensor_alloc(dt, shape);
@@ -127,7 +129,7 @@ int wf_tensor_view(wf_dtype dt, wf_shape shape, const int64_t *strides, const vo
     if (!out)
         return wf__err(WF_EINVAL, "wf_tensor_view: out is NULL");
     *out = NULL;
-    int rc = check("wf_tensor_view", dt, shape);
+    int rc = wf__tensor_check("wf_tensor_view", dt, shape, NULL);
     if (rc < 0)
         return rc;
     if (!data && wf_shape_numel(shape) > 0)
@@ -163,6 +165,30 @@ wf_tensor *wf__tensor_alias(const wf_tensor *base, wf_shape shape, const int64_t
     return t;
 }
 
+wf_tensor *wf__tensor_wrap(wf_dtype dt, wf_shape shape, wf_buffer *buf)
+{
+    wf_tensor *t = header(dt, shape);
+    if (!t) {
+        wf__buffer_release(buf);
+        wf__err(WF_ENOMEM, "wf_tensor: no memory for a tensor header");
+        return NULL;
+    }
+    t->buf = buf;
+    t->data = buf->data;
+    return t;
+}
+
+void wf__buffer_release(wf_buffer *b)
+{
+    if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (b->free_fn)
+        b->free_fn(b->free_ctx, b->data, b->bytes);
+    else
+        free(b->data);
+    free(b);
+}
+
 wf_tensor *wf_tensor_retain(wf_tensor *t)
 {
     if (t)
@@ -174,14 +200,7 @@ void wf_tensor_release(wf_tensor *t)
 {
     if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;
-    wf_buffer *b = t->buf;
-    if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
-        if (b->free_fn)
-            b->free_fn(b->free_ctx, b->data, b->bytes);
-        else
-            free(b->data);
-        free(b);
-    }
+    wf__buffer_release(t->buf);
     free(t);
 }
 

@@ -45,6 +45,18 @@ wf_tensor *wf__tensor_alloc(wf_dtype dt, wf_shape shape);
 wf_tensor *wf__tensor_alias(const wf_tensor *base, wf_shape shape, const int64_t *strides,
                             int64_t offset);
 
+/* Checks a dtype and a concrete shape for a new tensor ('fn' names the caller in the
+ * message) and gives its size in bytes. Returns 0 or WF_EINVAL. */
+int wf__tensor_check(const char *fn, wf_dtype dt, wf_shape shape, size_t *bytes);
+
+/* A contiguous tensor over 'buf' (which must hold the elements), taking over the caller's
+ * reference to 'buf': how pools and devices make tensors of their own memory. On failure
+ * returns NULL (WF_ENOMEM) and releases 'buf'. */
+wf_tensor *wf__tensor_wrap(wf_dtype dt, wf_shape shape, wf_buffer *buf);
+
+/* Drops a reference to 'buf'; the last one frees it through its hook. NULL is a no-op. */
+void wf__buffer_release(wf_buffer *buf);
+
 /* Row-major strides for 'shape'. */
 void wf__contiguous_strides(wf_shape shape, int64_t *strides);
 

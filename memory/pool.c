@@ -501,62 +501,12 @@ int wf__pool_buffer(wf_pool *p, size_t bytes, wf_buffer **out)
     return 0;
 }
 
-void wf__buffer_release(wf_buffer *b)
-{
-    if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
-        return;
-    if (b->free_fn)
-        b->free_fn(b->free_ctx, b->data, b->bytes);
-    else
-        free(b->data);
-    free(b);
-}
-
-static int check_tensor(const char *fn, wf_dtype dt, wf_shape shape, size_t *bytes)
-{
-    size_t es = wf_dtype_size(dt);
-    if (!es)
-        return wf__err(WF_EINVAL, "%s: dtype %d is not a wf_dtype", fn, (int)dt);
-    if (shape.rank < 0 || shape.rank > WF_MAX_RANK)
-        return wf__err(WF_EINVAL, "%s: rank %d is not in 0..%d", fn, shape.rank, WF_MAX_RANK);
-    char s[160];
-    for (int i = 0; i < shape.rank; i++)
-        if (shape.dims[i] < 0)
-            return wf__err(WF_EINVAL, "%s: shape %s has a negative or unknown dimension", fn,
-                           wf_shape_str(shape, s, sizeof s));
-    int64_t n = wf_shape_numel(shape);
-    if (n < 0 || (uint64_t)n > SIZE_MAX / 2 / es)
-        return wf__err(WF_EINVAL, "%s: shape %s has too many elements", fn,
-                       wf_shape_str(shape, s, sizeof s));
-    *bytes = (size_t)n * es;
-    return 0;
-}
-
 static wf_tensor *make_tensor(wf_pool *p, wf_dtype dt, wf_shape shape, size_t bytes)
 {
-    wf_tensor *t = malloc(sizeof *t);
-    if (!t) {
-        wf__err(WF_ENOMEM, "wf_pool_tensor: no memory for a tensor header");
-        return NULL;
-    }
     wf_buffer *b;
-    if (wf__pool_buffer(p, bytes, &b) < 0) {
-        free(t);
+    if (wf__pool_buffer(p, bytes, &b) < 0)
         return NULL;
-    }
-    atomic_init(&t->refs, 1);
-    t->dtype = dt;
-    t->shape = shape;
-    for (int i = shape.rank; i < WF_MAX_RANK; i++)
-        t->shape.dims[i] = 0;
-    t->numel = wf_shape_numel(shape);
-    wf__contiguous_strides(shape, t->strides);
-    for (int i = shape.rank; i < WF_MAX_RANK; i++)
-        t->strides[i] = 0;
-    t->contiguous = true;
-    t->buf = b;
-    t->data = b->data;
-    return t;
+    return wf__tensor_wrap(dt, shape, b);
 }
 
 wf_tensor *wf__pool_tensor_alloc(wf_pool *p, wf_dtype dt, wf_shape shape)
@@ -566,7 +516,7 @@ wf_tensor *wf__pool_tensor_alloc(wf_pool *p, wf_dtype dt, wf_shape shape)
         wf__err(WF_EINVAL, "wf_pool_tensor: pool is NULL");
         return NULL;
     }
-    if (check_tensor("wf_pool_tensor", dt, shape, &bytes) < 0)
+    if (wf__tensor_check("wf_pool_tensor", dt, shape, &bytes) < 0)
         return NULL;
     return make_tensor(p, dt, shape, bytes);
 }
@@ -579,7 +529,7 @@ int wf_pool_tensor(wf_pool *p, wf_dtype dt, wf_shape shape, const void *data, wf
     if (!p)
         return wf__err(WF_EINVAL, "wf_pool_tensor: pool is NULL");
     size_t bytes = 0;
-    int rc = check_tensor("wf_pool_tensor", dt, shape, &bytes);
+    int rc = wf__tensor_check("wf_pool_tensor", dt, shape, &bytes);
     if (rc < 0)
         return rc;
     wf_tensor *t = make_tensor(p, dt, shape, bytes);

@@ -16,9 +16,7 @@
  * wf_last_errmsg() set. */
 int wf__pool_buffer(wf_pool *p, size_t bytes, wf_buffer **out);
 
-/* Drops one reference of 'b'; the last one runs its free hook (or free()) and frees it, as
- * wf_tensor_release() does for a tensor's buffer. NULL is a no-op. */
-void wf__buffer_release(wf_buffer *b);
+/* Buffers are released with wf__buffer_release() (core/tensor.h). */
 
 /* A new contiguous tensor of 'dt' and 'shape' with uninitialised data from 'p', for
  * kernels to fill before they publish it. Returns NULL with wf_last_errmsg() set. */
