@@ -6,6 +6,8 @@
 #include <weft/core.h>
 #include <weft/devices.h>
 #include <weft/memory.h>
+#include <weft/ops.h>
+#include <weft/runtime.h>
 #include <weft/sched.h>
 
 #endif /* WEFT_WEFT_H */

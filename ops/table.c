@@ -1,0 +1,57 @@
+/* ops/table.c: the table of every op def of ops/ (ops/table.h says how runtime/ and tools
+ * use it) and lookup by name.
+ * Owns: wf__ops_table, a 'static const'-style list with static storage (STYLE.md section 7:
+ *   no mutable registry); adding an op to ops/ means adding its def here.
+ * Not here: the defs themselves (elementwise.c, reduce.c, matmul.c, softmax.c). */
+#include "internal.h"
+
+const wf_op_def *const wf__ops_table[] = {
+    &wf_op_neg,
+    &wf_op_abs,
+    &wf_op_exp,
+    &wf_op_log,
+    &wf_op_sqrt,
+    &wf_op_rsqrt,
+    &wf_op_square,
+    &wf_op_tanh,
+    &wf_op_sigmoid,
+    &wf_op_relu,
+    &wf_op_leaky_relu,
+    &wf_op_gelu,
+    &wf_op_gelu_tanh,
+    &wf_op_silu,
+    &wf_op_sign,
+    &wf_op_cast,
+    &wf_op_add,
+    &wf_op_sub,
+    &wf_op_mul,
+    &wf_op_div,
+    &wf_op_pow,
+    &wf_op_maximum,
+    &wf_op_minimum,
+    &wf_op_eq,
+    &wf_op_ne,
+    &wf_op_lt,
+    &wf_op_le,
+    &wf_op_gt,
+    &wf_op_ge,
+    &wf_op_where,
+    &wf_op_sum,
+    &wf_op_mean,
+    &wf_op_max,
+    &wf_op_min,
+    &wf_op_prod,
+    &wf_op_argmax,
+    &wf_op_logsumexp,
+    &wf_op_matmul,
+    &wf_op_softmax,
+    &wf_op_log_softmax,
+    &wf_op_softmax_cross_entropy,
+};
+
+const size_t wf__ops_table_len = sizeof wf__ops_table / sizeof wf__ops_table[0];
+
+const wf_op_def *wf__ops_find(const char *name)
+{
+    return wf__op_find(wf__ops_table, wf__ops_table_len, name);
+}

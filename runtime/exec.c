@@ -1,0 +1,292 @@
+/* runtime/exec.c: the static executor: run slots and the task of one plan node.
+ * Owns: the slots of each plan (a slot is one run's state: a pre-built wf_taskgraph with one
+ *   node per plan node, the value slots, the remaining-use counters and the first error),
+ *   the pool of idle slots, and what a node's task does: take its inputs' values, infer the
+ *   concrete output shape when placeholders' -1 dimensions are involved, allocate the
+ *   output from the session's pool, run the op's CPU kernel, and release each input value
+ *   when its last reader has finished.
+ * Why slots: a wf_taskgraph runs once at a time, and the pending counters of the plan live
+ *   in it; a session run from several threads at once takes one slot per run, so runs
+ *   share nothing but the plan (read-only) and the session's pool and variables. A slot
+ *   is built on first use and replayed afterwards, allocating only outputs: the scheduler
+ *   keeps one ready successor inline (sched/taskgraph.c), so a chain of nodes is run by
+ *   one worker without deque traffic.
+ * Invariants: those of runtime/internal.h (uses, values between runs, slot ownership).
+ * Not here: compiling plans (plan.c), feeds and fetches (session.c), the static memory
+ *   planner (TODO: a later issue; outputs come from the session's wf_pool meanwhile). */
+#include "../memory/pool.h"
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Records the first failure of the run (later ones are consequences or races) and returns
+ * 'code' for the task graph, which then skips the nodes that had not started. */
+static int fail(wf__slot *sl, const wf_node *n, int code, const char *why)
+{
+    if (!wf__status_known(code) || code >= 0)
+        code = WF_ETASK;
+    if (!atomic_exchange_explicit(&sl->failed, 1, memory_order_acq_rel)) {
+        char desc[WF_ERRMSG_MAX];
+        sl->err = code;
+        snprintf(sl->errmsg, sizeof sl->errmsg, "%s: %s", wf__rt_node_desc(n, desc, sizeof desc),
+                 why);
+    }
+    return code;
+}
+
+/* Drops one use of value 'j'; the last one releases it. */
+static inline void drop_use(wf__slot *sl, int32_t j)
+{
+    if (atomic_fetch_sub_explicit(&sl->uses[j], 1, memory_order_acq_rel) == 1) {
+        wf_tensor_release(sl->vals[j]);
+        sl->vals[j] = NULL;
+    }
+}
+
+#define STACK_INPUTS 8
+
+static int run_kernel(wf__slot *sl, int i)
+{
+    const wf__plan *p = sl->plan;
+    const wf_node *n = p->nodes[i];
+    const int32_t *idx = p->in_idx + p->in_off[i];
+    int n_in = n->n_inputs;
+    wf_tensor *in_stack[STACK_INPUTS], **in = in_stack;
+    wf_dtype dt_stack[STACK_INPUTS], *dts = dt_stack;
+    wf_shape sh_stack[STACK_INPUTS], *shapes = sh_stack;
+    if (n_in > STACK_INPUTS) {
+        in = malloc((size_t)n_in * sizeof *in);
+        dts = malloc((size_t)n_in * sizeof *dts);
+        shapes = malloc((size_t)n_in * sizeof *shapes);
+    }
+    int rc = 0;
+    wf_tensor *out = NULL;
+    if (!in || !dts || !shapes) {
+        rc = fail(sl, n, WF_ENOMEM, "no memory for the inputs");
+        goto done;
+    }
+    for (int k = 0; k < n_in; k++) {
+        in[k] = sl->vals[idx[k]];
+        if (!in[k]) { /* an internal error: a value released too early or never made */
+            rc = fail(sl, n, WF_EINVAL, "an input has no value");
+            goto done;
+        }
+    }
+    wf_dtype dt = n->dtype;
+    wf_shape shape = n->shape;
+    if (p->reinfer[i]) {
+        for (int k = 0; k < n_in; k++) {
+            dts[k] = in[k]->dtype;
+            shapes[k] = in[k]->shape;
+        }
+        rc = wf__op_infer(n, dts, shapes, &dt, &shape);
+        if (rc < 0) {
+            /* wf__op_infer()'s message already names the node: keep it whole. */
+            char why[WF_ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", wf_last_errmsg());
+            if (!atomic_exchange_explicit(&sl->failed, 1, memory_order_acq_rel)) {
+                sl->err = rc;
+                snprintf(sl->errmsg, sizeof sl->errmsg, "%s", why);
+            }
+            goto done;
+        }
+    }
+    bool dynamic = n->op->flags & WF_OP_DYNAMIC_SHAPE;
+    if (!dynamic && !(out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, shape))) {
+        rc = fail(sl, n, WF_ENOMEM, wf_last_errmsg());
+        goto done;
+    }
+    wf_kernel_ctx ctx = { .rt = sl->plan->sess->rt };
+    rc = n->op->kernel[WF_KERNEL_CPU](&ctx, n, in, &out);
+    if (rc < 0) {
+        rc = fail(sl, n, rc, wf_last_errmsg());
+        goto done;
+    }
+    bool fits = out && out->dtype == dt && out->shape.rank == shape.rank;
+    for (int d = 0; fits && d < shape.rank; d++)
+        fits = out->shape.dims[d] == shape.dims[d] || (dynamic && shape.dims[d] < 0);
+    if (!fits) {
+        char a[160], b[160], why[WF_ERRMSG_MAX];
+        if (out)
+            snprintf(why, sizeof why, "the CPU kernel gave %s %s but inference said %s %s",
+                     wf_dtype_name(out->dtype), wf_shape_str(out->shape, a, sizeof a),
+                     wf_dtype_name(dt), wf_shape_str(shape, b, sizeof b));
+        else
+            snprintf(why, sizeof why, "the CPU kernel returned no tensor");
+        rc = fail(sl, n, WF_EINVAL, why);
+        goto done;
+    }
+    sl->vals[i] = out;
+    out = NULL;
+done:
+    wf_tensor_release(out);
+    if (in != in_stack) {
+        free(in);
+        free(dts);
+        free(shapes);
+    }
+    return rc;
+}
+
+/* The task of plan node 'arg->index' in the run of 'arg->slot'. */
+static int node_task(void *arg)
+{
+    const wf__task_arg *a = arg;
+    wf__slot *sl = a->slot;
+    const wf__plan *p = sl->plan;
+    int i = a->index;
+    switch (p->kind[i]) {
+    case WF__PN_PLACEHOLDER: /* session.c set the feed before the run */
+        break;
+    case WF__PN_CONSTANT:
+        sl->vals[i] = wf_tensor_retain(p->nodes[i]->value);
+        break;
+    case WF__PN_VARIABLE: {
+        wf_session *s = p->sess;
+        pthread_rwlock_rdlock(&s->var_lock);
+        sl->vals[i] = wf_tensor_retain(s->var_vals[p->var[i]]);
+        pthread_rwlock_unlock(&s->var_lock);
+        break;
+    }
+    default: {
+        int rc = run_kernel(sl, i);
+        if (rc < 0)
+            return rc;
+        for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++)
+            drop_use(sl, p->in_idx[e]);
+    }
+    }
+    /* A value nobody reads (a target run for its effects) goes at once. */
+    if (atomic_load_explicit(&sl->uses[i], memory_order_relaxed) == 0) {
+        wf_tensor_release(sl->vals[i]);
+        sl->vals[i] = NULL;
+    }
+    return 0;
+}
+
+static int slot_make(wf__plan *p, wf__slot **out)
+{
+    wf__slot *sl = calloc(1, sizeof *sl);
+    if (!sl)
+        return wf__err(WF_ENOMEM, "wf_session_run: no memory for a run slot");
+    sl->plan = p;
+    int n = p->n, rc = 0;
+    sl->args = malloc((size_t)(n ? n : 1) * sizeof *sl->args);
+    sl->vals = calloc((size_t)(n ? n : 1), sizeof *sl->vals);
+    sl->uses = calloc((size_t)(n ? n : 1), sizeof *sl->uses);
+    if (!sl->args || !sl->vals || !sl->uses) {
+        rc = wf__err(WF_ENOMEM, "wf_session_run: no memory for a run slot of %d nodes", n);
+        goto fail;
+    }
+    if ((rc = wf_group_init(&sl->grp, p->sess->rt)) < 0)
+        goto fail;
+    sl->grp_ok = true;
+    if ((rc = wf_taskgraph_create(p->sess->rt, &sl->tg)) < 0)
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        sl->args[i] = (wf__task_arg){ sl, i };
+        int id = wf_taskgraph_add(sl->tg, node_task, &sl->args[i], p->nodes[i]->name);
+        if (id < 0) {
+            rc = id;
+            goto fail;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const wf_node *node = p->nodes[i];
+        for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++)
+            if ((rc = wf_taskgraph_precede(sl->tg, p->in_idx[e], i)) < 0)
+                goto fail;
+        for (int k = 0; k < node->n_control; k++)
+            if ((rc = wf_taskgraph_precede(sl->tg, p->index_of[node->control[k]->id], i)) < 0)
+                goto fail;
+    }
+    *out = sl;
+    return 0;
+fail:
+    wf__slot_destroy(sl);
+    return rc;
+}
+
+void wf__slot_destroy(wf__slot *sl)
+{
+    if (!sl)
+        return;
+    wf_taskgraph_destroy(sl->tg);
+    if (sl->grp_ok)
+        wf_group_deinit(&sl->grp);
+    if (sl->vals)
+        for (int i = 0; i < sl->plan->n; i++)
+            wf_tensor_release(sl->vals[i]);
+    free(sl->args);
+    free(sl->vals);
+    free((void *)sl->uses);
+    free(sl);
+}
+
+int wf__slot_take(wf__plan *p, wf__slot **out)
+{
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        if (p->free_slots) {
+            wf__slot *sl = p->free_slots;
+            p->free_slots = sl->next_free;
+            pthread_mutex_unlock(&p->mu);
+            *out = sl;
+            return 0;
+        }
+        if (p->n_slots < p->max_slots)
+            break;
+        pthread_cond_wait(&p->cv, &p->mu);
+    }
+    /* Reserve a place and build outside the lock (a big plan takes milliseconds). */
+    p->n_slots++;
+    pthread_mutex_unlock(&p->mu);
+    wf__slot *sl = NULL;
+    int rc = slot_make(p, &sl);
+    pthread_mutex_lock(&p->mu);
+    if (rc < 0) {
+        p->n_slots--;
+        pthread_cond_signal(&p->cv);
+    } else {
+        /* At most 'max_slots' are made, so a free entry exists. */
+        int k = 0;
+        while (p->all_slots[k])
+            k++;
+        p->all_slots[k] = sl;
+    }
+    pthread_mutex_unlock(&p->mu);
+    *out = sl;
+    return rc;
+}
+
+void wf__slot_give(wf__slot *sl)
+{
+    wf__plan *p = sl->plan;
+    pthread_mutex_lock(&p->mu);
+    sl->next_free = p->free_slots;
+    p->free_slots = sl;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+int wf__slot_run(wf__slot *sl)
+{
+    atomic_store_explicit(&sl->failed, 0, memory_order_relaxed);
+    sl->err = 0;
+    sl->errmsg[0] = '\0';
+    int rc = wf_taskgraph_submit(sl->tg, &sl->grp);
+    if (rc < 0) {
+        snprintf(sl->errmsg, sizeof sl->errmsg, "%s", wf_taskgraph_errmsg(sl->tg));
+        return rc;
+    }
+    rc = wf_group_wait(&sl->grp);
+    if (rc < 0) {
+        if (atomic_load_explicit(&sl->failed, memory_order_acquire))
+            rc = sl->err;
+        else
+            snprintf(sl->errmsg, sizeof sl->errmsg, "%s", wf_group_errmsg(&sl->grp));
+    }
+    return rc;
+}

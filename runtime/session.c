@@ -1,0 +1,342 @@
+/* runtime/session.c: sessions: the public API of runtime/ (weft/runtime.h).
+ * Owns: the session object, its variable values (made from each variable's wf_init at
+ *   creation, replaced by assign), its pool of intermediate values, its message, and one
+ *   run from the caller's side: checking fetches, targets and feeds, finding the plan,
+ *   taking a run slot, setting the uses and feeds, collecting the fetched values and
+ *   clearing what the run left.
+ * Invariants: those of runtime/internal.h. A session runs only the first 'n_nodes' nodes of
+ *   its graph (those that existed at creation), so every variable it may read has a value.
+ * Not here: compiling plans (plan.c), running them (exec.c). */
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_SLOTS 4
+#define MAX_SLOTS     1024
+
+/* Records a failure of a call on 's' (and in wf_last_errmsg()) and returns 'code'. */
+static int serr(wf_session *s, int code, const char *fmt, ...) WF_PRINTF(3, 4);
+
+static int serr(wf_session *s, int code, const char *fmt, ...)
+{
+    char msg[WF_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&s->plans_mu);
+    snprintf(s->errmsg, sizeof s->errmsg, "%s", msg);
+    pthread_mutex_unlock(&s->plans_mu);
+    return wf__err(code, "%s", msg);
+}
+
+const char *wf_session_errmsg(const wf_session *s)
+{
+    return s ? s->errmsg : "wf_session_errmsg: session is NULL";
+}
+
+void wf_session_destroy(wf_session *s)
+{
+    if (!s)
+        return;
+    for (wf__plan *p = s->plans, *next; p; p = next) {
+        next = p->next;
+        wf__plan_destroy(p);
+    }
+    for (int i = 0; i < s->n_vars; i++)
+        wf_tensor_release(s->var_vals[i]);
+    free(s->var_vals);
+    free(s->var_of);
+    wf_pool_destroy(s->pool);
+    pthread_rwlock_destroy(&s->var_lock);
+    pthread_mutex_destroy(&s->plans_mu);
+    free(s);
+}
+
+int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out)
+{
+    if (!out)
+        return wf__graph_fail(g, WF_EINVAL, "wf_session_create: out is NULL");
+    *out = NULL;
+    if (!g)
+        return wf__err(WF_EINVAL, "wf_session_create: graph is NULL");
+    wf_session_opts o = opts ? *opts : (wf_session_opts){ 0 };
+    if (o.n_run_slots < 0 || o.n_run_slots > MAX_SLOTS)
+        return wf__graph_fail(g, WF_EINVAL, "wf_session_create: n_run_slots is %d, not in [0, %d]",
+                              o.n_run_slots, MAX_SLOTS);
+    if (o.flags)
+        return wf__graph_fail(g, WF_EINVAL, "wf_session_create: unknown flags 0x%x",
+                              (unsigned)o.flags);
+    if (wf_graph_status(g) < 0) {
+        /* The graph keeps its first error; say it here too. */
+        int code = wf_graph_status(g);
+        wf__err(code, "wf_session_create: the graph has an error: %s", wf_graph_errmsg(g));
+        return code;
+    }
+    wf_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory");
+    s->g = g;
+    s->rt = wf_graph_runtime(g);
+    s->n_nodes = wf_graph_node_count(g);
+    s->max_slots = o.n_run_slots ? o.n_run_slots : DEFAULT_SLOTS;
+    pthread_rwlock_init(&s->var_lock, NULL);
+    pthread_mutex_init(&s->plans_mu, NULL);
+    int rc = wf_pool_create(s->rt, NULL, &s->pool);
+    if (rc < 0) {
+        char why[WF_ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", wf_last_errmsg());
+        wf_session_destroy(s);
+        return wf__graph_fail(g, rc, "wf_session_create: %s", why);
+    }
+    s->var_of = malloc((size_t)(s->n_nodes ? s->n_nodes : 1) * sizeof *s->var_of);
+    if (!s->var_of) {
+        wf_session_destroy(s);
+        return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory for %d nodes",
+                              s->n_nodes);
+    }
+    for (int id = 0; id < s->n_nodes; id++) {
+        const wf_node *n = wf_graph_node(g, id);
+        s->var_of[id] = n->op == &wf_op_variable ? s->n_vars++ : -1;
+    }
+    s->var_vals = calloc((size_t)(s->n_vars ? s->n_vars : 1), sizeof *s->var_vals);
+    if (!s->var_vals) {
+        wf_session_destroy(s);
+        return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory for %d variables",
+                              s->n_vars);
+    }
+    for (int id = 0; id < s->n_nodes; id++) {
+        wf_node *n = wf_graph_node(g, id);
+        if (s->var_of[id] < 0)
+            continue;
+        rc = wf_init_tensor(n->attrs->init, n->dtype, n->shape, &s->var_vals[s->var_of[id]]);
+        if (rc < 0) {
+            char why[WF_ERRMSG_MAX], desc[WF_ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", wf_last_errmsg());
+            wf_session_destroy(s);
+            return wf__graph_fail(g, rc, "wf_session_create: %s: initial value: %s",
+                                  wf__rt_node_desc(n, desc, sizeof desc), why);
+        }
+    }
+    *out = s;
+    return 0;
+}
+
+/* Checks that 'n' is a node this session can run; 'what' and 'i' name it in the message. */
+static int check_node(wf_session *s, const wf_node *n, const char *what, int i)
+{
+    char desc[WF_ERRMSG_MAX];
+    if (!n)
+        return serr(s, WF_EINVAL, "wf_session_run: %s %d is NULL", what, i);
+    if (n->graph != s->g)
+        return serr(s, WF_EINVAL, "wf_session_run: %s %d, %s, belongs to another graph", what, i,
+                    wf__rt_node_desc(n, desc, sizeof desc));
+    if (n->id >= s->n_nodes)
+        return serr(s, WF_EINVAL,
+                    "wf_session_run: %s %d, %s, was created after the session (node %d of %d)",
+                    what, i, wf__rt_node_desc(n, desc, sizeof desc), n->id, s->n_nodes);
+    return 0;
+}
+
+/* Checks feed 'i' against its placeholder. */
+static int check_feed(wf_session *s, const wf_feed *feeds, int i)
+{
+    char desc[WF_ERRMSG_MAX], a[160], b[160];
+    const wf_feed *f = &feeds[i];
+    int rc = check_node(s, f->node, "feed", i);
+    if (rc < 0)
+        return rc;
+    wf__rt_node_desc(f->node, desc, sizeof desc);
+    if (f->node->op != &wf_op_placeholder)
+        return serr(s, WF_EINVAL, "wf_session_run: feed %d: %s is not a placeholder", i, desc);
+    for (int j = 0; j < i; j++)
+        if (feeds[j].node == f->node)
+            return serr(s, WF_EINVAL, "wf_session_run: feeds %d and %d both feed %s", j, i, desc);
+    if (!f->value)
+        return serr(s, WF_EINVAL, "wf_session_run: feed %d for %s has a NULL value", i, desc);
+    wf_dtype dt = wf_tensor_dtype(f->value);
+    wf_shape want = f->node->shape, got = wf_tensor_shape(f->value);
+    if (dt != f->node->dtype)
+        return serr(s, WF_EDTYPE, "wf_session_run: feed %d for %s is %s, not %s", i, desc,
+                    wf_dtype_name(dt), wf_dtype_name(f->node->dtype));
+    bool fits = want.rank == got.rank;
+    for (int d = 0; fits && d < want.rank; d++)
+        fits = want.dims[d] < 0 || want.dims[d] == got.dims[d];
+    if (!fits)
+        return serr(s, WF_ESHAPE, "wf_session_run: feed %d for %s has shape %s, not %s", i, desc,
+                    wf_shape_str(got, a, sizeof a), wf_shape_str(want, b, sizeof b));
+    return 0;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Releases every value a run left in the slot (fetched values, leftovers of a failed run). */
+static void clear_values(wf__slot *sl)
+{
+    for (int i = 0; i < sl->plan->n; i++)
+        if (sl->vals[i]) {
+            wf_tensor_release(sl->vals[i]);
+            sl->vals[i] = NULL;
+        }
+}
+
+#define STACK_KEY 32
+
+int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches,
+                   int n_fetches, wf_tensor **outs, wf_node *const *targets, int n_targets)
+{
+    if (!s)
+        return wf__err(WF_EINVAL, "wf_session_run: session is NULL");
+    if (n_feeds < 0 || n_fetches < 0 || n_targets < 0)
+        return serr(s, WF_EINVAL,
+                    "wf_session_run: negative count (%d feeds, %d fetches, %d "
+                    "targets)",
+                    n_feeds, n_fetches, n_targets);
+    if ((n_feeds && !feeds) || (n_fetches && (!fetches || !outs)) || (n_targets && !targets))
+        return serr(s, WF_EINVAL, "wf_session_run: %s is NULL but its count is not 0",
+                    n_feeds && !feeds       ? "feeds"
+                    : n_fetches && !fetches ? "fetches"
+                    : n_fetches && !outs    ? "outs"
+                                            : "targets");
+    for (int i = 0; i < n_fetches; i++)
+        outs[i] = NULL;
+    if (n_fetches > INT32_MAX - n_targets)
+        return serr(s, WF_EINVAL, "wf_session_run: too many fetches and targets");
+    int rc = 0;
+    for (int i = 0; i < n_fetches && rc == 0; i++)
+        rc = check_node(s, fetches[i], "fetch", i);
+    for (int i = 0; i < n_targets && rc == 0; i++)
+        rc = check_node(s, targets[i], "target", i);
+    for (int i = 0; i < n_feeds && rc == 0; i++)
+        rc = check_feed(s, feeds, i);
+    if (rc < 0)
+        return rc;
+    if (n_fetches + n_targets == 0)
+        return 0;
+
+    /* The plan's key: the sorted, distinct ids of fetches and targets. */
+    int32_t key_stack[STACK_KEY], *key = key_stack;
+    int n_key = n_fetches + n_targets;
+    if (n_key > STACK_KEY && !(key = malloc((size_t)n_key * sizeof *key)))
+        return serr(s, WF_ENOMEM, "wf_session_run: no memory for %d fetches and targets", n_key);
+    for (int i = 0; i < n_fetches; i++)
+        key[i] = fetches[i]->id;
+    for (int i = 0; i < n_targets; i++)
+        key[n_fetches + i] = targets[i]->id;
+    qsort(key, (size_t)n_key, sizeof *key, cmp_i32);
+    int m = 0;
+    for (int i = 0; i < n_key; i++)
+        if (m == 0 || key[m - 1] != key[i])
+            key[m++] = key[i];
+    wf__plan *p = NULL;
+    rc = wf__plan_get(s, key, m, &p);
+    if (key != key_stack)
+        free(key);
+    if (rc < 0)
+        return serr(s, rc, "%s", wf_last_errmsg());
+
+    wf__slot *sl = NULL;
+    if ((rc = wf__slot_take(p, &sl)) < 0)
+        return serr(s, rc, "%s", wf_last_errmsg());
+    for (int i = 0; i < n_feeds; i++) {
+        int32_t pi = p->index_of[feeds[i].node->id];
+        if (pi >= 0)
+            sl->vals[pi] = wf_tensor_retain(feeds[i].value);
+    }
+    for (int k = 0; k < p->n_placeholders; k++) {
+        const wf_node *ph = p->nodes[p->placeholders[k]];
+        if (!sl->vals[p->placeholders[k]]) {
+            char desc[WF_ERRMSG_MAX];
+            clear_values(sl);
+            wf__slot_give(sl);
+            return serr(s, WF_EINVAL, "wf_session_run: %s is needed but not fed",
+                        wf__rt_node_desc(ph, desc, sizeof desc));
+        }
+    }
+    for (int i = 0; i < p->n; i++)
+        atomic_store_explicit(&sl->uses[i], p->uses0[i], memory_order_relaxed);
+    for (int i = 0; i < n_fetches; i++)
+        atomic_fetch_add_explicit(&sl->uses[p->index_of[fetches[i]->id]], 1, memory_order_relaxed);
+
+    rc = wf__slot_run(sl);
+    if (rc == 0)
+        for (int i = 0; i < n_fetches; i++)
+            outs[i] = wf_tensor_retain(sl->vals[p->index_of[fetches[i]->id]]);
+    else
+        serr(s, rc, "%s", sl->errmsg);
+    clear_values(sl);
+    wf__slot_give(sl);
+    return rc;
+}
+
+/* Checks that 'var' is a variable of the session; returns its index or a negative status. */
+static int var_index(wf_session *s, const wf_node *var, const char *fn)
+{
+    char desc[WF_ERRMSG_MAX];
+    if (!var)
+        return serr(s, WF_EINVAL, "%s: var is NULL", fn);
+    if (var->graph != s->g || var->id >= s->n_nodes)
+        return serr(s, WF_EINVAL, "%s: %s is not a node of the session's graph", fn,
+                    wf__rt_node_desc(var, desc, sizeof desc));
+    if (s->var_of[var->id] < 0)
+        return serr(s, WF_EINVAL, "%s: %s is not a variable", fn,
+                    wf__rt_node_desc(var, desc, sizeof desc));
+    return s->var_of[var->id];
+}
+
+int wf_session_variable(wf_session *s, wf_node *var, wf_tensor **out)
+{
+    if (!s || !out)
+        return wf__err(WF_EINVAL, "wf_session_variable: %s is NULL", s ? "out" : "session");
+    *out = NULL;
+    int k = var_index(s, var, "wf_session_variable");
+    if (k < 0)
+        return k;
+    pthread_rwlock_rdlock(&s->var_lock);
+    *out = wf_tensor_retain(s->var_vals[k]);
+    pthread_rwlock_unlock(&s->var_lock);
+    return 0;
+}
+
+int wf_session_assign(wf_session *s, wf_node *var, wf_tensor *value)
+{
+    if (!s)
+        return wf__err(WF_EINVAL, "wf_session_assign: session is NULL");
+    int k = var_index(s, var, "wf_session_assign");
+    if (k < 0)
+        return k;
+    char desc[WF_ERRMSG_MAX], a[160], b[160];
+    if (!value)
+        return serr(s, WF_EINVAL, "wf_session_assign: the value for %s is NULL",
+                    wf__rt_node_desc(var, desc, sizeof desc));
+    if (wf_tensor_dtype(value) != var->dtype)
+        return serr(s, WF_EDTYPE, "wf_session_assign: %s is %s, the value %s",
+                    wf__rt_node_desc(var, desc, sizeof desc), wf_dtype_name(var->dtype),
+                    wf_dtype_name(wf_tensor_dtype(value)));
+    if (!wf_shape_equal(wf_tensor_shape(value), var->shape))
+        return serr(s, WF_ESHAPE, "wf_session_assign: %s has shape %s, the value %s",
+                    wf__rt_node_desc(var, desc, sizeof desc), wf_shape_str(var->shape, a, sizeof a),
+                    wf_shape_str(wf_tensor_shape(value), b, sizeof b));
+    wf_tensor *copy = wf__tensor_alloc(var->dtype, var->shape);
+    if (!copy)
+        return serr(s, WF_ENOMEM, "wf_session_assign: %s", wf_last_errmsg());
+    size_t bytes = (size_t)copy->numel * wf_dtype_size(copy->dtype);
+    int rc = wf_tensor_read(value, copy->dtype, copy->data, bytes);
+    if (rc < 0) {
+        wf_tensor_release(copy);
+        return serr(s, rc, "wf_session_assign: %s", wf_last_errmsg());
+    }
+    pthread_rwlock_wrlock(&s->var_lock);
+    wf_tensor *old = s->var_vals[k];
+    s->var_vals[k] = copy;
+    pthread_rwlock_unlock(&s->var_lock);
+    wf_tensor_release(old);
+    return 0;
+}
