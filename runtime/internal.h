@@ -75,8 +75,7 @@ struct wf__plan {
     int32_t *index_of;       /* plan index per graph node id (-1: not in the plan) */
     int32_t *placeholders;   /* plan indices of placeholders */
     int n_placeholders;      /* entries of 'placeholders' */
-    int max_inputs;          /* the most inputs of one node */
-    pthread_mutex_t mu;      /* guards 'free_slots', 'n_slots' */
+    pthread_mutex_t mu;      /* guards 'free_slots', 'n_slots', 'all_slots' */
     pthread_cond_t cv;       /* signalled when a slot is returned */
     wf__slot *free_slots;    /* idle slots */
     int n_slots, max_slots;  /* made (or being made) so far; the most allowed */

@@ -128,8 +128,6 @@ static int build(wf_session *s, wf__plan *p, const uint8_t *needed)
                 dyn = dyn || has_any_dim(node->inputs[k]->shape);
             p->reinfer[i] = dyn;
         }
-        if (node->n_inputs > p->max_inputs)
-            p->max_inputs = node->n_inputs;
         for (int k = 0; k < node->n_inputs; k++) {
             int32_t j = p->index_of[node->inputs[k]->id];
             p->in_idx[e++] = j;

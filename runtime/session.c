@@ -196,9 +196,8 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
         return wf__err(WF_EINVAL, "wf_session_run: session is NULL");
     if (n_feeds < 0 || n_fetches < 0 || n_targets < 0)
         return serr(s, WF_EINVAL,
-                    "wf_session_run: negative count (%d feeds, %d fetches, %d "
-                    "targets)",
-                    n_feeds, n_fetches, n_targets);
+                    "wf_session_run: negative count (%d feeds, %d fetches, %d targets)", n_feeds,
+                    n_fetches, n_targets);
     if ((n_feeds && !feeds) || (n_fetches && (!fetches || !outs)) || (n_targets && !targets))
         return serr(s, WF_EINVAL, "wf_session_run: %s is NULL but its count is not 0",
                     n_feeds && !feeds       ? "feeds"

@@ -265,7 +265,7 @@ void wf__notify_one(wf_runtime *rt);
 void wf__notify_all(wf_runtime *rt);
 uint32_t wf__ec_prepare(wf_runtime *rt);
 void wf__ec_cancel(wf_runtime *rt);
-void wf__ec_commit(wf_runtime *rt, uint32_t key);
+bool wf__ec_commit(wf_runtime *rt, uint32_t key); /* true: nobody woke us (timeout) */
 int wf__futex_wait(_Atomic uint32_t *addr, uint32_t val);
 void wf__futex_wake(_Atomic uint32_t *addr, int n);
 

@@ -26,14 +26,15 @@ int wf__futex_wait(_Atomic uint32_t *addr, uint32_t val)
 /* A parked worker looks around every PARK_MAX_NS even if nobody woke it. The one wake-up
  * the protocol can miss is a push onto a busy worker's own deque (worker.c skips the fence
  * there, ~20 cycles a spawn): that task is never lost, its worker runs it, but if that
- * worker blocks in user code, this bounds how long the task can wait for a thief. Ten
+ * worker blocks in user code, this bounds how long the task can wait for a thief. Five
  * wake-ups a second cost each idle worker a few microseconds of CPU. */
-#define PARK_MAX_NS 100000000
+#define PARK_MAX_NS 200000000
 
-static void futex_wait_bounded(_Atomic uint32_t *addr, uint32_t val)
+static bool futex_wait_bounded(_Atomic uint32_t *addr, uint32_t val)
 {
     struct timespec ts = { 0, PARK_MAX_NS };
-    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+    long rc = syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+    return rc < 0 && errno == ETIMEDOUT;
 }
 
 void wf__futex_wake(_Atomic uint32_t *addr, int n)
@@ -77,10 +78,12 @@ void wf__ec_cancel(wf_runtime *rt)
     atomic_fetch_sub_explicit(&rt->n_sleeping, 1, memory_order_seq_cst);
 }
 
-void wf__ec_commit(wf_runtime *rt, uint32_t key)
+bool wf__ec_commit(wf_runtime *rt, uint32_t key)
 {
     /* EAGAIN (epoch moved on) and EINTR both mean: look again. */
+    bool timed_out = false;
     if (atomic_load_explicit(&rt->epoch, memory_order_seq_cst) == key)
-        futex_wait_bounded(&rt->epoch, key);
+        timed_out = futex_wait_bounded(&rt->epoch, key);
     atomic_fetch_sub_explicit(&rt->n_sleeping, 1, memory_order_seq_cst);
+    return timed_out;
 }

@@ -223,7 +223,7 @@ static void wait_worker(wf__worker *w, wf__group *g)
         }
         WF__INC(w, parks, 1);
         uint64_t p0 = wf__now_ns();
-        wf__ec_commit(rt, key);
+        (void)wf__ec_commit(rt, key); /* woken or timed out: look again either way */
         WF__INC(w, idle_ns, wf__now_ns() - p0);
     }
 }

@@ -163,15 +163,25 @@ static void park(wf__worker *w)
 {
     wf_runtime *rt = w->rt;
     wf__flush_done(w);
-    uint32_t key = wf__ec_prepare(rt);
-    if (atomic_load_explicit(&rt->stop, memory_order_seq_cst) || wf__work_visible(w)) {
-        wf__ec_cancel(rt);
-        return;
+    uint64_t t0 = 0;
+    for (;;) {
+        uint32_t key = wf__ec_prepare(rt);
+        if (atomic_load_explicit(&rt->stop, memory_order_seq_cst) || wf__work_visible(w)) {
+            wf__ec_cancel(rt);
+            break;
+        }
+        if (!t0) {
+            t0 = wf__now_ns();
+            WF__INC(w, parks, 1);
+            WF_PROBE1(park, w->index);
+        }
+        /* After a timeout, look once (above) and sleep again: no spinning search, so an
+         * idle runtime costs a few microseconds per worker per timeout. */
+        if (!wf__ec_commit(rt, key))
+            break;
     }
-    uint64_t t0 = wf__now_ns();
-    WF__INC(w, parks, 1);
-    WF_PROBE1(park, w->index);
-    wf__ec_commit(rt, key);
+    if (!t0)
+        return;
     uint64_t t1 = wf__now_ns();
     WF__INC(w, idle_ns, t1 - t0);
     WF_PROBE2(unpark, w->index, t1 - t0);
