@@ -166,7 +166,11 @@ typedef struct wf__worker {
     uint32_t tick;         /* tasks since the inboxes were last looked at */
     uint32_t inline_depth; /* spawns run at once, nested (see wf_spawn_named) */
     uint32_t throttled;    /* spawns left to run at once before the deque is looked at */
-    wf__group *done_g;     /* finished tasks of 'done_g' not yet subtracted from it */
+    uint32_t steal_pause;  /* ns to wait before the next steal (worker.c, tiny tasks) */
+    wf__group *err_g;      /* the group whose 'err' was last read, and what it said */
+    int32_t err_seen;
+    uint32_t err_tick;
+    wf__group *done_g; /* finished tasks of 'done_g' not yet subtracted from it */
     uint32_t done_n;
     wf__task *current;
     wf__tev *ring; /* trace ring, NULL when tracing is off */

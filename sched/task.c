@@ -165,6 +165,10 @@ void wf__group_fail(wf__group *g, wf__worker *w, const char *name, int rc)
     int raw = rc;
     if (!wf__status_known(rc)) /* a code that is not a wf_status: say so, keep the value */
         rc = WF_ETASK;
+    if (w) { /* this worker's own cache of the group's state (worker.c) learns it at once */
+        w->err_g = g;
+        w->err_seen = rc;
+    }
     int32_t expect = 0;
     if (!atomic_compare_exchange_strong_explicit(&g->err, &expect, rc, memory_order_acq_rel,
                                                  memory_order_relaxed))

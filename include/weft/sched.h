@@ -123,8 +123,8 @@ WF_API WF_NODISCARD int wf_spawn(wf_group *g, wf_task_fn fn, void *arg);
 /* Waits until every task of 'g' has finished. A worker that waits runs other tasks
  * meanwhile; any other thread sleeps. Afterwards the group is empty and can be reused.
  * Returns 0, or the first error of a task of the group (its message is in
- * wf_group_errmsg()); tasks of the group that had not started after the first error were
- * canceled (not run).
+ * wf_group_errmsg()); tasks of the group that had not started soon after the first error
+ * were canceled (not run): a worker notices the failure within a few dozen tasks.
  * Threads: one waiter at a time. */
 WF_API WF_NODISCARD int wf_group_wait(wf_group *g);
 
