@@ -1,6 +1,6 @@
 /* perf/sched/sched_bench.c: the scheduler benchmark's driver: weft against oneTBB and
  * OpenMP on fib, wide, chain, chain_replay and dag, plus the idle CPU burn after a burst.
- * Owns: options, the order of runs, the clock, the checks of every result, and the output
+ * Owns: options, the order of runs, the checks of every result, and the output
  * (a table, or with --json one object per line as ../../../shared/DESIGN.md "Benchmarks"
  * asks). Also the serial reference of the DAG (impl "serial").
  * Invariants: every case is warmed up once and timed --reps times; implementations take
@@ -12,18 +12,17 @@
  * complete, inside the run, so it has no cleanup_s). A wrong
  * result (fib's value, the chain's count, the DAG's checksum against the serial loop)
  * fails the run: exit status 1.
- * Not here: the workloads (workloads.h) and the runtimes' code (impl_*.c, impl_tbb.cpp). */
+ * Not here: the workloads (workloads.h), the runtimes' code (impl_*.c, impl_tbb.cpp), the
+ * clocks, medians and option parsing shared with the other drivers (../bench_util.h). */
 #ifndef _GNU_SOURCE
 #    define _GNU_SOURCE /* sched_getaffinity(), CPU_COUNT() */
 #endif
+#include "../bench_util.h"
 #include "impl.h"
 
-#include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_IMPLS 4
 #define MAX_REPS  1000
@@ -54,54 +53,16 @@ typedef struct impl_state {
     double median, min, max, cleanup_median;
 } impl_state;
 
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double process_cpu_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
-
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Sorts 't' (n >= 1) and returns its median. */
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 static void summarize(impl_state *s)
 {
     double t[MAX_REPS];
 
     memcpy(t, s->t, (size_t)s->n * sizeof(double));
-    s->median = median(t, s->n);
+    s->median = bench_median(t, s->n);
     s->min = t[0];
     s->max = t[s->n - 1];
     memcpy(t, s->tc, (size_t)s->n * sizeof(double));
-    s->cleanup_median = median(t, s->n);
+    s->cleanup_median = bench_median(t, s->n);
 }
 
 /* ---- the serial reference: the DAG's nodes in index order, a topological order --------- */
@@ -163,53 +124,6 @@ static void usage(FILE *f)
                "WEFT_TOPOLOGY, WEFT_NO_PIN apply to weft (see wf_runtime_opts_from_env()).\n");
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    long v;
-
-    if (s == NULL)
-        return -1;
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno != 0 || *end != '\0' || end == s || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-/* Parses "a,b,c" against 'names'; sets the bits of the names found. */
-static int parse_list(const char *s, const char *const *names, int n, unsigned *out)
-{
-    char buf[256];
-
-    if (s == NULL || strlen(s) >= sizeof(buf))
-        return -1;
-    strcpy(buf, s);
-    *out = 0;
-    for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int i = 0;
-
-        while (i < n && strcmp(tok, names[i]) != 0)
-            i++;
-        if (i == n) {
-            fprintf(stderr, "sched_bench: unknown name '%s'\n", tok);
-            return -1;
-        }
-        *out |= 1u << i;
-    }
-    return *out ? 0 : -1;
-}
-
-static int default_threads(void)
-{
-    cpu_set_t set;
-
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    return 1;
-}
-
 static int parse_options(int argc, char **argv, const char *const *impl_names, int n_impls,
                          options *o)
 {
@@ -217,22 +131,22 @@ static int parse_options(int argc, char **argv, const char *const *impl_names, i
                                               "chain_replay", "dag",  "idle_burn" };
 
     *o = (options){
-        .threads = default_threads(), .reps = 5, .gap_ms = 300, .only = ~0u, .impls = ~0u
+        .threads = bench_default_threads(), .reps = 5, .gap_ms = 300, .only = ~0u, .impls = ~0u
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
 
         if (strcmp(a, "--threads") == 0)
-            bad = parse_int(v, 1, 1024, &o->threads), i++;
+            bad = bench_parse_int(v, 1, 1024, &o->threads), i++;
         else if (strcmp(a, "--reps") == 0)
-            bad = parse_int(v, 1, MAX_REPS, &o->reps), i++;
+            bad = bench_parse_int(v, 1, MAX_REPS, &o->reps), i++;
         else if (strcmp(a, "--gap-ms") == 0)
-            bad = parse_int(v, 0, 60000, &o->gap_ms), i++;
+            bad = bench_parse_int(v, 0, 60000, &o->gap_ms), i++;
         else if (strcmp(a, "--only") == 0)
-            bad = parse_list(v, case_names, SB_N_BENCH + 1, &o->only), i++;
+            bad = bench_parse_list("sched_bench", v, case_names, SB_N_BENCH + 1, &o->only), i++;
         else if (strcmp(a, "--impl") == 0)
-            bad = parse_list(v, impl_names, n_impls, &o->impls), i++;
+            bad = bench_parse_list("sched_bench", v, impl_names, n_impls, &o->impls), i++;
         else if (strcmp(a, "--json") == 0)
             o->json = 1;
         else if (strcmp(a, "--quick") == 0)
@@ -294,15 +208,15 @@ static double run_once(driver *dr, impl_state *s, int bench, const sb_inputs *in
     int rc;
 
     if (dr->last_run != NULL && dr->last_run != s && dr->o.gap_ms > 0)
-        sleep_s(dr->o.gap_ms * 1e-3);
+        bench_sleep_s(dr->o.gap_ms * 1e-3);
     if (bench == SB_DAG)
         memset(in->val, 0, (size_t)in->dag->n * sizeof(uint64_t));
-    t0 = now_s();
+    t0 = bench_now_s();
     rc = s->impl->run(s->ctx, bench, in, &result);
-    t1 = now_s();
+    t1 = bench_now_s();
     if (s->impl->cleanup != NULL)
         s->impl->cleanup(s->ctx, bench);
-    t2 = now_s();
+    t2 = bench_now_s();
     *cleanup_s = t2 - t1;
     dr->last_run = s;
     if (rc == 0 && bench == SB_FIB && result != sb_fib_expected(in->fib_n)) {
@@ -459,17 +373,17 @@ static void idle_burn(driver *dr, impl_state *s, const sb_inputs *burst)
     char what[32];
 
     snprintf(what, sizeof(what), "fib(%d)", burst->fib_n);
-    sleep_s(dr->o.gap_ms > 300 ? dr->o.gap_ms * 1e-3 : 0.3);
+    bench_sleep_s(dr->o.gap_ms > 300 ? dr->o.gap_ms * 1e-3 : 0.3);
     if (s != NULL && s->impl->run(s->ctx, SB_FIB, burst, &result) != 0) {
         fprintf(stderr, "FAIL: idle_burn %s: the burst failed\n", s->impl->name);
         dr->failed = 1;
         return;
     }
-    c0 = process_cpu_s();
-    w0 = now_s();
-    sleep_s(1.0);
-    c1 = process_cpu_s();
-    w1 = now_s();
+    c0 = bench_process_cpu_s();
+    w0 = bench_now_s();
+    bench_sleep_s(1.0);
+    c1 = bench_process_cpu_s();
+    w1 = bench_now_s();
     ms = (c1 - c0) * 1e3 / (w1 - w0);
     if (dr->o.json) {
         printf("{\"bench\":\"idle_burn\",\"impl\":\"%s\",\"threads\":%d,\"cpu_ms_per_s\":%.3f,"
