@@ -20,6 +20,7 @@
 
 #include <limits.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,7 +292,11 @@ void wf__graph_set_eager(wf_graph *g, wf_eager_fn fn, void *ctx)
 
 /* Open addressing with linear probing; each slot keeps the name's hash beside the node, so a
  * probe that does not match never touches the node (at 100,000 nodes, a lookup costs about
- * one cache miss for the slot and one for the node). At most half the slots are used. */
+ * one cache miss for the slot and one for the node). At most half the slots are used.
+ * Only names given by the user are in the table (see core/internal.h): an automatic name
+ * "<op>_<id>[_<k>]" is found through the id it contains (find_auto), so building a node
+ * with an automatic name checks a table that is usually empty or small instead of taking a
+ * cache miss in a big one (it was the largest cost of an eager 1-element add). */
 
 static uint64_t hash_name(const char *s)
 {
@@ -300,18 +305,60 @@ static uint64_t hash_name(const char *s)
         h = (h ^ (unsigned char)*s) * 0x100000001b3u;
     h ^= h >> 32;
     h *= 0x9e3779b97f4a7c15u;
-    return h ^ (h >> 29);
+    h ^= h >> 29;
+    return h ? h : 1; /* 0 marks an automatic name (wf_node.name_hash) */
 }
 
-static wf_node *find(const wf_graph *g, const char *name, uint64_t h)
+/* The node named 'name' (hash 'h') in the table, or NULL. */
+static wf_node *find_named(const wf_graph *g, const char *name, uint64_t h)
 {
-    if (!g->n_slots)
+    if (!g->n_named)
         return NULL;
     size_t mask = g->n_slots - 1;
     for (size_t i = h & mask; g->slots[i].node; i = (i + 1) & mask)
         if (g->slots[i].hash == h && strcmp(g->slots[i].node->name, name) == 0)
             return g->slots[i].node;
     return NULL;
+}
+
+/* Parses the decimal number that ends 'name[0, *len)' after a '_', as put_uint() writes it
+ * (no sign, no leading zero); on success sets '*v' and moves '*len' to the '_'. */
+static bool tail_number(const char *name, size_t *len, unsigned long *v)
+{
+    size_t e = *len, b = e;
+    while (b > 0 && name[b - 1] >= '0' && name[b - 1] <= '9' && e - b < 10)
+        b--;
+    if (b == e || b < 1 || name[b - 1] != '_' || (name[b] == '0' && e - b > 1))
+        return false;
+    unsigned long x = 0;
+    for (size_t i = b; i < e; i++)
+        x = x * 10 + (unsigned long)(name[i] - '0');
+    *v = x;
+    *len = b - 1;
+    return true;
+}
+
+/* The node with the automatic name 'name', or NULL: its id is the last number of the name
+ * ("<op>_<id>") or the one before it ("<op>_<id>_<k>"). */
+static wf_node *find_auto(const wf_graph *g, const char *name)
+{
+    size_t len = strlen(name);
+    unsigned long id;
+    for (int pass = 0; pass < 2 && tail_number(name, &len, &id); pass++) {
+        if (id < (unsigned long)g->n_nodes) {
+            wf_node *n = node_at(g, (int)id);
+            if (n->name_hash == 0 && strcmp(n->name, name) == 0)
+                return n;
+        }
+    }
+    return NULL;
+}
+
+/* The node named 'name' (hash 'h', or 0 when the table is empty), or NULL. */
+static wf_node *find(const wf_graph *g, const char *name, uint64_t h)
+{
+    wf_node *n = find_named(g, name, h);
+    return n ? n : find_auto(g, name);
 }
 
 static void put(wf__name_slot *slots, size_t mask, uint64_t h, wf_node *n)
@@ -326,7 +373,7 @@ static void put(wf__name_slot *slots, size_t mask, uint64_t h, wf_node *n)
 /* Makes room for one more name. Returns 0 or WF_ENOMEM. */
 static int reserve_name(wf_graph *g)
 {
-    if (((size_t)g->n_nodes + 1) * 2 <= g->n_slots)
+    if ((g->n_named + 1) * 2 <= g->n_slots)
         return 0;
     size_t ns = g->n_slots ? g->n_slots * 2 : 512;
     wf__name_slot *slots = calloc(ns, sizeof *slots);
@@ -344,6 +391,7 @@ static int reserve_name(wf_graph *g)
 static void insert_name(wf_graph *g, wf_node *n)
 {
     put(g->slots, g->n_slots - 1, n->name_hash, n);
+    g->n_named++;
 }
 
 /* Removes 'n' by backward-shift deletion, so that no tombstones are needed. */
@@ -363,6 +411,7 @@ static void remove_name(wf_graph *g, wf_node *n)
     }
     g->slots[i].node = NULL;
     g->slots[i].hash = 0;
+    g->n_named--;
 }
 
 wf_node *wf_graph_find(const wf_graph *g, const char *name)
@@ -414,15 +463,44 @@ static const char *intern_file(wf_graph *g, const char *file)
     return copy;
 }
 
+/* Appends the decimal digits of 'v' (>= 0) at 'p'; returns the end. Hand-written: snprintf()
+ * of "%s_%d" was the largest single cost of an eager 1-element add (its positional-argument
+ * machinery alone took ~15% of the time). */
+static char *put_uint(char *p, unsigned v)
+{
+    char tmp[16];
+    int k = 0;
+    do
+        tmp[k++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (k)
+        *p++ = tmp[--k];
+    return p;
+}
+
 /* A fresh automatic name "<op>_<id>", or "<op>_<id>_<k>" if a user took that one. */
 static const char *auto_name(wf_graph *g, const char *op, int id)
 {
     char buf[160];
-    const char *s = strlen(op) < 100 ? op : "node";
-    snprintf(buf, sizeof buf, "%s_%d", s, id);
-    for (int k = 1; find(g, buf, hash_name(buf)); k++)
-        snprintf(buf, sizeof buf, "%s_%d_%d", s, id, k);
-    return arena_strdup(g, buf);
+    size_t len = strlen(op);
+    if (len >= 100) {
+        op = "node";
+        len = 4;
+    }
+    memcpy(buf, op, len);
+    buf[len] = '_';
+    char *end = put_uint(buf + len + 1, (unsigned)id);
+    *end = '\0';
+    for (unsigned k = 1; find(g, buf, g->n_named ? hash_name(buf) : 0); k++) {
+        char *e = put_uint(end + 1, k);
+        *end = '_';
+        *e = '\0';
+    }
+    size_t n = strlen(buf) + 1;
+    char *copy = wf__graph_alloc(g, n);
+    if (copy)
+        memcpy(copy, buf, n);
+    return copy;
 }
 
 /* The graph's copy of 'a': nodes with equal attributes share one copy (a direct-mapped cache
@@ -454,6 +532,39 @@ static bool valid_dtype(wf_dtype dt)
     return dt != WF_DTYPE_INVALID && wf_dtype_size(dt) != 0;
 }
 
+/* Eager outputs of at most SMALL_BYTES keep their elements inside the buffer's own allocation
+ * (64-byte aligned there, as wf__tensor_alloc() aligns them): two malloc() calls instead of
+ * three, and no aligned_alloc(), whose split-and-free of the slack took about a quarter of an
+ * eager 1-element add. */
+#define SMALL_BYTES 256
+
+static void data_in_buffer(void *ctx, void *data, size_t bytes)
+{
+    (void)ctx; /* freed with the buffer by wf__buffer_release() */
+    (void)data;
+    (void)bytes;
+}
+
+static wf_tensor *eager_output(wf_dtype dt, wf_shape shape)
+{
+    size_t bytes = 0;
+    if (wf__tensor_check("wf_tensor", dt, shape, &bytes) < 0)
+        return NULL;
+    if (bytes > SMALL_BYTES)
+        return wf__tensor_alloc(dt, shape);
+    wf_buffer *b = malloc(sizeof *b + 63 + bytes);
+    if (!b) {
+        wf__err(WF_ENOMEM, "wf_tensor: no memory for %zu bytes", bytes);
+        return NULL;
+    }
+    atomic_init(&b->refs, 1);
+    b->data = (void *)(((uintptr_t)(b + 1) + 63) & ~(uintptr_t)63);
+    b->bytes = bytes;
+    b->free_fn = data_in_buffer;
+    b->free_ctx = NULL;
+    return wf__tensor_wrap(dt, shape, b);
+}
+
 /* The default eager execution: the op's CPU kernel, here and now, into a fresh tensor of
  * the inferred dtype and shape (eager graphs have no -1 dimensions, except in the output of
  * WF_OP_DYNAMIC_SHAPE ops, whose kernels allocate; the node then takes the actual shape). */
@@ -472,7 +583,7 @@ static int eager_cpu(wf_graph *g, wf_node *n)
         if (!(in[i] = n->inputs[i]->value))
             rc = wf__err(WF_EINVAL, "input %d ('%s') has no value", i, n->inputs[i]->name);
     wf_tensor *out = NULL;
-    if (rc == 0 && !dynamic && !(out = wf__tensor_alloc(n->dtype, n->shape)))
+    if (rc == 0 && !dynamic && !(out = eager_output(n->dtype, n->shape)))
         rc = WF_ENOMEM;
     if (rc == 0) {
         wf_kernel_ctx ctx = { .rt = g->rt };
@@ -544,7 +655,7 @@ static wf_node *add_node(wf_graph *g, const wf_op_def *op, const char *name, wf_
         return NULL;
     }
     wf_node *n = next_slot(g);
-    if (!n || reserve_name(g) < 0) {
+    if (!n || (name && reserve_name(g) < 0)) {
         graph_fail(g, WF_ENOMEM, "%s: no memory for node %d", op->name, g->n_nodes);
         wf_tensor_release(value);
         return NULL;
@@ -567,8 +678,10 @@ static wf_node *add_node(wf_graph *g, const wf_op_def *op, const char *name, wf_
         rc = node_fail(n, WF_EINVAL, "a name must not be empty");
         goto fail;
     }
+    uint64_t h = 0;
     if (name) {
-        wf_node *other = find(g, name, hash_name(name));
+        h = hash_name(name);
+        wf_node *other = find(g, name, h);
         if (other) {
             char where[256];
             rc = node_fail(n, WF_EINVAL, "the name '%s' is taken by %s node %d (%s)", name,
@@ -645,8 +758,9 @@ static wf_node *add_node(wf_graph *g, const wf_op_def *op, const char *name, wf_
             goto fail;
         }
     }
-    n->name_hash = hash_name(n->name);
-    insert_name(g, n);
+    n->name_hash = h; /* 0 for an automatic name: not in the table */
+    if (h)
+        insert_name(g, n);
     g->n_nodes++;
     return n;
 nomem:
@@ -774,9 +888,10 @@ int wf_node_set_name(wf_node *n, const char *name)
                        wf__node_where(other, where, sizeof where));
     }
     char *copy = arena_strdup(g, name);
-    if (!copy)
+    if (!copy || (n->name_hash == 0 && reserve_name(g) < 0))
         return wf__err(WF_ENOMEM, "wf_node_set_name: no memory");
-    remove_name(g, n);
+    if (n->name_hash)
+        remove_name(g, n);
     n->name = copy;
     n->name_hash = h;
     insert_name(g, n);

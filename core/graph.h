@@ -98,7 +98,8 @@ struct wf_node {
     int32_t rt_index; /* -1: none; e.g. the node's position in a compiled plan */
     void *rt_data;    /* NULL: none; owned by whoever set it, who must clear it */
     uint32_t rt_flags;
-    uint64_t name_hash; /* of 'name', for the name table (core/graph.c only) */
+    uint64_t name_hash; /* of 'name', for the name table; 0: an automatic name, in no
+                           slot (core/graph.c only) */
     wf_node *inline_inputs[WF_NODE_INLINE_INPUTS];
 };
 

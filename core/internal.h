@@ -4,8 +4,10 @@
  * Invariants (stated here once):
  *   - node i lives at chunks[i >> WF__CHUNK_SHIFT][i & WF__CHUNK_MASK]; chunks never move,
  *     so node pointers are stable for the graph's life;
- *   - every committed node is in exactly one slot of the name table, under the hash of its
- *     current name; a node being built is in none; at most half the slots are used;
+ *   - every committed node with a name the user gave ('name_hash' != 0) is in exactly one
+ *     slot of the name table, under the hash of its current name; a node with an automatic
+ *     name ('name_hash' 0) and a node being built are in none (graph.c finds automatic
+ *     names by the id in them); 'n_named' slots are used, at most half of them;
  *   - attribute copies are never written after creation, so equal ones may be shared;
  *   - 'status' is 0 or the first error since creation or wf_graph_clear_error(), and
  *     'errmsg' is its message ("" when 'status' is 0);
@@ -49,6 +51,7 @@ struct wf_graph {
     wf__arena_block *arena;
     wf__name_slot *slots; /* name table: open addressing, 'n_slots' a power of two */
     size_t n_slots;
+    size_t n_named;                               /* used slots of the name table */
     const wf_attrs *attrs_cache[WF__ATTRS_CACHE]; /* recent attribute copies, shared by
                                                     equal ones (graph.c: share_attrs) */
     wf__file_name *files; /* interned source file names, most recent first */

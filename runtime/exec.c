@@ -11,6 +11,10 @@
  *   is built on first use and replayed afterwards, allocating only outputs: the scheduler
  *   keeps one ready successor inline (sched/taskgraph.c), so a chain of nodes is run by
  *   one worker without deque traffic.
+ * Inline runs: a plan whose values are all static and tiny ('run_inline', internal.h) runs
+ *   node by node on the calling thread, in plan order, with no task graph; its slot keeps a
+ *   few dead values to reuse as outputs (spare_put), which only a single-threaded run can
+ *   do safely.
  * Invariants: those of runtime/internal.h (uses, values between runs, slot ownership).
  * Not here: compiling plans (plan.c), feeds and fetches (session.c), the static memory
  *   planner (TODO: a later issue; outputs come from the session's wf_pool meanwhile). */
@@ -36,11 +40,52 @@ static int fail(wf__slot *sl, const wf_node *n, int code, const char *why)
     return code;
 }
 
-/* Drops one use of value 'j'; the last one releases it. */
+/* Keeps or releases dead value 't'. Inline runs are single-threaded, so a value whose
+ * tensor and buffer are referenced only by us can be written again: it is kept (at most
+ * WF__SPARE_MAX) for spare_take(). On a chain of scalar adds this removed the pool round trip
+ * and three heap calls per node. */
+static void spare_put(wf__slot *sl, wf_tensor *t)
+{
+    if (t && sl->plan->run_inline && sl->n_spare < WF__SPARE_MAX && t->contiguous && t->buf &&
+        t->data == t->buf->data && atomic_load_explicit(&t->refs, memory_order_acquire) == 1 &&
+        atomic_load_explicit(&t->buf->refs, memory_order_acquire) == 1) {
+        sl->spare[sl->n_spare++] = t;
+        return;
+    }
+    wf_tensor_release(t);
+}
+
+/* A kept value of exactly 'dt' and 'shape', taken out of 'sl->spare', or NULL. */
+static wf_tensor *spare_take(wf__slot *sl, wf_dtype dt, wf_shape shape)
+{
+    for (int k = sl->n_spare - 1; k >= 0; k--) {
+        wf_tensor *t = sl->spare[k];
+        if (t->dtype != dt || t->shape.rank != shape.rank)
+            continue;
+        bool same = true;
+        for (int d = 0; same && d < shape.rank; d++)
+            same = t->shape.dims[d] == shape.dims[d];
+        if (same) {
+            sl->spare[k] = sl->spare[--sl->n_spare];
+            return t;
+        }
+    }
+    return NULL;
+}
+
+/* Drops one use of value 'j'; the last one releases it. An inline run is the only thread
+ * of its slot, so it needs no read-modify-write. */
 static inline void drop_use(wf__slot *sl, int32_t j)
 {
-    if (atomic_fetch_sub_explicit(&sl->uses[j], 1, memory_order_acq_rel) == 1) {
-        wf_tensor_release(sl->vals[j]);
+    int32_t left;
+    if (sl->plan->run_inline) {
+        left = atomic_load_explicit(&sl->uses[j], memory_order_relaxed) - 1;
+        atomic_store_explicit(&sl->uses[j], left, memory_order_relaxed);
+    } else {
+        left = atomic_fetch_sub_explicit(&sl->uses[j], 1, memory_order_acq_rel) - 1;
+    }
+    if (left == 0) {
+        spare_put(sl, sl->vals[j]);
         sl->vals[j] = NULL;
     }
 }
@@ -94,7 +139,8 @@ static int run_kernel(wf__slot *sl, int i)
         }
     }
     bool dynamic = n->op->flags & WF_OP_DYNAMIC_SHAPE;
-    if (!dynamic && !(out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, shape))) {
+    if (!dynamic && !(sl->n_spare && (out = spare_take(sl, dt, shape))) &&
+        !(out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, shape))) {
         rc = fail(sl, n, WF_ENOMEM, wf_last_errmsg());
         goto done;
     }
@@ -130,13 +176,10 @@ done:
     return rc;
 }
 
-/* The task of plan node 'arg->index' in the run of 'arg->slot'. */
-static int node_task(void *arg)
+/* Runs plan node 'i' in the run of 'sl'. */
+static int run_node(wf__slot *sl, int i)
 {
-    const wf__task_arg *a = arg;
-    wf__slot *sl = a->slot;
     const wf__plan *p = sl->plan;
-    int i = a->index;
     switch (p->kind[i]) {
     case WF__PN_PLACEHOLDER: /* session.c set the feed before the run */
         break;
@@ -160,10 +203,17 @@ static int node_task(void *arg)
     }
     /* A value nobody reads (a target run for its effects) goes at once. */
     if (atomic_load_explicit(&sl->uses[i], memory_order_relaxed) == 0) {
-        wf_tensor_release(sl->vals[i]);
+        spare_put(sl, sl->vals[i]);
         sl->vals[i] = NULL;
     }
     return 0;
+}
+
+/* The task of plan node 'arg->index' in the run of 'arg->slot'. */
+static int node_task(void *arg)
+{
+    const wf__task_arg *a = arg;
+    return run_node(a->slot, a->index);
 }
 
 static int slot_make(wf__plan *p, wf__slot **out)
@@ -179,6 +229,10 @@ static int slot_make(wf__plan *p, wf__slot **out)
     if (!sl->args || !sl->vals || !sl->uses) {
         rc = wf__err(WF_ENOMEM, "wf_session_run: no memory for a run slot of %d nodes", n);
         goto fail;
+    }
+    if (p->run_inline) { /* wf__slot_run() needs no task graph */
+        *out = sl;
+        return 0;
     }
     if ((rc = wf_group_init(&sl->grp, p->sess->rt)) < 0)
         goto fail;
@@ -219,6 +273,8 @@ void wf__slot_destroy(wf__slot *sl)
     if (sl->vals)
         for (int i = 0; i < sl->plan->n; i++)
             wf_tensor_release(sl->vals[i]);
+    for (int k = 0; k < sl->n_spare; k++)
+        wf_tensor_release(sl->spare[k]);
     free(sl->args);
     free(sl->vals);
     free((void *)sl->uses);
@@ -276,6 +332,17 @@ int wf__slot_run(wf__slot *sl)
     atomic_store_explicit(&sl->failed, 0, memory_order_relaxed);
     sl->err = 0;
     sl->errmsg[0] = '\0';
+    if (sl->plan->run_inline) {
+        /* Ascending plan index is a topological order (internal.h), control edges included
+         * (core/graph.h: a control input is created first). The first failure stops the
+         * run, as the task graph skips the nodes that had not started. */
+        for (int i = 0; i < sl->plan->n; i++) {
+            int rc = run_node(sl, i);
+            if (rc < 0)
+                return atomic_load_explicit(&sl->failed, memory_order_relaxed) ? sl->err : rc;
+        }
+        return 0;
+    }
     int rc = wf_taskgraph_submit(sl->tg, &sl->grp);
     if (rc < 0) {
         snprintf(sl->errmsg, sizeof sl->errmsg, "%s", wf_taskgraph_errmsg(sl->tg));

@@ -99,9 +99,14 @@ static int build(wf_session *s, wf__plan *p, const uint8_t *needed)
     if (!(p->in_idx = malloc((size_t)(edges ? edges : 1) * sizeof *p->in_idx)))
         return wf__err(WF_ENOMEM, "wf_session_run: no memory for %lld edges", (long long)edges);
     int32_t e = 0;
+    p->run_inline = true;
     for (int i = 0; i < n; i++) {
         wf_node *node = p->nodes[i];
         const wf_op_def *op = node->op;
+        /* See 'run_inline' in internal.h; a -1 dimension or a dynamic output may be big. */
+        if (has_any_dim(node->shape) || (op->flags & WF_OP_DYNAMIC_SHAPE) ||
+            wf_shape_numel(node->shape) > WF__INLINE_NUMEL)
+            p->run_inline = false;
         p->in_off[i] = e;
         p->var[i] = -1;
         if (op == &wf_op_placeholder) {

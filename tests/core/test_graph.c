@@ -265,6 +265,53 @@ Test(core_graph, set_name_renames_and_refuses_clashes)
     wf_graph_destroy(g);
 }
 
+/* Automatic names are found through the id they contain, not the name table (core/graph.c):
+ * lookups, clashes with user names and renames must behave as for any other name. */
+Test(core_graph, automatic_names_are_found_taken_and_renamed_like_user_names)
+{
+    wf_graph *g = new_graph(WF_STATIC);
+    wf_node *a = wf_placeholder(g, NULL, WF_F32, WF_SHAPE(1));            /* placeholder_0 */
+    wf_node *u = wf_placeholder(g, "placeholder_2", WF_F32, WF_SHAPE(1)); /* node 1 */
+    wf_node *b = wf_placeholder(g, NULL, WF_F32, WF_SHAPE(1));            /* node 2 */
+    cr_assert(a && u && b, "%s", wf_graph_errmsg(g));
+    cr_assert_str_eq(wf_node_name(b), "placeholder_2_1");
+    cr_assert_eq(wf_graph_find(g, "placeholder_0"), a);
+    cr_assert_eq(wf_graph_find(g, "placeholder_2_1"), b);
+    cr_assert_eq(wf_graph_find(g, "placeholder_2"), u);
+    cr_assert_null(wf_graph_find(g, "placeholder_00"));
+    cr_assert_null(wf_graph_find(g, "placeholder_3"), "no node 3 yet");
+    cr_assert_null(wf_graph_find(g, "placeholder_1"), "node 1 has a user name");
+    cr_assert_null(wf_graph_find(g, "_0"));
+    cr_assert_null(wf_graph_find(g, "0"));
+    cr_assert_null(wf_graph_find(g, ""));
+    cr_assert_null(wf_placeholder(g, "placeholder_0", WF_F32, WF_SHAPE(1)),
+                   "an automatic name is taken");
+    wf_graph_clear_error(g);
+    cr_assert_eq(wf_node_set_name(u, "placeholder_0"), WF_EINVAL);
+    cr_assert_eq(wf_node_set_name(a, "placeholder_0"), 0, "renaming to its own name is fine");
+    cr_assert_eq(wf_node_set_name(a, "first"), 0, "%s", wf_last_errmsg());
+    cr_assert_eq(wf_graph_find(g, "first"), a);
+    cr_assert_null(wf_graph_find(g, "placeholder_0"), "the old name is free again");
+    cr_assert_eq(wf_node_set_name(u, "placeholder_0"), 0, "%s", wf_last_errmsg());
+    cr_assert_eq(wf_graph_find(g, "placeholder_0"), u);
+    cr_assert_null(wf_graph_find(g, "placeholder_2"));
+
+    enum { N = 3000 }; /* past several growths of the name table */
+
+    for (int i = 0; i < N; i++) {
+        wf_node *n = i % 3 ? wf_placeholder(g, NULL, WF_F32, WF_SHAPE(1))
+                           : wf_placeholder(g, "placeholder_9999", WF_F32, WF_SHAPE(1));
+        if (i % 3 == 0) { /* the user name clashes once; later ones are errors */
+            wf_graph_clear_error(g);
+            continue;
+        }
+        cr_assert_not_null(n, "%s", wf_graph_errmsg(g));
+        cr_assert_eq(wf_graph_find(g, wf_node_name(n)), n, "%s", wf_node_name(n));
+    }
+    cr_assert_eq(wf_graph_status(g), 0, "%s", wf_graph_errmsg(g));
+    wf_graph_destroy(g);
+}
+
 /* ---- Source locations -------------------------------------------------------------------- */
 
 Test(core_graph, macros_record_file_and_line)
