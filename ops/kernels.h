@@ -210,4 +210,56 @@ int wf__softmax_cross_entropy_cpu(const wf_kctx *ctx, const wf_tensor *logits,
  * WF_EDTYPE, WF_ESHAPE or WF_EINVAL. */
 int wf__kernel_check_out(const char *op, const wf_tensor *out, wf_dtype dt, wf_shape shape);
 
+/* ---- Shape ops (shape_cpu.c) --------------------------------------------------------------- */
+
+/* Every shape kernel copies elements as bytes (any dtype, bit-exact) from a strided view of
+ * its input(s) into contiguous 'out' of the input's dtype. */
+
+/* out = x in row-major order with out's shape (numel must match): reshape, expand_dims,
+ * squeeze. */
+int wf__reshape_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+
+/* out[i0, .., ik] = x[i_perm...]: out.dims[d] = x.dims[perm[d]]; 'perm' is a permutation of
+ * [0, n), n = x's rank. */
+int wf__transpose_cpu(const wf_kctx *ctx, const int *perm, int n, const wf_tensor *x,
+                      wf_tensor *out);
+
+/* NumPy's clamping of one axis of size 'dim' for x[begin:end:step]: the first index '*start'
+ * and the count '*len'. Negative begin/end count from the end; out-of-range ones clamp, so
+ * INT64_MIN and INT64_MAX mean "from/to the edge" for either sign of step. Returns 0, or
+ * WF_EINVAL for step 0 (no message set). */
+int wf__slice_dim(int64_t dim, int64_t begin, int64_t end, int64_t step, int64_t *start,
+                  int64_t *len);
+
+/* out = x[begin[d]:end[d]:step[d], ...] per axis (wf__slice_dim()). */
+int wf__slice_cpu(const wf_kctx *ctx, const int64_t *begin, const int64_t *end, const int64_t *step,
+                  const wf_tensor *x, wf_tensor *out);
+
+/* out = x broadcast (NumPy rules, x's rank <= out's) to out's shape. */
+int wf__broadcast_to_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
+
+/* out = the inputs 'xs[0..n)' joined along 'axis' (non-negative); all share out's dtype, rank
+ * and the other dimensions. */
+int wf__concat_cpu(const wf_kctx *ctx, int axis, const wf_tensor *const *xs, int n, wf_tensor *out);
+
+/* out = the inputs (all one shape) stacked along a new axis 'axis' (in [0, rank]). */
+int wf__stack_cpu(const wf_kctx *ctx, int axis, const wf_tensor *const *xs, int n, wf_tensor *out);
+
+/* out = x with before[d] and after[d] (>= 0) elements of 'value' (converted to x's dtype)
+ * added on each side of axis d. */
+int wf__pad_cpu(const wf_kctx *ctx, const int64_t *before, const int64_t *after, double value,
+                const wf_tensor *x, wf_tensor *out);
+
+/* ---- Indexing (index_cpu.c) ---------------------------------------------------------------- */
+
+/* out = params taken at 'indices' (i32 or i64, any shape) along 'axis' (non-negative):
+ * out's shape is params[:axis] + indices + params[axis+1:]. An index outside [0, dim) fails
+ * the call with WF_EINVAL naming its position and value (no negative indices). */
+int wf__gather_cpu(const wf_kctx *ctx, int axis, const wf_tensor *params, const wf_tensor *indices,
+                   wf_tensor *out);
+
+/* out[..., k] = indices[...] == k ? 1 : 0 in out's dtype; depth is out's last dimension; an
+ * index outside [0, depth) gives an all-zero row (TensorFlow's rule). */
+int wf__one_hot_cpu(const wf_kctx *ctx, const wf_tensor *indices, wf_tensor *out);
+
 #endif /* WF_OPS_KERNELS_H */

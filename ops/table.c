@@ -47,6 +47,18 @@ const wf_op_def *const wf__ops_table[] = {
     &wf_op_softmax,
     &wf_op_log_softmax,
     &wf_op_softmax_cross_entropy,
+    &wf_op_reshape,
+    &wf_op_expand_dims,
+    &wf_op_squeeze,
+    &wf_op_transpose,
+    &wf_op_slice,
+    &wf_op_split,
+    &wf_op_concat,
+    &wf_op_stack,
+    &wf_op_pad,
+    &wf_op_broadcast_to,
+    &wf_op_gather,
+    &wf_op_one_hot,
 };
 
 const size_t wf__ops_table_len = sizeof wf__ops_table / sizeof wf__ops_table[0];

@@ -39,6 +39,11 @@ extern const wf_op_def wf_op_sum, wf_op_mean, wf_op_max, wf_op_min, wf_op_prod, 
 extern const wf_op_def wf_op_matmul;
 /* Softmax and losses (ops/softmax.c). */
 extern const wf_op_def wf_op_softmax, wf_op_log_softmax, wf_op_softmax_cross_entropy;
+/* Shape ops (ops/shape.c; attributes listed in its header). */
+extern const wf_op_def wf_op_reshape, wf_op_expand_dims, wf_op_squeeze, wf_op_transpose,
+    wf_op_slice, wf_op_split, wf_op_concat, wf_op_stack, wf_op_pad, wf_op_broadcast_to;
+/* Indexing (ops/index.c). */
+extern const wf_op_def wf_op_gather, wf_op_one_hot;
 
 /* Every op def of ops/, in the order above; no NULL entries. */
 extern const wf_op_def *const wf__ops_table[];

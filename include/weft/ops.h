@@ -1,6 +1,7 @@
 /* weft/ops.h: the op constructors: elementwise math and activations, binary arithmetic and
  * comparisons with broadcasting, where, cast, reductions, matrix products, softmax and the
- * cross-entropy loss.
+ * cross-entropy loss, shape ops (reshape, transpose, slice, split, concat, stack, pad,
+ * broadcast_to, expand_dims, squeeze) and indexing (gather, one_hot).
  * Owns: the public contract of ops/: what each constructor adds to a graph, the dtypes it
  *   takes, the dtype and shape of its node, and how it fails.
  * Shared by every constructor below:
@@ -25,8 +26,8 @@
  *   line first (wf_set_source_location() in weft/core.h); '(wf_add)(g, a, b)' skips that.
  * Ownership (all): the node is borrowed from 'g'; inputs and 'axes' are not kept.
  * Threads (all): one thread at a time per graph.
- * Not here: gradients and optimizers (weft/grad.h), sessions (weft/runtime.h); shape ops,
- *   indexing, convolutions, pooling, normalization and dropout (later). */
+ * Not here: gradients and optimizers (weft/grad.h), sessions (weft/runtime.h); convolutions,
+ *   pooling, normalization and dropout (later). */
 #ifndef WEFT_OPS_H
 #define WEFT_OPS_H
 
@@ -218,6 +219,85 @@ WF_API wf_node *wf_softmax_cross_entropy(wf_graph *g, wf_node *logits, wf_node *
 #define wf_log_softmax(g, x, axis) (WF__HERE(), (wf_log_softmax)(g, x, axis))
 #define wf_softmax_cross_entropy(g, logits, labels) \
     (WF__HERE(), (wf_softmax_cross_entropy)(g, logits, labels))
+
+/* ---- Shape ops ------------------------------------------------------------------------- */
+
+/* Every shape op keeps x's dtype (any dtype), moves elements bit-exactly, and gives a fresh
+ * contiguous tensor (a copy, never a view of x: strided inputs read correctly either way).
+ * A -1 dimension (placeholder) flows through where the result does not depend on it.
+ * Errors name the op, the node, the file:line and every shape involved. Pass arrays ('perm',
+ * 'begin', 'xs', ...) as named arrays: the commas of a compound literal would split the macro's
+ * arguments. */
+
+/* y = x with shape 'shape' in row-major order. One dimension may be -1: it is inferred
+ * from x's element count. Errors: WF_ESHAPE when the counts differ (or -1 cannot be
+ * inferred), WF_EINVAL for two -1 or another negative dimension. */
+WF_API wf_node *wf_reshape(wf_graph *g, wf_node *x, wf_shape shape);
+/* y = x with axes permuted: y.dims[d] = x.dims[perm[d]]; 'perm' has n = rank entries
+ * (negative count from the end). 'perm' NULL (or n 0): the axes reversed (the matrix
+ * transpose for rank 2, NumPy's default). Errors: WF_EINVAL unless perm is a permutation. */
+WF_API wf_node *wf_transpose(wf_graph *g, wf_node *x, const int *perm, int n);
+/* y = x[begin[d]:end[d]:step[d], ...] with NumPy semantics per axis: negative begin/end count
+ * from the end, out-of-range ones clamp, negative steps walk backwards, an empty range gives
+ * size 0. Each array has rank entries; NULL means the default per axis: step 1; begin the
+ * first element in the step's direction; end past the last (INT64_MAX / INT64_MIN do the same
+ * for either sign). Errors: WF_EINVAL for a step of 0. */
+WF_API wf_node *wf_slice(wf_graph *g, wf_node *x, const int64_t *begin, const int64_t *end,
+                         const int64_t *step);
+/* Splits x into 'n_parts' equal parts along 'axis', written to 'outs[0 .. n_parts-1]'. Core
+ * nodes have one output, so this adds 'n_parts' nodes of op "split" (each one part; all
+ * with the caller's file:line). Returns 0, or the graph's error with every 'outs' entry
+ * NULL: WF_ESHAPE when the axis's size is not a multiple of n_parts, WF_EINVAL for a bad
+ * axis or n_parts < 1. */
+WF_API WF_NODISCARD int wf_split(wf_graph *g, wf_node *x, int axis, int n_parts, wf_node **outs);
+/* y = xs[0 .. n-1] joined along 'axis' (negative counts from the end): equal dtypes and
+ * ranks (>= 1), equal dimensions off the axis. Errors: WF_EDTYPE, WF_ESHAPE, WF_EINVAL (bad
+ * axis, n < 1). */
+WF_API wf_node *wf_concat(wf_graph *g, wf_node *const *xs, int n, int axis);
+/* y = xs[0 .. n-1] (equal dtypes and shapes) stacked along a new axis 'axis' in
+ * [-(rank+1), rank]. */
+WF_API wf_node *wf_stack(wf_graph *g, wf_node *const *xs, int n, int axis);
+/* y = x with before[d] and after[d] elements of 'value' (converted to x's dtype) added on
+ * each side of axis d (rank entries each; NULL: zeros). Errors: WF_EINVAL for a negative
+ * amount. */
+WF_API wf_node *wf_pad(wf_graph *g, wf_node *x, const int64_t *before, const int64_t *after,
+                       double value);
+/* y = x broadcast to 'shape' (NumPy rules: x's rank at most shape's; each of x's dimensions
+ * is 1 or equal to the target's). Errors: WF_ESHAPE, WF_EINVAL (negative target). */
+WF_API wf_node *wf_broadcast_to(wf_graph *g, wf_node *x, wf_shape shape);
+/* y = x with a new size-1 axis at 'axis' in [-(rank+1), rank]. */
+WF_API wf_node *wf_expand_dims(wf_graph *g, wf_node *x, int axis);
+/* y = x without axis 'axis' (negative counts from the end), which must have size 1
+ * (WF_ESHAPE otherwise); 'axis' WF_SQUEEZE_ALL drops every size-1 axis (none: a copy). -1 is
+ * the last axis, as everywhere, not "all". */
+WF_API wf_node *wf_squeeze(wf_graph *g, wf_node *x, int axis);
+#define WF_SQUEEZE_ALL (-2147483647 - 1)
+
+#define wf_reshape(g, x, shape)             (WF__HERE(), (wf_reshape)(g, x, shape))
+#define wf_transpose(g, x, perm, n)         (WF__HERE(), (wf_transpose)(g, x, perm, n))
+#define wf_slice(g, x, begin, end, step)    (WF__HERE(), (wf_slice)(g, x, begin, end, step))
+#define wf_split(g, x, axis, n_parts, outs) (WF__HERE(), (wf_split)(g, x, axis, n_parts, outs))
+#define wf_concat(g, xs, n, axis)           (WF__HERE(), (wf_concat)(g, xs, n, axis))
+#define wf_stack(g, xs, n, axis)            (WF__HERE(), (wf_stack)(g, xs, n, axis))
+#define wf_pad(g, x, before, after, value)  (WF__HERE(), (wf_pad)(g, x, before, after, value))
+#define wf_broadcast_to(g, x, shape)        (WF__HERE(), (wf_broadcast_to)(g, x, shape))
+#define wf_expand_dims(g, x, axis)          (WF__HERE(), (wf_expand_dims)(g, x, axis))
+#define wf_squeeze(g, x, axis)              (WF__HERE(), (wf_squeeze)(g, x, axis))
+
+/* ---- Indexing ---------------------------------------------------------------------------- */
+
+/* y = params taken at 'indices' (i32 or i64, any shape) along 'axis' (negative counts from
+ * the end): y's shape is params[:axis] + indices + params[axis+1:], dtype params'. Indices
+ * must be in [0, dim) (no negative indices): one outside fails when the node runs, with
+ * WF_EINVAL naming its position and value. Errors: WF_EDTYPE (indices), WF_EINVAL (axis). */
+WF_API wf_node *wf_gather(wf_graph *g, wf_node *params, wf_node *indices, int axis);
+/* y[..., k] = (indices[...] == k), in 'dtype' (any), shape indices + [depth]; indices are
+ * i32 or i64; one outside [0, depth) gives an all-zero row (TensorFlow's rule). Errors:
+ * WF_EDTYPE (indices), WF_EINVAL (depth < 0, bad dtype). No gradient. */
+WF_API wf_node *wf_one_hot(wf_graph *g, wf_node *indices, int64_t depth, wf_dtype dtype);
+
+#define wf_gather(g, params, indices, axis)  (WF__HERE(), (wf_gather)(g, params, indices, axis))
+#define wf_one_hot(g, indices, depth, dtype) (WF__HERE(), (wf_one_hot)(g, indices, depth, dtype))
 
 #ifdef __cplusplus
 }

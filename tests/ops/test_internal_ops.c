@@ -38,7 +38,7 @@ static bool in_table(const wf_op_def *op)
 Test(ops_internal_ops, table_is_valid_and_every_entry_has_a_cpu_kernel_and_a_cost)
 {
     cr_assert_eq(wf__op_check_table(wf__ops_table, wf__ops_table_len), 0, "%s", wf_last_errmsg());
-    cr_assert_eq(wf__ops_table_len, 41);
+    cr_assert_eq(wf__ops_table_len, 53);
     for (size_t i = 0; i < wf__ops_table_len; i++) {
         const wf_op_def *op = wf__ops_table[i];
         cr_assert_not_null(op->kernel[WF_KERNEL_CPU], "%s has no CPU kernel", op->name);
@@ -71,6 +71,9 @@ Test(ops_internal_ops, every_constructor_makes_a_node_of_a_table_op_and_covers_t
     wf_node *y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
     wf_node *c = wf_gt(g, x, w);
     const int ax[1] = { 1 };
+    wf_node *parts[2] = { NULL, NULL };
+    cr_assert_eq(wf_split(g, w, 0, 2, parts), 0, "%s", wf_graph_errmsg(g));
+    wf_node *pair[2] = { x, x };
     wf_node *made[] = {
         wf_neg(g, x),
         wf_abs(g, x),
@@ -121,6 +124,18 @@ Test(ops_internal_ops, every_constructor_makes_a_node_of_a_table_op_and_covers_t
         wf_softmax(g, x, -1),
         wf_log_softmax(g, x, 0),
         wf_softmax_cross_entropy(g, x, y),
+        wf_reshape(g, x, WF_SHAPE(-1, 2, 2)),
+        wf_expand_dims(g, x, 0),
+        wf_squeeze(g, wf_expand_dims(g, x, 0), 0),
+        wf_transpose(g, x, NULL, 0),
+        wf_slice(g, x, NULL, NULL, NULL),
+        parts[0],
+        wf_concat(g, pair, 2, 1),
+        wf_stack(g, pair, 2, 0),
+        wf_pad(g, x, NULL, NULL, 0),
+        wf_broadcast_to(g, w, WF_SHAPE(2, 4, 4)),
+        wf_gather(g, w, y, 0),
+        wf_one_hot(g, y, 3, WF_F32),
     };
     cr_assert_eq(wf_graph_status(g), 0, "%s", wf_graph_errmsg(g));
     bool seen[64] = { false };
