@@ -38,6 +38,24 @@ typedef void (*rd_fn)(acc *a, const char *p, int64_t s, int64_t n, int64_t pos);
 #define MAX_WINS(v, m, idx) ((idx) < 0 || (v) > (m) || ((v) != (v) && (m) == (m)))
 #define MIN_WINS(v, m, idx) ((idx) < 0 || (v) < (m) || ((v) != (v) && (m) == (m)))
 
+#define INT_MAX_WINS(v, m, idx) ((idx) < 0 || (v) > (m))
+#define INT_MIN_WINS(v, m, idx) ((idx) < 0 || (v) < (m))
+#define RD_ID(x)                (x)
+
+/* An arg-extreme run: keeps in a->FIELD (and a->idx) the element for which WINS holds. */
+#define RD_EXTREME(name, sfx, T, VT, LOAD, FIELD, WINS)                                \
+    static void name##_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos) \
+    {                                                                                  \
+        const T *x = (const T *)p;                                                     \
+        for (int64_t i = 0; i < n; i++) {                                              \
+            VT v = LOAD(x[i * s]);                                                     \
+            if (WINS(v, a->FIELD, a->idx)) {                                           \
+                a->FIELD = v;                                                          \
+                a->idx = pos + i;                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+
 /* The run loops, once per dtype: T the element type, LOAD its value as double (or int64). */
 #define RD_FLOAT_RUNS(sfx, T, LOAD)                                                  \
     static void sum_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
@@ -65,28 +83,8 @@ typedef void (*rd_fn)(acc *a, const char *p, int64_t s, int64_t n, int64_t pos);
         for (int64_t i = 0; i < n; i++)                                              \
             a->v *= LOAD(x[i * s]);                                                  \
     }                                                                                \
-    static void max_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
-    {                                                                                \
-        const T *x = (const T *)p;                                                   \
-        for (int64_t i = 0; i < n; i++) {                                            \
-            double v = LOAD(x[i * s]);                                               \
-            if (MAX_WINS(v, a->v, a->idx)) {                                         \
-                a->v = v;                                                            \
-                a->idx = pos + i;                                                    \
-            }                                                                        \
-        }                                                                            \
-    }                                                                                \
-    static void min_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
-    {                                                                                \
-        const T *x = (const T *)p;                                                   \
-        for (int64_t i = 0; i < n; i++) {                                            \
-            double v = LOAD(x[i * s]);                                               \
-            if (MIN_WINS(v, a->v, a->idx)) {                                         \
-                a->v = v;                                                            \
-                a->idx = pos + i;                                                    \
-            }                                                                        \
-        }                                                                            \
-    }                                                                                \
+    RD_EXTREME(max, sfx, T, double, LOAD, v, MAX_WINS)                               \
+    RD_EXTREME(min, sfx, T, double, LOAD, v, MIN_WINS)                               \
     static void lse_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
     {                                                                                \
         const T *x = (const T *)p;                                                   \
@@ -113,28 +111,8 @@ typedef void (*rd_fn)(acc *a, const char *p, int64_t s, int64_t n, int64_t pos);
             t *= (uint64_t)(int64_t)x[i * s];                                        \
         a->iv = (int64_t)t;                                                          \
     }                                                                                \
-    static void max_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
-    {                                                                                \
-        const T *x = (const T *)p;                                                   \
-        for (int64_t i = 0; i < n; i++) {                                            \
-            int64_t v = x[i * s];                                                    \
-            if (a->idx < 0 || v > a->iv) {                                           \
-                a->iv = v;                                                           \
-                a->idx = pos + i;                                                    \
-            }                                                                        \
-        }                                                                            \
-    }                                                                                \
-    static void min_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
-    {                                                                                \
-        const T *x = (const T *)p;                                                   \
-        for (int64_t i = 0; i < n; i++) {                                            \
-            int64_t v = x[i * s];                                                    \
-            if (a->idx < 0 || v < a->iv) {                                           \
-                a->iv = v;                                                           \
-                a->idx = pos + i;                                                    \
-            }                                                                        \
-        }                                                                            \
-    }
+    RD_EXTREME(max, sfx, T, int64_t, RD_ID, iv, INT_MAX_WINS)                        \
+    RD_EXTREME(min, sfx, T, int64_t, RD_ID, iv, INT_MIN_WINS)
 
 /* Column sums (see col_items): 'w' adjacent outputs at unit stride, rows [0, n) at stride
  * 'rs'. Each tmp[j] takes its rows in order from 0, exactly as sum_* folds one strided run,

@@ -1,4 +1,4 @@
-/* tests/ops/eager_util.h: helpers shared by test_shape_ops.c and test_index_ops.c (public API
+/* tests/ops/eager_util.h: helpers shared by the eager op suites (public API
  * only): a runtime per test, constants of any dtype from f64 values, strided constants over
  * test memory (wf_tensor_view), and checks of a node's value and of a graph's error.
  * Not here: the references (each test computes its own with plain loops). */
@@ -18,19 +18,19 @@
 
 static wf_runtime *rt;
 
-static void setup(void)
+static inline void setup(void)
 {
     rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
 }
 
-static void teardown(void)
+static inline void teardown(void)
 {
     wf_runtime_destroy(rt);
     rt = NULL;
     wf_test_fini();
 }
 
-static wf_graph *new_graph(int mode)
+static inline wf_graph *new_graph(int mode)
 {
     wf_graph *g = wf_graph_create(rt, mode);
     cr_assert_not_null(g, "wf_graph_create: %s", wf_last_errmsg());
@@ -38,7 +38,7 @@ static wf_graph *new_graph(int mode)
 }
 
 /* A contiguous constant of dtype 'dt' holding 'vals' (converted from f64). */
-static wf_node *cst(wf_graph *g, wf_dtype dt, wf_shape s, const double *vals)
+static inline wf_node *cst(wf_graph *g, wf_dtype dt, wf_shape s, const double *vals)
 {
     wf_tensor *f = NULL, *t = NULL;
     cr_assert_eq(wf_tensor_create(WF_F64, s, vals, &f), 0, "%s", wf_last_errmsg());
@@ -56,7 +56,7 @@ static wf_node *cst(wf_graph *g, wf_dtype dt, wf_shape s, const double *vals)
 }
 
 /* A constant viewing 'data' (f64, kept alive by the caller) with 'strides' (elements). */
-static wf_node *view(wf_graph *g, wf_shape s, const int64_t *strides, const double *data)
+static inline wf_node *view(wf_graph *g, wf_shape s, const int64_t *strides, const double *data)
 {
     wf_tensor *t = NULL;
     cr_assert_eq(wf_tensor_view(WF_F64, s, strides, data, &t), 0, "%s", wf_last_errmsg());
@@ -68,8 +68,8 @@ static wf_node *view(wf_graph *g, wf_shape s, const int64_t *strides, const doub
 }
 
 /* Asserts that 'y' exists with dtype 'dt', shape 's' and exactly the values 'want'. */
-static void expect(const char *what, wf_graph *g, const wf_node *y, wf_dtype dt, wf_shape s,
-                   const double *want)
+static inline void check_value(const char *what, wf_graph *g, const wf_node *y, wf_dtype dt,
+                               wf_shape s, const double *want)
 {
     cr_assert_not_null(y, "%s: %s", what, wf_graph_errmsg(g));
     char a[160], b[160];
@@ -87,7 +87,7 @@ static void expect(const char *what, wf_graph *g, const wf_node *y, wf_dtype dt,
 }
 
 /* Asserts that the graph failed with 'code' and its message holds each of 'needles'. */
-static void expect_fail(wf_graph *g, const wf_node *y, int code, const char *const *needles)
+static inline void check_error(wf_graph *g, const wf_node *y, int code, const char *const *needles)
 {
     cr_assert_null(y, "the call should fail");
     cr_assert_eq(wf_graph_status(g), code, "status %s, want %s: %s",
@@ -98,7 +98,7 @@ static void expect_fail(wf_graph *g, const wf_node *y, int code, const char *con
 }
 
 /* 0, 1, 2, ... */
-static void iota(double *v, int n)
+static inline void iota(double *v, int n)
 {
     for (int i = 0; i < n; i++)
         v[i] = i;

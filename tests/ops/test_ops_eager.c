@@ -5,57 +5,9 @@
  * (NULL, WF_ESHAPE / WF_EDTYPE / WF_EINVAL, a message naming the op, both shapes and the
  * file:line of the call), NULL inputs keeping the first error, and source locations that
  * stay right after failures. Links libweft.so. */
-#include "wf_test.h"
-
-#include <weft/weft.h>
-
-#include <criterion/criterion.h>
-
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-static wf_runtime *rt;
-
-static void setup(void)
-{
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
-}
-
-static void teardown(void)
-{
-    wf_runtime_destroy(rt);
-    rt = NULL;
-    wf_test_fini();
-}
+#include "eager_util.h"
 
 TestSuite(ops_eager, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(60));
-
-static wf_graph *new_graph(int mode)
-{
-    wf_graph *g = wf_graph_create(rt, mode);
-    cr_assert_not_null(g, "wf_graph_create: %s", wf_last_errmsg());
-    return g;
-}
-
-/* A constant of dtype 'dt' holding 'vals' (converted from f64). */
-static wf_node *cst(wf_graph *g, wf_dtype dt, wf_shape s, const double *vals)
-{
-    wf_tensor *f = NULL, *t = NULL;
-    cr_assert_eq(wf_tensor_create(WF_F64, s, vals, &f), 0, "%s", wf_last_errmsg());
-    int64_t n = wf_tensor_numel(f);
-    size_t bytes = (size_t)(n ? n : 1) * wf_dtype_size(dt);
-    void *buf = malloc(bytes);
-    cr_assert_eq(wf_tensor_read(f, dt, buf, bytes), 0, "%s", wf_last_errmsg());
-    cr_assert_eq(wf_tensor_create(dt, s, buf, &t), 0, "%s", wf_last_errmsg());
-    wf_node *c = (wf_constant)(g, t);
-    cr_assert_not_null(c, "constant: %s", wf_graph_errmsg(g));
-    wf_tensor_release(t);
-    wf_tensor_release(f);
-    free(buf);
-    return c;
-}
 
 /* 'n' values in [lo, hi) from 'seed'. */
 static void fill(double *v, int n, uint64_t seed, double lo, double hi)
