@@ -44,6 +44,9 @@ typedef struct wf_kernel_ctx {
                              NULL for the CPU */
     void *scratch;        /* workspace the memory planner set aside for this node, or NULL */
     size_t scratch_bytes; /* its size */
+    uint64_t step;        /* the session's run count (static graphs; 0 in eager graphs): random
+                             ops (dropout) mix it into their seed, so each run draws a new
+                             mask while a node and its gradient in one run draw the same */
 } wf_kernel_ctx;
 
 /* A kernel: computes node 'n' (its op, attributes and dtype are read from 'n') from

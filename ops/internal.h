@@ -15,6 +15,7 @@
 #include "table.h"
 
 #include <weft/core.h>
+#include <weft/nn.h>
 #include <weft/ops.h> /* the constructors' declarations carry WF_API (exported) */
 
 #include <stdbool.h>
@@ -24,7 +25,7 @@
 /* The kernels' context for core's. */
 static inline wf_kctx wf__ops_kctx(const wf_kernel_ctx *ctx)
 {
-    wf_kctx k = { ctx ? ctx->rt : NULL };
+    wf_kctx k = { ctx ? ctx->rt : NULL, ctx ? ctx->step : 0 };
     return k;
 }
 

@@ -25,10 +25,12 @@
 #include <weft/sched.h>
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* What every kernel is given besides its tensors. */
 typedef struct wf_kctx {
     wf_runtime *rt; /* NULL: run serially on the calling thread */
+    uint64_t step;  /* the run's step counter (wf_kernel_ctx.step): random ops mix it in */
 } wf_kctx;
 
 /* ---- Elementwise: unary ------------------------------------------------------------------ */
@@ -261,5 +263,9 @@ int wf__gather_cpu(const wf_kctx *ctx, int axis, const wf_tensor *params, const 
 /* out[..., k] = indices[...] == k ? 1 : 0 in out's dtype; depth is out's last dimension; an
  * index outside [0, depth) gives an all-zero row (TensorFlow's rule). */
 int wf__one_hot_cpu(const wf_kctx *ctx, const wf_tensor *indices, wf_tensor *out);
+
+/* ---- Convolution and pooling (conv_cpu.c, pool_cpu.c) ------------------------------------- */
+
+/* ---- Normalization, dropout and backward helpers (norm_cpu.c, dropout_cpu.c, backward_cpu.c) */
 
 #endif /* WF_OPS_KERNELS_H */

@@ -59,6 +59,8 @@ const wf_op_def *const wf__ops_table[] = {
     &wf_op_broadcast_to,
     &wf_op_gather,
     &wf_op_one_hot,
+    /* Convolution and pooling (ops/conv.c, ops/pool.c). */
+    /* Normalization, dropout and backward helpers (ops/norm.c, ops/dropout.c, ops/backward.c). */
 };
 
 const size_t wf__ops_table_len = sizeof wf__ops_table / sizeof wf__ops_table[0];

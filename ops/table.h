@@ -44,6 +44,8 @@ extern const wf_op_def wf_op_reshape, wf_op_expand_dims, wf_op_squeeze, wf_op_tr
     wf_op_slice, wf_op_split, wf_op_concat, wf_op_stack, wf_op_pad, wf_op_broadcast_to;
 /* Indexing (ops/index.c). */
 extern const wf_op_def wf_op_gather, wf_op_one_hot;
+/* Convolution and pooling (ops/conv.c, ops/pool.c). */
+/* Normalization, dropout and backward helpers (ops/norm.c, ops/dropout.c, ops/backward.c). */
 
 /* Every op def of ops/, in the order above; no NULL entries. */
 extern const wf_op_def *const wf__ops_table[];

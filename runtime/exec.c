@@ -144,7 +144,7 @@ static int run_kernel(wf__slot *sl, int i)
         rc = fail(sl, n, WF_ENOMEM, wf_last_errmsg());
         goto done;
     }
-    wf_kernel_ctx ctx = { .rt = sl->plan->sess->rt };
+    wf_kernel_ctx ctx = { .rt = sl->plan->sess->rt, .step = sl->step };
     rc = n->op->kernel[WF_KERNEL_CPU](&ctx, n, in, &out);
     if (rc < 0) {
         rc = fail(sl, n, rc, wf_last_errmsg());

@@ -61,6 +61,7 @@ typedef struct wf__slot {
     int n_spare;                     /* entries of 'spare' */
     wf_tensor *spare[WF__SPARE_MAX]; /* inline plans only: dead values of this slot, kept
                                         (and owned) for reuse as outputs (exec.c: spare_take) */
+    uint64_t step;                   /* this run's number (wf_kernel_ctx.step) */
     int err;
     char errmsg[WF_ERRMSG_MAX];
 } wf__slot;
@@ -110,6 +111,7 @@ struct wf_session {
     pthread_mutex_t plans_mu;   /* guards 'plans' and 'errmsg' */
     wf__plan *plans;            /* compiled plans, most recent first */
     int max_slots;              /* per plan (wf_session_opts.n_run_slots) */
+    _Atomic uint64_t n_runs;    /* runs started: each run's wf_kernel_ctx.step */
     char errmsg[WF_ERRMSG_MAX]; /* the latest failure */
 };
 

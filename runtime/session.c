@@ -264,6 +264,7 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
     for (int i = 0; i < n_fetches; i++)
         atomic_fetch_add_explicit(&sl->uses[p->index_of[fetches[i]->id]], 1, memory_order_relaxed);
 
+    sl->step = atomic_fetch_add_explicit(&s->n_runs, 1, memory_order_relaxed);
     rc = wf__slot_run(sl);
     if (rc == 0)
         for (int i = 0; i < n_fetches; i++)

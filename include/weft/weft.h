@@ -6,6 +6,7 @@
 #include <weft/core.h>
 #include <weft/devices.h>
 #include <weft/memory.h>
+#include <weft/nn.h>
 #include <weft/ops.h>
 #include <weft/runtime.h>
 #include <weft/sched.h>
