@@ -582,12 +582,27 @@ static int eager_cpu(wf_graph *g, wf_node *n)
     for (int i = 0; i < n->n_inputs && rc == 0; i++)
         if (!(in[i] = n->inputs[i]->value))
             rc = wf__err(WF_EINVAL, "input %d ('%s') has no value", i, n->inputs[i]->name);
+    /* A variable the op writes: its value, made exclusive first (a copy when someone else
+     * holds it: a value already read stays as it was). */
+    for (int i = 0; i < n->op->n_assign && rc == 0; i++) {
+        wf_node *var = n->inputs[i];
+        wf_tensor *w = NULL;
+        if ((rc = wf__tensor_writable(var->value, 1, &w)) < 0)
+            break;
+        if (w != var->value) {
+            wf_tensor_release(var->value);
+            var->value = w;
+        }
+        in[i] = w;
+    }
     wf_tensor *out = NULL;
-    if (rc == 0 && !dynamic && !(out = eager_output(n->dtype, n->shape)))
+    if (rc == 0 && !dynamic && !n->op->n_assign && !(out = eager_output(n->dtype, n->shape)))
         rc = WF_ENOMEM;
     if (rc == 0) {
         wf_kernel_ctx ctx = { .rt = g->rt };
         rc = k(&ctx, n, in, &out);
+        if (rc >= 0 && n->op->n_assign)
+            out = wf_tensor_retain(in[0]);
         if (rc >= 0 && !out)
             rc = wf__err(WF_EINVAL, "the CPU kernel of '%s' returned no tensor", n->op->name);
     }
@@ -718,6 +733,11 @@ static wf_node *add_node(wf_graph *g, const wf_op_def *op, const char *name, wf_
         if (inputs[i]->graph != g) {
             rc = node_fail(n, WF_EINVAL, "input %d ('%s') belongs to another graph", i,
                            inputs[i]->name);
+            goto fail;
+        }
+        if (i < op->n_assign && inputs[i]->op != &wf_op_variable) {
+            rc = node_fail(n, WF_EINVAL, "input %d ('%s', a %s) must be a variable: %s writes it",
+                           i, inputs[i]->name, inputs[i]->op->name, op->name);
             goto fail;
         }
     }

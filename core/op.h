@@ -122,6 +122,14 @@ struct wf_op_def {
                                              WF_OP_NO_GRAD) */
     wf_cost_fn cost; /* NULL: cost is the bytes of inputs and output, no flops */
     uint32_t flags;  /* WF_OP_* bits */
+    int n_assign;    /* updates (optimizers, assign): inputs[0 .. n_assign-1] must be
+                        variable nodes (wf__node_add() checks), whose values the kernel
+                        writes in place. The caller hands it in[0 .. n_assign-1] as
+                        exclusive contiguous tensors (wf__tensor_writable(): a copy when
+                        anyone else holds the value, so values already read never change)
+                        that become the variables' new values, and '*out' as NULL: the
+                        kernel leaves it, and the node's value is then in[0] (so the node's
+                        dtype and shape are variable 0's). Such ops are WF_OP_STATEFUL. */
 };
 
 /* The ops core defines itself (all WF_OP_SOURCE; attrs.dtype and attrs.shape hold the

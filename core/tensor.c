@@ -189,6 +189,26 @@ void wf__buffer_release(wf_buffer *b)
     free(b);
 }
 
+int wf__tensor_writable(wf_tensor *t, int64_t known_refs, wf_tensor **out)
+{
+    if (t->contiguous && t->buf && t->data == t->buf->data &&
+        atomic_load_explicit(&t->refs, memory_order_acquire) == known_refs &&
+        atomic_load_explicit(&t->buf->refs, memory_order_acquire) == 1) {
+        *out = t;
+        return 0;
+    }
+    wf_tensor *c = wf__tensor_alloc(t->dtype, t->shape);
+    if (!c)
+        return WF_ENOMEM;
+    int rc = wf_tensor_read(t, t->dtype, c->data, (size_t)c->numel * wf_dtype_size(c->dtype));
+    if (rc < 0) {
+        wf_tensor_release(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
 wf_tensor *wf_tensor_retain(wf_tensor *t)
 {
     if (t)

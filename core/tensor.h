@@ -54,6 +54,13 @@ int wf__tensor_check(const char *fn, wf_dtype dt, wf_shape shape, size_t *bytes)
  * returns NULL (WF_ENOMEM) and releases 'buf'. */
 wf_tensor *wf__tensor_wrap(wf_dtype dt, wf_shape shape, wf_buffer *buf);
 
+/* A tensor with t's dtype, shape and values that the caller may write: 't' itself when it is
+ * contiguous, owns its whole buffer, and has exactly 'known_refs' references and its buffer
+ * one (all of them known to the caller, so nobody else can see a write), else a new
+ * contiguous copy. Returns 0 with the tensor in '*out' (a new reference only when it is a
+ * copy: compare with 't') or WF_ENOMEM. For update ops (core/op.h: n_assign). */
+int wf__tensor_writable(wf_tensor *t, int64_t known_refs, wf_tensor **out);
+
 /* Drops a reference to 'buf'; the last one frees it through its hook. NULL is a no-op. */
 void wf__buffer_release(wf_buffer *buf);
 

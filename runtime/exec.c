@@ -73,6 +73,48 @@ static wf_tensor *spare_take(wf__slot *sl, wf_dtype dt, wf_shape shape)
     return NULL;
 }
 
+/* For an update node 'i' (core/op.h: n_assign): replaces in[0 .. n_assign-1] (the values its
+ * variable inputs had when read) by tensors it may write, which become the variables' values:
+ * a variable's current value itself when only the session and this run's value slot hold it,
+ * else a copy (another run, a fetch or the caller still holds the old value, which stays as
+ * it was). Each in[k] comes back with a reference of ours, so a concurrent
+ * wf_session_assign() cannot free it under the kernel. Concurrent runs that update one
+ * variable race on its values (as TensorFlow's use_locking=False): the memory stays valid,
+ * the arithmetic is Hogwild. */
+static int take_writable(wf__slot *sl, int i, wf_tensor **in)
+{
+    const wf__plan *p = sl->plan;
+    const wf_node *n = p->nodes[i];
+    wf_session *s = p->sess;
+    const int32_t *idx = p->in_idx + p->in_off[i];
+    int k = 0, rc = 0;
+    for (; k < n->op->n_assign; k++) {
+        int32_t j = idx[k], v = p->var[j];
+        if (v < 0) {
+            rc = fail(sl, n, WF_EINVAL, "an assigned input is not a variable of the session");
+            break;
+        }
+        pthread_rwlock_wrlock(&s->var_lock);
+        wf_tensor *cur = s->var_vals[v], *w = NULL;
+        rc = wf__tensor_writable(cur, 1 + (sl->vals[j] == cur), &w);
+        if (rc == 0 && w != cur) {
+            s->var_vals[v] = w; /* the copy's reference moves to the session */
+            wf_tensor_release(cur);
+        }
+        if (rc == 0)
+            in[k] = wf_tensor_retain(w);
+        pthread_rwlock_unlock(&s->var_lock);
+        if (rc < 0) {
+            rc = fail(sl, n, rc, wf_last_errmsg());
+            break;
+        }
+    }
+    if (rc < 0)
+        while (k-- > 0)
+            wf_tensor_release(in[k]);
+    return rc;
+}
+
 /* Drops one use of value 'j'; the last one releases it. An inline run is the only thread
  * of its slot, so it needs no read-modify-write. */
 static inline void drop_use(wf__slot *sl, int32_t j)
@@ -138,14 +180,22 @@ static int run_kernel(wf__slot *sl, int i)
             goto done;
         }
     }
+    int n_assign = n->op->n_assign;
     bool dynamic = n->op->flags & WF_OP_DYNAMIC_SHAPE;
-    if (!dynamic && !(sl->n_spare && (out = spare_take(sl, dt, shape))) &&
-        !(out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, shape))) {
+    if (n_assign > 0) {
+        if ((rc = take_writable(sl, i, in)) < 0)
+            goto done;
+    } else if (!dynamic && !(sl->n_spare && (out = spare_take(sl, dt, shape))) &&
+               !(out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, shape))) {
         rc = fail(sl, n, WF_ENOMEM, wf_last_errmsg());
         goto done;
     }
     wf_kernel_ctx ctx = { .rt = sl->plan->sess->rt, .step = sl->step };
     rc = n->op->kernel[WF_KERNEL_CPU](&ctx, n, in, &out);
+    if (n_assign > 0 && rc >= 0)
+        out = wf_tensor_retain(in[0]);
+    for (int k = 0; k < n_assign; k++)
+        wf_tensor_release(in[k]); /* take_writable()'s references */
     if (rc < 0) {
         rc = fail(sl, n, rc, wf_last_errmsg());
         goto done;

@@ -14,7 +14,7 @@
 
 TestSuite(ops_elementwise, .fini = wf_test_fini, .timeout = WF_TEST_TIMEOUT(120));
 
-static const wf_kctx serial = { NULL };
+static const wf_kctx serial = { .rt = NULL };
 
 static const wf_dtype float_dtypes[] = { WF_F32, WF_F64, WF_BF16, WF_F16 };
 
@@ -548,7 +548,7 @@ Test(ops_elementwise, kernels_may_write_in_place_over_an_input)
 Test(ops_elementwise, big_ops_give_identical_bits_with_0_1_and_2_workers)
 {
     ot_rts rts = ot_rts_create();
-    const wf_kctx ctxs[3] = { { NULL }, { rts.one }, { rts.two } };
+    const wf_kctx ctxs[3] = { { .rt = NULL }, { .rt = rts.one }, { .rt = rts.two } };
     wf_shape big = WF_SHAPE(300, 701);
     ot_tensor a = ot_random(WF_F32, big, (ot_layout){ perm_rev2, 0x1, 0 }, 11, -3, 3);
     ot_tensor b = ot_random(WF_F32, WF_SHAPE(701), OT_CONTIG, 12, -3, 3);
@@ -582,7 +582,7 @@ Test(ops_elementwise, big_ops_give_identical_bits_with_0_1_and_2_workers)
 Test(ops_elementwise, division_by_zero_in_a_parallel_piece_fails_the_call)
 {
     ot_rts rts = ot_rts_create();
-    const wf_kctx ctx = { rts.two };
+    const wf_kctx ctx = { .rt = rts.two };
     int64_t n = 100000;
     wf_tensor *a = ot_out(WF_I32, WF_SHAPE(n)), *b = ot_out(WF_I32, WF_SHAPE(n));
     int32_t *bd = (int32_t *)wf_tensor_data(b); /* fresh, not yet shared: fill it */

@@ -11,7 +11,7 @@
 
 TestSuite(ops_matmul, .fini = wf_test_fini, .timeout = WF_TEST_TIMEOUT(120));
 
-static const wf_kctx serial = { NULL };
+static const wf_kctx serial = { .rt = NULL };
 
 static const int perm_rev2[] = { 1, 0 };
 static const int perm_rev3_last2[] = { 0, 2, 1 };
@@ -182,7 +182,7 @@ Test(ops_matmul, bad_shapes_and_dtypes_are_refused_naming_both_shapes)
 Test(ops_matmul, tiled_products_give_identical_bits_with_0_1_and_2_workers)
 {
     ot_rts rts = ot_rts_create();
-    const wf_kctx ctxs[3] = { { NULL }, { rts.one }, { rts.two } };
+    const wf_kctx ctxs[3] = { { .rt = NULL }, { .rt = rts.one }, { .rt = rts.two } };
     ot_tensor a = ot_random(WF_F32, WF_SHAPE(600, 300), OT_CONTIG, 1, -1, 1);
     ot_tensor b = ot_random(WF_F32, WF_SHAPE(700, 300), OT_CONTIG, 2, -1, 1);
     ot_tensor c = ot_random(WF_F64, WF_SHAPE(3, 200, 90), OT_CONTIG, 3, -1, 1);

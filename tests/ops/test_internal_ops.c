@@ -176,7 +176,7 @@ static const int perm_rev2[] = { 1, 0 };
 
 Test(ops_internal_ops, eager_values_equal_the_cpu_kernels_bit_for_bit)
 {
-    const wf_kctx k = { rt };
+    const wf_kctx k = { .rt = rt };
     wf_graph *g = wf_graph_create(rt, WF_EAGER);
     /* x is a transposed view [300, 200] (strided), b a row [200]: big enough to split. */
     ot_tensor xt = ot_random(WF_F32, WF_SHAPE(300, 200), (ot_layout){ perm_rev2, 0, 0 }, 7, -2, 2);

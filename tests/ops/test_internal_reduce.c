@@ -13,7 +13,7 @@
 
 TestSuite(ops_reduce, .fini = wf_test_fini, .timeout = WF_TEST_TIMEOUT(120));
 
-static const wf_kctx serial = { NULL };
+static const wf_kctx serial = { .rt = NULL };
 
 static const int perm_3[] = { 2, 0, 1 };
 static const int perm_rev2[] = { 1, 0 };
@@ -335,7 +335,7 @@ Test(ops_reduce, bad_axes_shapes_and_dtypes_are_refused)
 Test(ops_reduce, results_are_bitwise_identical_with_0_1_and_2_workers)
 {
     ot_rts rts = ot_rts_create();
-    const wf_kctx ctxs[3] = { { NULL }, { rts.one }, { rts.two } };
+    const wf_kctx ctxs[3] = { { .rt = NULL }, { .rt = rts.one }, { .rt = rts.two } };
     ot_tensor x = ot_random(WF_F32, WF_SHAPE(1000, 517), OT_CONTIG, 77, -1, 1);
     ot_tensor t =
         ot_random(WF_F32, WF_SHAPE(517, 1000), (ot_layout){ perm_rev2, 0x2, 0 }, 78, -1, 1);

@@ -9,7 +9,7 @@
 
 TestSuite(ops_softmax, .fini = wf_test_fini, .timeout = WF_TEST_TIMEOUT(120));
 
-static const wf_kctx serial = { NULL };
+static const wf_kctx serial = { .rt = NULL };
 
 static const int perm_3[] = { 2, 0, 1 };
 
@@ -129,7 +129,7 @@ Test(ops_softmax, cross_entropy_refuses_bad_labels_shapes_and_dtypes)
 Test(ops_softmax, results_are_bitwise_identical_with_0_1_and_2_workers)
 {
     ot_rts rts = ot_rts_create();
-    const wf_kctx ctxs[3] = { { NULL }, { rts.one }, { rts.two } };
+    const wf_kctx ctxs[3] = { { .rt = NULL }, { .rt = rts.one }, { .rt = rts.two } };
     ot_tensor x = ot_random(WF_F32, WF_SHAPE(2000, 37), OT_CONTIG, 5, -6, 6);
     ot_tensor y = ot_random(WF_I64, WF_SHAPE(2000), OT_CONTIG, 6, 0, 37);
     wf_tensor *o[3][3];
