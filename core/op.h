@@ -82,12 +82,16 @@ typedef int (*wf_kernel_fn)(const wf_kernel_ctx *ctx, const struct wf_node *n, w
 typedef int (*wf_infer_fn)(struct wf_node *n, char *err, size_t errlen);
 
 /* A gradient: adds to n's graph the nodes computing the gradient of the loss with respect to
- * each input of 'n', given 'dy' (the gradient with respect to n's output, same shape and
- * dtype), and writes them into 'dx[0 .. n->n_inputs-1]' (NULL where an input gets no
- * gradient, e.g. integer indices). Returns 0 or a negative wf_status; the graph's error
- * holds the message. The exact contract belongs to grad/ (the autodiff issue may
- * refine it); core only keeps the slot. */
-typedef int (*wf_grad_fn)(wf_graph *g, const struct wf_node *n, struct wf_node *dy,
+ * the inputs of 'n', given 'dy' (the gradient with respect to n's output, of n's dtype and
+ * shape), and writes them into 'dx[0 .. n->n_inputs-1]' (which the caller zeroed). Input i
+ * needs one when bit i of 'need' is set (inputs from 32 on: always); a NULL entry means "no
+ * gradient flows there" (an integer input, a zero derivative), which wf_gradients treats as
+ * zero. Each dx[i] must have input i's dtype and a shape that equals input i's (after
+ * unbroadcasting). Returns 0 or a negative wf_status; the graph's error holds the message.
+ * The ops of ops/ get theirs from grad/'s table (grad/ is above ops/, so it cannot fill
+ * their const defs); this slot is for ops defined elsewhere (a user's own op def), and
+ * wf_gradients() looks here first. */
+typedef int (*wf_grad_fn)(wf_graph *g, const struct wf_node *n, struct wf_node *dy, uint32_t need,
                           struct wf_node **dx);
 
 /* Estimated work of a node: floating-point operations and bytes moved (read + written), for

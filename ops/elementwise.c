@@ -1,8 +1,9 @@
 /* ops/elementwise.c: the elementwise ops: unary math and activations, cast, binary arithmetic
- * and comparisons with broadcasting, and where: their constructors, dtype and shape
- * inference, costs and op-table entries.
- * Owns: the op defs wf_op_neg ... wf_op_where (ops/table.h) and the public constructors of
- *   weft/ops.h's elementwise sections.
+ * and comparisons with broadcasting, where, and the activations' gradients (relu_grad ...
+ * tanh_grad): their constructors, dtype and shape inference, costs and op-table entries.
+ * Owns: the op defs wf_op_neg ... wf_op_where and wf_op_relu_grad ... wf_op_tanh_grad
+ *   (ops/table.h), the public constructors of weft/ops.h's elementwise sections and
+ *   wf_activation_grad() (weft/nn.h).
  * Invariants: each constructor makes exactly one call to wf__node_add(), so it consumes
  *   exactly one pending source location on every path (core/graph.h); every check of
  *   arguments happens in inference, so its message gets the node's prefix and file:line.
@@ -92,6 +93,23 @@ static int infer_unary(wf_node *n, bool ints, char *err, size_t errlen)
     X(silu, SILU, false, 13, 0)            \
     X(sign, SIGN, true, 1, WF_OP_NO_GRAD)
 
+/* The cost function and the op def of elementwise op 'id' (unary, binary, activation
+ * gradients), given its 'kernel_##id', its inference 'INFER' and 'N_IN' inputs. */
+#define EW_OP_DEF(id, N_IN, INFER, FLOPS, FLAGS)                          \
+    static void cost_##id(const wf_node *n, double *flops, double *bytes) \
+    {                                                                     \
+        wf__ops_cost_elementwise(n, FLOPS, flops, bytes);                 \
+    }                                                                     \
+    const wf_op_def wf_op_##id = {                                        \
+        .name = #id,                                                      \
+        .min_inputs = N_IN,                                               \
+        .max_inputs = N_IN,                                               \
+        .infer = INFER,                                                   \
+        .kernel = { [WF_KERNEL_CPU] = kernel_##id },                      \
+        .cost = cost_##id,                                                \
+        .flags = WF_OP_ELEMENTWISE | (FLAGS),                             \
+    };
+
 #define DEF_UNARY(id, OP, INTS, FLOPS, FLAGS)                                                \
     static int infer_##id(wf_node *n, char *err, size_t errlen)                              \
     {                                                                                        \
@@ -103,19 +121,7 @@ static int infer_unary(wf_node *n, bool ints, char *err, size_t errlen)
         wf_kctx k = wf__ops_kctx(ctx);                                                       \
         return wf__unary_cpu(&k, WF_UNARY_##OP, n->attrs->alpha, in[0], *out);               \
     }                                                                                        \
-    static void cost_##id(const wf_node *n, double *flops, double *bytes)                    \
-    {                                                                                        \
-        wf__ops_cost_elementwise(n, FLOPS, flops, bytes);                                    \
-    }                                                                                        \
-    const wf_op_def wf_op_##id = {                                                           \
-        .name = #id,                                                                         \
-        .min_inputs = 1,                                                                     \
-        .max_inputs = 1,                                                                     \
-        .infer = infer_##id,                                                                 \
-        .kernel = { [WF_KERNEL_CPU] = kernel_##id },                                         \
-        .cost = cost_##id,                                                                   \
-        .flags = WF_OP_ELEMENTWISE | WF_OP_INPLACE | (FLAGS),                                \
-    };
+    EW_OP_DEF(id, 1, infer_##id, FLOPS, WF_OP_INPLACE | (FLAGS))
 UNARY_OPS(DEF_UNARY)
 
 static wf_node *unary(wf_graph *g, const wf_op_def *op, wf_node *x, double alpha)
@@ -292,19 +298,7 @@ static int infer_binary(wf_node *n, int kind, char *err, size_t errlen)
         wf_kctx k = wf__ops_kctx(ctx);                                                       \
         return wf__binary_cpu(&k, WF_BINARY_##OP, in[0], in[1], *out);                       \
     }                                                                                        \
-    static void cost_##id(const wf_node *n, double *flops, double *bytes)                    \
-    {                                                                                        \
-        wf__ops_cost_elementwise(n, FLOPS, flops, bytes);                                    \
-    }                                                                                        \
-    const wf_op_def wf_op_##id = {                                                           \
-        .name = #id,                                                                         \
-        .min_inputs = 2,                                                                     \
-        .max_inputs = 2,                                                                     \
-        .infer = infer_##id,                                                                 \
-        .kernel = { [WF_KERNEL_CPU] = kernel_##id },                                         \
-        .cost = cost_##id,                                                                   \
-        .flags = WF_OP_ELEMENTWISE | (FLAGS),                                                \
-    };                                                                                       \
+    EW_OP_DEF(id, 2, infer_##id, FLOPS, FLAGS)                                               \
     wf_node *(wf_##id)(wf_graph * g, wf_node * a, wf_node * b)                               \
     {                                                                                        \
         wf_node *in[2] = { a, b };                                                           \
@@ -363,4 +357,84 @@ wf_node *(wf_where)(wf_graph *g, wf_node *cond, wf_node *a, wf_node *b)
 {
     wf_node *in[3] = { cond, a, b };
     return wf__node_add(g, &wf_op_where, in, 3, NULL);
+}
+
+/* ---- Activation gradients (weft/nn.h) ---------------------------------------------------- */
+
+/* x (or y) and dy: one floating dtype and one shape (a -1 fits the other side's size). */
+static int infer_act_grad(wf_node *n, char *err, size_t errlen)
+{
+    const wf_node *x = n->inputs[0], *dy = n->inputs[1];
+    char s1[160], s2[160];
+    if (x->dtype != dy->dtype || !wf_dtype_is_float(x->dtype)) {
+        snprintf(err, errlen, "x is %s %s and dy is %s %s; %s takes one of f32, f64, bf16, f16",
+                 wf_dtype_name(x->dtype), wf_shape_str(x->shape, s1, sizeof s1),
+                 wf_dtype_name(dy->dtype), wf_shape_str(dy->shape, s2, sizeof s2), n->op->name);
+        return WF_EDTYPE;
+    }
+    wf_shape s = x->shape;
+    bool fits = x->shape.rank == dy->shape.rank;
+    for (int d = 0; fits && d < s.rank; d++) {
+        fits = wf__ops_dims_fit(s.dims[d], dy->shape.dims[d]);
+        if (s.dims[d] == -1)
+            s.dims[d] = dy->shape.dims[d];
+    }
+    if (!fits) {
+        snprintf(err, errlen, "x is %s but dy is %s: they must be equal (no broadcasting)",
+                 wf_shape_str(x->shape, s1, sizeof s1), wf_shape_str(dy->shape, s2, sizeof s2));
+        return WF_ESHAPE;
+    }
+    n->dtype = x->dtype;
+    n->shape = s;
+    return 0;
+}
+
+/* X(name, WF_ACT_GRAD_ op, flops per element) */
+#define ACT_GRAD_OPS(X)               \
+    X(relu_grad, RELU, 1)             \
+    X(leaky_relu_grad, LEAKY_RELU, 2) \
+    X(gelu_grad, GELU_ERF, 26)        \
+    X(gelu_tanh_grad, GELU_TANH, 24)  \
+    X(silu_grad, SILU, 16)            \
+    X(sigmoid_grad, SIGMOID, 3)       \
+    X(tanh_grad, TANH, 3)
+
+#define DEF_ACT_GRAD(id, OP, FLOPS)                                                          \
+    static int kernel_##id(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in, \
+                           wf_tensor **out)                                                  \
+    {                                                                                        \
+        wf_kctx k = wf__ops_kctx(ctx);                                                       \
+        wf_act_grad_op op = WF_ACT_GRAD_##OP;                                                \
+        return wf__activation_grad_cpu(&k, op, n->attrs->alpha, in[0], in[1], *out);         \
+    }                                                                                        \
+    EW_OP_DEF(id, 2, infer_act_grad, FLOPS, WF_OP_INPLACE)
+ACT_GRAD_OPS(DEF_ACT_GRAD)
+
+/* Indexed by wf_activation. */
+static const wf_op_def *const act_grad_defs[WF_ACT_COUNT] = {
+    [WF_ACT_RELU] = &wf_op_relu_grad, [WF_ACT_LEAKY_RELU] = &wf_op_leaky_relu_grad,
+    [WF_ACT_GELU] = &wf_op_gelu_grad, [WF_ACT_GELU_TANH] = &wf_op_gelu_tanh_grad,
+    [WF_ACT_SILU] = &wf_op_silu_grad, [WF_ACT_SIGMOID] = &wf_op_sigmoid_grad,
+    [WF_ACT_TANH] = &wf_op_tanh_grad,
+};
+
+wf_node *(wf_activation_grad)(wf_graph *g, wf_activation act, wf_node *x_or_y, wf_node *dy,
+                              double alpha)
+{
+    if ((unsigned)act >= WF_ACT_COUNT) { /* no op to infer with: name the call site here */
+        wf_srcloc loc = wf__srcloc_take();
+        wf_set_source_location(loc.file, loc.line); /* for wf__graph_fail() to consume */
+        const char *f = loc.file ? strrchr(loc.file, '/') : NULL;
+        wf__graph_fail(g, WF_EINVAL, "activation_grad (%s:%d): %d is not a wf_activation",
+                       f          ? f + 1
+                       : loc.file ? loc.file
+                                  : "?",
+                       loc.line, (int)act);
+        return NULL;
+    }
+    wf_attrs a;
+    memset(&a, 0, sizeof a);
+    a.alpha = act == WF_ACT_LEAKY_RELU ? alpha : 0; /* other ops share one bag */
+    wf_node *in[2] = { x_or_y, dy };
+    return wf__node_add(g, act_grad_defs[act], in, 2, &a);
 }

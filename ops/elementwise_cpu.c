@@ -1,5 +1,6 @@
 /* ops/elementwise_cpu.c: CPU kernels of the elementwise ops: unary math and activations,
- * binary arithmetic and comparisons with NumPy broadcasting, where, and cast.
+ * binary arithmetic and comparisons with NumPy broadcasting, the activations' gradients
+ * (binary loops of (x or y, dy) with an alpha, as leaky_relu's), where, and cast.
  * Owns: the one strided N-d iterator every elementwise kernel runs through (ew_plan): it
  * broadcasts inputs by zero strides, drops size-1 axes and merges axes that are contiguous
  * in every operand, then walks the output in row-major runs along the innermost axis and
@@ -429,6 +430,7 @@ int wf__leaky_relu_cpu(const wf_kctx *ctx, double alpha, const wf_tensor *x, wf_
     {                                                                                          \
         typedef TYPE T; /* the names EXPR uses */                                              \
         typedef UTYPE U __attribute__((unused));                                               \
+        const T alpha __attribute__((unused)) = arg ? (T)((const ew_arg *)arg)->alpha : (T)0;  \
         R *o = (R *)p[0];                                                                      \
         const char *ap = p[1], *bp = p[2];                                                     \
         const int64_t sa = s[1], sb = s[2], es = (int64_t)sizeof(T);                           \
@@ -458,7 +460,6 @@ int wf__leaky_relu_cpu(const wf_kctx *ctx, double alpha, const wf_tensor *x, wf_
                 o[i] = (R)(EXPR);                                                              \
             }                                                                                  \
         }                                                                                      \
-        (void)arg;                                                                             \
         (void)pos;                                                                             \
         return 0;                                                                              \
     }
@@ -593,6 +594,85 @@ BINARY_ENTRY(lt, LT)
 BINARY_ENTRY(le, LE)
 BINARY_ENTRY(gt, GT)
 BINARY_ENTRY(ge, GE)
+
+/* ---- Activation gradients: binary loops of (x or y, dy) ------------------------------------- */
+
+/* Derivatives of the activations above, once per float type; 'v' is the forward input. */
+#define EW_DMATH(T, sfx)                                                                          \
+    static inline T dgelu_erf_##sfx(T v)                                                          \
+    {                                                                                             \
+        T cdf = (T)0.5 * ((T)1 + erf(v * (T)0.7071067811865476));                                 \
+        return cdf + v * (T)0.3989422804014327 * exp((T)-0.5 * v * v);                            \
+    }                                                                                             \
+    static inline T dgelu_tanh_##sfx(T v)                                                         \
+    {                                                                                             \
+        const T k = (T)0.7978845608028654, c = (T)0.044715;                                       \
+        T t = tanh(k * (v + c * v * v * v));                                                      \
+        return (T)0.5 * ((T)1 + t) + (T)0.5 * v * ((T)1 - t * t) * k * ((T)1 + (T)3 * c * v * v); \
+    }                                                                                             \
+    static inline T dsilu_##sfx(T v)                                                              \
+    {                                                                                             \
+        T sg = SIGMOID(v);                                                                        \
+        return sg * ((T)1 + v * ((T)1 - sg));                                                     \
+    }
+EW_DMATH(float, f32)
+EW_DMATH(double, f64)
+#define DGELU_ERF(v)  _Generic((v), float : dgelu_erf_f32, double : dgelu_erf_f64)(v)
+#define DGELU_TANH(v) _Generic((v), float : dgelu_tanh_f32, double : dgelu_tanh_f64)(v)
+#define DSILU(v)      _Generic((v), float : dsilu_f32, double : dsilu_f64)(v)
+
+/* X(op, expression in 'a' (x, or y for sigmoid and tanh) and 'b' (dy) of float type T) */
+#define ACT_GRAD(X)                      \
+    X(RELU, a > 0 ? b : (T)0)            \
+    X(LEAKY_RELU, a < 0 ? alpha * b : b) \
+    X(GELU_ERF, b *DGELU_ERF(a))         \
+    X(GELU_TANH, b *DGELU_TANH(a))       \
+    X(SILU, b *DSILU(a))                 \
+    X(SIGMOID, b *a *((T)1 - a))         \
+    X(TANH, b *((T)1 - a * a))
+
+#define DEF_ACT_GRAD(op, EXPR)                         \
+    EW_BINARY(g_##op##_f32, float, float, float, EXPR) \
+    EW_BINARY(g_##op##_f64, double, double, double, EXPR)
+ACT_GRAD(DEF_ACT_GRAD)
+#define TAB_ACT_GRAD(op, EXPR) \
+    [WF_ACT_GRAD_##op][C_F32] = g_##op##_f32, [WF_ACT_GRAD_##op][C_F64] = g_##op##_f64,
+static const ew_fn act_grad_fns[WF_ACT_GRAD_COUNT][C_COUNT] = { ACT_GRAD(TAB_ACT_GRAD) };
+
+static const char *const act_grad_names[WF_ACT_GRAD_COUNT] = {
+    "relu_grad", "leaky_relu_grad", "gelu_grad", "gelu_tanh_grad",
+    "silu_grad", "sigmoid_grad",    "tanh_grad",
+};
+
+int wf__activation_grad_cpu(const wf_kctx *ctx, wf_act_grad_op op, double alpha, const wf_tensor *x,
+                            const wf_tensor *dy, wf_tensor *out)
+{
+    if ((unsigned)op >= WF_ACT_GRAD_COUNT)
+        return wf__err(WF_EINVAL, "activation_grad: op %d is not a wf_act_grad_op", (int)op);
+    const char *name = act_grad_names[op];
+    char s1[160], s2[160];
+    if (!x || !dy)
+        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !x ? "x" : "dy");
+    if (x->dtype != dy->dtype)
+        return wf__err(WF_EDTYPE, "%s: x is %s but dy is %s", name, wf_dtype_name(x->dtype),
+                       wf_dtype_name(dy->dtype));
+    if (!wf_shape_equal(x->shape, dy->shape))
+        return wf__err(WF_ESHAPE, "%s: x is %s but dy is %s (no broadcasting)", name,
+                       wf_shape_str(x->shape, s1, sizeof s1),
+                       wf_shape_str(dy->shape, s2, sizeof s2));
+    int c = wf_dtype_is_float(x->dtype) ? compute_index(x->dtype) : -1;
+    if (c < 0)
+        return wf__err(WF_EDTYPE, "%s: x and dy are %s; %s takes f32, f64, bf16 or f16", name,
+                       wf_dtype_name(x->dtype), name);
+    int rc = wf__kernel_check_out(name, out, x->dtype, x->shape);
+    if (rc < 0)
+        return rc;
+    const wf_tensor *in[2] = { x, dy };
+    ew_arg arg = { .alpha = alpha };
+    ew_plan pl;
+    plan_init(&pl, out, in, 2, true, act_grad_fns[op][c], &arg);
+    return plan_exec(ctx, &pl);
+}
 
 /* ---- where --------------------------------------------------------------------------------- */
 

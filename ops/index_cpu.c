@@ -1,5 +1,9 @@
-/* ops/index_cpu.c: CPU kernels of the indexing ops: gather and one_hot.
- * Owns: reading integer indices (i32 or i64, any strides) and their range checks.
+/* ops/index_cpu.c: CPU kernels of the indexing ops: gather, one_hot, and scatter_add (the
+ * gradient of gather).
+ * Owns: reading integer indices (i32 or i64, any strides) and their range checks; the
+ *   scatter_add split: pieces are (outer position, block of inner positions) pairs, and a
+ *   piece owns every out element of its pair, zeroes them and adds the updates in index
+ *   order, so repeated indices accumulate in one fixed order whatever the worker count.
  * Invariants: 'out' is contiguous and never overlaps an input (kernels.h); an out-of-range
  *   gather index fails the whole call with WF_EINVAL naming its position and value, after
  *   which 'out' holds garbage the caller discards.
@@ -10,6 +14,7 @@
 #include "kernels.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Element 'i' (row-major position) of the integer tensor 't'. */
@@ -136,4 +141,142 @@ int wf__one_hot_cpu(const wf_kctx *ctx, const wf_tensor *indices, wf_tensor *out
             memcpy(out->data + (j * depth + v) * (int64_t)es, one, es);
     }
     return 0;
+}
+
+/* ---- scatter_add --------------------------------------------------------------------------- */
+
+#define SA_BLOCK   512   /* inner positions per piece */
+#define SA_PAR_MIN 32768 /* elements added (or zeroed) before a runtime splits the work */
+
+typedef struct sa_job {
+    const char *upd; /* contiguous [outer, n_idx, inner] */
+    char *out;       /* contiguous [outer, dim, inner] */
+    const int64_t *idx;
+    int64_t outer, n_idx, dim, inner, nblk;
+} sa_job;
+
+/* One loop per accumulation type; integer adds wrap through the unsigned twin U. */
+#define SA_PIECES(name, T, U)                                                                    \
+    static int name(void *arg, int64_t lo, int64_t hi)                                           \
+    {                                                                                            \
+        const sa_job *j = arg;                                                                   \
+        const T *up = (const T *)(const void *)j->upd;                                           \
+        T *o = (T *)(void *)j->out;                                                              \
+        for (int64_t t = lo; t < hi; t++) {                                                      \
+            int64_t oo = t / j->nblk, k0 = t % j->nblk * SA_BLOCK, k1 = k0 + SA_BLOCK;           \
+            if (k1 > j->inner)                                                                   \
+                k1 = j->inner;                                                                   \
+            for (int64_t v = 0; v < j->dim; v++)                                                 \
+                memset(o + (oo * j->dim + v) * j->inner + k0, 0, (size_t)(k1 - k0) * sizeof(T)); \
+            for (int64_t q = 0; q < j->n_idx; q++) {                                             \
+                T *dst = o + (oo * j->dim + j->idx[q]) * j->inner;                               \
+                const T *src = up + (oo * j->n_idx + q) * j->inner;                              \
+                for (int64_t k = k0; k < k1; k++)                                                \
+                    dst[k] = (T)((U)dst[k] + (U)src[k]);                                         \
+            }                                                                                    \
+        }                                                                                        \
+        return 0;                                                                                \
+    }
+SA_PIECES(sa_f32, float, float)
+SA_PIECES(sa_f64, double, double)
+SA_PIECES(sa_i32, int32_t, uint32_t)
+SA_PIECES(sa_i64, int64_t, uint64_t)
+
+/* Checks the dtypes and that updates are out[:axis] + indices + out[axis+1:]. */
+static int sa_check(int axis, const wf_tensor *u, const wf_tensor *indices, const wf_tensor *out)
+{
+    char s1[160], s2[160], s3[160];
+    if (!u || !indices || !out)
+        return wf__err(WF_EINVAL, "scatter_add: NULL tensor");
+    if (indices->dtype != WF_I32 && indices->dtype != WF_I64)
+        return wf__err(WF_EDTYPE, "scatter_add: indices are %s %s but must be i32 or i64",
+                       wf_dtype_name(indices->dtype), wf_shape_str(indices->shape, s1, sizeof s1));
+    wf_dtype dt = u->dtype;
+    if (!wf_dtype_is_float(dt) && dt != WF_I32 && dt != WF_I64)
+        return wf__err(WF_EDTYPE,
+                       "scatter_add: updates are %s; scatter_add takes f32, f64, "
+                       "bf16, f16, i32 or i64",
+                       wf_dtype_name(dt));
+    int r = out->shape.rank, ir = indices->shape.rank;
+    bool ok = axis >= 0 && axis < r && u->shape.rank == r - 1 + ir;
+    for (int d = 0; ok && d < u->shape.rank; d++) {
+        int64_t want = d < axis        ? out->shape.dims[d]
+                       : d < axis + ir ? indices->shape.dims[d - axis]
+                                       : out->shape.dims[d - ir + 1];
+        ok = u->shape.dims[d] == want;
+    }
+    if (!ok || out->dtype != dt)
+        return wf__err(out->dtype != dt ? WF_EDTYPE : WF_ESHAPE,
+                       "scatter_add: updates %s %s, indices %s and out %s %s do not fit at axis %d",
+                       wf_dtype_name(dt), wf_shape_str(u->shape, s1, sizeof s1),
+                       wf_shape_str(indices->shape, s2, sizeof s2), wf_dtype_name(out->dtype),
+                       wf_shape_str(out->shape, s3, sizeof s3), axis);
+    return wf__kernel_check_out("scatter_add", out, dt, out->shape);
+}
+
+int wf__scatter_add_cpu(const wf_kctx *ctx, int axis, const wf_tensor *updates,
+                        const wf_tensor *indices, wf_tensor *out)
+{
+    int rc = sa_check(axis, updates, indices, out);
+    if (rc < 0)
+        return rc;
+    char s1[160], s2[160];
+    int r = out->shape.rank;
+    sa_job j = { .n_idx = indices->numel, .dim = out->shape.dims[axis], .outer = 1, .inner = 1 };
+    for (int d = 0; d < axis; d++)
+        j.outer *= out->shape.dims[d];
+    for (int d = axis + 1; d < r; d++)
+        j.inner *= out->shape.dims[d];
+    int64_t *idx = malloc((size_t)(j.n_idx ? j.n_idx : 1) * sizeof *idx);
+    if (!idx)
+        return wf__err(WF_ENOMEM, "scatter_add: no memory for %lld indices", (long long)j.n_idx);
+    for (int64_t q = 0; q < j.n_idx; q++) {
+        idx[q] = index_at(indices, q);
+        if (idx[q] < 0 || idx[q] >= j.dim) {
+            rc = wf__err(WF_EINVAL,
+                         "scatter_add: index %lld at position %lld of indices %s is outside "
+                         "[0, %lld) (out %s, axis %d)",
+                         (long long)idx[q], (long long)q,
+                         wf_shape_str(indices->shape, s1, sizeof s1), (long long)j.dim,
+                         wf_shape_str(out->shape, s2, sizeof s2), axis);
+            free(idx);
+            return rc;
+        }
+    }
+    j.idx = idx;
+    j.nblk = (j.inner + SA_BLOCK - 1) / SA_BLOCK;
+    /* bf16 and f16 accumulate in f32 buffers: updates converted, the sum rounded once. */
+    bool half = updates->dtype == WF_BF16 || updates->dtype == WF_F16;
+    wf_dtype acc = half ? WF_F32 : updates->dtype;
+    wf_tensor *u = NULL, *o = half ? wf__tensor_alloc(WF_F32, out->shape) : out;
+    if (half && (u = wf__tensor_alloc(WF_F32, updates->shape)) && o &&
+        wf__cast_cpu(ctx, updates, u) < 0) {
+        wf_tensor_release(u);
+        u = NULL;
+    }
+    if (!half)
+        u = wf__contiguous_cpu(ctx, updates);
+    if (!u || !o) {
+        rc = WF_ENOMEM;
+    } else if (j.outer * j.nblk > 0) {
+        int (*fn)(void *, int64_t, int64_t) = acc == WF_F32   ? sa_f32
+                                              : acc == WF_F64 ? sa_f64
+                                              : acc == WF_I32 ? sa_i32
+                                                              : sa_i64;
+        j.upd = u->data;
+        j.out = o->data;
+        int64_t pieces = j.outer * j.nblk,
+                per = (j.n_idx + j.dim) * (j.inner < SA_BLOCK ? j.inner : SA_BLOCK);
+        if (ctx && ctx->rt && pieces > 1 && per * pieces > SA_PAR_MIN)
+            rc = wf_parallel_for(ctx->rt, 0, pieces, SA_PAR_MIN / (per + 1) + 1, fn, &j);
+        else
+            rc = fn(&j, 0, pieces);
+    }
+    if (rc >= 0 && half)
+        rc = wf__cast_cpu(ctx, o, out);
+    wf_tensor_release(u);
+    if (half)
+        wf_tensor_release(o);
+    free(idx);
+    return rc;
 }

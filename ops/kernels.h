@@ -142,18 +142,18 @@ int wf__cast_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out);
  * max, min and argmax propagate NaN (the first NaN wins). An empty reduced range gives 0
  * for sum, 1 for prod, NaN for mean, -inf for logsumexp, and WF_EINVAL for max, min and
  * argmax (no identity). */
-typedef enum wf_reduce_op {
-    WF_REDUCE_SUM,
-    WF_REDUCE_MEAN,
-    WF_REDUCE_MAX,
-    WF_REDUCE_MIN,
-    WF_REDUCE_PROD,
-    WF_REDUCE_ARGMAX,
-    WF_REDUCE_LOGSUMEXP,
-    WF_REDUCE_COUNT
-} wf_reduce_op;
+typedef enum wf__reduce_kind {
+    WF__REDUCE_SUM,
+    WF__REDUCE_MEAN,
+    WF__REDUCE_MAX,
+    WF__REDUCE_MIN,
+    WF__REDUCE_PROD,
+    WF__REDUCE_ARGMAX,
+    WF__REDUCE_LOGSUMEXP,
+    WF__REDUCE_COUNT
+} wf__reduce_kind;
 
-int wf__reduce_cpu(const wf_kctx *ctx, wf_reduce_op op, const int *axes, int n_axes, bool keepdims,
+int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int n_axes, bool keepdims,
                    const wf_tensor *x, wf_tensor *out);
 
 /* The shape wf__reduce_cpu() gives for 'x_shape' (for callers that allocate 'out').
@@ -266,6 +266,122 @@ int wf__one_hot_cpu(const wf_kctx *ctx, const wf_tensor *indices, wf_tensor *out
 
 /* ---- Convolution and pooling (conv_cpu.c, pool_cpu.c) ------------------------------------- */
 
+/* NCHW, rank 4. The attributes as weft/nn.h's options say, except that a stride, dilation or
+ * groups of 0 means 1 here too and a pool stride of 0 means the window. x, w and dy may be
+ * any strided view (x and dy are read through their strides; w, and dy where a GEMM reads
+ * it, are copied to contiguous first when they are not). dtypes: f32 and f64 natively, bf16
+ * and f16 through f32 copies (rounded once on store); every input and out share the dtype.
+ * Shapes are checked against each other and against out (WF_ESHAPE, WF_EINVAL or WF_EDTYPE
+ * with the shapes named). Deterministic: the work is cut into items fixed by the shapes; the
+ * batch sum of the filter gradient is reduced in a fixed order. */
+typedef struct wf_conv_params {
+    int32_t stride[2], padding[4], dilation[2], groups;
+} wf_conv_params;
+
+typedef struct wf_pool_params {
+    int32_t window[2], stride[2], padding[4];
+    bool count_include_pad; /* avg: divide by KH x KW instead of the real elements */
+} wf_pool_params;
+
+/* out [N, O, OH, OW] = conv2d(x [N, C, H, W], w [O, C / groups, KH, KW]): im2col + GEMM per
+ * (image, group, tile of output pixels), one serial BLAS call each. */
+int wf__conv2d_cpu(const wf_kctx *ctx, const wf_conv_params *p, const wf_tensor *x,
+                   const wf_tensor *w, wf_tensor *out);
+
+/* out = dL/dx (x's shape [N, C, H, W], given by out) from dy [N, O, OH, OW] and w: GEMM
+ * (w^T dy) then col2im, per (image, group, block of input channels). */
+int wf__conv2d_backward_input_cpu(const wf_kctx *ctx, const wf_conv_params *p, const wf_tensor *dy,
+                                  const wf_tensor *w, wf_tensor *out);
+
+/* out = dL/dw (w's shape [O, C / groups, KH, KW], given by out) from x and dy: per chunk of
+ * (image, pixel tile) slabs a partial sum of dy col(x)^T, chunks fixed by the shapes and
+ * added in order. */
+int wf__conv2d_backward_filter_cpu(const wf_kctx *ctx, const wf_conv_params *p, const wf_tensor *x,
+                                   const wf_tensor *dy, wf_tensor *out);
+
+/* Pools over each (image, channel) plane; padded positions never win a max and count as
+ * zeros in an average (divided by the real elements, or by KH x KW with count_include_pad).
+ * max: the first NaN of a window, else its first maximum in row-major order, is the
+ * window's value and receives its gradient. */
+int wf__max_pool2d_cpu(const wf_kctx *ctx, const wf_pool_params *p, const wf_tensor *x,
+                       wf_tensor *out);
+int wf__avg_pool2d_cpu(const wf_kctx *ctx, const wf_pool_params *p, const wf_tensor *x,
+                       wf_tensor *out);
+/* out = dL/dx (x's shape) from x and dy (the pool's output shape). */
+int wf__max_pool2d_backward_cpu(const wf_kctx *ctx, const wf_pool_params *p, const wf_tensor *x,
+                                const wf_tensor *dy, wf_tensor *out);
+/* out = dL/dx (x's shape, given by out) from dy. */
+int wf__avg_pool2d_backward_cpu(const wf_kctx *ctx, const wf_pool_params *p, const wf_tensor *dy,
+                                wf_tensor *out);
+
+/* A tensor with t's values and shape that is contiguous and of dtype 'dt': 't' itself
+ * (retained) when it already is, else a converted copy (wf__cast_cpu). Returns 0 or
+ * WF_ENOMEM; the caller releases '*out'. For the conv and pool kernels (conv_cpu.c). */
+int wf__nn_contiguous(const wf_kctx *ctx, const wf_tensor *t, wf_dtype dt, wf_tensor **out);
+
 /* ---- Normalization, dropout and backward helpers (norm_cpu.c, dropout_cpu.c, backward_cpu.c) */
+
+/* out = layer_norm(x) over the axes [begin_axis, rank) (non-negative begin_axis < rank):
+ * (x - mean) / sqrt(var + eps) * gamma + beta per row, biased variance, two passes in f64,
+ * stored rounded once. 'gamma' and 'beta' (each may be NULL) have shape x.shape[begin_axis:]
+ * and x's dtype. Floating dtypes. Rows are split over the workers, one row per task piece:
+ * the bits do not depend on the worker count. */
+int wf__layer_norm_cpu(const wf_kctx *ctx, int begin_axis, double eps, const wf_tensor *x,
+                       const wf_tensor *gamma, const wf_tensor *beta, wf_tensor *out);
+
+/* out = dx of layer_norm given dy (x's dtype and shape); 'gamma' may be NULL. In f64 per row:
+ * rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma. */
+int wf__layer_norm_backward_input_cpu(const wf_kctx *ctx, int begin_axis, double eps,
+                                      const wf_tensor *x, const wf_tensor *gamma,
+                                      const wf_tensor *dy, wf_tensor *out);
+
+/* out = x * mask / (1 - rate) with mask[i] = unit(bits(bits(seed, ctx->step), i)) >= rate
+ * (core/rng.h), i the row-major index; dropped elements are 0. rate in [0, 1) (else
+ * WF_EINVAL); floating dtypes. ctx NULL counts as step 0. */
+int wf__dropout_cpu(const wf_kctx *ctx, double rate, uint64_t seed, const wf_tensor *x,
+                    wf_tensor *out);
+
+/* Activation gradients: out = f'(x) * dy from the forward input x, or from the forward output
+ * y for sigmoid and tanh (weft/nn.h's wf_activation lists the formulas). Binary elementwise
+ * through elementwise_cpu.c's iterator: x, dy and out share one floating dtype and one shape
+ * (no broadcasting); out may be x or dy (in place). 'alpha': leaky_relu's slope. */
+typedef enum wf_act_grad_op {
+    WF_ACT_GRAD_RELU,
+    WF_ACT_GRAD_LEAKY_RELU,
+    WF_ACT_GRAD_GELU_ERF,
+    WF_ACT_GRAD_GELU_TANH,
+    WF_ACT_GRAD_SILU,
+    WF_ACT_GRAD_SIGMOID,
+    WF_ACT_GRAD_TANH,
+    WF_ACT_GRAD_COUNT
+} wf_act_grad_op;
+
+int wf__activation_grad_cpu(const wf_kctx *ctx, wf_act_grad_op op, double alpha, const wf_tensor *x,
+                            const wf_tensor *dy, wf_tensor *out);
+
+/* out = zeros, then out[o, indices[j], k] += updates[o, j, k] along 'axis' (non-negative, an
+ * axis of out; the dimension there is out's): updates' shape is out[:axis] + indices +
+ * out[axis+1:]. Each element of out sums its updates in index order, whatever the split
+ * (pieces are slices of the non-indexed positions). dtypes: f32, f64, i32, i64 (wrapping),
+ * bf16 and f16 (accumulated in an f32 buffer, rounded once). An index outside [0, dim)
+ * fails with WF_EINVAL naming its position and value before anything is added. */
+int wf__scatter_add_cpu(const wf_kctx *ctx, int axis, const wf_tensor *updates,
+                        const wf_tensor *indices, wf_tensor *out);
+
+/* out = zeros of out's shape (the sliced tensor's), with dy written where
+ * x[begin:end:step] reads (wf__slice_dim() per axis); dy must have the slice's shape. Any
+ * dtype (bytes). */
+int wf__slice_backward_cpu(const wf_kctx *ctx, const int64_t *begin, const int64_t *end,
+                           const int64_t *step, const wf_tensor *dy, wf_tensor *out);
+
+/* The slice attributes wf_slice() stores for rank 'rank' (shape.c): 'begin', 'end', 'step'
+ * (each may be NULL: the per-axis default, weft/ops.h) written to 'b', 'e', 's'. */
+void wf__slice_attrs(int rank, const int64_t *begin, const int64_t *end, const int64_t *step,
+                     int64_t *b, int64_t *e, int64_t *s);
+
+/* A contiguous tensor with the values of 't': 't' retained when it is contiguous already, else
+ * a copy (wf__cast_cpu to its own dtype). Returns NULL with the message set (no memory). The
+ * caller releases it. */
+wf_tensor *wf__contiguous_cpu(const wf_kctx *ctx, const wf_tensor *t);
 
 #endif /* WF_OPS_KERNELS_H */

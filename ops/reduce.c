@@ -1,25 +1,25 @@
 /* ops/reduce.c: the reductions: sum, mean, max, min, prod, argmax and logsumexp over a set of
  * axes, with keepdims: their constructors, inference, costs and op-table entries.
  * Owns: the op defs wf_op_sum ... wf_op_logsumexp (ops/table.h) and the public constructors
- *   of weft/ops.h's reduction section.
+ *   of weft/ops.h's reduction section; and "unreduce" (wf__unreduce(), ops/table.h), which
+ *   spreads a reduction's gradient back over its input's shape (read from the tensor when
+ *   the node runs, so -1 dimensions work), dividing by the count for mean.
  * Invariants: a node's attrs hold its axes in canonical form whenever they are valid:
  *   non-negative, sorted, and n_axes 0 for "every axis" (also when all of them were listed),
  *   so that equal reductions have equal attribute bags (CSE, shared bags). Invalid axes are
  *   kept as given, and inference reports them with the node's name and file:line. Each
  *   constructor calls wf__node_add() once (one pending source location consumed).
  * Not here: the reduction loops (reduce_cpu.c), gradients (grad/). */
+#include "../core/tensor.h"
 #include "internal.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* Checks n->attrs' axes against the input's rank and computes the output shape. */
-static int infer_reduce(wf_node *n, bool ints, wf_dtype out_dtype, char *err, size_t errlen)
+/* Checks a's axes against x's rank and computes the reduced shape into '*out'. */
+static int reduced_shape(const wf_attrs *a, const wf_node *x, wf_shape *out, char *err,
+                         size_t errlen)
 {
-    const wf_node *x = n->inputs[0];
-    const wf_attrs *a = n->attrs;
-    if (!wf__ops_dtype_ok(x->dtype, ints))
-        return wf__ops_bad_dtype(n, 1, "x", ints, err, errlen);
     char s[160];
     int rank = x->shape.rank;
     if (a->n_axes < 0 || a->n_axes > rank) {
@@ -49,12 +49,24 @@ static int infer_reduce(wf_node *n, bool ints, wf_dtype out_dtype, char *err, si
         else if (a->keepdims)
             r.dims[r.rank++] = 1;
     }
-    n->dtype = out_dtype ? out_dtype : x->dtype;
-    n->shape = r;
+    *out = r;
     return 0;
 }
 
-static int run_reduce(const wf_kernel_ctx *ctx, wf_reduce_op op, const wf_node *n,
+/* Checks n->attrs' axes against the input's rank and computes the output shape. */
+static int infer_reduce(wf_node *n, bool ints, wf_dtype out_dtype, char *err, size_t errlen)
+{
+    const wf_node *x = n->inputs[0];
+    if (!wf__ops_dtype_ok(x->dtype, ints))
+        return wf__ops_bad_dtype(n, 1, "x", ints, err, errlen);
+    int rc = reduced_shape(n->attrs, x, &n->shape, err, errlen);
+    if (rc < 0)
+        return rc;
+    n->dtype = out_dtype ? out_dtype : x->dtype;
+    return 0;
+}
+
+static int run_reduce(const wf_kernel_ctx *ctx, wf__reduce_kind op, const wf_node *n,
                       const wf_tensor *x, wf_tensor *out)
 {
     int axes[WF_MAX_RANK];
@@ -65,7 +77,7 @@ static int run_reduce(const wf_kernel_ctx *ctx, wf_reduce_op op, const wf_node *
     return wf__reduce_cpu(&kc, op, k ? axes : NULL, k, n->attrs->keepdims, x, out);
 }
 
-/* X(name, WF_REDUCE_ op, i32 and i64 too, output dtype (0: x's), flops per input element,
+/* X(name, WF__REDUCE_ op, i32 and i64 too, output dtype (0: x's), flops per input element,
  * flags) */
 #define REDUCE_OPS(X)                                 \
     X(sum, SUM, true, 0, 1, 0)                        \
@@ -84,7 +96,7 @@ static int run_reduce(const wf_kernel_ctx *ctx, wf_reduce_op op, const wf_node *
     static int kernel_##id(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in, \
                            wf_tensor **out)                                                  \
     {                                                                                        \
-        return run_reduce(ctx, WF_REDUCE_##OP, n, in[0], *out);                              \
+        return run_reduce(ctx, WF__REDUCE_##OP, n, in[0], *out);                              \
     }                                                                                        \
     static void cost_##id(const wf_node *n, double *flops, double *bytes)                    \
     {                                                                                        \
@@ -173,4 +185,107 @@ REDUCE_ALL(logsumexp)
 wf_node *(wf_argmax)(wf_graph *g, wf_node *x, int axis)
 {
     return reduce(g, &wf_op_argmax, x, &axis, 1, false);
+}
+
+/* ---- unreduce: a reduction's gradient spread back over its input ------------------------- */
+
+/* Inputs dy (the reduced shape of x under the attrs) and x (only its shape is used). */
+static int infer_unreduce(wf_node *n, char *err, size_t errlen)
+{
+    const wf_node *dy = n->inputs[0], *x = n->inputs[1];
+    if (!wf__ops_dtype_ok(dy->dtype, false))
+        return wf__ops_bad_dtype(n, 1, "dy", false, err, errlen);
+    wf_shape r;
+    int rc = reduced_shape(n->attrs, x, &r, err, errlen);
+    if (rc < 0)
+        return rc;
+    bool fits = r.rank == dy->shape.rank;
+    for (int d = 0; fits && d < r.rank; d++)
+        fits = wf__ops_dims_fit(r.dims[d], dy->shape.dims[d]);
+    if (!fits) {
+        char a[160], b[160], c[160];
+        snprintf(err, errlen, "dy is %s but reducing x of shape %s gives %s",
+                 wf_shape_str(dy->shape, a, sizeof a), wf_shape_str(x->shape, b, sizeof b),
+                 wf_shape_str(r, c, sizeof c));
+        return WF_ESHAPE;
+    }
+    n->dtype = dy->dtype;
+    n->shape = x->shape;
+    return 0;
+}
+
+static int kernel_unreduce(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                           wf_tensor **out)
+{
+    const wf_attrs *a = n->attrs;
+    const wf_tensor *dy = in[0];
+    wf_tensor *o = *out;
+    int rank = o->shape.rank;
+    /* dy seen with the reduced axes kept as size 1 (stride 0 where they were dropped). */
+    bool red[WF_MAX_RANK];
+    for (int d = 0; d < rank; d++)
+        red[d] = a->n_axes == 0;
+    for (int i = 0; i < a->n_axes; i++)
+        red[a->axes[i]] = true;
+    wf_shape ks = { .rank = rank };
+    int64_t st[WF_MAX_RANK];
+    for (int d = 0, k = 0; d < rank; d++) {
+        bool kept = !red[d] || a->keepdims;
+        ks.dims[d] = red[d] ? 1 : o->shape.dims[d];
+        st[d] = kept ? dy->strides[k] : 0;
+        k += kept;
+    }
+    wf_tensor *v = wf__tensor_alias(dy, ks, st, 0);
+    if (!v)
+        return WF_ENOMEM;
+    wf_kctx kc = wf__ops_kctx(ctx);
+    int rc = wf__broadcast_to_cpu(&kc, v, o);
+    wf_tensor_release(v);
+    if (rc < 0 || a->alpha == 0 || o->numel == 0)
+        return rc;
+    /* mean: divide by the count of reduced elements. */
+    double scale = (double)dy->numel / (double)o->numel;
+    if (o->dtype == WF_F32) {
+        float *p = (float *)o->data, f = (float)scale;
+        for (int64_t i = 0; i < o->numel; i++)
+            p[i] *= f;
+    } else if (o->dtype == WF_F64) {
+        double *p = (double *)o->data;
+        for (int64_t i = 0; i < o->numel; i++)
+            p[i] *= scale;
+    } else {
+        size_t es = wf_dtype_size(o->dtype);
+        for (int64_t i = 0; i < o->numel; i++)
+            wf__store_f64(o->dtype, o->data + i * (int64_t)es,
+                          wf__load_f64(o->dtype, o->data + i * (int64_t)es) * scale);
+    }
+    return 0;
+}
+
+static void cost_unreduce(const wf_node *n, double *flops, double *bytes)
+{
+    *flops = n->attrs->alpha != 0 ? wf__ops_numel(n->shape) : 0;
+    *bytes = wf__ops_bytes(n);
+}
+
+const wf_op_def wf_op_unreduce = {
+    .name = "unreduce",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .infer = infer_unreduce,
+    .kernel = { [WF_KERNEL_CPU] = kernel_unreduce },
+    .cost = cost_unreduce,
+    .flags = 0,
+};
+
+wf_node *wf__unreduce(wf_graph *g, wf_node *dy, wf_node *x, const wf_attrs *reduce_attrs, bool mean)
+{
+    wf_attrs a;
+    memset(&a, 0, sizeof a);
+    a.n_axes = reduce_attrs->n_axes;
+    memcpy(a.axes, reduce_attrs->axes, sizeof a.axes);
+    a.keepdims = reduce_attrs->keepdims;
+    a.alpha = mean ? 1 : 0;
+    wf_node *in[2] = { dy, x };
+    return wf__node_add(g, &wf_op_unreduce, in, 2, &a);
 }

@@ -201,20 +201,20 @@ static int dtype_index(wf_dtype dt)
 }
 
 /* The run loop each op folds with (logsumexp: the maximum first, then lse_*). */
-static const int reduce_kind[WF_REDUCE_COUNT] = {
-    [WF_REDUCE_SUM] = K_SUM,       [WF_REDUCE_MEAN] = K_SUM,  [WF_REDUCE_MAX] = K_MAX,
-    [WF_REDUCE_MIN] = K_MIN,       [WF_REDUCE_PROD] = K_PROD, [WF_REDUCE_ARGMAX] = K_MAX,
-    [WF_REDUCE_LOGSUMEXP] = K_MAX,
+static const int reduce_kind[WF__REDUCE_COUNT] = {
+    [WF__REDUCE_SUM] = K_SUM,       [WF__REDUCE_MEAN] = K_SUM,  [WF__REDUCE_MAX] = K_MAX,
+    [WF__REDUCE_MIN] = K_MIN,       [WF__REDUCE_PROD] = K_PROD, [WF__REDUCE_ARGMAX] = K_MAX,
+    [WF__REDUCE_LOGSUMEXP] = K_MAX,
 };
 
-static const char *const reduce_names[WF_REDUCE_COUNT] = {
+static const char *const reduce_names[WF__REDUCE_COUNT] = {
     "sum", "mean", "max", "min", "prod", "argmax", "logsumexp",
 };
 
 /* ---- The plan -------------------------------------------------------------------------------- */
 
 typedef struct rd_plan {
-    wf_reduce_op op;
+    wf__reduce_kind op;
     bool is_int;
     int kr, rr; /* kept and reduced ranks after dropping size-1 axes */
     int64_t kdims[WF_MAX_RANK], kst[WF_MAX_RANK]; /* strides in elements */
@@ -274,11 +274,11 @@ int wf__reduce_shape(wf_shape x_shape, const int *axes, int n_axes, bool keepdim
 
 static void acc_init(const rd_plan *pl, acc *a)
 {
-    a->v = pl->op == WF_REDUCE_PROD ? 1.0 : 0.0;
+    a->v = pl->op == WF__REDUCE_PROD ? 1.0 : 0.0;
     a->s = 0;
-    a->iv = pl->op == WF_REDUCE_PROD ? 1 : 0;
+    a->iv = pl->op == WF__REDUCE_PROD ? 1 : 0;
     a->idx = -1;
-    if (pl->op == WF_REDUCE_LOGSUMEXP)
+    if (pl->op == WF__REDUCE_LOGSUMEXP)
         a->v = -INFINITY;
 }
 
@@ -334,25 +334,25 @@ static void block(const rd_plan *pl, int64_t o, int64_t b, acc *a)
 static void combine(const rd_plan *pl, acc *a, const acc *b)
 {
     switch (pl->op) {
-    case WF_REDUCE_SUM:
-    case WF_REDUCE_MEAN:
+    case WF__REDUCE_SUM:
+    case WF__REDUCE_MEAN:
         a->v += b->v;
         a->iv = (int64_t)((uint64_t)a->iv + (uint64_t)b->iv);
         break;
-    case WF_REDUCE_PROD:
+    case WF__REDUCE_PROD:
         a->v *= b->v;
         a->iv = (int64_t)((uint64_t)a->iv * (uint64_t)b->iv);
         break;
-    case WF_REDUCE_MAX:
-    case WF_REDUCE_ARGMAX:
+    case WF__REDUCE_MAX:
+    case WF__REDUCE_ARGMAX:
         if (pl->is_int ? a->idx < 0 || b->iv > a->iv : MAX_WINS(b->v, a->v, a->idx))
             *a = *b;
         break;
-    case WF_REDUCE_MIN:
+    case WF__REDUCE_MIN:
         if (pl->is_int ? a->idx < 0 || b->iv < a->iv : MIN_WINS(b->v, a->v, a->idx))
             *a = *b;
         break;
-    case WF_REDUCE_LOGSUMEXP: { /* rescale both sums to the larger maximum; NaN wins */
+    case WF__REDUCE_LOGSUMEXP: { /* rescale both sums to the larger maximum; NaN wins */
         double av = a->v, bv = b->v;
         double m = av != av ? av : bv != bv ? bv : av > bv ? av : bv;
         if (isfinite(m))
@@ -371,13 +371,13 @@ static void finish(const rd_plan *pl, int64_t o, const acc *a)
     wf_tensor *out = pl->out;
     char *p = out->data + o * (int64_t)wf_dtype_size(out->dtype);
     switch (pl->op) {
-    case WF_REDUCE_ARGMAX:
+    case WF__REDUCE_ARGMAX:
         *(int64_t *)p = a->idx;
         return;
-    case WF_REDUCE_MEAN:
+    case WF__REDUCE_MEAN:
         wf__store_f64(out->dtype, p, a->v / (double)pl->m);
         return;
-    case WF_REDUCE_LOGSUMEXP:
+    case WF__REDUCE_LOGSUMEXP:
         wf__store_f64(out->dtype, p, isfinite(a->v) ? a->v + log(a->s) : a->v);
         return;
     default:
@@ -450,17 +450,17 @@ static int col_items(void *ctx, int64_t lo, int64_t hi)
     return 0;
 }
 
-int wf__reduce_cpu(const wf_kctx *ctx, wf_reduce_op op, const int *axes, int n_axes, bool keepdims,
+int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int n_axes, bool keepdims,
                    const wf_tensor *x, wf_tensor *out)
 {
-    if ((unsigned)op >= WF_REDUCE_COUNT)
-        return wf__err(WF_EINVAL, "reduce: op %d is not a wf_reduce_op", (int)op);
+    if ((unsigned)op >= WF__REDUCE_COUNT)
+        return wf__err(WF_EINVAL, "reduce: op %d is not a wf__reduce_kind", (int)op);
     const char *name = reduce_names[op];
     if (!x)
         return wf__err(WF_EINVAL, "%s: x is NULL", name);
     int di = dtype_index(x->dtype);
     bool is_int = x->dtype == WF_I32 || x->dtype == WF_I64;
-    if (di < 0 || (is_int && (op == WF_REDUCE_MEAN || op == WF_REDUCE_LOGSUMEXP)))
+    if (di < 0 || (is_int && (op == WF__REDUCE_MEAN || op == WF__REDUCE_LOGSUMEXP)))
         return wf__err(WF_EDTYPE, "%s: x is %s, which %s does not support", name,
                        wf_dtype_name(x->dtype), name);
     bool mask[WF_MAX_RANK];
@@ -471,7 +471,7 @@ int wf__reduce_cpu(const wf_kctx *ctx, wf_reduce_op op, const int *axes, int n_a
     rc = wf__reduce_shape(x->shape, axes, n_axes, keepdims, &oshape);
     if (rc < 0)
         return rc;
-    rc = wf__kernel_check_out(name, out, op == WF_REDUCE_ARGMAX ? WF_I64 : x->dtype, oshape);
+    rc = wf__kernel_check_out(name, out, op == WF__REDUCE_ARGMAX ? WF_I64 : x->dtype, oshape);
     if (rc < 0)
         return rc;
 
@@ -508,7 +508,7 @@ int wf__reduce_cpu(const wf_kctx *ctx, wf_reduce_op op, const int *axes, int n_a
     if (pl.nout == 0)
         return 0;
     if (pl.m == 0) {
-        if (op == WF_REDUCE_MAX || op == WF_REDUCE_MIN || op == WF_REDUCE_ARGMAX) {
+        if (op == WF__REDUCE_MAX || op == WF__REDUCE_MIN || op == WF__REDUCE_ARGMAX) {
             char s[160];
             return wf__err(WF_EINVAL, "%s: x %s has an empty reduced range; %s has no identity",
                            name, wf_shape_str(x->shape, s, sizeof s), name);
@@ -521,7 +521,7 @@ int wf__reduce_cpu(const wf_kctx *ctx, wf_reduce_op op, const int *axes, int n_a
         return 0;
     }
     pl.nblocks = (pl.m + RD_BLOCK - 1) / RD_BLOCK;
-    if ((op == WF_REDUCE_SUM || op == WF_REDUCE_MEAN) && pl.rr == 1 && pl.rdims[0] > 1 &&
+    if ((op == WF__REDUCE_SUM || op == WF__REDUCE_MEAN) && pl.rr == 1 && pl.rdims[0] > 1 &&
         pl.rst[0] != 1 && pl.kr > 0 && pl.kst[pl.kr - 1] == 1) {
         pl.cols = rd_cols[di];
         pl.col_chunks = (pl.kdims[pl.kr - 1] + RD_COLS - 1) / RD_COLS;
@@ -533,7 +533,7 @@ int wf__reduce_cpu(const wf_kctx *ctx, wf_reduce_op op, const int *axes, int n_a
         return col_items(&pl, 0, n_items);
     }
     pl.pass1 = rd_fns[di][reduce_kind[op]];
-    pl.pass2 = op == WF_REDUCE_LOGSUMEXP ? rd_fns[di][K_LSE] : NULL;
+    pl.pass2 = op == WF__REDUCE_LOGSUMEXP ? rd_fns[di][K_LSE] : NULL;
     int64_t n_items = pl.nout * pl.nblocks;
     if (pl.nblocks > 1) {
         pl.part = malloc((size_t)n_items * sizeof *pl.part);
@@ -563,7 +563,7 @@ int wf__reduce_cpu(const wf_kctx *ctx, wf_reduce_op op, const int *axes, int n_a
     int wf__##name##_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims, \
                          const wf_tensor *x, wf_tensor *out)                             \
     {                                                                                    \
-        return wf__reduce_cpu(ctx, WF_REDUCE_##OP, axes, n_axes, keepdims, x, out);      \
+        return wf__reduce_cpu(ctx, WF__REDUCE_##OP, axes, n_axes, keepdims, x, out);      \
     }
 REDUCE_ENTRY(sum, SUM)
 REDUCE_ENTRY(mean, MEAN)

@@ -299,17 +299,23 @@ static int kernel_slice(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *c
 
 DEF_OP(slice, 1, 1, 0)
 
+/* Also the attributes of slice_backward (ops/backward.c): one place for the defaults. */
+void wf__slice_attrs(int rank, const int64_t *begin, const int64_t *end, const int64_t *step,
+                     int64_t *b, int64_t *e, int64_t *s)
+{
+    for (int d = 0; d < rank && d < WF_MAX_RANK; d++) {
+        int64_t st = step ? step[d] : 1;
+        s[d] = st;
+        b[d] = begin ? begin[d] : st > 0 ? 0 : INT64_MAX;
+        e[d] = end ? end[d] : st > 0 ? INT64_MAX : INT64_MIN;
+    }
+}
+
 wf_node *(wf_slice)(wf_graph *g, wf_node *x, const int64_t *begin, const int64_t *end,
                     const int64_t *step)
 {
     wf_attrs a = zero_attrs();
-    int r = x ? x->shape.rank : 0;
-    for (int d = 0; d < r && d < WF_MAX_RANK; d++) {
-        int64_t st = step ? step[d] : 1;
-        a.step[d] = st;
-        a.begin[d] = begin ? begin[d] : st > 0 ? 0 : INT64_MAX;
-        a.end[d] = end ? end[d] : st > 0 ? INT64_MAX : INT64_MIN;
-    }
+    wf__slice_attrs(x ? x->shape.rank : 0, begin, end, step, a.begin, a.end, a.step);
     return wf__node_add(g, &wf_op_slice, &x, 1, &a);
 }
 

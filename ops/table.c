@@ -43,6 +43,7 @@ const wf_op_def *const wf__ops_table[] = {
     &wf_op_prod,
     &wf_op_argmax,
     &wf_op_logsumexp,
+    &wf_op_unreduce,
     &wf_op_matmul,
     &wf_op_softmax,
     &wf_op_log_softmax,
@@ -57,10 +58,30 @@ const wf_op_def *const wf__ops_table[] = {
     &wf_op_stack,
     &wf_op_pad,
     &wf_op_broadcast_to,
+    &wf_op_reshape_like,
     &wf_op_gather,
     &wf_op_one_hot,
     /* Convolution and pooling (ops/conv.c, ops/pool.c). */
+    &wf_op_conv2d,
+    &wf_op_conv2d_backward_input,
+    &wf_op_conv2d_backward_filter,
+    &wf_op_max_pool2d,
+    &wf_op_avg_pool2d,
+    &wf_op_max_pool2d_backward,
+    &wf_op_avg_pool2d_backward,
     /* Normalization, dropout and backward helpers (ops/norm.c, ops/dropout.c, ops/backward.c). */
+    &wf_op_layer_norm,
+    &wf_op_layer_norm_backward_input,
+    &wf_op_dropout,
+    &wf_op_slice_backward,
+    &wf_op_relu_grad,
+    &wf_op_leaky_relu_grad,
+    &wf_op_gelu_grad,
+    &wf_op_gelu_tanh_grad,
+    &wf_op_silu_grad,
+    &wf_op_sigmoid_grad,
+    &wf_op_tanh_grad,
+    &wf_op_scatter_add,
 };
 
 const size_t wf__ops_table_len = sizeof wf__ops_table / sizeof wf__ops_table[0];

@@ -11,8 +11,8 @@
  * Attributes each op reads (core/graph.h's wf_attrs): leaky_relu: alpha; cast: dtype;
  *   reductions (argmax included): n_axes and axes (sorted, non-negative; n_axes 0 means
  *   every axis) and keepdims; matmul: transpose_a, transpose_b; softmax and log_softmax:
- *   axis (non-negative). The others read none. The grad slot of every def is NULL for now:
- *   grad/ fills it (the autodiff issue).
+ *   axis (non-negative). The others read none. The grad slot of every def is NULL: the
+ *   gradients of these ops are in grad/'s table (core/op.h, wf_grad_fn).
  * WF_OP_INPLACE (unary ops, arithmetic binary ops): the kernel may write over input 0 only
  *   when input 0 has the output's shape and dtype: a broadcast input (a [3] added to a
  *   [2, 3]) is smaller than the output, so the memory planner checks the shape too.
@@ -23,6 +23,7 @@
 
 #include "../core/op.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Unary elementwise (ops/elementwise.c). */
@@ -35,6 +36,18 @@ extern const wf_op_def wf_op_add, wf_op_sub, wf_op_mul, wf_op_div, wf_op_pow, wf
 /* Reductions (ops/reduce.c). */
 extern const wf_op_def wf_op_sum, wf_op_mean, wf_op_max, wf_op_min, wf_op_prod, wf_op_argmax,
     wf_op_logsumexp;
+/* Backward helpers for grad/ (internal constructors; the public ones are in weft/ops.h):
+ * unreduce (ops/reduce.c): dy, of the shape reducing x with 'reduce_attrs' (n_axes, axes,
+ *   keepdims, as a reduction node holds them) gives, spread back over x's shape (taken from
+ *   x's tensor when the node runs), divided by the reduced count when 'mean'; its attrs are
+ *   the reduction's plus alpha 1 for mean.
+ * reshape_like (ops/like.c): dy's elements, row-major, in the shape of 'ref' (from its
+ *   tensor when the node runs). */
+extern const wf_op_def wf_op_unreduce, wf_op_reshape_like;
+struct wf_attrs;
+wf_node *wf__unreduce(wf_graph *g, wf_node *dy, wf_node *x, const struct wf_attrs *reduce_attrs,
+                      bool mean);
+wf_node *wf__reshape_like(wf_graph *g, wf_node *dy, wf_node *ref);
 /* Matrix products (ops/matmul.c). */
 extern const wf_op_def wf_op_matmul;
 /* Softmax and losses (ops/softmax.c). */
@@ -45,7 +58,22 @@ extern const wf_op_def wf_op_reshape, wf_op_expand_dims, wf_op_squeeze, wf_op_tr
 /* Indexing (ops/index.c). */
 extern const wf_op_def wf_op_gather, wf_op_one_hot;
 /* Convolution and pooling (ops/conv.c, ops/pool.c). */
+/* Attributes: stride, padding, dilation, groups (conv2d and its backward ops: stored
+ *   canonical, 0 -> 1); window, stride (0 -> window), padding (pools); 'shape': x_shape of
+ *   conv2d_backward_input and avg_pool2d_backward, w_shape of conv2d_backward_filter;
+ *   'keepdims': count_include_pad of avg_pool2d and avg_pool2d_backward. */
+extern const wf_op_def wf_op_conv2d, wf_op_conv2d_backward_input, wf_op_conv2d_backward_filter,
+    wf_op_max_pool2d, wf_op_avg_pool2d, wf_op_max_pool2d_backward, wf_op_avg_pool2d_backward;
 /* Normalization, dropout and backward helpers (ops/norm.c, ops/dropout.c, ops/backward.c). */
+extern const wf_op_def wf_op_layer_norm, wf_op_layer_norm_backward_input, wf_op_dropout,
+    wf_op_slice_backward;
+/* Activation gradients (ops/elementwise.c) and scatter_add (ops/index.c); attributes:
+ *   layer_norm and its backward: axis (begin axis, non-negative), epsilon, groups (layer_norm:
+ *   bit 0 gamma and bit 1 beta are inputs); dropout: rate, seed; leaky_relu_grad: alpha;
+ *   scatter_add: axis (non-negative when valid), depth (dim); slice_backward: shape (x's),
+ *   begin, end, step (as slice). */
+extern const wf_op_def wf_op_relu_grad, wf_op_leaky_relu_grad, wf_op_gelu_grad,
+    wf_op_gelu_tanh_grad, wf_op_silu_grad, wf_op_sigmoid_grad, wf_op_tanh_grad, wf_op_scatter_add;
 
 /* Every op def of ops/, in the order above; no NULL entries. */
 extern const wf_op_def *const wf__ops_table[];

@@ -28,6 +28,7 @@ packages=(
     libopenblas-serial-dev # ops/: the private single-threaded BLAS inside weft tiles
     libucx-dev        # transport/: UCX endpoints (later)
     libcriterion-dev  # tests/
+    zlib1g-dev        # examples/weft-train: reads gzip-compressed datasets
     systemtap-sdt-dev # sys/sdt.h: USDT probes
     libtbb-dev        # perf/: the oneTBB peer
     libomp-dev        # perf/: the OpenMP peer

@@ -86,6 +86,85 @@ WF_API WF_NODISCARD int wf_session_assign(wf_session *s, wf_node *var, wf_tensor
  * Tensors returned by runs stay valid. NULL is a no-op. */
 WF_API void wf_session_destroy(wf_session *s);
 
+/* ---- Checkpoints ------------------------------------------------------------------------ */
+
+/* Checkpoints are safetensors files (https://github.com/huggingface/safetensors): an 8-byte
+ * little-endian header length, a JSON header naming each tensor's dtype ("F32", "F64",
+ * "I32", "I64", "U8", "BOOL", "BF16", "F16"), shape and byte range, then the raw
+ * little-endian data. PyTorch and Hugging Face tools read and write them; nothing in a file
+ * is executed. A session's checkpoint holds every variable of its graph under the
+ * variable's node name, so optimizer state kept in variables ("fc1.weight/adam_m") is saved
+ * and restored with the weights. Names follow PyTorch where a layer exists there:
+ * "fc1.weight" is [out, in]. Only little-endian hosts are supported (WF_ENOSYS elsewhere). */
+
+/* Flags of wf_checkpoint_load(). */
+enum {
+    WF_CHECKPOINT_ALLOW_MISSING = 1u << 0,    /* variables absent from the file keep their
+                                                 values (a partial load) */
+    WF_CHECKPOINT_ALLOW_UNEXPECTED = 1u << 1, /* tensors of the file that are not variables
+                                                 of the session are ignored */
+};
+
+/* A tensor with a name: the unit of wf_safetensors_read() and wf_safetensors_write(). */
+typedef struct wf_named_tensor {
+    const char *name;
+    wf_tensor *tensor;
+} wf_named_tensor;
+
+/* Saves the current value of every variable of the session (those of its graph at
+ * wf_session_create()) to 'path', named by node name, with the metadata
+ * {"format": "pt", "weft": "<version>"}. The values are taken together under the session's
+ * variable lock, so a load on another thread is either wholly in or wholly out. Save between
+ * training steps: a run in flight that updates a variable in place may be caught mid-update.
+ * The write is atomic: a temporary file beside 'path' ("<path>.tmp.<pid>.<tid>"), fsync,
+ * rename over 'path', fsync of the directory. A failure before the rename removes the
+ * temporary file and leaves any old 'path' as it was.
+ * Returns 0, WF_EINVAL (NULL argument, empty path, a variable named "__metadata__" or whose
+ * name is not valid UTF-8), WF_EIO (the OS's reason: directory missing, disk full, ...) or
+ * WF_ENOMEM, with the message, naming the file, in wf_session_errmsg(s) and
+ * wf_last_errmsg().
+ * Ownership: nothing is kept. Threads: any; runs and other saves may go on meanwhile. */
+WF_API WF_NODISCARD int wf_checkpoint_save(wf_session *s, const char *path);
+
+/* Loads the variables of the session from the safetensors file 'path'. Every variable must
+ * be in the file with its dtype and shape, and every tensor of the file must be a variable,
+ * unless 'flags' (WF_CHECKPOINT_*) allow otherwise. The whole file is validated (size,
+ * header length, JSON, dtypes, shapes, offsets inside the data section, no overlaps, no
+ * duplicate names, BOOL bytes 0 or 1) and every value is read into a new tensor first; only
+ * then are all the variables replaced at once, under the session's variable lock. So a bad
+ * file, or any failure, leaves every variable as it was; runs that start afterwards read the
+ * loaded values.
+ * Returns 0, WF_EINVAL (NULL argument, empty path, unknown flags, a tensor of the file that
+ * is not a variable), WF_ENOTFOUND (no such file, or a variable not in the file), WF_EDTYPE
+ * or WF_ESHAPE (a tensor whose dtype or shape is not its variable's), WF_EFORMAT (a
+ * malformed file: the message names the problem and the tensor, e.g. "checkpoint 'x':
+ * tensor 'fc1.weight': data_offsets [0, 100] hold 100 bytes but F32 [5, 10] needs 200"),
+ * WF_EIO or WF_ENOMEM, with the message in wf_session_errmsg(s) and wf_last_errmsg().
+ * Ownership: nothing is kept. Threads: any; saves on other threads see all the old values or
+ *   all the new ones, and so do runs that start after the load returns (a run in flight reads
+ *   each variable when its node runs, so it may mix old and new values). */
+WF_API WF_NODISCARD int wf_checkpoint_load(wf_session *s, const char *path, uint32_t flags);
+
+/* Writes 'ts[0 .. n-1]' to the safetensors file 'path', atomically as wf_checkpoint_save()
+ * does, without metadata. Tensors may be strided (written row-major).
+ * Returns 0, WF_EINVAL (NULL argument, n < 0, a NULL tensor, a NULL, duplicate or
+ * "__metadata__" name, a name that is not valid UTF-8), WF_EIO or WF_ENOMEM, with the
+ * message in wf_last_errmsg().
+ * Ownership: 'ts' and its tensors are borrowed for the call. Threads: any. */
+WF_API WF_NODISCARD int wf_safetensors_write(const char *path, const wf_named_tensor *ts, int n);
+
+/* Reads every tensor of the safetensors file 'path', validated as wf_checkpoint_load()
+ * says, into '*out' ('*n' entries, in header order; "__metadata__" is not returned).
+ * Returns 0, WF_EINVAL (NULL argument), WF_ENOTFOUND (no such file), WF_EFORMAT, WF_EIO or
+ * WF_ENOMEM, with the message in wf_last_errmsg().
+ * Ownership: on success the caller owns '*out', its names and its tensors: free all with
+ *   wf_safetensors_free(*out, *n). On failure '*out' is NULL and '*n' 0. Threads: any. */
+WF_API WF_NODISCARD int wf_safetensors_read(const char *path, wf_named_tensor **out, int *n);
+
+/* Frees an array returned by wf_safetensors_read(): its names, its tensors (released) and
+ * the array. NULL is a no-op. */
+WF_API void wf_safetensors_free(wf_named_tensor *ts, int n);
+
 #ifdef __cplusplus
 }
 #endif

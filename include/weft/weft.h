@@ -5,10 +5,12 @@
 #include <weft/base.h>
 #include <weft/core.h>
 #include <weft/devices.h>
+#include <weft/grad.h>
 #include <weft/memory.h>
 #include <weft/nn.h>
 #include <weft/ops.h>
 #include <weft/runtime.h>
 #include <weft/sched.h>
+#include <weft/transport.h>
 
 #endif /* WEFT_WEFT_H */

@@ -111,36 +111,36 @@ static void check_all_ops(const wf_tensor *x, const int *axes, int n_axes, const
         mask[axes[i] < 0 ? axes[i] + s.rank : axes[i]] = true;
     ref r = reference(x, mask);
     for (int keep = 0; keep < 2; keep++)
-        for (int op = 0; op < WF_REDUCE_COUNT; op++) {
-            if (is_int && (op == WF_REDUCE_MEAN || op == WF_REDUCE_LOGSUMEXP))
+        for (int op = 0; op < WF__REDUCE_COUNT; op++) {
+            if (is_int && (op == WF__REDUCE_MEAN || op == WF__REDUCE_LOGSUMEXP))
                 continue;
             wf_shape os;
             cr_assert_eq(wf__reduce_shape(s, axes, n_axes, keep, &os), 0, "%s", wf_last_errmsg());
-            wf_tensor *out = ot_out(op == WF_REDUCE_ARGMAX ? WF_I64 : dt, os);
+            wf_tensor *out = ot_out(op == WF__REDUCE_ARGMAX ? WF_I64 : dt, os);
             int rc = wf__reduce_cpu(&serial, op, axes, n_axes, keep, x, out);
             cr_assert_eq(rc, 0, "%s op %d %s: %s", what, op, wf_dtype_name(dt), wf_last_errmsg());
             cr_assert_eq(wf_tensor_numel(out), r.nout);
             for (int64_t o = 0; o < r.nout; o++) {
                 double want, got = wf_tensor_get(out, o), scale = r.sumabs[o];
                 switch (op) {
-                case WF_REDUCE_SUM:
+                case WF__REDUCE_SUM:
                     want = r.sum[o];
                     break;
-                case WF_REDUCE_MEAN:
+                case WF__REDUCE_MEAN:
                     want = r.sum[o] / r.cnt[o];
                     scale /= r.cnt[o];
                     break;
-                case WF_REDUCE_MAX:
+                case WF__REDUCE_MAX:
                     want = r.max[o];
                     break;
-                case WF_REDUCE_MIN:
+                case WF__REDUCE_MIN:
                     want = r.min[o];
                     break;
-                case WF_REDUCE_PROD:
+                case WF__REDUCE_PROD:
                     want = r.prod[o];
                     scale = 0;
                     break;
-                case WF_REDUCE_ARGMAX:
+                case WF__REDUCE_ARGMAX:
                     want = (double)r.argmax[o];
                     break;
                 default:
@@ -148,7 +148,7 @@ static void check_all_ops(const wf_tensor *x, const int *axes, int n_axes, const
                     scale = 1;
                     break;
                 }
-                double rel = op == WF_REDUCE_ARGMAX ? 0 : rel_for(dt);
+                double rel = op == WF__REDUCE_ARGMAX ? 0 : rel_for(dt);
                 double tol = rel * (fabs(want) + scale * 1e-3);
                 cr_assert(ot_close(got, want, (ot_tol){ tol, 0 }),
                           "%s op %d %s keepdims %d output %lld: %.10g, want %.10g", what, op,
@@ -211,8 +211,8 @@ Test(ops_reduce, column_sums_give_the_bits_of_the_general_path)
         cr_assert_eq(wf_tensor_view(dts[d], WF_SHAPE(R, C), st, wf_tensor_data(wide.t), &even), 0);
         cr_assert_eq(wf__cast_cpu(&serial, even, dense), 0); /* the same values, contiguous */
         const int ax0[] = { 0 };
-        for (int op = WF_REDUCE_SUM; op <= WF_REDUCE_MEAN; op++) {
-            if (op == WF_REDUCE_MEAN && dts[d] == WF_I32)
+        for (int op = WF__REDUCE_SUM; op <= WF__REDUCE_MEAN; op++) {
+            if (op == WF__REDUCE_MEAN && dts[d] == WF_I32)
                 continue;
             wf_tensor *o1 = ot_out(dts[d], WF_SHAPE(1, C)), *o2 = ot_out(dts[d], WF_SHAPE(1, C));
             cr_assert_eq(wf__reduce_cpu(&serial, op, ax0, 1, true, dense, o1), 0, "%s",
@@ -343,18 +343,18 @@ Test(ops_reduce, results_are_bitwise_identical_with_0_1_and_2_workers)
 
     struct {
         const wf_tensor *x;
-        wf_reduce_op op;
+        wf__reduce_kind op;
         const int *axes;
         int n;
         wf_shape os;
         wf_dtype dt;
     } cases[] = {
-        { x.t, WF_REDUCE_SUM, NULL, 0, WF_SCALAR, WF_F32 },
-        { x.t, WF_REDUCE_LOGSUMEXP, rows, 1, WF_SHAPE(1000), WF_F32 },
-        { x.t, WF_REDUCE_MEAN, cols, 1, WF_SHAPE(517), WF_F32 },
-        { t.t, WF_REDUCE_SUM, rows, 1, WF_SHAPE(517), WF_F32 },
-        { t.t, WF_REDUCE_ARGMAX, NULL, 0, WF_SCALAR, WF_I64 },
-        { t.t, WF_REDUCE_PROD, cols, 1, WF_SHAPE(1000), WF_F32 },
+        { x.t, WF__REDUCE_SUM, NULL, 0, WF_SCALAR, WF_F32 },
+        { x.t, WF__REDUCE_LOGSUMEXP, rows, 1, WF_SHAPE(1000), WF_F32 },
+        { x.t, WF__REDUCE_MEAN, cols, 1, WF_SHAPE(517), WF_F32 },
+        { t.t, WF__REDUCE_SUM, rows, 1, WF_SHAPE(517), WF_F32 },
+        { t.t, WF__REDUCE_ARGMAX, NULL, 0, WF_SCALAR, WF_I64 },
+        { t.t, WF__REDUCE_PROD, cols, 1, WF_SHAPE(1000), WF_F32 },
     };
 
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {

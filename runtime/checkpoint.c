@@ -1,0 +1,162 @@
+/* runtime/checkpoint.c: saving and loading a session's variables as a safetensors file
+ * (weft/runtime.h, "Checkpoints").
+ * Owns: which tensors a checkpoint holds (every variable of the session, by node name, plus
+ *   the metadata {"format": "pt", "weft": "<version>"}), matching a file's tensors to the
+ *   variables (names, dtypes, shapes, the WF_CHECKPOINT_* flags), and replacing the
+ *   variables all at once.
+ * Why the variables are swapped here and not through wf_session_assign(): a load must leave
+ *   every variable as it was when anything fails, and a save on another thread (or a run
+ *   started after the load) must never see half a checkpoint. So every value is read into a
+ *   new tensor first, and then all the session's 'var_vals' are swapped under one write lock
+ *   of 'var_lock', which cannot fail. Runs take variable values under that lock too, and an
+ *   update node takes a value to write in place only while nobody else holds it (exec.c), so
+ *   once a save has retained its values under one read lock no later update writes them; an
+ *   update already under way may still be (weft/runtime.h: save between steps).
+ * Not here: the file format, its validation and the atomic write (safetensors.c). */
+#include "internal.h"
+#include "safetensors.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STR_(x)           #x
+#define STR(x)            STR_(x)
+#define WF_VERSION_STRING STR(WF_VERSION_MAJOR) "." STR(WF_VERSION_MINOR) "." STR(WF_VERSION_PATCH)
+
+/* Records a failure of a call on 's' in its message and this thread's, returns 'code'
+ * (as session.c's serr()). */
+static int cerr(wf_session *s, int code, const char *fmt, ...) WF_PRINTF(3, 4);
+
+static int cerr(wf_session *s, int code, const char *fmt, ...)
+{
+    char msg[WF_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&s->plans_mu);
+    snprintf(s->errmsg, sizeof s->errmsg, "%s", msg);
+    pthread_mutex_unlock(&s->plans_mu);
+    return wf__err(code, "%s", msg);
+}
+
+int wf_checkpoint_save(wf_session *s, const char *path)
+{
+    if (!s)
+        return wf__err(WF_EINVAL, "wf_checkpoint_save: session is NULL");
+    if (!path || !*path)
+        return cerr(s, WF_EINVAL, "wf_checkpoint_save: the path is %s", path ? "empty" : "NULL");
+    wf_named_tensor *ts = calloc((size_t)(s->n_vars ? s->n_vars : 1), sizeof *ts);
+    if (!ts)
+        return cerr(s, WF_ENOMEM, "wf_checkpoint_save: no memory for %d variables", s->n_vars);
+    pthread_rwlock_rdlock(&s->var_lock);
+    for (int id = 0; id < s->n_nodes; id++) {
+        int k = s->var_of[id];
+        if (k >= 0)
+            ts[k] = (wf_named_tensor){ wf_graph_node(s->g, id)->name,
+                                       wf_tensor_retain(s->var_vals[k]) };
+    }
+    pthread_rwlock_unlock(&s->var_lock);
+    static const char *const meta[] = { "format", "pt", "weft", WF_VERSION_STRING };
+    int rc = wf__st_write(path, ts, s->n_vars, meta, 2, 0);
+    for (int k = 0; k < s->n_vars; k++)
+        wf_tensor_release(ts[k].tensor);
+    free(ts);
+    if (rc < 0)
+        return cerr(s, rc, "wf_checkpoint_save: %s", wf_last_errmsg());
+    return 0;
+}
+
+/* Matches the file's entries to the session's variables: 'entry_of[k]' gets the entry of
+ * variable k (-1: absent, allowed by the flags), 'used[i]' whether entry i was matched. */
+static int match(wf_session *s, const wf__st_file *f, uint32_t flags, int32_t *entry_of,
+                 uint8_t *used)
+{
+    char desc[WF_ERRMSG_MAX], a[160], b[160];
+    for (int id = 0; id < s->n_nodes; id++) {
+        int k = s->var_of[id];
+        if (k < 0)
+            continue;
+        const wf_node *n = wf_graph_node(s->g, id);
+        int i = wf__st_find(&f->header, n->name);
+        entry_of[k] = i;
+        if (i < 0) {
+            if (flags & WF_CHECKPOINT_ALLOW_MISSING)
+                continue;
+            return cerr(s, WF_ENOTFOUND,
+                        "wf_checkpoint_load: %s: no tensor for %s, %s %s (pass "
+                        "WF_CHECKPOINT_ALLOW_MISSING to keep its value)",
+                        f->what, wf__rt_node_desc(n, desc, sizeof desc), wf_dtype_name(n->dtype),
+                        wf_shape_str(n->shape, a, sizeof a));
+        }
+        const wf__st_entry *e = &f->header.entries[i];
+        if (e->dtype != n->dtype)
+            return cerr(s, WF_EDTYPE, "wf_checkpoint_load: %s: tensor '%s' is %s but %s is %s",
+                        f->what, e->name, wf_dtype_name(e->dtype),
+                        wf__rt_node_desc(n, desc, sizeof desc), wf_dtype_name(n->dtype));
+        if (!wf_shape_equal(e->shape, n->shape))
+            return cerr(
+                s, WF_ESHAPE, "wf_checkpoint_load: %s: tensor '%s' has shape %s but %s has %s",
+                f->what, e->name, wf_shape_str(e->shape, a, sizeof a),
+                wf__rt_node_desc(n, desc, sizeof desc), wf_shape_str(n->shape, b, sizeof b));
+        used[i] = 1;
+    }
+    if (!(flags & WF_CHECKPOINT_ALLOW_UNEXPECTED))
+        for (int i = 0; i < f->header.n; i++)
+            if (!used[i])
+                return cerr(s, WF_EINVAL,
+                            "wf_checkpoint_load: %s: tensor '%s' is not a variable of the "
+                            "session (pass WF_CHECKPOINT_ALLOW_UNEXPECTED to ignore it)",
+                            f->what, f->header.entries[i].name);
+    return 0;
+}
+
+int wf_checkpoint_load(wf_session *s, const char *path, uint32_t flags)
+{
+    if (!s)
+        return wf__err(WF_EINVAL, "wf_checkpoint_load: session is NULL");
+    if (!path || !*path)
+        return cerr(s, WF_EINVAL, "wf_checkpoint_load: the path is %s", path ? "empty" : "NULL");
+    const uint32_t known = WF_CHECKPOINT_ALLOW_MISSING | WF_CHECKPOINT_ALLOW_UNEXPECTED;
+    if (flags & ~known)
+        return cerr(s, WF_EINVAL, "wf_checkpoint_load: unknown flags 0x%x", flags & ~known);
+    wf__st_file f;
+    int rc = wf__st_open(path, &f);
+    if (rc < 0)
+        return cerr(s, rc, "wf_checkpoint_load: %s", wf_last_errmsg());
+    int nv = s->n_vars ? s->n_vars : 1;
+    int32_t *entry_of = malloc((size_t)nv * sizeof *entry_of);
+    wf_tensor **vals = calloc((size_t)nv, sizeof *vals);
+    uint8_t *used = calloc((size_t)(f.header.n ? f.header.n : 1), 1);
+    if (!entry_of || !vals || !used) {
+        rc = cerr(s, WF_ENOMEM, "wf_checkpoint_load: no memory for %d variables", s->n_vars);
+        goto out;
+    }
+    if ((rc = match(s, &f, flags, entry_of, used)) < 0)
+        goto out;
+    for (int k = 0; k < s->n_vars; k++)
+        if (entry_of[k] >= 0 && (rc = wf__st_load(&f, entry_of[k], &vals[k])) < 0) {
+            rc = cerr(s, rc, "wf_checkpoint_load: %s", wf_last_errmsg());
+            goto out;
+        }
+    /* Everything is read and checked: replace the variables together. 'vals' gets the old
+     * values, released below outside the lock. */
+    pthread_rwlock_wrlock(&s->var_lock);
+    for (int k = 0; k < s->n_vars; k++)
+        if (vals[k]) {
+            wf_tensor *old = s->var_vals[k];
+            s->var_vals[k] = vals[k];
+            vals[k] = old;
+        }
+    pthread_rwlock_unlock(&s->var_lock);
+out:
+    for (int k = 0; vals && k < s->n_vars; k++)
+        wf_tensor_release(vals[k]);
+    free(vals);
+    free(entry_of);
+    free(used);
+    wf__st_close(&f);
+    return rc;
+}

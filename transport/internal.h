@@ -1,0 +1,262 @@
+/* transport/internal.h: what the files of transport/ share (never installed).
+ * Owns: the control-plane frame format and its codec (frame.c), the communicator's layout
+ * (struct wf_comm) shared by the control plane (net.c), the data plane (ucx.c), the
+ * collectives (coll.c) and creation/destruction (comm.c).
+ * Invariants:
+ *  - 'mu' guards every field marked (mu); the UCX worker runs in UCS_THREAD_MODE_MULTI, and
+ *    UCX is never called while 'mu' is held (UCX callbacks take 'mu' inside the worker's
+ *    lock, so the lock order is: UCX worker, then 'mu').
+ *  - libuv handles are touched only by the "weft-net" thread; callers ask it for work by
+ *    setting a 'want_*' field under 'mu' and calling uv_async_send(&wake).
+ *  - A request ('wf_comm_req') is freed by its waiter after its UCX request completed, or,
+ *    if the waiter gave up on it (comm failure), it is an orphan on 'orphans' (mu) and the
+ *    UCX completion callback, or wf_comm_destroy() after the worker is gone, frees it.
+ *  - Once 'failed' is non-zero it never changes; 'failmsg' is written once, before it.
+ * Not here: the public contract (include/weft/transport.h). */
+#ifndef WF_TRANSPORT_INTERNAL_H
+#define WF_TRANSPORT_INTERNAL_H
+
+#include "../core/error.h"
+
+#include <weft/transport.h>
+
+#include <ucp/api/ucp.h>
+#include <uv.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- Frames: [u32 magic][u16 version][u16 type][u32 length][payload], little endian. ---- */
+
+#define WF__FRAME_MAGIC    0x57465446u /* "FTFW" on the wire, read as 'WFTF' */
+#define WF__FRAME_VERSION  1
+#define WF__FRAME_HDR      12
+#define WF__TOKEN_MAX      256     /* bytes of a token */
+#define WF__HOST_MAX       255     /* bytes of a host name */
+#define WF__UCX_ADDR_MAX   8192    /* bytes of a UCX worker address */
+#define WF__REASON_MAX     480     /* bytes of a reason in REJECT and FAIL */
+
+enum wf__frame_type {
+    WF__F_HELLO = 1,     /* rank -> 0: rank, size, incarnation, pid, token, host, UCX address */
+    WF__F_WELCOME = 2,   /* 0 -> rank: every rank's incarnation, pid, host, UCX address */
+    WF__F_REJECT = 3,    /* 0 -> stranger: reason; then the connection is closed */
+    WF__F_BARRIER = 4,   /* rank -> 0: arrived at control barrier 'seq' */
+    WF__F_RELEASE = 5,   /* 0 -> rank: everyone arrived at 'seq' */
+    WF__F_HEARTBEAT = 6, /* both ways, every heartbeat_ms */
+    WF__F_BYE = 7,       /* orderly shutdown: rank -> 0 when leaving, 0 -> rank when all left */
+    WF__F_FAIL = 8,      /* both ways: rank 'rank' failed with 'code' and a reason */
+    WF__F_TYPE_END
+};
+
+/* A parsed frame: 'payload' points into the caller's buffer. */
+typedef struct wf__frame {
+    uint16_t type;
+    uint32_t len;
+    const uint8_t *payload;
+} wf__frame;
+
+/* Looks for one frame at the start of 'buf' (len bytes). Returns 1 and fills 'f' and
+ * '*used' when a whole frame is there, 0 when more bytes are needed (then, once the header
+ * is in and valid, 'f->type' and 'f->len' are already filled, 'f->payload' is NULL), or
+ * WF_EFORMAT with 'err' (errlen bytes) saying why:
+ * wrong magic, unsupported version, unknown type, or a length above that type's cap. The
+ * header is checked as soon as its 12 bytes are in, so an oversized length is refused
+ * before anything is buffered for it. */
+int wf__frame_parse(const uint8_t *buf, size_t len, wf__frame *f, size_t *used, char *err,
+                    size_t errlen);
+
+/* The largest payload a frame of 'type' may carry (0 for an unknown type). */
+uint32_t wf__frame_cap(uint16_t type);
+
+/* A growable byte buffer for building a frame (header included). On allocation failure
+ * 'oom' is set and later writes do nothing. */
+typedef struct wf__wbuf {
+    uint8_t *p;
+    size_t len, cap;
+    bool oom;
+} wf__wbuf;
+
+void wf__wbuf_begin(wf__wbuf *w, uint16_t type); /* writes a header to fill in at the end */
+void wf__wbuf_u32(wf__wbuf *w, uint32_t v);
+void wf__wbuf_str(wf__wbuf *w, const char *s, size_t n); /* u16 length + bytes */
+void wf__wbuf_blob(wf__wbuf *w, const void *p, size_t n); /* u32 length + bytes */
+int wf__wbuf_end(wf__wbuf *w); /* fills in the length; WF_ENOMEM if anything failed */
+
+/* A bounds-checked reader over a payload; a read past the end sets 'bad'. */
+typedef struct wf__rbuf {
+    const uint8_t *p;
+    size_t len, off;
+    bool bad;
+} wf__rbuf;
+
+uint32_t wf__rbuf_u32(wf__rbuf *r);
+/* Returns a pointer to the bytes (not NUL-terminated) and their count in '*n', or NULL with
+ * 'bad' set when the length runs past the end or above 'max'. */
+const uint8_t *wf__rbuf_str(wf__rbuf *r, size_t max, size_t *n);
+const uint8_t *wf__rbuf_blob(wf__rbuf *r, size_t max, size_t *n);
+
+/* A decoded HELLO. Strings are copied, NUL-terminated; 'addr' points into the payload. */
+typedef struct wf__hello {
+    uint32_t rank, size, incarnation, pid;
+    char token[WF__TOKEN_MAX + 1];
+    char host[WF__HOST_MAX + 1];
+    const uint8_t *addr;
+    size_t addr_len;
+} wf__hello;
+
+/* Decodes and validates a HELLO payload against 'size' and 'token'. Returns 0, or
+ * WF_EFORMAT (malformed: truncated, trailing bytes, empty address), WF_EPEER (well formed
+ * but refused: wrong token, size mismatch, rank out of range), with 'err' saying why. */
+int wf__hello_decode(const uint8_t *p, size_t len, int size, const char *token, wf__hello *h,
+                     char *err, size_t errlen);
+
+/* ---- The communicator --------------------------------------------------------------- */
+
+typedef struct wf__conn wf__conn;
+
+typedef struct wf__peer {
+    char host[WF__HOST_MAX + 1];
+    uint32_t pid, incarnation;
+    uint8_t *addr; /* UCX worker address (malloc) */
+    size_t addr_len;
+    ucp_ep_h ep;     /* created by the caller of wf_comm_create() after WELCOME */
+    wf__conn *conn;  /* rank 0: the rank's control connection (net thread only) */
+    bool said_bye;   /* rank 0: the rank sent BYE (net thread only) */
+    bool registered; /* rank 0: the rank's HELLO was accepted (net thread only) */
+} wf__peer;
+
+struct wf__conn {
+    uv_tcp_t tcp;
+    wf_comm *c;
+    wf__conn *next;
+    int rank; /* -1 until a HELLO is accepted (rank 0), or 0 on the other ranks */
+    uint8_t *rbuf;
+    size_t rlen, rcap;
+    uint64_t last_seen_ns;
+    bool closing, bye_seen;
+};
+
+enum wf__phase {
+    WF__PH_CONNECTING = 0, /* rendezvous in progress */
+    WF__PH_READY = 1,      /* every address is known */
+    WF__PH_LEFT = 2,       /* the goodbye round is over */
+};
+
+struct wf_comm_req {
+    wf_comm *c;
+    void *ureq; /* UCX request, or NULL when completed at once */
+    int peer;
+    bool is_recv;
+    _Atomic bool done; /* set under mu, read without it (acquire) */
+    bool orphan; /* (mu) */
+    int status;  /* (mu) wf_status once done */
+    uint64_t key;
+    size_t bytes;
+    ucp_tag_recv_info_t info;
+    wf_comm_req *next_orphan; /* (mu) */
+};
+
+struct wf_comm {
+    wf_runtime *rt;
+    int rank, size;
+    uint32_t incarnation;
+    char host[WF__HOST_MAX + 1];
+    char *addr_str, *token;
+    struct sockaddr_storage *sa; /* rank 0's address, resolved */
+    uint32_t connect_timeout_ms, op_timeout_ms, hb_ms, hb_timeout_ms, spin_us;
+    size_t small_bytes, chunk_bytes;
+    char net_devices[64];
+
+    /* UCX */
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    int efd;
+    ucp_address_t *my_addr;
+    size_t my_addr_len;
+    wf__peer *peers;
+
+    /* libuv (net thread only, after start) */
+    uv_loop_t loop;
+    uv_async_t wake;
+    uv_timer_t hb_timer, connect_timer, retry_timer;
+    uv_poll_t efd_poll;
+    uv_tcp_t server;
+    bool server_open, poll_open;
+    wf__conn *conns;    /* every open control connection */
+    wf__conn *to_root;  /* ranks > 0: the connection to rank 0 */
+    uint64_t root_seen; /* ranks > 0: when rank 0 last spoke */
+    int n_registered;   /* rank 0 */
+    uint32_t arrived_seq; /* rank 0: the control barrier being counted */
+    int n_arrived;
+    uint32_t *rank_seq;   /* rank 0: the last barrier seq each rank arrived at */
+    int n_bye;            /* rank 0 */
+    pthread_t thread;
+    bool thread_started;
+
+    /* Shared between the caller and the net thread. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int phase;             /* (mu) wf__phase */
+    uint32_t released_seq; /* (mu) the last control barrier released */
+    uint32_t want_seq;     /* (mu) the control barrier the caller is at */
+    bool want_bye;         /* (mu) the caller is leaving */
+    bool want_stop;        /* (mu) the net thread should close everything and exit */
+    bool want_abort;       /* (mu) tell everyone about 'failmsg' (a local timeout) */
+    bool abort_sent;       /* (mu) */
+    int sleepers;          /* (mu) callers waiting on 'cv' for requests */
+    _Atomic int failed;    /* 0 or the wf_status that failed the comm */
+    int failed_rank;       /* (mu) the rank that failed, or -1 */
+    char failmsg[WF_ERRMSG_MAX];
+    wf_comm_req *orphans; /* (mu) */
+
+    /* Collectives: one at a time (the caller's contract). */
+    uint32_t coll_seq;
+    void *scratch;
+    size_t scratch_cap;
+};
+
+/* net.c: starts the "weft-net" thread (rendezvous, heartbeats, failure detection). */
+int wf__net_start(wf_comm *c);
+/* Asks the net thread to look at the 'want_*' fields. Threads: any. */
+void wf__net_kick(wf_comm *c);
+/* Stops the thread and closes every handle; safe when it never started. */
+void wf__net_stop(wf_comm *c);
+
+/* Fails the comm with 'code' (first failure wins) and wakes every waiter; 'rank' is the
+ * rank to blame or -1. Returns the comm's failure code. Threads: any; takes 'mu'. */
+int wf__comm_fail(wf_comm *c, int code, int rank, const char *fmt, ...) WF_PRINTF(4, 5);
+
+/* Sets this thread's message to the comm's failure and returns its code (0 if healthy). */
+int wf__comm_failed(const wf_comm *c);
+
+/* Returns CLOCK_MONOTONIC in nanoseconds. */
+uint64_t wf__net_now_ns(void);
+
+/* ucx.c: the data plane. */
+int wf__ucx_init(wf_comm *c, const char *tls);
+int wf__ucx_connect(wf_comm *c); /* endpoints to every rank, after WELCOME */
+void wf__ucx_fini(wf_comm *c);
+/* Drains the worker's progress and arms its event fd; how the net thread sleeps. */
+void wf__ucx_progress_arm(wf_comm *c);
+
+/* Tag classes: bit 63 chooses user point-to-point keys or collective traffic. */
+#define WF__TAG_COLL (1ull << 63)
+
+/* Posts a send or receive of a raw tag body (class bit plus 40-bit key). */
+int wf__isend(wf_comm *c, int peer, uint64_t body, const void *buf, size_t bytes,
+              wf_comm_req **out);
+int wf__irecv(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, wf_comm_req **out);
+/* Waits for 'r' until 'deadline_ns'; 'what' names the operation in messages. Frees 'r'.
+ * On timeout the comm fails (and tells every rank). */
+int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what);
+/* Waits for every request of 'rs' (NULL entries skipped), freeing all of them even after an
+ * error; returns the first error. */
+int wf__wait_all(wf_comm_req **rs, size_t n, uint64_t deadline_ns, const char *what);
+
+/* coll.c: the reduction kernel shared by the collectives (dst = dst op src). */
+void wf__reduce(void *dst, const void *src, size_t count, wf_dtype dt, wf_reduce_op op);
+
+#endif /* WF_TRANSPORT_INTERNAL_H */

@@ -1,0 +1,454 @@
+/* transport/ucx.c: the data plane: one UCX context and worker per comm, an endpoint per
+ * rank, tagged sends and receives, and waits with deadlines.
+ * Tags (64 bits): bit 63 the class (user key or collective), bits 62..50 the sender's rank,
+ * bits 49..40 the low 10 bits of the sender's incarnation (a restarted rank never matches a
+ * receive posted for its earlier life), bits 39..0 the key. The destination is the worker
+ * the message goes to. Receives match the whole tag.
+ * Progress: a waiter polls the worker for spin_us (LESSONS.md: a wake-up costs 25-40 us),
+ * then arms the worker's event fd and sleeps on the comm's condition variable; "weft-net"
+ * sleeps in epoll on that fd and drains progress when it fires (wf__ucx_progress_arm), so
+ * no thread spins while the network is idle. The worker is UCS_THREAD_MODE_MULTI because
+ * both threads make progress. UCX keepalive is off: with it, ucp_worker_arm() kept
+ * returning BUSY on shared memory, a hidden spin (LESSONS.md).
+ * Failure: endpoints use UCP_ERR_HANDLING_MODE_NONE, since PEER mode silently drops shared
+ * memory in UCX 1.13; a dead peer is seen by the control plane (net.c), and a waiter that
+ * finds the comm failed cancels its own request (ucp_request_cancel).
+ * Owns: the UCX handles, wf_comm_req, the orphan list.
+ * Not here: collectives (coll.c), the control plane (net.c). */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG_SRC_SHIFT 50
+#define TAG_INC_SHIFT 40
+#define TAG_KEY_MASK  ((1ull << WF_COMM_KEY_BITS) - 1)
+
+static uint64_t make_tag(uint64_t body, int src, uint32_t incarnation)
+{
+    return body | ((uint64_t)src << TAG_SRC_SHIFT) | ((uint64_t)(incarnation & 0x3ff) << TAG_INC_SHIFT);
+}
+
+static int ucx_err(ucs_status_t st, const char *what)
+{
+    return wf__err(WF_EDEVICE, "%s: UCX: %s", what, ucs_status_string(st));
+}
+
+int wf__ucx_init(wf_comm *c, const char *tls)
+{
+    ucp_config_t *cfg;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+    if (st != UCS_OK)
+        return ucx_err(st, "wf_comm_create: ucp_config_read");
+    /* Always name the devices: UCX otherwise advertises every interface (LESSONS.md). */
+    st = ucp_config_modify(cfg, "NET_DEVICES", c->net_devices);
+    if (st == UCS_OK && tls)
+        st = ucp_config_modify(cfg, "TLS", tls);
+    if (st == UCS_OK)
+        st = ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "inf");
+    if (st != UCS_OK) {
+        ucp_config_release(cfg);
+        return wf__err(WF_EINVAL, "wf_comm_create: UCX refused net_devices '%s' or tls '%s': %s",
+                       c->net_devices, tls ? tls : "(default)", ucs_status_string(st));
+    }
+    ucp_params_t p = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES,
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+    };
+    st = ucp_init(&p, cfg, &c->ctx);
+    ucp_config_release(cfg);
+    if (st != UCS_OK)
+        return ucx_err(st, "wf_comm_create: ucp_init");
+    ucp_worker_params_t wp = {
+        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_MULTI,
+    };
+    if ((st = ucp_worker_create(c->ctx, &wp, &c->worker)) != UCS_OK)
+        return ucx_err(st, "wf_comm_create: ucp_worker_create");
+    ucp_worker_attr_t wa = { .field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE };
+    if ((st = ucp_worker_query(c->worker, &wa)) != UCS_OK)
+        return ucx_err(st, "wf_comm_create: ucp_worker_query");
+    if (wa.thread_mode != UCS_THREAD_MODE_MULTI)
+        return wf__err(WF_EDEVICE, "wf_comm_create: this UCX has no multi-threaded workers");
+    if ((st = ucp_worker_get_efd(c->worker, &c->efd)) != UCS_OK)
+        return ucx_err(st, "wf_comm_create: ucp_worker_get_efd");
+    if ((st = ucp_worker_get_address(c->worker, &c->my_addr, &c->my_addr_len)) != UCS_OK)
+        return ucx_err(st, "wf_comm_create: ucp_worker_get_address");
+    if (c->my_addr_len > WF__UCX_ADDR_MAX)
+        return wf__err(WF_EDEVICE, "wf_comm_create: UCX worker address of %zu bytes, above %d",
+                       c->my_addr_len, WF__UCX_ADDR_MAX);
+    wf__ucx_progress_arm(c);
+    return 0;
+}
+
+int wf__ucx_connect(wf_comm *c)
+{
+    for (int r = 0; r < c->size; r++) {
+        ucp_ep_params_t ep = {
+            .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+            .address = (const ucp_address_t *)c->peers[r].addr,
+            .err_mode = UCP_ERR_HANDLING_MODE_NONE,
+        };
+        ucs_status_t st = ucp_ep_create(c->worker, &ep, &c->peers[r].ep);
+        if (st != UCS_OK)
+            return wf__err(WF_EDEVICE, "wf_comm_create: UCX endpoint to rank %d (host %s): %s", r,
+                           c->peers[r].host, ucs_status_string(st));
+    }
+    return 0;
+}
+
+void wf__ucx_progress_arm(wf_comm *c)
+{
+    for (;;) {
+        while (ucp_worker_progress(c->worker) != 0) {
+        }
+        ucs_status_t st = ucp_worker_arm(c->worker);
+        if (st != UCS_ERR_BUSY)
+            return;
+    }
+}
+
+void wf__ucx_fini(wf_comm *c)
+{
+    if (!c->worker)
+        goto ctx;
+    /* FORCE: peers may be gone (and the goodbye round already ordered everything); it
+     * completes every outstanding request of the endpoint with UCS_ERR_CANCELED, which frees
+     * the orphans waiting on them. */
+    for (int r = 0; c->peers && r < c->size; r++) {
+        if (!c->peers[r].ep)
+            continue;
+        ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                    .flags = UCP_EP_CLOSE_FLAG_FORCE };
+        ucs_status_ptr_t req = ucp_ep_close_nbx(c->peers[r].ep, &prm);
+        if (UCS_PTR_IS_PTR(req)) {
+            uint64_t end = wf__net_now_ns() + 1000000000u;
+            while (ucp_request_check_status(req) == UCS_INPROGRESS && wf__net_now_ns() < end)
+                ucp_worker_progress(c->worker);
+            ucp_request_free(req);
+        }
+        c->peers[r].ep = NULL;
+    }
+    /* Orphaned receives belong to the worker: cancel them. */
+    pthread_mutex_lock(&c->mu);
+    wf_comm_req *o = c->orphans;
+    pthread_mutex_unlock(&c->mu);
+    for (; o; o = o->next_orphan)
+        if (o->ureq && !atomic_load(&o->done))
+            ucp_request_cancel(c->worker, o->ureq);
+    while (ucp_worker_progress(c->worker) != 0) {
+    }
+    if (c->my_addr)
+        ucp_worker_release_address(c->worker, c->my_addr);
+    ucp_worker_destroy(c->worker);
+    c->worker = NULL;
+    c->my_addr = NULL;
+    /* Whatever is still orphaned now can never complete: its UCX request went with the
+     * worker. */
+    while (c->orphans) {
+        wf_comm_req *r = c->orphans;
+        c->orphans = r->next_orphan;
+        free(r);
+    }
+ctx:
+    if (c->ctx)
+        ucp_cleanup(c->ctx);
+    c->ctx = NULL;
+}
+
+/* ---- Requests ----------------------------------------------------------------------------- */
+
+static void complete(wf_comm_req *r, void *ureq, ucs_status_t st, size_t length)
+{
+    wf_comm *c = r->c;
+    int status = 0;
+    if (st == UCS_OK && r->is_recv && length != r->bytes)
+        status = WF_EFORMAT;
+    else if (st == UCS_ERR_MESSAGE_TRUNCATED)
+        status = WF_EFORMAT;
+    else if (st == UCS_ERR_CANCELED)
+        status = WF_ECANCELED;
+    else if (st != UCS_OK)
+        status = WF_EDEVICE;
+    bool free_now = false;
+    pthread_mutex_lock(&c->mu);
+    r->status = status;
+    r->info.length = length;
+    atomic_store_explicit(&r->done, true, memory_order_release);
+    if (r->orphan) {
+        for (wf_comm_req **pp = &c->orphans; *pp; pp = &(*pp)->next_orphan)
+            if (*pp == r) {
+                *pp = r->next_orphan;
+                break;
+            }
+        free_now = true;
+    }
+    if (c->sleepers)
+        pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (free_now) {
+        if (ureq)
+            ucp_request_free(ureq);
+        free(r);
+    }
+}
+
+static void on_send(void *ureq, ucs_status_t st, void *user)
+{
+    complete(user, ureq, st, 0);
+}
+
+static void on_recv(void *ureq, ucs_status_t st, const ucp_tag_recv_info_t *info, void *user)
+{
+    complete(user, ureq, st, info ? info->length : 0);
+}
+
+static int post(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, bool is_recv,
+                wf_comm_req **out)
+{
+    *out = NULL;
+    wf_comm_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return wf__err(WF_ENOMEM, "wf_comm: no memory for a request");
+    r->c = c;
+    r->peer = peer;
+    r->is_recv = is_recv;
+    r->key = body;
+    r->bytes = bytes;
+    static const uint8_t empty[1]; /* a valid address for 0-byte messages */
+    if (!buf)
+        buf = (void *)empty;
+    ucp_request_param_t prm = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        .user_data = r,
+    };
+    ucs_status_ptr_t p;
+    if (is_recv) {
+        prm.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+        prm.cb.recv = on_recv;
+        prm.recv_info.tag_info = &r->info;
+        uint64_t tag = make_tag(body, peer, c->peers[peer].incarnation);
+        p = ucp_tag_recv_nbx(c->worker, buf, bytes, tag, UINT64_MAX, &prm);
+    } else {
+        prm.cb.send = on_send;
+        uint64_t tag = make_tag(body, c->rank, c->incarnation);
+        p = ucp_tag_send_nbx(c->peers[peer].ep, buf, bytes, tag, &prm);
+    }
+    if (UCS_PTR_IS_ERR(p)) {
+        /* The transport itself broke: fail the comm, so no rank waits for this message. */
+        free(r);
+        wf__comm_fail(c, WF_EDEVICE, c->rank, "rank %d: %s rank %d (%zu bytes): UCX: %s",
+                      c->rank, is_recv ? "receive from" : "send to", peer, bytes,
+                      ucs_status_string(UCS_PTR_STATUS(p)));
+        return wf__comm_failed(c);
+    }
+    if (p == NULL) /* completed at once; the callback is not called */
+        complete(r, NULL, UCS_OK, is_recv ? r->info.length : 0);
+    else
+        r->ureq = p;
+    *out = r;
+    return 0;
+}
+
+int wf__isend(wf_comm *c, int peer, uint64_t body, const void *buf, size_t bytes,
+              wf_comm_req **out)
+{
+    return post(c, peer, body, (void *)buf, bytes, false, out);
+}
+
+int wf__irecv(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, wf_comm_req **out)
+{
+    return post(c, peer, body, buf, bytes, true, out);
+}
+
+static void describe(const wf_comm_req *r, char *s, size_t n)
+{
+    const wf__peer *p = &r->c->peers[r->peer];
+    snprintf(s, n, "%s rank %d (host %s, pid %u), %s %#llx, %zu bytes",
+             r->is_recv ? "receive from" : "send to", r->peer, p->host, p->pid,
+             (r->key & WF__TAG_COLL) ? "collective tag" : "key",
+             (unsigned long long)(r->key & ~WF__TAG_COLL), r->bytes);
+}
+
+static void free_req(wf_comm_req *r)
+{
+    if (r->ureq)
+        ucp_request_free(r->ureq);
+    free(r);
+}
+
+/* The comm failed or the wait timed out: cancel 'r' and free it, or leave it as an orphan
+ * that its completion (or wf_comm_destroy()) frees. */
+static void give_up(wf_comm_req *r)
+{
+    wf_comm *c = r->c;
+    if (!atomic_load_explicit(&r->done, memory_order_acquire) && r->ureq) {
+        ucp_request_cancel(c->worker, r->ureq);
+        uint64_t end = wf__net_now_ns() + 100000000u; /* 100 ms */
+        while (!atomic_load_explicit(&r->done, memory_order_acquire) && wf__net_now_ns() < end)
+            ucp_worker_progress(c->worker);
+    }
+    pthread_mutex_lock(&c->mu);
+    bool done = atomic_load_explicit(&r->done, memory_order_acquire);
+    if (!done) {
+        r->orphan = true;
+        r->next_orphan = c->orphans;
+        c->orphans = r;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (done)
+        free_req(r);
+}
+
+int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
+{
+    wf_comm *c = r->c;
+    uint64_t start = wf__net_now_ns();
+    uint64_t spin_ns = c->spin_us == UINT32_MAX ? UINT64_MAX : (uint64_t)c->spin_us * 1000u;
+    while (!atomic_load_explicit(&r->done, memory_order_acquire)) {
+        if (atomic_load(&c->failed))
+            break;
+        uint64_t now = wf__net_now_ns();
+        if (now >= deadline_ns) {
+            char d[200];
+            describe(r, d, sizeof d);
+            wf__comm_fail(c, WF_ETIMEDOUT, r->peer, "%s%srank %d: no progress within %llu ms: %s",
+                          what ? what : "", what ? ": " : "", c->rank,
+                          (unsigned long long)((now - start) / 1000000u), d);
+            break;
+        }
+        if (now - start < spin_ns) {
+            ucp_worker_progress(c->worker);
+            continue;
+        }
+        /* Arm before sleeping: BUSY means events are pending, so progress again. Once armed,
+         * "weft-net" (asleep in epoll on the event fd) drains whatever arrives. */
+        if (ucp_worker_arm(c->worker) == UCS_ERR_BUSY) {
+            ucp_worker_progress(c->worker);
+            continue;
+        }
+        uint64_t until = deadline_ns;
+        if (until - now > 100000000u) /* a slice: also a safety net for a lost wake-up */
+            until = now + 100000000u;
+        struct timespec ts = { .tv_sec = (time_t)(until / 1000000000u),
+                               .tv_nsec = (long)(until % 1000000000u) };
+        pthread_mutex_lock(&c->mu);
+        if (!atomic_load_explicit(&r->done, memory_order_acquire) && !atomic_load(&c->failed)) {
+            c->sleepers++;
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            c->sleepers--;
+        }
+        pthread_mutex_unlock(&c->mu);
+        ucp_worker_progress(c->worker);
+    }
+    if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
+        int rc = wf__comm_failed(c);
+        give_up(r);
+        return rc;
+    }
+    int status = r->status; /* written under mu before 'done' (release) */
+    size_t got = r->info.length;
+    if (status == WF_ECANCELED && atomic_load(&c->failed)) {
+        free_req(r);
+        return wf__comm_failed(c);
+    }
+    if (status < 0) {
+        char d[200];
+        describe(r, d, sizeof d);
+        if (status == WF_EFORMAT)
+            wf__err(status, "%s%s%s: the message %s the buffer (got %zu bytes)", what ? what : "",
+                    what ? ": " : "", d, got > r->bytes ? "is larger than" : "does not fill",
+                    got);
+        else
+            wf__err(status, "%s%s%s: %s", what ? what : "", what ? ": " : "", d,
+                    status == WF_ECANCELED ? "canceled" : "UCX reported an error");
+    }
+    free_req(r);
+    return status;
+}
+
+int wf__wait_all(wf_comm_req **rs, size_t n, uint64_t deadline_ns, const char *what)
+{
+    int first = 0;
+    char msg[WF_ERRMSG_MAX] = "";
+    for (size_t i = 0; i < n; i++) {
+        if (!rs[i])
+            continue;
+        wf_comm *c = rs[i]->c;
+        int rc = wf__wait(rs[i], deadline_ns, what);
+        rs[i] = NULL;
+        if (rc < 0 && first == 0) {
+            first = rc;
+            snprintf(msg, sizeof msg, "%s", wf_last_errmsg());
+            /* A collective that went wrong on one rank must not hang the others. */
+            if (!atomic_load(&c->failed))
+                wf__comm_fail(c, rc, c->rank, "rank %d: %s", c->rank, msg);
+        }
+    }
+    if (first)
+        wf__err(first, "%s", msg);
+    return first;
+}
+
+/* ---- Public point-to-point ------------------------------------------------------------------ */
+
+static int check_p2p(const char *fn, wf_comm *c, int peer, uint64_t key, const void *buf,
+                     size_t bytes, wf_comm_req **out)
+{
+    if (out)
+        *out = NULL;
+    if (!c || !out)
+        return wf__err(WF_EINVAL, "%s: NULL %s", fn, c ? "out" : "comm");
+    if (peer < 0 || peer >= c->size)
+        return wf__err(WF_EINVAL, "%s: peer %d out of range 0..%d", fn, peer, c->size - 1);
+    if (key & ~TAG_KEY_MASK)
+        return wf__err(WF_EINVAL, "%s: key %#llx is not below 2^%d", fn, (unsigned long long)key,
+                       WF_COMM_KEY_BITS);
+    if (!buf && bytes)
+        return wf__err(WF_EINVAL, "%s: NULL buffer for %zu bytes", fn, bytes);
+    return wf__comm_failed(c);
+}
+
+int wf_comm_isend(wf_comm *c, int peer, uint64_t key, const void *buf, size_t bytes,
+                  wf_comm_req **out)
+{
+    int rc = check_p2p("wf_comm_isend", c, peer, key, buf, bytes, out);
+    return rc < 0 ? rc : wf__isend(c, peer, key, buf, bytes, out);
+}
+
+int wf_comm_irecv(wf_comm *c, int peer, uint64_t key, void *buf, size_t bytes, wf_comm_req **out)
+{
+    int rc = check_p2p("wf_comm_irecv", c, peer, key, buf, bytes, out);
+    return rc < 0 ? rc : wf__irecv(c, peer, key, buf, bytes, out);
+}
+
+int wf_comm_wait(wf_comm_req *r)
+{
+    if (!r)
+        return wf__err(WF_EINVAL, "wf_comm_wait: NULL request");
+    return wf__wait(r, wf__net_now_ns() + (uint64_t)r->c->op_timeout_ms * 1000000u, "wf_comm_wait");
+}
+
+int wf_comm_test(wf_comm_req *r)
+{
+    if (!r)
+        return wf__err(WF_EINVAL, "wf_comm_test: NULL request");
+    if (!atomic_load_explicit(&r->done, memory_order_acquire))
+        ucp_worker_progress(r->c->worker);
+    return atomic_load_explicit(&r->done, memory_order_acquire) || atomic_load(&r->c->failed);
+}
+
+int wf_comm_send(wf_comm *c, int peer, uint64_t key, const void *buf, size_t bytes)
+{
+    wf_comm_req *r;
+    int rc = wf_comm_isend(c, peer, key, buf, bytes, &r);
+    return rc < 0 ? rc : wf_comm_wait(r);
+}
+
+int wf_comm_recv(wf_comm *c, int peer, uint64_t key, void *buf, size_t bytes)
+{
+    wf_comm_req *r;
+    int rc = wf_comm_irecv(c, peer, key, buf, bytes, &r);
+    return rc < 0 ? rc : wf_comm_wait(r);
+}
