@@ -14,9 +14,9 @@
 #define GRAD_FN(name) \
     static int name(wf_graph *g, const wf_node *n, wf_node *dy, uint32_t need, wf_node **dx)
 
-#define X0 wf__grad_mut(n->inputs[0])
-#define X1 wf__grad_mut(n->inputs[1])
-#define Y  wf__grad_mut(n)
+#define X0   wf__grad_mut(n->inputs[0])
+#define X1   wf__grad_mut(n->inputs[1])
+#define Y    wf__grad_mut(n)
 #define K(v) wf__grad_scalar(g, n, (v))
 
 /* ---- Unary ---------------------------------------------------------------------------- */
@@ -71,12 +71,12 @@ GRAD_FN(grad_square)
 }
 
 /* The activations: one fused backward op each (weft/nn.h: wf_activation_grad). */
-#define ACT_GRAD(name, ACT, INPUT)                                                  \
-    GRAD_FN(name)                                                                   \
-    {                                                                               \
-        (void)need;                                                                 \
-        dx[0] = wf_activation_grad(g, ACT, INPUT, dy, n->attrs->alpha);             \
-        return 0;                                                                   \
+#define ACT_GRAD(name, ACT, INPUT)                                      \
+    GRAD_FN(name)                                                       \
+    {                                                                   \
+        (void)need;                                                     \
+        dx[0] = wf_activation_grad(g, ACT, INPUT, dy, n->attrs->alpha); \
+        return 0;                                                       \
     }
 ACT_GRAD(grad_relu, WF_ACT_RELU, X0)
 ACT_GRAD(grad_leaky_relu, WF_ACT_LEAKY_RELU, X0)

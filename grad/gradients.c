@@ -119,7 +119,7 @@ static int backprop(gstate *st, wf_node *n, wf_node *dy)
         if (n->op->flags & WF_OP_NO_GRAD)
             return 0;
         return wf__graph_fail(g, WF_EINVAL, "wf_gradients: op '%s' (node '%s', %s) has no gradient",
-                    n->op->name, n->name, wf__node_where(n, where, sizeof where));
+                              n->op->name, n->name, wf__node_where(n, where, sizeof where));
     }
     wf_node *stack[8] = { 0 }, **dx = stack;
     if (n->n_inputs > 8 && !(dx = calloc((size_t)n->n_inputs, sizeof *dx)))
@@ -141,12 +141,13 @@ static int backprop(gstate *st, wf_node *n, wf_node *dy)
             continue;
         if (dx[i]->dtype != in->dtype || !shapes_fit(dx[i]->shape, in->shape)) {
             char a[160], b[160];
-            rc = wf__graph_fail(g, WF_EINVAL,
-                                "wf_gradients: the gradient of op '%s' (node '%s', %s) for input "
-                                "%d is %s %s but the input is %s %s",
-                                n->op->name, n->name, wf__node_where(n, where, sizeof where), i,
-                                wf_dtype_name(dx[i]->dtype), wf_shape_str(dx[i]->shape, a, sizeof a),
-                                wf_dtype_name(in->dtype), wf_shape_str(in->shape, b, sizeof b));
+            rc =
+                wf__graph_fail(g, WF_EINVAL,
+                               "wf_gradients: the gradient of op '%s' (node '%s', %s) for input "
+                               "%d is %s %s but the input is %s %s",
+                               n->op->name, n->name, wf__node_where(n, where, sizeof where), i,
+                               wf_dtype_name(dx[i]->dtype), wf_shape_str(dx[i]->shape, a, sizeof a),
+                               wf_dtype_name(in->dtype), wf_shape_str(in->shape, b, sizeof b));
             break;
         }
         rc = push(st, in->id, dx[i]);
@@ -198,10 +199,10 @@ int wf_gradients_ex(wf_graph *g, wf_node *const *ys, wf_node *const *dys, int n_
             break;
         if (dys[j]->dtype != ys[j]->dtype || !shapes_fit(dys[j]->shape, ys[j]->shape)) {
             char a[160], b[160];
-            rc = wf__graph_fail(g, WF_ESHAPE, "wf_gradients: dys[%d] is %s %s but ys[%d] is %s %s",
-                                j, wf_dtype_name(dys[j]->dtype),
-                                wf_shape_str(dys[j]->shape, a, sizeof a), j,
-                                wf_dtype_name(ys[j]->dtype), wf_shape_str(ys[j]->shape, b, sizeof b));
+            rc = wf__graph_fail(
+                g, WF_ESHAPE, "wf_gradients: dys[%d] is %s %s but ys[%d] is %s %s", j,
+                wf_dtype_name(dys[j]->dtype), wf_shape_str(dys[j]->shape, a, sizeof a), j,
+                wf_dtype_name(ys[j]->dtype), wf_shape_str(ys[j]->shape, b, sizeof b));
         }
     }
     if (rc < 0)

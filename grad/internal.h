@@ -33,6 +33,7 @@ typedef struct wf__grad_entry {
     const wf_op_def *op;
     wf_grad_fn fn;
 } wf__grad_entry;
+
 extern const wf__grad_entry wf__grad_math[];
 extern const int wf__grad_math_len;
 extern const wf__grad_entry wf__grad_nn[];
@@ -56,7 +57,7 @@ static inline wf_node *wf__grad_mut(const wf_node *n)
 
 /* The hyperparameter vector every update node takes as its last input (an f64 constant). */
 enum {
-    WF__HP_KIND,     /* wf_optimizer_kind */
+    WF__HP_KIND, /* wf_optimizer_kind */
     WF__HP_LR,
     WF__HP_MOMENTUM,
     WF__HP_NESTEROV, /* 0 or 1 */
@@ -66,7 +67,7 @@ enum {
     WF__HP_RHO,
     WF__HP_EPS,
     WF__HP_WD,
-    WF__HP_SCHED,   /* wf_lr_kind */
+    WF__HP_SCHED, /* wf_lr_kind */
     WF__HP_WARMUP,
     WF__HP_STEP_SIZE,
     WF__HP_GAMMA,

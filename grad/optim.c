@@ -51,10 +51,9 @@ int wf_optimizer_check(const wf_optimizer *o)
     if (!finite_nonneg(o->eps))
         return wf__err(WF_EINVAL, "%s: eps is %g; it must be >= 0", k, o->eps);
     if (o->kind == WF_OPT_ADAM || o->kind == WF_OPT_ADAMW) {
-        if (!finite_nonneg(o->beta1) || o->beta1 >= 1 || !finite_nonneg(o->beta2) ||
-            o->beta2 >= 1)
-            return wf__err(WF_EINVAL, "%s: betas are (%g, %g); each must be in [0, 1)", k,
-                           o->beta1, o->beta2);
+        if (!finite_nonneg(o->beta1) || o->beta1 >= 1 || !finite_nonneg(o->beta2) || o->beta2 >= 1)
+            return wf__err(WF_EINVAL, "%s: betas are (%g, %g); each must be in [0, 1)", k, o->beta1,
+                           o->beta2);
     }
     if (o->kind == WF_OPT_RMSPROP && (!finite_nonneg(o->rho) || o->rho >= 1))
         return wf__err(WF_EINVAL, "%s: rho (alpha) is %g; it must be in [0, 1)", k, o->rho);
@@ -71,15 +70,17 @@ int wf_optimizer_check(const wf_optimizer *o)
         break;
     case WF_LR_STEP:
         if (s->step_size <= 0 || !finite_nonneg(s->gamma))
-            return wf__err(WF_EINVAL, "%s: step schedule needs step_size > 0 (%lld) and gamma >= 0 (%g)",
-                           k, (long long)s->step_size, s->gamma);
+            return wf__err(WF_EINVAL,
+                           "%s: step schedule needs step_size > 0 (%lld) and gamma >= 0 (%g)", k,
+                           (long long)s->step_size, s->gamma);
         break;
     case WF_LR_COSINE:
         if (s->total_steps <= s->warmup_steps || !finite_nonneg(s->min_lr) || s->min_lr > o->lr)
             return wf__err(WF_EINVAL,
                            "%s: cosine schedule needs total_steps (%lld) > warmup_steps (%lld) and "
                            "0 <= min_lr (%g) <= lr (%g)",
-                           k, (long long)s->total_steps, (long long)s->warmup_steps, s->min_lr, o->lr);
+                           k, (long long)s->total_steps, (long long)s->warmup_steps, s->min_lr,
+                           o->lr);
         break;
     default:
         return wf__err(WF_EINVAL, "%s: unknown schedule kind %d", k, (int)s->kind);
@@ -134,7 +135,8 @@ int wf_clip_by_global_norm(wf_graph *g, wf_node *const *grads, int n, double cli
         if (!grads[i])
             return wf_graph_status(g) < 0
                        ? wf_graph_status(g)
-                       : wf__graph_fail(g, WF_EINVAL, "wf_clip_by_global_norm: grads[%d] is NULL", i);
+                       : wf__graph_fail(g, WF_EINVAL, "wf_clip_by_global_norm: grads[%d] is NULL",
+                                        i);
         if (grads[i]->dtype != grads[0]->dtype)
             return wf__graph_fail(g, WF_EINVAL,
                                   "wf_clip_by_global_norm: grads[%d] is %s but grads[0] is %s", i,
@@ -245,8 +247,10 @@ static wf_node *apply(wf_graph *g, const wf_optimizer *opt, wf_node *const *vars
             return NULL;
         }
         if (vars[i]->op != &wf_op_variable || vars[i]->graph != g) {
-            wf__graph_fail(g, WF_EINVAL, "wf_apply_gradients: vars[%d] ('%s', a %s, %s) is not a "
-                           "variable of this graph", i, vars[i]->name, vars[i]->op->name,
+            wf__graph_fail(g, WF_EINVAL,
+                           "wf_apply_gradients: vars[%d] ('%s', a %s, %s) is not a "
+                           "variable of this graph",
+                           i, vars[i]->name, vars[i]->op->name,
                            wf__node_where(vars[i], where, sizeof where));
             return NULL;
         }
@@ -342,7 +346,8 @@ wf_node *(wf_minimize)(wf_graph *g, wf_optimizer opt, wf_node *loss)
     if (wf_graph_status(g) < 0)
         return NULL;
     if (!loss || loss->graph != g) {
-        wf__graph_fail(g, WF_EINVAL, "wf_minimize: the loss is %s", loss ? "of another graph" : "NULL");
+        wf__graph_fail(g, WF_EINVAL, "wf_minimize: the loss is %s",
+                       loss ? "of another graph" : "NULL");
         return NULL;
     }
     /* The floating variables the loss depends on, in creation order. */
@@ -369,7 +374,8 @@ wf_node *(wf_minimize)(wf_graph *g, wf_optimizer opt, wf_node *loss)
     }
     if (n == 0) {
         char where[256];
-        wf__graph_fail(g, WF_EINVAL, "wf_minimize: the loss '%s' (%s) depends on no floating variable",
+        wf__graph_fail(g, WF_EINVAL,
+                       "wf_minimize: the loss '%s' (%s) depends on no floating variable",
                        loss->name, wf__node_where(loss, where, sizeof where));
         goto done;
     }

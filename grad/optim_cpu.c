@@ -47,70 +47,70 @@ typedef struct upd {
     const void *grad;
 } upd;
 
-#define UPDATE_LOOP(T)                                                                        \
-    static void update_##T(const upd *u, int64_t lo, int64_t hi)                              \
-    {                                                                                         \
-        T *w = u->w, *s0 = u->state[0], *s1 = u->state[1], *s2 = u->state[2];                 \
-        const T *gr = u->grad;                                                                \
-        for (int64_t i = lo; i < hi; i++) {                                                   \
-            double p = w[i], g = gr[i];                                                       \
-            switch (u->kind) {                                                                \
-            case WF_OPT_SGD:                                                                  \
-                g += u->wd * p;                                                               \
-                if (u->n_state) {                                                             \
-                    double v = u->mom * s0[i] + g;                                            \
-                    s0[i] = (T)v;                                                             \
-                    g = u->nesterov ? g + u->mom * v : v;                                     \
-                }                                                                             \
-                p -= u->lr * g;                                                               \
-                break;                                                                        \
-            case WF_OPT_ADAM:                                                                 \
-            case WF_OPT_ADAMW: {                                                              \
-                if (u->kind == WF_OPT_ADAMW)                                                  \
-                    p *= 1 - u->lr * u->wd;                                                   \
-                else                                                                          \
-                    g += u->wd * p;                                                           \
-                double m = u->b1 * s0[i] + (1 - u->b1) * g;                                   \
-                double v = u->b2 * s1[i] + (1 - u->b2) * g * g;                               \
-                s0[i] = (T)m;                                                                 \
-                s1[i] = (T)v;                                                                 \
-                p -= u->lr / u->bc1 * m / (sqrt(v) / sqrt(u->bc2) + u->eps);                  \
-                break;                                                                        \
-            }                                                                                 \
-            case WF_OPT_RMSPROP: {                                                            \
-                g += u->wd * p;                                                               \
-                double v = u->rho * s0[i] + (1 - u->rho) * g * g, avg;                        \
-                s0[i] = (T)v;                                                                 \
-                T *buf = s1;                                                                  \
-                if (u->centered) {                                                            \
-                    double ga = u->rho * s1[i] + (1 - u->rho) * g;                            \
-                    s1[i] = (T)ga;                                                            \
-                    avg = sqrt(v - ga * ga) + u->eps;                                         \
-                    buf = s2;                                                                 \
-                } else {                                                                      \
-                    avg = sqrt(v) + u->eps;                                                   \
-                }                                                                             \
-                if (u->mom > 0) {                                                             \
-                    double b = u->mom * buf[i] + g / avg;                                     \
-                    buf[i] = (T)b;                                                            \
-                    p -= u->lr * b;                                                           \
-                } else {                                                                      \
-                    p -= u->lr * g / avg;                                                     \
-                }                                                                             \
-                break;                                                                        \
-            }                                                                                 \
-            case WF_OPT_ADAGRAD: {                                                            \
-                g += u->wd * p;                                                               \
-                double s = s0[i] + g * g;                                                     \
-                s0[i] = (T)s;                                                                 \
-                p -= u->lr * g / (sqrt(s) + u->eps);                                          \
-                break;                                                                        \
-            }                                                                                 \
-            default:                                                                          \
-                break;                                                                        \
-            }                                                                                 \
-            w[i] = (T)p;                                                                      \
-        }                                                                                     \
+#define UPDATE_LOOP(T)                                                        \
+    static void update_##T(const upd *u, int64_t lo, int64_t hi)              \
+    {                                                                         \
+        T *w = u->w, *s0 = u->state[0], *s1 = u->state[1], *s2 = u->state[2]; \
+        const T *gr = u->grad;                                                \
+        for (int64_t i = lo; i < hi; i++) {                                   \
+            double p = w[i], g = gr[i];                                       \
+            switch (u->kind) {                                                \
+            case WF_OPT_SGD:                                                  \
+                g += u->wd * p;                                               \
+                if (u->n_state) {                                             \
+                    double v = u->mom * s0[i] + g;                            \
+                    s0[i] = (T)v;                                             \
+                    g = u->nesterov ? g + u->mom * v : v;                     \
+                }                                                             \
+                p -= u->lr * g;                                               \
+                break;                                                        \
+            case WF_OPT_ADAM:                                                 \
+            case WF_OPT_ADAMW: {                                              \
+                if (u->kind == WF_OPT_ADAMW)                                  \
+                    p *= 1 - u->lr * u->wd;                                   \
+                else                                                          \
+                    g += u->wd * p;                                           \
+                double m = u->b1 * s0[i] + (1 - u->b1) * g;                   \
+                double v = u->b2 * s1[i] + (1 - u->b2) * g * g;               \
+                s0[i] = (T)m;                                                 \
+                s1[i] = (T)v;                                                 \
+                p -= u->lr / u->bc1 * m / (sqrt(v) / sqrt(u->bc2) + u->eps);  \
+                break;                                                        \
+            }                                                                 \
+            case WF_OPT_RMSPROP: {                                            \
+                g += u->wd * p;                                               \
+                double v = u->rho * s0[i] + (1 - u->rho) * g * g, avg;        \
+                s0[i] = (T)v;                                                 \
+                T *buf = s1;                                                  \
+                if (u->centered) {                                            \
+                    double ga = u->rho * s1[i] + (1 - u->rho) * g;            \
+                    s1[i] = (T)ga;                                            \
+                    avg = sqrt(v - ga * ga) + u->eps;                         \
+                    buf = s2;                                                 \
+                } else {                                                      \
+                    avg = sqrt(v) + u->eps;                                   \
+                }                                                             \
+                if (u->mom > 0) {                                             \
+                    double b = u->mom * buf[i] + g / avg;                     \
+                    buf[i] = (T)b;                                            \
+                    p -= u->lr * b;                                           \
+                } else {                                                      \
+                    p -= u->lr * g / avg;                                     \
+                }                                                             \
+                break;                                                        \
+            }                                                                 \
+            case WF_OPT_ADAGRAD: {                                            \
+                g += u->wd * p;                                               \
+                double s = s0[i] + g * g;                                     \
+                s0[i] = (T)s;                                                 \
+                p -= u->lr * g / (sqrt(s) + u->eps);                          \
+                break;                                                        \
+            }                                                                 \
+            default:                                                          \
+                break;                                                        \
+            }                                                                 \
+            w[i] = (T)p;                                                      \
+        }                                                                     \
     }
 UPDATE_LOOP(float)
 UPDATE_LOOP(double)
@@ -183,7 +183,8 @@ static int kernel_update(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *
     if (!gr->contiguous) {
         if (!(gc = wf__tensor_alloc(gr->dtype, gr->shape)))
             return WF_ENOMEM;
-        int rc = wf_tensor_read(gr, gr->dtype, gc->data, (size_t)gc->numel * wf_dtype_size(gc->dtype));
+        int rc =
+            wf_tensor_read(gr, gr->dtype, gc->data, (size_t)gc->numel * wf_dtype_size(gc->dtype));
         if (rc < 0) {
             wf_tensor_release(gc);
             return rc;
@@ -256,16 +257,16 @@ static void cost_update(const wf_node *n, double *flops, double *bytes)
     *bytes = (2.0 * k + 1) * e * (double)wf_dtype_size(n->dtype);
 }
 
-#define UPDATE_DEF(K)                                   \
-    const wf_op_def wf__op_update_##K = {               \
-        .name = "update_" #K,                           \
-        .min_inputs = (K) + 3,                          \
-        .max_inputs = (K) + 3,                          \
-        .infer = infer_update,                          \
-        .kernel = { [WF_KERNEL_CPU] = kernel_update },  \
-        .cost = cost_update,                            \
-        .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD,        \
-        .n_assign = (K),                                \
+#define UPDATE_DEF(K)                                  \
+    const wf_op_def wf__op_update_##K = {              \
+        .name = "update_" #K,                          \
+        .min_inputs = (K) + 3,                         \
+        .max_inputs = (K) + 3,                         \
+        .infer = infer_update,                         \
+        .kernel = { [WF_KERNEL_CPU] = kernel_update }, \
+        .cost = cost_update,                           \
+        .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD,       \
+        .n_assign = (K),                               \
     };
 UPDATE_DEF(1)
 UPDATE_DEF(2)

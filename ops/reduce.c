@@ -96,7 +96,7 @@ static int run_reduce(const wf_kernel_ctx *ctx, wf__reduce_kind op, const wf_nod
     static int kernel_##id(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in, \
                            wf_tensor **out)                                                  \
     {                                                                                        \
-        return run_reduce(ctx, WF__REDUCE_##OP, n, in[0], *out);                              \
+        return run_reduce(ctx, WF__REDUCE_##OP, n, in[0], *out);                             \
     }                                                                                        \
     static void cost_##id(const wf_node *n, double *flops, double *bytes)                    \
     {                                                                                        \

@@ -51,6 +51,8 @@ MODULES = list(USES)
 RESTRICT = {("sched", "core"): {"core/error.h"}}
 # The public header of each module (STYLE.md section 1).
 PUBLIC = {m: ("core.h" if m == "core" else m + ".h") for m in MODULES}
+# Modules with a second public header (an area big enough for its own): header -> module.
+MORE_PUBLIC = {"nn.h": "ops"}
 # Third-party libraries: the first component of the include name -> who may include it.
 # 'runtime' (everything above) may include any of them; tests/ and perf/ too.
 LIBS = {
@@ -127,8 +129,9 @@ for path in files:
                         err(path, ln, "<weft/weft.h> is the users' umbrella; include the "
                             "headers of the modules this one may use")
                     elif hdr != "base.h":
-                        allowed = {PUBLIC[owner]} | {PUBLIC[u] for u in USES[owner]
-                                                     if (owner, u) not in RESTRICT}
+                        mods = {owner} | {u for u in USES[owner] if (owner, u) not in RESTRICT}
+                        allowed = {PUBLIC[m] for m in mods} | {
+                            h for h, m in MORE_PUBLIC.items() if m in mods}
                         if hdr not in allowed:
                             err(path, ln, f"{owner}/ may not use <weft/{hdr}> (may use: "
                                 f"{', '.join(USES[owner]) or 'nothing'}; DESIGN.md's table)")

@@ -96,14 +96,14 @@ typedef struct wf_lr_schedule {
  * ... and change fields). Defaults are PyTorch's. */
 typedef struct wf_optimizer {
     wf_optimizer_kind kind;
-    double lr;           /* > 0 */
-    double momentum;     /* SGD and RMSProp: 0 = none */
-    bool nesterov;       /* SGD with momentum */
-    bool centered;       /* RMSProp */
-    double beta1, beta2; /* Adam, AdamW: 0.9, 0.999 */
-    double rho;          /* RMSProp's smoothing constant alpha: 0.99 */
-    double eps;          /* Adam, AdamW, RMSProp: 1e-8; Adagrad: 1e-10 */
-    double weight_decay; /* L2 (SGD, Adam, RMSProp, Adagrad) or decoupled (AdamW: 0.01) */
+    double lr;                  /* > 0 */
+    double momentum;            /* SGD and RMSProp: 0 = none */
+    bool nesterov;              /* SGD with momentum */
+    bool centered;              /* RMSProp */
+    double beta1, beta2;        /* Adam, AdamW: 0.9, 0.999 */
+    double rho;                 /* RMSProp's smoothing constant alpha: 0.99 */
+    double eps;                 /* Adam, AdamW, RMSProp: 1e-8; Adagrad: 1e-10 */
+    double weight_decay;        /* L2 (SGD, Adam, RMSProp, Adagrad) or decoupled (AdamW: 0.01) */
     double initial_accumulator; /* Adagrad: 0 */
     double clip_norm;           /* > 0: clip the gradients by global norm first */
     wf_lr_schedule schedule;    /* zero: constant lr */
@@ -111,7 +111,9 @@ typedef struct wf_optimizer {
 
 static inline wf_optimizer wf_sgd(double lr)
 {
-    wf_optimizer o = { WF_OPT_SGD, lr, 0, false, false, 0, 0, 0, 0, 0, 0, 0, { WF_LR_CONSTANT, 0, 0, 0, 0, 0 } };
+    wf_optimizer o = {
+        WF_OPT_SGD, lr, 0, false, false, 0, 0, 0, 0, 0, 0, 0, { WF_LR_CONSTANT, 0, 0, 0, 0, 0 }
+    };
     return o;
 }
 

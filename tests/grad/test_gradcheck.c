@@ -17,24 +17,27 @@ static wf_node *apply_unary(wf_graph *g, wf_node *const *x, const void *ctx)
     return ((unary_fn)(uintptr_t)ctx)(g, x[0]);
 }
 
-#define UNARY_CASE(fn, lo, hi)                                                              \
-    do {                                                                                    \
-        gc_in in[] = { { WF_SHAPE(3, 5), lo, hi, false, 0, NULL } };                        \
-        gradcheck(#fn, apply_unary, (const void *)(uintptr_t)(unary_fn)(fn), 1, in, 11);    \
+#define UNARY_CASE(fn, lo, hi)                                                           \
+    do {                                                                                 \
+        gc_in in[] = { { WF_SHAPE(3, 5), lo, hi, false, 0, NULL } };                     \
+        gradcheck(#fn, apply_unary, (const void *)(uintptr_t)(unary_fn)(fn), 1, in, 11); \
     } while (0)
 
 static wf_node *leaky(wf_graph *g, wf_node *x)
 {
     return (wf_leaky_relu)(g, x, 0.2);
 }
+
 static wf_node *gelu_erf(wf_graph *g, wf_node *x)
 {
     return (wf_gelu)(g, x, false);
 }
+
 static wf_node *gelu_tanh(wf_graph *g, wf_node *x)
 {
     return (wf_gelu)(g, x, true);
 }
+
 Test(gradcheck, unary_math)
 {
     UNARY_CASE(wf_neg, -2, 2);
@@ -75,8 +78,12 @@ static wf_node *apply_binary(wf_graph *g, wf_node *const *x, const void *ctx)
 
 static void binary_cases(const char *what, binary_fn fn, double lo, double hi, bool distinct)
 {
-    static const wf_shape sa[] = { { 2, { 3, 4 } }, { 2, { 3, 4 } }, { 3, { 2, 1, 4 } }, { 0, { 0 } } };
-    static const wf_shape sb[] = { { 2, { 3, 4 } }, { 1, { 4 } }, { 2, { 3, 1 } }, { 2, { 2, 3 } } };
+    static const wf_shape sa[] = {
+        { 2, { 3, 4 } }, { 2, { 3, 4 } }, { 3, { 2, 1, 4 } }, { 0, { 0 } }
+    };
+    static const wf_shape sb[] = {
+        { 2, { 3, 4 } }, { 1, { 4 } }, { 2, { 3, 1 } }, { 2, { 2, 3 } }
+    };
     for (int k = 0; k < 4; k++) {
         gc_in in[] = { { sa[k], lo, hi, distinct, 0, NULL }, { sb[k], lo, hi, distinct, 0, NULL } };
         char name[64];
@@ -98,6 +105,7 @@ static wf_node *max_shifted(wf_graph *g, wf_node *a, wf_node *b) /* no ties: b m
 {
     return (wf_maximum)(g, a, (wf_add)(g, b, (wf_scalar)(g, WF_F64, 0.0007)));
 }
+
 static wf_node *min_shifted(wf_graph *g, wf_node *a, wf_node *b)
 {
     return (wf_minimum)(g, a, (wf_add)(g, b, (wf_scalar)(g, WF_F64, 0.0007)));
@@ -138,11 +146,15 @@ static wf_node *apply_reduce(wf_graph *g, wf_node *const *x, const void *ctx)
     return c->fn(g, x[0], c->axes, c->n_axes, c->keepdims);
 }
 
-static void reduce_cases(const char *what, wf_node *(*fn)(wf_graph *, wf_node *, const int *, int, bool),
-                         double lo, double hi, bool distinct)
+static void reduce_cases(const char *what,
+                         wf_node *(*fn)(wf_graph *, wf_node *, const int *, int, bool), double lo,
+                         double hi, bool distinct)
 {
-    const red_case cs[] = { { fn, 0, { 0 }, false }, { fn, 1, { 1 }, false }, { fn, 1, { -1 }, true },
-                            { fn, 2, { 0, 2 }, false }, { fn, 2, { 2, 0 }, true } };
+    const red_case cs[] = { { fn, 0, { 0 }, false },
+                            { fn, 1, { 1 }, false },
+                            { fn, 1, { -1 }, true },
+                            { fn, 2, { 0, 2 }, false },
+                            { fn, 2, { 2, 0 }, true } };
     for (int k = 0; k < 5; k++) {
         gc_in in[] = { { WF_SHAPE(2, 3, 4), lo, hi, distinct, 0, NULL } };
         char name[64];
@@ -177,7 +189,8 @@ Test(gradcheck, matmul_every_transpose_and_batch_broadcast)
 {
     for (int t = 0; t < 4; t++) {
         mm_case c = { t & 1, t >> 1 };
-        wf_shape a = c.ta ? WF_SHAPE(4, 3) : WF_SHAPE(3, 4), b = c.tb ? WF_SHAPE(5, 4) : WF_SHAPE(4, 5);
+        wf_shape a = c.ta ? WF_SHAPE(4, 3) : WF_SHAPE(3, 4),
+                 b = c.tb ? WF_SHAPE(5, 4) : WF_SHAPE(4, 5);
         gc_in in[] = { { a, -1, 1, false, 0, NULL }, { b, -1, 1, false, 0, NULL } };
         gradcheck("matmul 2-D", apply_matmul, &c, 2, in, 300 + (uint64_t)t);
         /* batched: a [2, 1, 3, 4] with b [3, 4, 5]: batch dims broadcast to [2, 3] */
@@ -199,10 +212,12 @@ static wf_node *apply_softmax(wf_graph *g, wf_node *const *x, const void *ctx)
 {
     return wf_softmax(g, x[0], *(const int *)ctx);
 }
+
 static wf_node *apply_log_softmax(wf_graph *g, wf_node *const *x, const void *ctx)
 {
     return wf_log_softmax(g, x[0], *(const int *)ctx);
 }
+
 static wf_node *apply_xent(wf_graph *g, wf_node *const *x, const void *ctx)
 {
     (void)ctx;
@@ -309,7 +324,8 @@ Test(gradcheck, conv2d)
     };
     for (int k = 0; k < 3; k++) {
         gc_in in[] = { { WF_SHAPE(2, 4, 6, 5), -1, 1, false, 0, NULL },
-                       { k == 2 ? WF_SHAPE(4, 2, 2, 3) : WF_SHAPE(3, 4, 3, 2), -1, 1, false, 0, NULL } };
+                       { k == 2 ? WF_SHAPE(4, 2, 2, 3) : WF_SHAPE(3, 4, 3, 2), -1, 1, false, 0,
+                         NULL } };
         gradcheck("conv2d", apply_conv, &os[k], 2, in, 700 + (uint64_t)k);
     }
 }

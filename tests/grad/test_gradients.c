@@ -181,7 +181,9 @@ Test(gradients, static_and_eager_and_worker_counts_give_the_same_bits)
         xs[i] = (float)wf_test_rand_below(&st, 2001) / 1000.0f - 1.0f;
     for (int i = 0; i < 16; i++)
         ys[i] = (int32_t)wf_test_rand_below(&st, 4);
+
     enum { N = 8 * 32 + 32 + 32 * 4 };
+
     static float ref[N], got[N];
     model_grads(rt, true, xs, ys, ref);
     double norm = 0;

@@ -695,9 +695,11 @@ Test(ops_conv, results_are_bitwise_equal_with_one_and_two_workers)
         for (int t = 0; t < 2; t++) {
             wf_dtype dt = dts[t];
             double tol = dt == WF_F32 ? 1e-4 : 1e-10;
-            const wf_tensor *vals[2][3];
-            wf_graph *gs[2] = { wf_graph_create(rt, WF_EAGER), wf_graph_create(rt1, WF_EAGER) };
-            for (int m = 0; m < 2; m++) {
+            const wf_tensor *vals[3][3];
+            /* 2 workers, 1 worker, and 2 workers again (a different split, the same bits). */
+            wf_graph *gs[3] = { wf_graph_create(rt, WF_EAGER), wf_graph_create(rt1, WF_EAGER),
+                                wf_graph_create(rt, WF_EAGER) };
+            for (int m = 0; m < 3; m++) {
                 wf_graph *g = gs[m];
                 cr_assert_not_null(g);
                 wf_node *xn = cst(g, dt, x_shape(c), x), *wn = cst(g, dt, w_shape(c), w);
@@ -715,6 +717,7 @@ Test(ops_conv, results_are_bitwise_equal_with_one_and_two_workers)
                 char what[64];
                 snprintf(what, sizeof what, "config %zu %s %s", k, wf_dtype_name(dt), names[i]);
                 nn_same_bits(what, vals[0][i], vals[1][i]);
+                nn_same_bits(what, vals[0][i], vals[2][i]);
                 int64_t n = wf_tensor_numel(vals[0][i]);
                 double *got = malloc((size_t)n * sizeof *got);
                 cr_assert_eq(wf_tensor_read(vals[0][i], WF_F64, got, (size_t)n * sizeof *got), 0);
@@ -732,6 +735,7 @@ Test(ops_conv, results_are_bitwise_equal_with_one_and_two_workers)
             }
             wf_graph_destroy(gs[0]);
             wf_graph_destroy(gs[1]);
+            wf_graph_destroy(gs[2]);
         }
         free(x);
         free(w);

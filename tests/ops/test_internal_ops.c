@@ -46,7 +46,8 @@ Test(ops_internal_ops, table_is_valid_and_every_entry_has_a_cpu_kernel_and_a_cos
         cr_assert_not_null(op->cost, "%s has no cost", op->name);
         cr_assert_null(op->grad, "%s: gradients are grad/'s", op->name);
         /* dropout alone is stateful: its mask changes from run to run (weft/nn.h) */
-        uint32_t banned = WF_OP_SOURCE | WF_OP_DYNAMIC_SHAPE | (op == &wf_op_dropout ? 0 : WF_OP_STATEFUL);
+        uint32_t banned =
+            WF_OP_SOURCE | WF_OP_DYNAMIC_SHAPE | (op == &wf_op_dropout ? 0 : WF_OP_STATEFUL);
         cr_assert_eq(op->flags & banned, 0, "%s", op->name);
         cr_assert_eq(op->n_assign, 0, "%s: ops/ has no update ops", op->name);
         cr_assert_eq(wf__ops_find(op->name), op, "%s found by name", op->name);

@@ -449,9 +449,11 @@ Test(ops_pool, results_are_bitwise_equal_with_one_and_two_workers)
     nn_random(r, ny, 32);
     static const wf_dtype dts[2] = { WF_F32, WF_F64 };
     for (int t = 0; t < 2; t++) {
-        const wf_tensor *vals[2][4];
-        wf_graph *gs[2] = { wf_graph_create(rt, WF_EAGER), wf_graph_create(rt1, WF_EAGER) };
-        for (int m = 0; m < 2; m++) {
+        const wf_tensor *vals[3][4];
+        /* 2 workers, 1 worker, and 2 workers again (a different split, the same bits). */
+        wf_graph *gs[3] = { wf_graph_create(rt, WF_EAGER), wf_graph_create(rt1, WF_EAGER),
+                            wf_graph_create(rt, WF_EAGER) };
+        for (int m = 0; m < 3; m++) {
             wf_graph *g = gs[m];
             wf_node *xn = cst(g, dts[t], x_shape(&c), x), *rn = cst(g, dts[t], y_shape(&c), r);
             wf_node *ys[4] = { wf_max_pool2d(g, xn, &c.o), wf_avg_pool2d(g, xn, &c.o),
@@ -466,6 +468,7 @@ Test(ops_pool, results_are_bitwise_equal_with_one_and_two_workers)
             char what[64];
             snprintf(what, sizeof what, "%s op %d", wf_dtype_name(dts[t]), i);
             nn_same_bits(what, vals[0][i], vals[1][i]);
+            nn_same_bits(what, vals[0][i], vals[2][i]);
             if (dts[t] != WF_F64)
                 continue;
             ref_pool(&c, i % 2 == 0, x, i < 2 ? y : NULL, i < 2 ? NULL : r, i < 2 ? NULL : dx);
@@ -477,6 +480,7 @@ Test(ops_pool, results_are_bitwise_equal_with_one_and_two_workers)
         }
         wf_graph_destroy(gs[0]);
         wf_graph_destroy(gs[1]);
+        wf_graph_destroy(gs[2]);
     }
     free(x);
     free(r);
