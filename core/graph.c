@@ -1036,3 +1036,24 @@ int wf__graph_dump(const wf_graph *g, FILE *f, bool dot)
         fprintf(f, "}\n");
     return ferror(f) ? wf__err(WF_EIO, "wf__graph_dump: a write failed") : 0;
 }
+
+int wf_variable_set(wf_node *var, wf_tensor *value)
+{
+    char a[160], b[160];
+    if (!var || !value)
+        return wf__err(WF_EINVAL, "wf_variable_set: %s is NULL", var ? "value" : "var");
+    if (var->op != &wf_op_variable || var->graph->mode != WF_EAGER)
+        return wf__err(WF_EINVAL, "wf_variable_set: '%s' is %s", var->name,
+                       var->op != &wf_op_variable ? "not a variable" : "not in an eager graph");
+    if (value->dtype != var->dtype)
+        return wf__err(WF_EDTYPE, "wf_variable_set: '%s' is %s, the value %s", var->name,
+                       wf_dtype_name(var->dtype), wf_dtype_name(value->dtype));
+    if (!wf_shape_equal(value->shape, var->shape))
+        return wf__err(WF_ESHAPE, "wf_variable_set: '%s' is %s, the value %s", var->name,
+                       wf_shape_str(var->shape, a, sizeof a),
+                       wf_shape_str(value->shape, b, sizeof b));
+    wf_tensor_retain(value);
+    wf_tensor_release(var->value);
+    var->value = value;
+    return 0;
+}

@@ -182,6 +182,21 @@ static const char *unique(const wf_graph *g, const char *base, char *buf, size_t
     return buf;
 }
 
+/* The variable named 'base' if it exists with this dtype and shape (a second wf_minimize(),
+ * or an eager step that rebuilt its variables, continues the same state), else a new one
+ * initialised with 'init' under 'base' or, when that name is taken by something else,
+ * "<base>_<k>". */
+static wf_node *state_var(wf_graph *g, const char *base, wf_dtype dt, wf_shape shape, wf_init init,
+                          wf_srcloc loc)
+{
+    char name[512];
+    wf_node *v = wf_graph_find(g, base);
+    if (v && v->op == &wf_op_variable && v->dtype == dt && wf_shape_equal(v->shape, shape))
+        return v;
+    wf_set_source_location(loc.file, loc.line);
+    return (wf_variable)(g, unique(g, base, name, sizeof name), dt, shape, init);
+}
+
 /* Slot names per kind, in the update op's order. */
 static int slots(const wf_optimizer *o, const char **names)
 {
@@ -229,7 +244,7 @@ static int after_readers(wf_graph *g, wf_node *upd, const wf_node *var)
 static wf_node *apply(wf_graph *g, const wf_optimizer *opt, wf_node *const *vars,
                       wf_node *const *grads, int n, wf_srcloc loc)
 {
-    char where[256], name[512];
+    char where[256];
     int rc = wf_optimizer_check(opt);
     if (rc < 0) {
         wf__graph_fail(g, rc, "%s", wf_last_errmsg());
@@ -283,8 +298,7 @@ static wf_node *apply(wf_graph *g, const wf_optimizer *opt, wf_node *const *vars
     }
     wf_set_source_location(loc.file, loc.line);
     hpn = (wf_constant)(g, ht);
-    wf_set_source_location(loc.file, loc.line);
-    step = (wf_variable)(g, unique(g, base, name, sizeof name), WF_I64, WF_SCALAR, wf_init_zeros());
+    step = state_var(g, base, WF_I64, WF_SCALAR, wf_init_zeros(), loc);
     if (!hpn || !step)
         goto done;
     static const wf_op_def *const defs[] = { &wf__op_update_1, &wf__op_update_2, &wf__op_update_3,
@@ -299,9 +313,7 @@ static wf_node *apply(wf_graph *g, const wf_optimizer *opt, wf_node *const *vars
             snprintf(sname, sizeof sname, "%s/%s", vars[i]->name, sn[j]);
             wf_init init = opt->kind == WF_OPT_ADAGRAD ? wf_init_constant(opt->initial_accumulator)
                                                        : wf_init_zeros();
-            wf_set_source_location(loc.file, loc.line);
-            in[1 + j] = (wf_variable)(g, unique(g, sname, name, sizeof name), vars[i]->dtype,
-                                      vars[i]->shape, init);
+            in[1 + j] = state_var(g, sname, vars[i]->dtype, vars[i]->shape, init, loc);
             if (!in[1 + j])
                 goto done;
         }

@@ -58,7 +58,7 @@ typedef struct cv_plan {
     bool x_direct;      /* unit and x's planes have contiguous rows: x is the column matrix */
     const char *w, *dy; /* contiguous */
     char *out;
-    /* backward_input: channels per block, blocks per group, rows of a dcol tile, its pixels */
+    /* backward_input: channels per block, blocks per group, pixels per dcol tile */
     int64_t cblk, n_cblk, bi_tile;
     /* backward_filter: slabs (image, pixel tile), chunks, and the partial buffers */
     int64_t n_slabs, n_chunks;

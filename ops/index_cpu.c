@@ -248,14 +248,17 @@ int wf__scatter_add_cpu(const wf_kctx *ctx, int axis, const wf_tensor *updates,
     /* bf16 and f16 accumulate in f32 buffers: updates converted, the sum rounded once. */
     bool half = updates->dtype == WF_BF16 || updates->dtype == WF_F16;
     wf_dtype acc = half ? WF_F32 : updates->dtype;
-    wf_tensor *u = NULL, *o = half ? wf__tensor_alloc(WF_F32, out->shape) : out;
-    if (half && (u = wf__tensor_alloc(WF_F32, updates->shape)) && o &&
-        wf__cast_cpu(ctx, updates, u) < 0) {
-        wf_tensor_release(u);
-        u = NULL;
-    }
-    if (!half)
+    wf_tensor *u, *o = out;
+    if (half) {
+        u = wf__tensor_alloc(WF_F32, updates->shape);
+        o = wf__tensor_alloc(WF_F32, out->shape);
+        if (u && wf__cast_cpu(ctx, updates, u) < 0) {
+            wf_tensor_release(u);
+            u = NULL;
+        }
+    } else {
         u = wf__contiguous_cpu(ctx, updates);
+    }
     if (!u || !o) {
         rc = WF_ENOMEM;
     } else if (j.outer * j.nblk > 0) {

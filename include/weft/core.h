@@ -306,6 +306,15 @@ WF_API wf_node *wf_variable(wf_graph *g, const char *name, wf_dtype dt, wf_shape
                             wf_init init);
 #define wf_variable(g, name, dt, shape, init) (WF__HERE(), (wf_variable)(g, name, dt, shape, init))
 
+/* Sets the value of variable 'var' of an EAGER graph to 'value' (same dtype and shape),
+ * which the graph retains without copying: an update that finds nobody else holding it
+ * writes it in place, else it copies first, so the caller's tensor never changes under it.
+ * For eager training loops that build a graph per step and carry the variables over (a
+ * session's variables are set with wf_session_assign()). Returns 0, or WF_EINVAL (not a
+ * variable of an eager graph, NULL), WF_EDTYPE or WF_ESHAPE, with the reason in
+ * wf_last_errmsg(); the graph's error state is not touched. */
+WF_API WF_NODISCARD int wf_variable_set(wf_node *var, wf_tensor *value);
+
 #ifdef __cplusplus
 }
 #endif

@@ -494,6 +494,43 @@ Test(ops_conv, unknown_height_in_x_shape_is_taken_from_dy_with_stride_1)
     wf_graph_destroy(g);
 }
 
+/* A placeholder of unknown size gives an output of unknown size; each run infers it from the
+ * fed shape, and a feed too small for the kernel fails that run only, naming the node. */
+Test(ops_conv, unknown_spatial_sizes_are_inferred_per_run_and_checked)
+{
+    wf_graph *g = new_graph(WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F64, WF_SHAPE(-1, 2, -1, -1));
+    wf_node *w = wf_placeholder(g, "w", WF_F64, WF_SHAPE(3, 2, 3, 2));
+    const wf_conv2d_opts o = { .stride = { 2, 1 }, .dilation = { 1, 2 } };
+    wf_node *y = wf_conv2d(g, x, w, &o);
+    cr_assert_not_null(y, "%s", wf_graph_errmsg(g));
+    cr_assert(wf_shape_equal(wf_node_shape(y), WF_SHAPE(-1, 3, -1, -1)));
+    wf_session *s = NULL;
+    cr_assert_eq(wf_session_create(g, NULL, &s), 0, "%s", wf_graph_errmsg(g));
+    wf_tensor *wt = wf_tensor_from(WF_F64, WF_SHAPE(3, 2, 3, 2), NULL);
+    wf_tensor *xt = wf_tensor_from(WF_F64, WF_SHAPE(1, 2, 7, 5), NULL);
+    wf_tensor *out = NULL;
+    wf_feed feeds[2] = { { x, xt }, { w, wt } };
+    cr_assert_eq(wf_session_run(s, feeds, 2, &y, 1, &out, NULL, 0), 0, "%s", wf_session_errmsg(s));
+    cr_assert(wf_shape_equal(wf_tensor_shape(out), WF_SHAPE(1, 3, 3, 3)));
+    wf_tensor_release(out);
+    out = NULL;
+    wf_tensor *small = wf_tensor_from(WF_F64, WF_SHAPE(1, 2, 7, 2), NULL);
+    feeds[0].value = small;
+    int rc = wf_session_run(s, feeds, 2, &y, 1, &out, NULL, 0);
+    cr_assert_eq(rc, WF_ESHAPE, "got %s: %s", wf_err_name(rc), wf_session_errmsg(s));
+    cr_assert(strstr(wf_session_errmsg(s), "conv2d") &&
+                  strstr(wf_session_errmsg(s), "[1, 2, 7, 2]") &&
+                  strstr(wf_session_errmsg(s), "output width would be 0"),
+              "%s", wf_session_errmsg(s));
+    cr_assert_null(out);
+    wf_tensor_release(small);
+    wf_tensor_release(xt);
+    wf_tensor_release(wt);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+}
+
 /* ---- Errors ---------------------------------------------------------------------------------- */
 
 #define AT(line) nn_at("test_conv.c", line, where, sizeof where)
@@ -666,19 +703,25 @@ Test(ops_conv, backward_ops_refuse_a_dy_of_the_wrong_shape_and_unknowable_shapes
 Test(ops_conv, results_are_bitwise_equal_with_one_and_two_workers)
 {
     wf_runtime *rt1 = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1, .flags = WF_RT_NO_PIN });
+    /* Every config is above the kernels' threshold for splitting (2^21 flops). */
     const conv_cfg cs[] = {
+        /* batch items; the filter gradient's sum in 4 chunks */
         { 4, 16, 20, 20, 32, 3, 3, { .padding = { 1, 1, 1, 1 } } },
-        { 3, 8, 24, 20, 8, 3, 3, { .stride = { 2, 1 }, .padding = { 1, 0, 2, 1 }, .groups = 2 } },
-        { 1, 32, 40, 40, 16, 1, 1, { .groups = 0 } }, /* one image: channel blocks and pixel tiles
-                                                       */
-        { 2,
+        /* groups, stride, asymmetric padding */
+        { 3, 8, 48, 40, 16, 3, 3, { .stride = { 2, 1 }, .padding = { 1, 0, 2, 1 }, .groups = 2 } },
+        /* one image, 1x1: channel blocks of dx, two pixel tiles */
+        { 1, 32, 64, 72, 32, 1, 1, { .groups = 0 } },
+        /* depthwise, dilated */
+        { 4,
           16,
-          16,
-          16,
+          64,
+          64,
           16,
           3,
           3,
           { .dilation = { 2, 2 }, .groups = 16, .padding = { 2, 2, 2, 2 } } },
+        /* K = 576 taps: three im2col tiles per image */
+        { 2, 64, 24, 24, 8, 3, 3, { .padding = { 1, 1, 1, 1 } } },
     };
     static const wf_dtype dts[2] = { WF_F32, WF_F64 };
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {

@@ -1,0 +1,786 @@
+/* weft-train.c: trains a classifier with weft and shows it happening: the bundled handwritten
+ * digits (or a CSV, MNIST IDX or .npy dataset), an MLP or a small CNN, any of weft's
+ * optimizers, a progress bar with loss, accuracy and samples/s, the test accuracy after each
+ * epoch, a checkpoint, a per-step JSON log and a Perfetto trace.
+ *   weft-train                                  the digits, an MLP 64-128-10, Adam
+ *   weft-train --model cnn --epochs 15          a conv/pool/linear stack
+ *   weft-train --data-idx train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz
+ *   weft-train --save model.safetensors --log steps.jsonl --trace trace.json
+ * Static mode (the default) builds one graph (forward, wf_minimize's backward and update
+ * nodes) and runs it as a session once per step; --eager builds an eager graph per step, its
+ * variables carried over from the last (wf_variable_set()): the two give the same losses.
+ * Names and layouts are PyTorch's (fc1.weight is [out, in]; conv1.weight [out, in, kh, kw])
+ * so checkpoints load into the same model there; perf/torch_train_compare.py replays a run in
+ * PyTorch from its --init file and compares the losses step by step.
+ * Public API only, as every example. */
+#include "data.h"
+#include "progress.h"
+
+#include <weft/weft.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef WT_DIGITS_SOURCE
+#    define WT_DIGITS_SOURCE "digits.csv.gz"
+#endif
+#ifndef WT_DIGITS_INSTALLED
+#    define WT_DIGITS_INSTALLED "digits.csv.gz"
+#endif
+
+#define MAX_LAYERS 8
+#define MAX_PARAMS (2 * MAX_LAYERS + 4)
+
+typedef struct options {
+    const char *csv, *idx[2], *npy[2];
+    const char *model;
+    int hidden[MAX_LAYERS], n_hidden;
+    const char *optimizer;
+    double lr;
+    int batch;
+    long steps, epochs;
+    uint64_t seed;
+    int threads;
+    bool eager, shuffle, quiet, normalize;
+    double test_fraction;
+    const char *init, *save, *log, *trace;
+} options;
+
+/* ---- The model --------------------------------------------------------------------------- */
+
+typedef struct param {
+    char name[32];
+    wf_shape shape;
+    wf_init init;
+} param;
+
+typedef struct model {
+    bool cnn;
+    int n_params;
+    param p[MAX_PARAMS];
+    int n_fc;      /* linear layers */
+    int conv_c[2]; /* cnn: output channels of conv1, conv2 */
+    wf_shape in;   /* one sample's shape */
+    int classes;
+} model;
+
+/* PyTorch's default init for Linear and Conv2d: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the
+ * weight and the bias. */
+static void add_layer(model *m, const char *name, wf_shape wshape, int64_t fan_in, uint64_t seed)
+{
+    double b = 1.0 / sqrt((double)fan_in);
+    param *w = &m->p[m->n_params++], *bias = &m->p[m->n_params++];
+    snprintf(w->name, sizeof w->name, "%s.weight", name);
+    w->shape = wshape;
+    w->init = wf_init_uniform(seed, -b, b);
+    snprintf(bias->name, sizeof bias->name, "%s.bias", name);
+    bias->shape = (wf_shape){ .rank = 1, .dims = { wshape.dims[0] } };
+    bias->init = wf_init_uniform(seed + 1000, -b, b);
+}
+
+static int make_model(const options *o, const wt_dataset *ds, model *m, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    m->classes = ds->n_classes;
+    m->in.rank = ds->rank;
+    for (int d = 0; d < ds->rank; d++)
+        m->in.dims[d] = ds->dims[d];
+    uint64_t seed = o->seed * 7919;
+    if (strcmp(o->model, "mlp") == 0) {
+        int64_t prev = ds->n_features;
+        for (int i = 0; i <= o->n_hidden; i++) {
+            int64_t out = i < o->n_hidden ? o->hidden[i] : ds->n_classes;
+            char name[16];
+            snprintf(name, sizeof name, "fc%d", i + 1);
+            add_layer(m, name, WF_SHAPE(out, prev), prev, seed + (uint64_t)i);
+            prev = out;
+        }
+        m->n_fc = o->n_hidden + 1;
+        return 0;
+    }
+    if (strcmp(o->model, "cnn") != 0) {
+        snprintf(err, errlen, "--model %s: expected mlp or cnn", o->model);
+        return WF_EINVAL;
+    }
+    /* conv 3x3 (pad 1) + ReLU + maxpool 2, twice, then linear 64 + ReLU, linear classes */
+    if (ds->rank != 3 || ds->dims[1] < 4 || ds->dims[2] < 4) {
+        snprintf(err, errlen,
+                 "--model cnn needs images [C, H, W] with H, W >= 4 (the data "
+                 "has %d feature dimension(s))",
+                 ds->rank);
+        return WF_EINVAL;
+    }
+    m->cnn = true;
+    m->conv_c[0] = 16;
+    m->conv_c[1] = 32;
+    int64_t c = ds->dims[0];
+    add_layer(m, "conv1", WF_SHAPE(16, c, 3, 3), c * 9, seed);
+    add_layer(m, "conv2", WF_SHAPE(32, 16, 3, 3), 16 * 9, seed + 1);
+    int64_t flat = 32 * (ds->dims[1] / 4) * (ds->dims[2] / 4);
+    add_layer(m, "fc1", WF_SHAPE(64, flat), flat, seed + 2);
+    add_layer(m, "fc2", WF_SHAPE(ds->n_classes, 64), 64, seed + 3);
+    m->n_fc = 2;
+    return 0;
+}
+
+/* Logits [B, classes] of x [B, ...] with the variables 'v' (model order). */
+static wf_node *forward(wf_graph *g, const model *m, wf_node *const *v, wf_node *x)
+{
+    int k = 0;
+    wf_node *h = x;
+    if (m->cnn) {
+        const wf_conv2d_opts same = { .padding = { 1, 1, 1, 1 } };
+        const wf_pool2d_opts pool = { .window = { 2, 2 } };
+        for (int i = 0; i < 2; i++, k += 2) {
+            wf_node *b = wf_reshape(g, v[k + 1], WF_SHAPE(m->conv_c[i], 1, 1));
+            h = wf_max_pool2d(g, wf_relu(g, wf_add(g, wf_conv2d(g, h, v[k], &same), b)), &pool);
+        }
+    }
+    /* flatten to [B, features]: -1 keeps the batch open */
+    h = wf_reshape(g, h, WF_SHAPE(-1, m->p[k].shape.dims[1]));
+    for (int i = 0; i < m->n_fc; i++, k += 2) {
+        h = wf_add(g, wf_matmul_ex(g, h, v[k], false, true), v[k + 1]);
+        if (i + 1 < m->n_fc)
+            h = wf_relu(g, h);
+    }
+    return h;
+}
+
+static wf_shape batch_shape(const model *m, int64_t b)
+{
+    wf_shape s = { .rank = m->in.rank + 1 };
+    s.dims[0] = b;
+    for (int d = 0; d < m->in.rank; d++)
+        s.dims[d + 1] = m->in.dims[d];
+    return s;
+}
+
+static int parse_optimizer(const options *o, wf_optimizer *opt, char *err, size_t errlen)
+{
+    const char *k = o->optimizer;
+    double lr = o->lr;
+    if (strcmp(k, "sgd") == 0)
+        *opt = wf_sgd(lr > 0 ? lr : 0.05);
+    else if (strcmp(k, "momentum") == 0)
+        *opt = wf_momentum(lr > 0 ? lr : 0.02, 0.9, false);
+    else if (strcmp(k, "adam") == 0)
+        *opt = wf_adam(lr > 0 ? lr : 1e-3);
+    else if (strcmp(k, "adamw") == 0)
+        *opt = wf_adamw(lr > 0 ? lr : 1e-3, 0.01);
+    else if (strcmp(k, "rmsprop") == 0)
+        *opt = wf_rmsprop(lr > 0 ? lr : 1e-3);
+    else if (strcmp(k, "adagrad") == 0)
+        *opt = wf_adagrad(lr > 0 ? lr : 0.05);
+    else {
+        snprintf(err, errlen,
+                 "--optimizer %s: expected sgd, momentum, adam, adamw, rmsprop or "
+                 "adagrad",
+                 k);
+        return WF_EINVAL;
+    }
+    if (wf_optimizer_check(opt) < 0) {
+        snprintf(err, errlen, "%s", wf_last_errmsg());
+        return WF_EINVAL;
+    }
+    return 0;
+}
+
+/* ---- One training setup, static or eager --------------------------------------------------- */
+
+typedef struct trainer {
+    const options *o;
+    const model *m;
+    wf_runtime *rt;
+    wf_optimizer opt;
+    /* static mode */
+    wf_graph *g;
+    wf_session *s;
+    wf_node *x, *y, *loss, *correct, *train;
+    /* eager mode: every variable's value between steps, by name */
+    int n_state;
+    wf_named_tensor state[4 * MAX_PARAMS + 4];
+    char names[4 * MAX_PARAMS + 4][96];
+} trainer;
+
+static wf_node *count_correct(wf_graph *g, wf_node *logits, wf_node *y)
+{
+    wf_node *hit = wf_eq(g, wf_argmax(g, logits, 1), wf_cast(g, y, WF_I64));
+    return wf_sum(g, wf_cast(g, hit, WF_F32));
+}
+
+static int trainer_static(trainer *t, char *err, size_t errlen)
+{
+    const model *m = t->m;
+    wf_graph *g = t->g = wf_graph_create(t->rt, WF_STATIC);
+    if (!g) {
+        snprintf(err, errlen, "%s", wf_last_errmsg());
+        return WF_ENOMEM;
+    }
+    wf_node *v[MAX_PARAMS];
+    t->x = wf_placeholder(g, "x", WF_F32, batch_shape(m, -1));
+    t->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
+    for (int i = 0; i < m->n_params; i++)
+        v[i] = wf_variable(g, m->p[i].name, WF_F32, m->p[i].shape, m->p[i].init);
+    wf_node *logits = forward(g, m, v, t->x);
+    t->loss = wf_mean(g, wf_softmax_cross_entropy(g, logits, t->y));
+    t->correct = count_correct(g, logits, t->y);
+    t->train = wf_minimize(g, t->opt, t->loss);
+    int rc = wf_graph_status(g);
+    if (rc == 0)
+        rc = wf_session_create(g, NULL, &t->s);
+    if (rc < 0) {
+        snprintf(err, errlen, "building the model: %s", wf_graph_errmsg(g));
+        return rc;
+    }
+    if (t->o->init &&
+        (rc = wf_checkpoint_load(t->s, t->o->init, WF_CHECKPOINT_ALLOW_MISSING)) < 0) {
+        snprintf(err, errlen, "--init: %s", wf_session_errmsg(t->s));
+        return rc;
+    }
+    return 0;
+}
+
+/* The eager state entry named 'name', or NULL. */
+static wf_named_tensor *state_find(trainer *t, const char *name)
+{
+    for (int i = 0; i < t->n_state; i++)
+        if (strcmp(t->state[i].name, name) == 0)
+            return &t->state[i];
+    return NULL;
+}
+
+/* Records the values of every variable of eager graph 'g' (retained) as the state. */
+static void state_take(trainer *t, wf_graph *g)
+{
+    for (int i = 0; i < wf_graph_node_count(g); i++) {
+        wf_node *n = wf_graph_node(g, i);
+        if (strcmp(wf_node_op(n), "variable") != 0)
+            continue;
+        wf_named_tensor *e = state_find(t, wf_node_name(n));
+        if (!e) {
+            if (t->n_state == (int)(sizeof t->state / sizeof t->state[0]))
+                continue;
+            e = &t->state[t->n_state];
+            snprintf(t->names[t->n_state], sizeof t->names[0], "%s", wf_node_name(n));
+            e->name = t->names[t->n_state++];
+            e->tensor = NULL;
+        }
+        wf_tensor_release(e->tensor);
+        e->tensor = wf_tensor_retain(wf_node_value(n));
+    }
+}
+
+/* An eager graph holding every variable of the state (the model's first, in model order,
+ * written to 'v'), with their current values. */
+static wf_graph *eager_graph(trainer *t, wf_node **v)
+{
+    wf_graph *g = wf_graph_create(t->rt, WF_EAGER);
+    if (!g)
+        return NULL;
+    for (int i = 0; i < t->m->n_params; i++) {
+        const param *p = &t->m->p[i];
+        v[i] = wf_variable(g, p->name, WF_F32, p->shape, p->init);
+    }
+    for (int i = 0; i < t->n_state; i++) {
+        wf_node *n = wf_graph_find(g, t->state[i].name);
+        wf_tensor *val = t->state[i].tensor;
+        if (!n)
+            n = wf_variable(g, t->state[i].name, wf_tensor_dtype(val), wf_tensor_shape(val),
+                            wf_init_zeros());
+        if (!n || wf_variable_set(n, val) < 0) {
+            wf_graph_destroy(g);
+            return NULL;
+        }
+    }
+    /* the graph holds the values now: drop ours so updates can write them in place */
+    for (int i = 0; i < t->n_state; i++) {
+        wf_tensor_release(t->state[i].tensor);
+        t->state[i].tensor = NULL;
+    }
+    return g;
+}
+
+static int trainer_eager(trainer *t, char *err, size_t errlen)
+{
+    if (t->o->init) {
+        wf_named_tensor *ts;
+        int n;
+        int rc = wf_safetensors_read(t->o->init, &ts, &n);
+        if (rc < 0) {
+            snprintf(err, errlen, "--init: %s", wf_last_errmsg());
+            return rc;
+        }
+        for (int i = 0; i < n && t->n_state < MAX_PARAMS * 4; i++) {
+            snprintf(t->names[t->n_state], sizeof t->names[0], "%s", ts[i].name);
+            t->state[t->n_state].name = t->names[t->n_state];
+            t->state[t->n_state++].tensor = wf_tensor_retain(ts[i].tensor);
+        }
+        wf_safetensors_free(ts, n);
+    }
+    return 0;
+}
+
+/* One step on x, y (count rows): the loss before the update and the number right. */
+static int train_step(trainer *t, wf_tensor *x, wf_tensor *y, double *loss, double *correct,
+                      char *err, size_t errlen)
+{
+    if (!t->o->eager) {
+        wf_feed f[2] = { { t->x, x }, { t->y, y } };
+        wf_node *fetch[2] = { t->loss, t->correct };
+        wf_tensor *out[2];
+        int rc = wf_session_run(t->s, f, 2, fetch, 2, out, &t->train, 1);
+        if (rc < 0) {
+            snprintf(err, errlen, "%s", wf_session_errmsg(t->s));
+            return rc;
+        }
+        *loss = wf_tensor_get(out[0], 0);
+        *correct = wf_tensor_get(out[1], 0);
+        wf_tensor_release(out[0]);
+        wf_tensor_release(out[1]);
+        return 0;
+    }
+    wf_node *v[MAX_PARAMS];
+    wf_graph *g = eager_graph(t, v);
+    if (!g) {
+        snprintf(err, errlen, "eager step: %s", wf_last_errmsg());
+        return WF_ENOMEM;
+    }
+    wf_node *xs = wf_constant(g, x), *ys = wf_constant(g, y);
+    wf_node *logits = forward(g, t->m, v, xs);
+    wf_node *l = wf_mean(g, wf_softmax_cross_entropy(g, logits, ys));
+    wf_node *c = count_correct(g, logits, ys);
+    wf_node *step = l && c ? wf_minimize(g, t->opt, l) : NULL;
+    int rc = wf_graph_status(g);
+    if (rc < 0 || !step) {
+        snprintf(err, errlen, "eager step: %s", wf_graph_errmsg(g));
+        wf_graph_destroy(g);
+        return rc < 0 ? rc : WF_EINVAL;
+    }
+    *loss = wf_tensor_get(wf_node_value(l), 0);
+    *correct = wf_tensor_get(wf_node_value(c), 0);
+    state_take(t, g);
+    wf_graph_destroy(g);
+    return 0;
+}
+
+/* Test loss and accuracy over 'ds', in chunks. */
+static int evaluate(trainer *t, const wt_dataset *ds, double *loss, double *acc, char *err,
+                    size_t errlen)
+{
+    enum { CHUNK = 512 };
+
+    float *xb = malloc((size_t)CHUNK * (size_t)ds->n_features * sizeof *xb);
+    int32_t *yb = malloc(CHUNK * sizeof *yb);
+    double lsum = 0, right = 0;
+    int rc = xb && yb ? 0 : WF_ENOMEM;
+    for (int64_t at = 0; rc == 0 && at < ds->n; at += CHUNK) {
+        int64_t cnt = ds->n - at < CHUNK ? ds->n - at : CHUNK;
+        wt_batch(ds, NULL, at, cnt, xb, yb);
+        wf_tensor *x = wf_tensor_from(WF_F32, batch_shape(t->m, cnt), xb);
+        wf_tensor *y = wf_tensor_from(WF_I32, WF_SHAPE(cnt), yb);
+        if (!x || !y) {
+            rc = WF_ENOMEM;
+        } else if (!t->o->eager) {
+            wf_feed f[2] = { { t->x, x }, { t->y, y } };
+            wf_node *fetch[2] = { t->loss, t->correct };
+            wf_tensor *out[2];
+            if ((rc = wf_session_run(t->s, f, 2, fetch, 2, out, NULL, 0)) < 0) {
+                snprintf(err, errlen, "%s", wf_session_errmsg(t->s));
+            } else {
+                lsum += wf_tensor_get(out[0], 0) * (double)cnt;
+                right += wf_tensor_get(out[1], 0);
+                wf_tensor_release(out[0]);
+                wf_tensor_release(out[1]);
+            }
+        } else {
+            wf_node *v[MAX_PARAMS];
+            wf_graph *g = eager_graph(t, v);
+            if (!g) {
+                rc = WF_ENOMEM;
+            } else {
+                wf_node *xs = wf_constant(g, x), *ys = wf_constant(g, y);
+                wf_node *logits = forward(g, t->m, v, xs);
+                wf_node *l = wf_mean(g, wf_softmax_cross_entropy(g, logits, ys));
+                wf_node *c = count_correct(g, logits, ys);
+                if ((rc = wf_graph_status(g)) < 0) {
+                    snprintf(err, errlen, "%s", wf_graph_errmsg(g));
+                } else {
+                    lsum += wf_tensor_get(wf_node_value(l), 0) * (double)cnt;
+                    right += wf_tensor_get(wf_node_value(c), 0);
+                }
+                state_take(t, g);
+                wf_graph_destroy(g);
+            }
+        }
+        wf_tensor_release(x);
+        wf_tensor_release(y);
+    }
+    free(xb);
+    free(yb);
+    *loss = ds->n ? lsum / (double)ds->n : NAN;
+    *acc = ds->n ? right / (double)ds->n : NAN;
+    return rc;
+}
+
+static int save(trainer *t, const char *path, char *err, size_t errlen)
+{
+    int rc;
+    if (!t->o->eager) {
+        if ((rc = wf_checkpoint_save(t->s, path)) < 0)
+            snprintf(err, errlen, "--save: %s", wf_session_errmsg(t->s));
+        return rc;
+    }
+    if ((rc = wf_safetensors_write(path, t->state, t->n_state)) < 0)
+        snprintf(err, errlen, "--save: %s", wf_last_errmsg());
+    return rc;
+}
+
+/* ---- Command line -------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: weft-train [options]\n"
+            "data (default: the bundled 8x8 handwritten digits):\n"
+            "  --data-csv FILE          features then label per line (.gz read as gzip)\n"
+            "  --data-idx IMAGES LABELS MNIST IDX files (raw or .gz)\n"
+            "  --data-npy X.npy Y.npy   float32 [N, ...] features, int32/int64 [N] labels\n"
+            "  --test-fraction F        the last F of the rows are the test set (0.2)\n"
+            "  --no-normalize           keep the features as read (default: standardise)\n"
+            "model and training:\n"
+            "  --model mlp|cnn          (mlp)\n"
+            "  --hidden N[,N...]        mlp hidden layer sizes (128)\n"
+            "  --optimizer sgd|momentum|adam|adamw|rmsprop|adagrad   (adam)\n"
+            "  --lr LR                  (adam 1e-3; sgd 0.05; momentum 0.02; ...)\n"
+            "  --batch B                (32)\n"
+            "  --epochs E | --steps S   (15 epochs)\n"
+            "  --seed S                 initial weights and shuffling (1)\n"
+            "  --no-shuffle             batch t is rows [tB, (t+1)B) in file order\n"
+            "  --threads N              weft workers (default: one per core)\n"
+            "  --eager                  eager execution (a graph per step) instead of a session\n"
+            "files:\n"
+            "  --init FILE.safetensors  start from these weights (PyTorch names: fc1.weight ...)\n"
+            "  --save FILE.safetensors  write the weights and optimizer state at the end\n"
+            "  --log FILE.jsonl         one JSON object per step, and per evaluation\n"
+            "  --trace FILE.json        a Perfetto/chrome://tracing trace of the scheduler\n"
+            "  --quiet                  only the final line\n");
+}
+
+static int parse_hidden(const char *s, options *o)
+{
+    o->n_hidden = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0 || v > 1 << 20 || o->n_hidden == MAX_LAYERS - 1)
+            return -1;
+        o->hidden[o->n_hidden++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return o->n_hidden ? 0 : -1;
+}
+
+static int parse_args(int argc, char **argv, options *o)
+{
+    *o = (options){ .model = "mlp",
+                    .optimizer = "adam",
+                    .batch = 32,
+                    .seed = 1,
+                    .shuffle = true,
+                    .normalize = true,
+                    .test_fraction = 0.2,
+                    .hidden = { 128 },
+                    .n_hidden = 1 };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+#define ARG(n) argv[i + (n)] /* after NEED(n) */
+#define NEED(n)                                                          \
+    do {                                                                 \
+        if (i + (n) >= argc) {                                           \
+            fprintf(stderr, "weft-train: %s needs %d value(s)\n", a, n); \
+            return -1;                                                   \
+        }                                                                \
+    } while (0)
+        char *end = NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "--data-csv") == 0) {
+            NEED(1);
+            o->csv = argv[++i];
+        } else if (strcmp(a, "--data-idx") == 0) {
+            NEED(2);
+            o->idx[0] = argv[++i];
+            o->idx[1] = argv[++i];
+        } else if (strcmp(a, "--data-npy") == 0) {
+            NEED(2);
+            o->npy[0] = argv[++i];
+            o->npy[1] = argv[++i];
+        } else if (strcmp(a, "--model") == 0) {
+            NEED(1);
+            o->model = argv[++i];
+        } else if (strcmp(a, "--hidden") == 0) {
+            NEED(1);
+            if (parse_hidden(argv[++i], o) < 0) {
+                fprintf(stderr, "weft-train: --hidden %s: expected sizes like 128 or 256,128\n",
+                        argv[i]);
+                return -1;
+            }
+        } else if (strcmp(a, "--optimizer") == 0) {
+            NEED(1);
+            o->optimizer = argv[++i];
+        } else if (strcmp(a, "--lr") == 0 || strcmp(a, "--test-fraction") == 0) {
+            NEED(1);
+            double v = strtod(ARG(1), &end);
+            if (*end || end == ARG(1)) {
+                fprintf(stderr, "weft-train: %s %s: not a number\n", a, ARG(1));
+                return -1;
+            }
+            *(a[2] == 'l' ? &o->lr : &o->test_fraction) = v;
+            i++;
+        } else if (strcmp(a, "--batch") == 0 || strcmp(a, "--steps") == 0 ||
+                   strcmp(a, "--epochs") == 0 || strcmp(a, "--seed") == 0 ||
+                   strcmp(a, "--threads") == 0) {
+            NEED(1);
+            long long v = strtoll(ARG(1), &end, 10);
+            if (*end || end == ARG(1) || v < 0 ||
+                (v == 0 && strcmp(a, "--seed") != 0 && strcmp(a, "--threads") != 0)) {
+                fprintf(stderr, "weft-train: %s %s: expected a positive integer\n", a, ARG(1));
+                return -1;
+            }
+            if (a[2] == 'b')
+                o->batch = v > 1 << 20 ? 1 << 20 : (int)v;
+            else if (a[3] == 't')
+                o->steps = (long)v;
+            else if (a[2] == 'e')
+                o->epochs = (long)v;
+            else if (a[3] == 'e')
+                o->seed = (uint64_t)v;
+            else
+                o->threads = (int)v;
+            i++;
+        } else if (strcmp(a, "--eager") == 0) {
+            o->eager = true;
+        } else if (strcmp(a, "--no-shuffle") == 0) {
+            o->shuffle = false;
+        } else if (strcmp(a, "--no-normalize") == 0) {
+            o->normalize = false;
+        } else if (strcmp(a, "--quiet") == 0) {
+            o->quiet = true;
+        } else if (strcmp(a, "--init") == 0 || strcmp(a, "--save") == 0 ||
+                   strcmp(a, "--log") == 0 || strcmp(a, "--trace") == 0) {
+            NEED(1);
+            const char **dst = a[2] == 'i'   ? &o->init
+                               : a[2] == 's' ? &o->save
+                               : a[2] == 'l' ? &o->log
+                                             : &o->trace;
+            *dst = argv[++i];
+        } else {
+            fprintf(stderr, "weft-train: unknown option '%s' (--help lists them)\n", a);
+            return -1;
+        }
+#undef ARG
+#undef NEED
+    }
+    if (o->steps && o->epochs) {
+        fprintf(stderr, "weft-train: give --steps or --epochs, not both\n");
+        return -1;
+    }
+    if (!o->steps && !o->epochs)
+        o->epochs = 15;
+    return 0;
+}
+
+static int read_data(const options *o, wt_dataset *ds, char *err, size_t errlen)
+{
+    if (o->idx[0])
+        return wt_load_idx(o->idx[0], o->idx[1], ds, err, errlen);
+    if (o->npy[0])
+        return wt_load_npy(o->npy[0], o->npy[1], ds, err, errlen);
+    if (o->csv)
+        return wt_load_csv(o->csv, ds, err, errlen);
+    /* the bundled digits: installed beside the program's share/, or in the source tree */
+    const char *paths[] = { getenv("WEFT_DIGITS"), WT_DIGITS_INSTALLED, WT_DIGITS_SOURCE };
+    int rc = WF_ENOTFOUND;
+    for (int i = 0; i < 3; i++) {
+        if (!paths[i])
+            continue;
+        FILE *f = fopen(paths[i], "rb");
+        if (!f)
+            continue;
+        fclose(f);
+        return wt_load_csv(paths[i], ds, err, errlen);
+    }
+    snprintf(err, errlen,
+             "the bundled digits were not found (%s, %s); give --data-csv FILE or "
+             "set WEFT_DIGITS",
+             WT_DIGITS_INSTALLED, WT_DIGITS_SOURCE);
+    return rc;
+}
+
+/* The data, with square images given as flat rows (the digits' 64 pixels) seen as
+ * [1, side, side] by the CNN. */
+static int load_data(const options *o, wt_dataset *ds, char *err, size_t errlen)
+{
+    int rc = read_data(o, ds, err, errlen);
+    if (rc < 0 || strcmp(o->model, "cnn") != 0 || ds->rank != 1)
+        return rc;
+    int64_t side = (int64_t)(sqrt((double)ds->n_features) + 0.5);
+    if (side * side != ds->n_features)
+        return 0; /* make_model() says why the CNN cannot take it */
+    return wt_dataset_reshape(ds, 3, (const int64_t[]){ 1, side, side }, err, errlen);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    if (parse_args(argc, argv, &o) < 0)
+        return 2;
+    char err[1024] = "";
+    wt_dataset all = { 0 }, train = { 0 }, test = { 0 };
+    model m;
+    trainer t = { .o = &o, .m = &m };
+    FILE *log = NULL;
+    int rc = load_data(&o, &all, err, sizeof err);
+    if (rc == 0)
+        rc = wt_split(&all, o.test_fraction, WT_SPLIT_IN_ORDER, &train, &test, err, sizeof err);
+    if (rc == 0 && o.normalize)
+        rc = wt_normalize(&train, &test, err, sizeof err);
+    if (rc == 0)
+        rc = make_model(&o, &train, &m, err, sizeof err);
+    if (rc == 0)
+        rc = parse_optimizer(&o, &t.opt, err, sizeof err);
+    if (rc == 0 && o.log && !(log = fopen(o.log, "w"))) {
+        snprintf(err, sizeof err, "--log %s: cannot open it for writing", o.log);
+        rc = WF_EIO;
+    }
+    wf_runtime_opts ro = { .n_workers = o.threads, .trace_events = o.trace ? 1u << 18 : 0 };
+    if (rc == 0 && (rc = wf_runtime_create(&t.rt, &ro)) < 0)
+        snprintf(err, sizeof err, "runtime: %s", wf_last_errmsg());
+    if (rc == 0)
+        rc = o.eager ? trainer_eager(&t, err, sizeof err) : trainer_static(&t, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "weft-train: %s\n", err);
+        goto out;
+    }
+    int64_t per_epoch = (train.n + o.batch - 1) / o.batch;
+    long total_steps = o.steps ? o.steps : (long)(o.epochs * per_epoch);
+    long n_epochs = (total_steps + per_epoch - 1) / per_epoch;
+    if (!o.quiet) {
+        int64_t n_weights = 0;
+        for (int i = 0; i < m.n_params; i++)
+            n_weights += wf_shape_numel(m.p[i].shape);
+        printf("weft-train: %lld train / %lld test samples, %lld features, %d classes; %s model "
+               "(%lld weights), %s lr %g, batch %d, %ld steps, %s, %d workers\n",
+               (long long)train.n, (long long)test.n, (long long)train.n_features, train.n_classes,
+               o.model, (long long)n_weights, o.optimizer, t.opt.lr, o.batch, total_steps,
+               o.eager ? "eager" : "static graph", wf_runtime_worker_count(t.rt));
+    }
+    float *xb = malloc((size_t)o.batch * (size_t)train.n_features * sizeof *xb);
+    int32_t *yb = malloc((size_t)o.batch * sizeof *yb);
+    int64_t *perm = malloc((size_t)train.n * sizeof *perm);
+    if (!xb || !yb || !perm) {
+        fprintf(stderr, "weft-train: no memory for a batch\n");
+        rc = WF_ENOMEM;
+        goto out_batch;
+    }
+    double t0 = now_s(), test_loss = NAN, test_acc = NAN;
+    long step = 0;
+    wt_progress bar;
+    wt_progress_opts po = { .quiet = o.quiet };
+    for (long epoch = 1; epoch <= n_epochs && rc == 0; epoch++) {
+        wt_permutation(train.n, o.shuffle ? o.seed * 1000003 + (uint64_t)epoch : WT_SPLIT_IN_ORDER,
+                       perm);
+        int64_t this_epoch = per_epoch;
+        if (step + this_epoch > total_steps)
+            this_epoch = total_steps - step;
+        int64_t n_samples = this_epoch == per_epoch ? train.n : this_epoch * o.batch;
+        if (n_samples > train.n)
+            n_samples = train.n;
+        wt_progress_begin(&bar, &po, (int)epoch, (int)n_epochs, n_samples);
+        double lsum = 0, right = 0;
+        int64_t seen = 0;
+        for (int64_t b = 0; b < this_epoch && rc == 0; b++, step++) {
+            int64_t at = b * o.batch, cnt = train.n - at < o.batch ? train.n - at : o.batch;
+            wt_batch(&train, perm, at, cnt, xb, yb);
+            wf_tensor *x = wf_tensor_from(WF_F32, batch_shape(&m, cnt), xb);
+            wf_tensor *y = wf_tensor_from(WF_I32, WF_SHAPE(cnt), yb);
+            double loss = NAN, correct = 0;
+            rc = x && y ? train_step(&t, x, y, &loss, &correct, err, sizeof err) : WF_ENOMEM;
+            wf_tensor_release(x);
+            wf_tensor_release(y);
+            if (rc < 0)
+                break;
+            if (!isfinite(loss)) {
+                snprintf(err, sizeof err, "step %ld: the loss is %g (try a smaller --lr)", step,
+                         loss);
+                rc = WF_EINVAL;
+                break;
+            }
+            lsum += loss * (double)cnt;
+            right += correct;
+            seen += cnt;
+            if (log)
+                fprintf(log, "{\"step\":%ld,\"loss\":%.9g}\n", step, loss);
+            wt_progress_update(&bar, seen, lsum / (double)seen, right / (double)seen);
+        }
+        if (rc == 0 && test.n > 0) {
+            rc = evaluate(&t, &test, &test_loss, &test_acc, err, sizeof err);
+            if (rc == 0 && log)
+                fprintf(log, "{\"step\":%ld,\"eval\":\"test\",\"loss\":%.9g,\"accuracy\":%.6f}\n",
+                        step, test_loss, test_acc);
+        }
+        char note[64];
+        snprintf(note, sizeof note, "test acc %.1f%%", 100 * test_acc);
+        wt_progress_end_note(&bar, rc == 0 && test.n > 0 ? note : NULL);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "weft-train: %s\n", err);
+        goto out_batch;
+    }
+    double secs = now_s() - t0;
+    printf("weft-train: %ld steps in %.2f s (%.0f samples/s); test accuracy %.2f%% (loss %.4f)\n",
+           step, secs, (double)step * o.batch / secs, 100 * test_acc, test_loss);
+    if (o.save && (rc = save(&t, o.save, err, sizeof err)) == 0)
+        printf("weft-train: saved %s (safetensors: weights and optimizer state)\n", o.save);
+    if (o.trace) {
+        int ev = wf_runtime_trace_write(t.rt, o.trace);
+        if (ev < 0) {
+            snprintf(err, sizeof err, "--trace: %s", wf_last_errmsg());
+            rc = ev;
+        } else {
+            printf("weft-train: trace of %d events in %s (open it at https://ui.perfetto.dev)\n",
+                   ev, o.trace);
+        }
+    }
+    if (rc < 0)
+        fprintf(stderr, "weft-train: %s\n", err);
+out_batch:
+    free(xb);
+    free(yb);
+    free(perm);
+out:
+    if (log)
+        fclose(log);
+    for (int i = 0; i < t.n_state; i++)
+        wf_tensor_release(t.state[i].tensor);
+    wf_session_destroy(t.s);
+    wf_graph_destroy(t.g);
+    wf_runtime_destroy(t.rt);
+    wt_dataset_free(&all);
+    wt_dataset_free(&train);
+    wt_dataset_free(&test);
+    return rc < 0 ? 1 : 0;
+}
