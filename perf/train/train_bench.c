@@ -1,0 +1,228 @@
+/* perf/train/train_bench.c: one training step of two models, weft against PyTorch (Debian's
+ * python3-torch) in the same run:
+ *   mlp_adam_b256  MLP 784-1024-1024-10, ReLU, softmax cross-entropy, Adam, batch 256, f32
+ *                  (about 2.86 GFLOP a step)
+ *   cnn_sgdm_b64   conv 3x3 32 + ReLU + maxpool 2, conv 3x3 64 + ReLU + maxpool 2, linear
+ *                  1600-128, ReLU, linear 128-10; SGD momentum 0.9; batch 64 of 1x28x28
+ * Each case runs in its own process (this program re-executed with --child, and
+ * perf/train/train_bench_torch.py for PyTorch), so each peak_rss_mb is that process's alone.
+ * Synthetic data; the step is a session run of wf_minimize's target (weft) or
+ * zero_grad/forward/backward/step (PyTorch); median of --reps timed steps after --warmup.
+ * Usage: train_bench [--json] [--reps N] [--warmup N] [--only a,b] [--threads N]
+ *        [--python /usr/bin/python3] [--quick]
+ * Compare the ratio within one run: these machines are shared and noisy. */
+#include "../bench_util.h"
+
+#include <weft/weft.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#ifndef TB_TORCH_SCRIPT
+#    define TB_TORCH_SCRIPT "train_bench_torch.py"
+#endif
+
+static const char *const cases[] = { "mlp_adam_b256", "cnn_sgdm_b64" };
+
+static wf_node *linear(wf_graph *g, wf_node *h, const char *name, int in, int out, uint64_t seed)
+{
+    char wn[32], bn[32];
+    snprintf(wn, sizeof wn, "%s.weight", name);
+    snprintf(bn, sizeof bn, "%s.bias", name);
+    double b = 1 / sqrt((double)in);
+    wf_node *w = wf_variable(g, wn, WF_F32, WF_SHAPE(out, in), wf_init_uniform(seed, -b, b));
+    wf_node *bias = wf_variable(g, bn, WF_F32, WF_SHAPE(out), wf_init_uniform(seed + 1, -b, b));
+    return wf_add(g, wf_matmul_ex(g, h, w, false, true), bias);
+}
+
+static wf_node *conv(wf_graph *g, wf_node *h, const char *name, int in, int out, uint64_t seed)
+{
+    char wn[32], bn[32];
+    snprintf(wn, sizeof wn, "%s.weight", name);
+    snprintf(bn, sizeof bn, "%s.bias", name);
+    double b = 1 / sqrt((double)in * 9);
+    wf_node *w = wf_variable(g, wn, WF_F32, WF_SHAPE(out, in, 3, 3), wf_init_uniform(seed, -b, b));
+    wf_node *bias =
+        wf_variable(g, bn, WF_F32, WF_SHAPE(out, 1, 1), wf_init_uniform(seed + 1, -b, b));
+    const wf_pool2d_opts pool = { .window = { 2, 2 } };
+    return wf_max_pool2d(g, wf_relu(g, wf_add(g, wf_conv2d(g, h, w, NULL), bias)), &pool);
+}
+
+/* Runs one case in this process and prints its JSON line. */
+static int child(const char *name, int warmup, int reps, int threads)
+{
+    wf_runtime *rt;
+    wf_runtime_opts ro = { .n_workers = threads };
+    if (wf_runtime_create(&rt, &ro) < 0) {
+        fprintf(stderr, "train_bench: %s\n", wf_last_errmsg());
+        return 1;
+    }
+    bool mlp = strcmp(name, "mlp_adam_b256") == 0;
+    int batch = mlp ? 256 : 64;
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_shape xs = mlp ? WF_SHAPE(batch, 784) : WF_SHAPE(batch, 1, 28, 28);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, xs);
+    wf_node *y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(batch));
+    wf_node *h;
+    if (mlp) {
+        h = wf_relu(g, linear(g, x, "fc1", 784, 1024, 1));
+        h = wf_relu(g, linear(g, h, "fc2", 1024, 1024, 3));
+        h = linear(g, h, "fc3", 1024, 10, 5);
+    } else {
+        h = conv(g, x, "conv1", 1, 32, 1);
+        h = conv(g, h, "conv2", 32, 64, 3);
+        h = wf_reshape(g, h, WF_SHAPE(batch, 1600));
+        h = linear(g, wf_relu(g, linear(g, h, "fc1", 1600, 128, 5)), "fc2", 128, 10, 7);
+    }
+    wf_node *loss = wf_mean(g, wf_softmax_cross_entropy(g, h, y));
+    wf_node *train = wf_minimize(g, mlp ? wf_adam(1e-3) : wf_momentum(0.01, 0.9, false), loss);
+    wf_session *s = NULL;
+    if (!train || wf_session_create(g, NULL, &s) < 0) {
+        fprintf(stderr, "train_bench: %s\n", wf_graph_errmsg(g));
+        return 1;
+    }
+    int64_t nx = wf_shape_numel(xs);
+    float *xd = malloc((size_t)nx * sizeof *xd);
+    int32_t *yd = malloc((size_t)batch * sizeof *yd);
+    uint64_t st = 42;
+    for (int64_t i = 0; i < nx; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        xd[i] = (float)(st >> 40) / (float)(1 << 24);
+    }
+    for (int i = 0; i < batch; i++)
+        yd[i] = i % 10;
+    wf_tensor *tx = wf_tensor_from(WF_F32, xs, xd),
+              *ty = wf_tensor_from(WF_I32, WF_SHAPE(batch), yd);
+    wf_feed f[2] = { { x, tx }, { y, ty } };
+    double *t = malloc((size_t)reps * sizeof *t), last = 0;
+    for (int i = -warmup; i < reps; i++) {
+        wf_tensor *l;
+        double t0 = bench_now_s();
+        if (wf_session_run(s, f, 2, &loss, 1, &l, &train, 1) < 0) {
+            fprintf(stderr, "train_bench: %s\n", wf_session_errmsg(s));
+            return 1;
+        }
+        if (i >= 0)
+            t[i] = bench_now_s() - t0;
+        last = wf_tensor_get(l, 0);
+        wf_tensor_release(l);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"threads\": %d, \"median_s\": %.6g, "
+           "\"reps\": %d, \"peak_rss_mb\": %.1f, \"final_loss\": %.5g}\n",
+           name, wf_runtime_worker_count(rt), bench_median(t, reps), reps,
+           (double)ru.ru_maxrss / 1024.0, last);
+    wf_tensor_release(tx);
+    wf_tensor_release(ty);
+    free(t);
+    free(xd);
+    free(yd);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+    wf_runtime_destroy(rt);
+    return 0;
+}
+
+/* Runs 'cmd' and returns its first JSON line (a "{"-line) in 'buf', or "" . */
+static void run_line(const char *cmd, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return;
+    char line[2048];
+    while (fgets(line, sizeof line, p))
+        if (line[0] == '{' && !buf[0])
+            snprintf(buf, size, "%s", line);
+    pclose(p);
+    size_t n = strlen(buf);
+    if (n && buf[n - 1] == '\n')
+        buf[n - 1] = '\0';
+}
+
+static double field(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *at = strstr(json, pat);
+    return at ? strtod(at + strlen(pat), NULL) : NAN;
+}
+
+int main(int argc, char **argv)
+{
+    int reps = 20, warmup = 5, threads = 0;
+    bool json = false;
+    const char *only = NULL, *python = "/usr/bin/python3", *child_case = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = true;
+        else if (strcmp(argv[i], "--quick") == 0)
+            reps = 2, warmup = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "--reps") == 0)
+            reps = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--warmup") == 0)
+            warmup = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--threads") == 0)
+            threads = atoi(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--only") == 0)
+            only = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--python") == 0)
+            python = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--child") == 0)
+            child_case = argv[++i];
+        else {
+            fprintf(stderr, "usage: train_bench [--json] [--reps N] [--warmup N] [--only a,b] "
+                            "[--threads N] [--python PATH] [--quick]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || warmup < 0) {
+        fprintf(stderr, "train_bench: --reps must be >= 1 and --warmup >= 0\n");
+        return 2;
+    }
+    if (child_case)
+        return child(child_case, warmup, reps, threads);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int th = threads > 0 ? threads : (int)cores;
+    if (!json)
+        printf("%-15s %-8s %10s %12s %10s\n", "case", "impl", "step ms", "peak RSS MB", "ratio");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (only && !strstr(only, cases[c]))
+            continue;
+        char cmd[4096], w[2048], p[2048];
+        /* inside popen, /proc/self/exe is the shell: name this program by its own path */
+        char self[1024];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[n > 0 ? n : 0] = '\0';
+        snprintf(cmd, sizeof cmd, "'%s' --child %s --reps %d --warmup %d --threads %d", self,
+                 cases[c], reps, warmup, threads);
+        run_line(cmd, w, sizeof w);
+        snprintf(cmd, sizeof cmd, "'%s' '%s/%s' %s %d %d %d 2>/dev/null", python, TB_SCRIPT_DIR,
+                 TB_TORCH_SCRIPT, cases[c], warmup, reps, th);
+        run_line(cmd, p, sizeof p);
+        if (json) {
+            if (w[0])
+                printf("%s\n", w);
+            if (p[0] && !strstr(p, "\"skip\""))
+                printf("%s\n", p);
+            else
+                printf("{\"bench\": \"%s\", \"impl\": \"pytorch\", \"skipped\": \"python3-torch "
+                       "not found\"}\n",
+                       cases[c]);
+            continue;
+        }
+        double wm = field(w, "median_s"), pm = field(p, "median_s");
+        printf("%-15s %-8s %10.2f %12.1f\n", cases[c], "weft", 1e3 * wm, field(w, "peak_rss_mb"));
+        if (isnan(pm))
+            printf("%-15s %-8s   skipped (python3-torch not found)\n", cases[c], "pytorch");
+        else
+            printf("%-15s %-8s %10.2f %12.1f %9.2fx\n", cases[c], "pytorch", 1e3 * pm,
+                   field(p, "peak_rss_mb"), wm / pm);
+    }
+    return 0;
+}
