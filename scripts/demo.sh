@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# scripts/demo.sh: sets up, builds (Release) and runs the scheduler demo, examples/sched_demo.c.
-# Usage: scripts/demo.sh [sched_demo args...]    e.g. scripts/demo.sh --tiles 256 --reps 5
+# scripts/demo.sh: sets up, builds (Release) and runs the main demo: weft-train
+# (examples/weft-train) trains an MLP on the bundled handwritten digits with a progress bar,
+# prints the test accuracy, and saves a checkpoint and a Perfetto trace in the build tree.
+# Usage: scripts/demo.sh [weft-train args...]   e.g. scripts/demo.sh --model cnn --epochs 20
+#        scripts/demo.sh --sched [sched_demo args...]   the scheduler demo (a traced DAG)
 # Env: WEFT_WORKERS, WEFT_TOPOLOGY, WEFT_NO_PIN, WEFT_TRACE (see README.md); WF_BUILD_DIR
 # (default build), WF_JOBS, WF_CMAKE_ARGS, WF_SETUP_SKIP=1.
 set -euo pipefail
@@ -11,7 +14,16 @@ cd "$WF_ROOT"
 "$WF_ROOT/scripts/setup.sh"
 build="${WF_BUILD_DIR:-build}"
 wf_configure "$build" -DCMAKE_BUILD_TYPE=Release -DWF_BUILD_EXAMPLES=ON
-wf_build "$build" sched_demo
-# Run inside the build tree, so that the trace file it writes stays out of the sources.
-cd "$build/examples"
-exec ./sched_demo "$@"
+if [[ "${1:-}" == --sched ]]; then
+    shift
+    wf_build "$build" sched_demo
+    # Run inside the build tree, so that the trace file it writes stays out of the sources.
+    cd "$build/examples"
+    exec ./sched_demo "$@"
+fi
+wf_build "$build" weft-train
+cd "$build/examples/weft-train"
+if [[ $# -eq 0 ]]; then
+    set -- --save digits-mlp.safetensors --log steps.jsonl --trace weft-train.trace.json
+fi
+exec ./weft-train "$@"

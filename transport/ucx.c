@@ -172,6 +172,7 @@ static void complete(wf_comm_req *r, void *ureq, ucs_status_t st, size_t length)
     else if (st != UCS_OK)
         status = WF_EDEVICE;
     bool free_now = false;
+    if (getenv("WF_DBG") && status) fprintf(stderr, "DBG complete st=%d len=%zu bytes=%zu ureq=%p\n", (int)st, length, r->bytes, ureq);
     pthread_mutex_lock(&c->mu);
     r->status = status;
     r->info.length = length;
