@@ -25,32 +25,17 @@
 #define STR(x)            STR_(x)
 #define WF_VERSION_STRING STR(WF_VERSION_MAJOR) "." STR(WF_VERSION_MINOR) "." STR(WF_VERSION_PATCH)
 
-/* Records a failure of a call on 's' in its message and this thread's, returns 'code'
- * (as session.c's serr()). */
-static int cerr(wf_session *s, int code, const char *fmt, ...) WF_PRINTF(3, 4);
-
-static int cerr(wf_session *s, int code, const char *fmt, ...)
-{
-    char msg[WF_ERRMSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&s->plans_mu);
-    snprintf(s->errmsg, sizeof s->errmsg, "%s", msg);
-    pthread_mutex_unlock(&s->plans_mu);
-    return wf__err(code, "%s", msg);
-}
-
 int wf_checkpoint_save(wf_session *s, const char *path)
 {
     if (!s)
         return wf__err(WF_EINVAL, "wf_checkpoint_save: session is NULL");
     if (!path || !*path)
-        return cerr(s, WF_EINVAL, "wf_checkpoint_save: the path is %s", path ? "empty" : "NULL");
+        return wf__session_fail(s, WF_EINVAL, "wf_checkpoint_save: the path is %s",
+                                path ? "empty" : "NULL");
     wf_named_tensor *ts = calloc((size_t)(s->n_vars ? s->n_vars : 1), sizeof *ts);
     if (!ts)
-        return cerr(s, WF_ENOMEM, "wf_checkpoint_save: no memory for %d variables", s->n_vars);
+        return wf__session_fail(s, WF_ENOMEM, "wf_checkpoint_save: no memory for %d variables",
+                                s->n_vars);
     pthread_rwlock_rdlock(&s->var_lock);
     for (int id = 0; id < s->n_nodes; id++) {
         int k = s->var_of[id];
@@ -65,7 +50,7 @@ int wf_checkpoint_save(wf_session *s, const char *path)
         wf_tensor_release(ts[k].tensor);
     free(ts);
     if (rc < 0)
-        return cerr(s, rc, "wf_checkpoint_save: %s", wf_last_errmsg());
+        return wf__session_fail(s, rc, "wf_checkpoint_save: %s", wf_last_errmsg());
     return 0;
 }
 
@@ -85,19 +70,20 @@ static int match(wf_session *s, const wf__st_file *f, uint32_t flags, int32_t *e
         if (i < 0) {
             if (flags & WF_CHECKPOINT_ALLOW_MISSING)
                 continue;
-            return cerr(s, WF_ENOTFOUND,
-                        "wf_checkpoint_load: %s: no tensor for %s, %s %s (pass "
-                        "WF_CHECKPOINT_ALLOW_MISSING to keep its value)",
-                        f->what, wf__rt_node_desc(n, desc, sizeof desc), wf_dtype_name(n->dtype),
-                        wf_shape_str(n->shape, a, sizeof a));
+            return wf__session_fail(s, WF_ENOTFOUND,
+                                    "wf_checkpoint_load: %s: no tensor for %s, %s %s (pass "
+                                    "WF_CHECKPOINT_ALLOW_MISSING to keep its value)",
+                                    f->what, wf__rt_node_desc(n, desc, sizeof desc),
+                                    wf_dtype_name(n->dtype), wf_shape_str(n->shape, a, sizeof a));
         }
         const wf__st_entry *e = &f->header.entries[i];
         if (e->dtype != n->dtype)
-            return cerr(s, WF_EDTYPE, "wf_checkpoint_load: %s: tensor '%s' is %s but %s is %s",
-                        f->what, e->name, wf_dtype_name(e->dtype),
-                        wf__rt_node_desc(n, desc, sizeof desc), wf_dtype_name(n->dtype));
+            return wf__session_fail(
+                s, WF_EDTYPE, "wf_checkpoint_load: %s: tensor '%s' is %s but %s is %s", f->what,
+                e->name, wf_dtype_name(e->dtype), wf__rt_node_desc(n, desc, sizeof desc),
+                wf_dtype_name(n->dtype));
         if (!wf_shape_equal(e->shape, n->shape))
-            return cerr(
+            return wf__session_fail(
                 s, WF_ESHAPE, "wf_checkpoint_load: %s: tensor '%s' has shape %s but %s has %s",
                 f->what, e->name, wf_shape_str(e->shape, a, sizeof a),
                 wf__rt_node_desc(n, desc, sizeof desc), wf_shape_str(n->shape, b, sizeof b));
@@ -106,10 +92,11 @@ static int match(wf_session *s, const wf__st_file *f, uint32_t flags, int32_t *e
     if (!(flags & WF_CHECKPOINT_ALLOW_UNEXPECTED))
         for (int i = 0; i < f->header.n; i++)
             if (!used[i])
-                return cerr(s, WF_EINVAL,
-                            "wf_checkpoint_load: %s: tensor '%s' is not a variable of the "
-                            "session (pass WF_CHECKPOINT_ALLOW_UNEXPECTED to ignore it)",
-                            f->what, f->header.entries[i].name);
+                return wf__session_fail(
+                    s, WF_EINVAL,
+                    "wf_checkpoint_load: %s: tensor '%s' is not a variable of the "
+                    "session (pass WF_CHECKPOINT_ALLOW_UNEXPECTED to ignore it)",
+                    f->what, f->header.entries[i].name);
     return 0;
 }
 
@@ -118,27 +105,30 @@ int wf_checkpoint_load(wf_session *s, const char *path, uint32_t flags)
     if (!s)
         return wf__err(WF_EINVAL, "wf_checkpoint_load: session is NULL");
     if (!path || !*path)
-        return cerr(s, WF_EINVAL, "wf_checkpoint_load: the path is %s", path ? "empty" : "NULL");
+        return wf__session_fail(s, WF_EINVAL, "wf_checkpoint_load: the path is %s",
+                                path ? "empty" : "NULL");
     const uint32_t known = WF_CHECKPOINT_ALLOW_MISSING | WF_CHECKPOINT_ALLOW_UNEXPECTED;
     if (flags & ~known)
-        return cerr(s, WF_EINVAL, "wf_checkpoint_load: unknown flags 0x%x", flags & ~known);
+        return wf__session_fail(s, WF_EINVAL, "wf_checkpoint_load: unknown flags 0x%x",
+                                flags & ~known);
     wf__st_file f;
     int rc = wf__st_open(path, &f);
     if (rc < 0)
-        return cerr(s, rc, "wf_checkpoint_load: %s", wf_last_errmsg());
+        return wf__session_fail(s, rc, "wf_checkpoint_load: %s", wf_last_errmsg());
     int nv = s->n_vars ? s->n_vars : 1;
     int32_t *entry_of = malloc((size_t)nv * sizeof *entry_of);
     wf_tensor **vals = calloc((size_t)nv, sizeof *vals);
     uint8_t *used = calloc((size_t)(f.header.n ? f.header.n : 1), 1);
     if (!entry_of || !vals || !used) {
-        rc = cerr(s, WF_ENOMEM, "wf_checkpoint_load: no memory for %d variables", s->n_vars);
+        rc = wf__session_fail(s, WF_ENOMEM, "wf_checkpoint_load: no memory for %d variables",
+                              s->n_vars);
         goto out;
     }
     if ((rc = match(s, &f, flags, entry_of, used)) < 0)
         goto out;
     for (int k = 0; k < s->n_vars; k++)
         if (entry_of[k] >= 0 && (rc = wf__st_load(&f, entry_of[k], &vals[k])) < 0) {
-            rc = cerr(s, rc, "wf_checkpoint_load: %s", wf_last_errmsg());
+            rc = wf__session_fail(s, rc, "wf_checkpoint_load: %s", wf_last_errmsg());
             goto out;
         }
     /* Everything is read and checked: replace the variables together. 'vals' gets the old

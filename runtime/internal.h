@@ -115,6 +115,12 @@ struct wf_session {
     char errmsg[WF_ERRMSG_MAX]; /* the latest failure */
 };
 
+/* session.c */
+
+/* Records a failure of a call on 's' as its message (wf_session_errmsg()) and this thread's
+ * (wf_last_errmsg()); returns 'code'. */
+int wf__session_fail(wf_session *s, int code, const char *fmt, ...) WF_PRINTF(3, 4);
+
 /* plan.c */
 
 /* Finds or compiles the plan for the set 'key' (sorted, distinct node ids of 's''s graph).

@@ -17,10 +17,7 @@
 #define DEFAULT_SLOTS 4
 #define MAX_SLOTS     1024
 
-/* Records a failure of a call on 's' (and in wf_last_errmsg()) and returns 'code'. */
-static int serr(wf_session *s, int code, const char *fmt, ...) WF_PRINTF(3, 4);
-
-static int serr(wf_session *s, int code, const char *fmt, ...)
+int wf__session_fail(wf_session *s, int code, const char *fmt, ...)
 {
     char msg[WF_ERRMSG_MAX];
     va_list ap;
@@ -130,14 +127,15 @@ static int check_node(wf_session *s, const wf_node *n, const char *what, int i)
 {
     char desc[WF_ERRMSG_MAX];
     if (!n)
-        return serr(s, WF_EINVAL, "wf_session_run: %s %d is NULL", what, i);
+        return wf__session_fail(s, WF_EINVAL, "wf_session_run: %s %d is NULL", what, i);
     if (n->graph != s->g)
-        return serr(s, WF_EINVAL, "wf_session_run: %s %d, %s, belongs to another graph", what, i,
-                    wf__rt_node_desc(n, desc, sizeof desc));
+        return wf__session_fail(s, WF_EINVAL, "wf_session_run: %s %d, %s, belongs to another graph",
+                                what, i, wf__rt_node_desc(n, desc, sizeof desc));
     if (n->id >= s->n_nodes)
-        return serr(s, WF_EINVAL,
-                    "wf_session_run: %s %d, %s, was created after the session (node %d of %d)",
-                    what, i, wf__rt_node_desc(n, desc, sizeof desc), n->id, s->n_nodes);
+        return wf__session_fail(
+            s, WF_EINVAL,
+            "wf_session_run: %s %d, %s, was created after the session (node %d of %d)", what, i,
+            wf__rt_node_desc(n, desc, sizeof desc), n->id, s->n_nodes);
     return 0;
 }
 
@@ -151,23 +149,27 @@ static int check_feed(wf_session *s, const wf_feed *feeds, int i)
         return rc;
     wf__rt_node_desc(f->node, desc, sizeof desc);
     if (f->node->op != &wf_op_placeholder)
-        return serr(s, WF_EINVAL, "wf_session_run: feed %d: %s is not a placeholder", i, desc);
+        return wf__session_fail(s, WF_EINVAL, "wf_session_run: feed %d: %s is not a placeholder", i,
+                                desc);
     for (int j = 0; j < i; j++)
         if (feeds[j].node == f->node)
-            return serr(s, WF_EINVAL, "wf_session_run: feeds %d and %d both feed %s", j, i, desc);
+            return wf__session_fail(s, WF_EINVAL, "wf_session_run: feeds %d and %d both feed %s", j,
+                                    i, desc);
     if (!f->value)
-        return serr(s, WF_EINVAL, "wf_session_run: feed %d for %s has a NULL value", i, desc);
+        return wf__session_fail(s, WF_EINVAL, "wf_session_run: feed %d for %s has a NULL value", i,
+                                desc);
     wf_dtype dt = wf_tensor_dtype(f->value);
     wf_shape want = f->node->shape, got = wf_tensor_shape(f->value);
     if (dt != f->node->dtype)
-        return serr(s, WF_EDTYPE, "wf_session_run: feed %d for %s is %s, not %s", i, desc,
-                    wf_dtype_name(dt), wf_dtype_name(f->node->dtype));
+        return wf__session_fail(s, WF_EDTYPE, "wf_session_run: feed %d for %s is %s, not %s", i,
+                                desc, wf_dtype_name(dt), wf_dtype_name(f->node->dtype));
     bool fits = want.rank == got.rank;
     for (int d = 0; fits && d < want.rank; d++)
         fits = want.dims[d] < 0 || want.dims[d] == got.dims[d];
     if (!fits)
-        return serr(s, WF_ESHAPE, "wf_session_run: feed %d for %s has shape %s, not %s", i, desc,
-                    wf_shape_str(got, a, sizeof a), wf_shape_str(want, b, sizeof b));
+        return wf__session_fail(s, WF_ESHAPE, "wf_session_run: feed %d for %s has shape %s, not %s",
+                                i, desc, wf_shape_str(got, a, sizeof a),
+                                wf_shape_str(want, b, sizeof b));
     return 0;
 }
 
@@ -195,19 +197,19 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
     if (!s)
         return wf__err(WF_EINVAL, "wf_session_run: session is NULL");
     if (n_feeds < 0 || n_fetches < 0 || n_targets < 0)
-        return serr(s, WF_EINVAL,
-                    "wf_session_run: negative count (%d feeds, %d fetches, %d targets)", n_feeds,
-                    n_fetches, n_targets);
+        return wf__session_fail(s, WF_EINVAL,
+                                "wf_session_run: negative count (%d feeds, %d fetches, %d targets)",
+                                n_feeds, n_fetches, n_targets);
     if ((n_feeds && !feeds) || (n_fetches && (!fetches || !outs)) || (n_targets && !targets))
-        return serr(s, WF_EINVAL, "wf_session_run: %s is NULL but its count is not 0",
-                    n_feeds && !feeds       ? "feeds"
-                    : n_fetches && !fetches ? "fetches"
-                    : n_fetches && !outs    ? "outs"
-                                            : "targets");
+        return wf__session_fail(s, WF_EINVAL, "wf_session_run: %s is NULL but its count is not 0",
+                                n_feeds && !feeds       ? "feeds"
+                                : n_fetches && !fetches ? "fetches"
+                                : n_fetches && !outs    ? "outs"
+                                                        : "targets");
     for (int i = 0; i < n_fetches; i++)
         outs[i] = NULL;
     if (n_fetches > INT32_MAX - n_targets)
-        return serr(s, WF_EINVAL, "wf_session_run: too many fetches and targets");
+        return wf__session_fail(s, WF_EINVAL, "wf_session_run: too many fetches and targets");
     int rc = 0;
     for (int i = 0; i < n_fetches && rc == 0; i++)
         rc = check_node(s, fetches[i], "fetch", i);
@@ -224,7 +226,8 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
     int32_t key_stack[STACK_KEY], *key = key_stack;
     int n_key = n_fetches + n_targets;
     if (n_key > STACK_KEY && !(key = malloc((size_t)n_key * sizeof *key)))
-        return serr(s, WF_ENOMEM, "wf_session_run: no memory for %d fetches and targets", n_key);
+        return wf__session_fail(s, WF_ENOMEM,
+                                "wf_session_run: no memory for %d fetches and targets", n_key);
     for (int i = 0; i < n_fetches; i++)
         key[i] = fetches[i]->id;
     for (int i = 0; i < n_targets; i++)
@@ -239,11 +242,11 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
     if (key != key_stack)
         free(key);
     if (rc < 0)
-        return serr(s, rc, "%s", wf_last_errmsg());
+        return wf__session_fail(s, rc, "%s", wf_last_errmsg());
 
     wf__slot *sl = NULL;
     if ((rc = wf__slot_take(p, &sl)) < 0)
-        return serr(s, rc, "%s", wf_last_errmsg());
+        return wf__session_fail(s, rc, "%s", wf_last_errmsg());
     for (int i = 0; i < n_feeds; i++) {
         int32_t pi = p->index_of[feeds[i].node->id];
         if (pi >= 0)
@@ -255,8 +258,8 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
             char desc[WF_ERRMSG_MAX];
             clear_values(sl);
             wf__slot_give(sl);
-            return serr(s, WF_EINVAL, "wf_session_run: %s is needed but not fed",
-                        wf__rt_node_desc(ph, desc, sizeof desc));
+            return wf__session_fail(s, WF_EINVAL, "wf_session_run: %s is needed but not fed",
+                                    wf__rt_node_desc(ph, desc, sizeof desc));
         }
     }
     for (int i = 0; i < p->n; i++)
@@ -270,7 +273,7 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
         for (int i = 0; i < n_fetches; i++)
             outs[i] = wf_tensor_retain(sl->vals[p->index_of[fetches[i]->id]]);
     else
-        serr(s, rc, "%s", sl->errmsg);
+        wf__session_fail(s, rc, "%s", sl->errmsg);
     clear_values(sl);
     wf__slot_give(sl);
     return rc;
@@ -281,13 +284,13 @@ static int var_index(wf_session *s, const wf_node *var, const char *fn)
 {
     char desc[WF_ERRMSG_MAX];
     if (!var)
-        return serr(s, WF_EINVAL, "%s: var is NULL", fn);
+        return wf__session_fail(s, WF_EINVAL, "%s: var is NULL", fn);
     if (var->graph != s->g || var->id >= s->n_nodes)
-        return serr(s, WF_EINVAL, "%s: %s is not a node of the session's graph", fn,
-                    wf__rt_node_desc(var, desc, sizeof desc));
+        return wf__session_fail(s, WF_EINVAL, "%s: %s is not a node of the session's graph", fn,
+                                wf__rt_node_desc(var, desc, sizeof desc));
     if (s->var_of[var->id] < 0)
-        return serr(s, WF_EINVAL, "%s: %s is not a variable", fn,
-                    wf__rt_node_desc(var, desc, sizeof desc));
+        return wf__session_fail(s, WF_EINVAL, "%s: %s is not a variable", fn,
+                                wf__rt_node_desc(var, desc, sizeof desc));
     return s->var_of[var->id];
 }
 
@@ -314,24 +317,25 @@ int wf_session_assign(wf_session *s, wf_node *var, wf_tensor *value)
         return k;
     char desc[WF_ERRMSG_MAX], a[160], b[160];
     if (!value)
-        return serr(s, WF_EINVAL, "wf_session_assign: the value for %s is NULL",
-                    wf__rt_node_desc(var, desc, sizeof desc));
+        return wf__session_fail(s, WF_EINVAL, "wf_session_assign: the value for %s is NULL",
+                                wf__rt_node_desc(var, desc, sizeof desc));
     if (wf_tensor_dtype(value) != var->dtype)
-        return serr(s, WF_EDTYPE, "wf_session_assign: %s is %s, the value %s",
-                    wf__rt_node_desc(var, desc, sizeof desc), wf_dtype_name(var->dtype),
-                    wf_dtype_name(wf_tensor_dtype(value)));
+        return wf__session_fail(s, WF_EDTYPE, "wf_session_assign: %s is %s, the value %s",
+                                wf__rt_node_desc(var, desc, sizeof desc), wf_dtype_name(var->dtype),
+                                wf_dtype_name(wf_tensor_dtype(value)));
     if (!wf_shape_equal(wf_tensor_shape(value), var->shape))
-        return serr(s, WF_ESHAPE, "wf_session_assign: %s has shape %s, the value %s",
-                    wf__rt_node_desc(var, desc, sizeof desc), wf_shape_str(var->shape, a, sizeof a),
-                    wf_shape_str(wf_tensor_shape(value), b, sizeof b));
+        return wf__session_fail(s, WF_ESHAPE, "wf_session_assign: %s has shape %s, the value %s",
+                                wf__rt_node_desc(var, desc, sizeof desc),
+                                wf_shape_str(var->shape, a, sizeof a),
+                                wf_shape_str(wf_tensor_shape(value), b, sizeof b));
     wf_tensor *copy = wf__tensor_alloc(var->dtype, var->shape);
     if (!copy)
-        return serr(s, WF_ENOMEM, "wf_session_assign: %s", wf_last_errmsg());
+        return wf__session_fail(s, WF_ENOMEM, "wf_session_assign: %s", wf_last_errmsg());
     size_t bytes = (size_t)copy->numel * wf_dtype_size(copy->dtype);
     int rc = wf_tensor_read(value, copy->dtype, copy->data, bytes);
     if (rc < 0) {
         wf_tensor_release(copy);
-        return serr(s, rc, "wf_session_assign: %s", wf_last_errmsg());
+        return wf__session_fail(s, rc, "wf_session_assign: %s", wf_last_errmsg());
     }
     pthread_rwlock_wrlock(&s->var_lock);
     wf_tensor *old = s->var_vals[k];
