@@ -29,6 +29,7 @@
 #include <cblas.h>
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,20 @@ enum { CV_FWD, CV_BWD_INPUT, CV_BWD_FILTER };
 
 /* ---- Shared helpers -------------------------------------------------------------------------- */
 
+/* The one mutable process-wide object of ops/: the private OpenBLAS's buffers are
+ * process-wide (kernels.h, wf__blas_enter(), says why they need it), so its lock is too. */
+static pthread_mutex_t blas_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void wf__blas_enter(void)
+{
+    pthread_mutex_lock(&blas_mutex);
+}
+
+void wf__blas_leave(void)
+{
+    pthread_mutex_unlock(&blas_mutex);
+}
+
 int wf__nn_contiguous(const wf_kctx *ctx, const wf_tensor *t, wf_dtype dt, wf_tensor **out)
 {
     if (t->contiguous && t->dtype == dt) {
@@ -103,12 +118,14 @@ static void gemm(wf_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
         return;
     }
     CBLAS_TRANSPOSE a = ta ? CblasTrans : CblasNoTrans, b = tb ? CblasTrans : CblasNoTrans;
+    wf__blas_enter();
     if (dt == WF_F32)
         cblas_sgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb,
                     acc ? 1.0f : 0.0f, C, (int)ldc);
     else
         cblas_dgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, 1.0, A, (int)lda, B, (int)ldb,
                     acc ? 1.0 : 0.0, C, (int)ldc);
+    wf__blas_leave();
 }
 
 /* im2col of channels [0, cn) of one image and group of x (at 'x', strides 'xst') for output

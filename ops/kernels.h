@@ -314,6 +314,14 @@ int wf__max_pool2d_backward_cpu(const wf_kctx *ctx, const wf_pool_params *p, con
 int wf__avg_pool2d_backward_cpu(const wf_kctx *ctx, const wf_pool_params *p, const wf_tensor *dy,
                                 wf_tensor *out);
 
+/* Every call into the private serial OpenBLAS must be made between wf__blas_enter() and
+ * wf__blas_leave() (a process-wide mutex; conv_cpu.c). Debian's serial OpenBLAS 0.3.21 is not
+ * safe for concurrent calls: two threads calling dgemm at once (M = 1, K = 9, N = 256, say)
+ * get each other's packed panels, measured as wrong values in ~3% of calls; with the mutex,
+ * none in 160 runs. weft's workers still split im2col, col2im and everything around GEMMs. */
+void wf__blas_enter(void);
+void wf__blas_leave(void);
+
 /* A tensor with t's values and shape that is contiguous and of dtype 'dt': 't' itself
  * (retained) when it already is, else a converted copy (wf__cast_cpu). Returns 0 or
  * WF_ENOMEM; the caller releases '*out'. For the conv and pool kernels (conv_cpu.c). */

@@ -46,6 +46,7 @@ typedef struct options {
     int threads;
     bool eager, shuffle, quiet, normalize;
     double test_fraction;
+    uint64_t split_seed; /* 0: the test set is the last rows */
     const char *init, *save, *log, *trace;
 } options;
 
@@ -449,6 +450,7 @@ static void usage(FILE *f)
             "  --data-idx IMAGES LABELS MNIST IDX files (raw or .gz)\n"
             "  --data-npy X.npy Y.npy   float32 [N, ...] features, int32/int64 [N] labels\n"
             "  --test-fraction F        the last F of the rows are the test set (0.2)\n"
+            "  --split-seed S           draw the test set at random with seed S instead\n"
             "  --no-normalize           keep the features as read (default: standardise)\n"
             "model and training:\n"
             "  --model mlp|cnn          (mlp)\n"
@@ -545,7 +547,7 @@ static int parse_args(int argc, char **argv, options *o)
             i++;
         } else if (strcmp(a, "--batch") == 0 || strcmp(a, "--steps") == 0 ||
                    strcmp(a, "--epochs") == 0 || strcmp(a, "--seed") == 0 ||
-                   strcmp(a, "--threads") == 0) {
+                   strcmp(a, "--threads") == 0 || strcmp(a, "--split-seed") == 0) {
             NEED(1);
             long long v = strtoll(ARG(1), &end, 10);
             if (*end || end == ARG(1) || v < 0 ||
@@ -553,7 +555,9 @@ static int parse_args(int argc, char **argv, options *o)
                 fprintf(stderr, "weft-train: %s %s: expected a positive integer\n", a, ARG(1));
                 return -1;
             }
-            if (a[2] == 'b')
+            if (a[3] == 'p')
+                o->split_seed = (uint64_t)v;
+            else if (a[2] == 'b')
                 o->batch = v > 1 << 20 ? 1 << 20 : (int)v;
             else if (a[3] == 't')
                 o->steps = (long)v;
@@ -655,7 +659,7 @@ int main(int argc, char **argv)
     FILE *log = NULL;
     int rc = load_data(&o, &all, err, sizeof err);
     if (rc == 0)
-        rc = wt_split(&all, o.test_fraction, WT_SPLIT_IN_ORDER, &train, &test, err, sizeof err);
+        rc = wt_split(&all, o.test_fraction, o.split_seed, &train, &test, err, sizeof err);
     if (rc == 0 && o.normalize)
         rc = wt_normalize(&train, &test, err, sizeof err);
     if (rc == 0)
