@@ -58,10 +58,9 @@ wf_srcloc wf__srcloc_take(void)
 
 #define ARENA_BLOCK (64 * 1024)
 
-void *wf__graph_alloc(wf_graph *g, size_t bytes)
+/* 'bytes' of uninitialised arena memory (16-byte aligned), or NULL. */
+static void *arena_take(wf_graph *g, size_t bytes)
 {
-    if (!g)
-        return NULL;
     size_t need = (bytes + 15) & ~(size_t)15;
     if (need < bytes)
         return NULL;
@@ -87,14 +86,21 @@ void *wf__graph_alloc(wf_graph *g, size_t bytes)
     }
     void *p = b->data + b->used;
     b->used += need;
-    memset(p, 0, bytes);
+    return p;
+}
+
+void *wf__graph_alloc(wf_graph *g, size_t bytes)
+{
+    void *p = g ? arena_take(g, bytes) : NULL;
+    if (p)
+        memset(p, 0, bytes);
     return p;
 }
 
 static char *arena_strdup(wf_graph *g, const char *s)
 {
     size_t n = strlen(s) + 1;
-    char *p = wf__graph_alloc(g, n);
+    char *p = arena_take(g, n);
     if (p)
         memcpy(p, s, n);
     return p;
@@ -231,6 +237,7 @@ void wf_graph_destroy(wf_graph *g)
         return;
     for (int i = 0; i < g->n_nodes; i++)
         wf_tensor_release(node_at(g, i)->value);
+    wf__tensor_slab_retire(g->slab);
     for (int i = 0; i < g->n_chunks; i++)
         free(g->chunks[i]);
     free(g->chunks);
@@ -478,7 +485,10 @@ static char *put_uint(char *p, unsigned v)
     return p;
 }
 
-/* A fresh automatic name "<op>_<id>", or "<op>_<id>_<k>" if a user took that one. */
+/* A fresh automatic name "<op>_<id>", or "<op>_<id>_<k>" if a user took that one. While no
+ * user has named a node ('n_named' 0: it never decreases), no check is needed: every name is
+ * then automatic and ends in "_<its id>" (the digits after the last '_'), so two nodes'
+ * names differ. */
 static const char *auto_name(wf_graph *g, const char *op, int id)
 {
     char buf[160];
@@ -489,15 +499,15 @@ static const char *auto_name(wf_graph *g, const char *op, int id)
     }
     memcpy(buf, op, len);
     buf[len] = '_';
-    char *end = put_uint(buf + len + 1, (unsigned)id);
+    char *end = put_uint(buf + len + 1, (unsigned)id), *fin = end;
     *end = '\0';
-    for (unsigned k = 1; find(g, buf, g->n_named ? hash_name(buf) : 0); k++) {
-        char *e = put_uint(end + 1, k);
+    for (unsigned k = 1; g->n_named && find(g, buf, hash_name(buf)); k++) {
+        fin = put_uint(end + 1, k);
         *end = '_';
-        *e = '\0';
+        *fin = '\0';
     }
-    size_t n = strlen(buf) + 1;
-    char *copy = wf__graph_alloc(g, n);
+    size_t n = (size_t)(fin - buf) + 1;
+    char *copy = arena_take(g, n);
     if (copy)
         memcpy(copy, buf, n);
     return copy;
@@ -532,39 +542,6 @@ static bool valid_dtype(wf_dtype dt)
     return dt != WF_DTYPE_INVALID && wf_dtype_size(dt) != 0;
 }
 
-/* Eager outputs of at most SMALL_BYTES keep their elements inside the buffer's own allocation
- * (64-byte aligned there, as wf__tensor_alloc() aligns them): two malloc() calls instead of
- * three, and no aligned_alloc(), whose split-and-free of the slack took about a quarter of an
- * eager 1-element add. */
-#define SMALL_BYTES 256
-
-static void data_in_buffer(void *ctx, void *data, size_t bytes)
-{
-    (void)ctx; /* freed with the buffer by wf__buffer_release() */
-    (void)data;
-    (void)bytes;
-}
-
-static wf_tensor *eager_output(wf_dtype dt, wf_shape shape)
-{
-    size_t bytes = 0;
-    if (wf__tensor_check("wf_tensor", dt, shape, &bytes) < 0)
-        return NULL;
-    if (bytes > SMALL_BYTES)
-        return wf__tensor_alloc(dt, shape);
-    wf_buffer *b = malloc(sizeof *b + 63 + bytes);
-    if (!b) {
-        wf__err(WF_ENOMEM, "wf_tensor: no memory for %zu bytes", bytes);
-        return NULL;
-    }
-    atomic_init(&b->refs, 1);
-    b->data = (void *)(((uintptr_t)(b + 1) + 63) & ~(uintptr_t)63);
-    b->bytes = bytes;
-    b->free_fn = data_in_buffer;
-    b->free_ctx = NULL;
-    return wf__tensor_wrap(dt, shape, b);
-}
-
 /* The default eager execution: the op's CPU kernel, here and now, into a fresh tensor of
  * the inferred dtype and shape (eager graphs have no -1 dimensions, except in the output of
  * WF_OP_DYNAMIC_SHAPE ops, whose kernels allocate; the node then takes the actual shape). */
@@ -574,7 +551,7 @@ static int eager_cpu(wf_graph *g, wf_node *n)
     if (!k)
         return wf__err(WF_ENOSYS, "op '%s' has no CPU kernel to run it eagerly", n->op->name);
     bool dynamic = n->op->flags & WF_OP_DYNAMIC_SHAPE;
-    wf_tensor *stack[8] = { 0 };
+    wf_tensor *stack[8]; /* in[i] is set before it is read */
     wf_tensor **in = stack;
     if (n->n_inputs > 8 && !(in = malloc((size_t)n->n_inputs * sizeof *in)))
         return wf__err(WF_ENOMEM, "no memory for %d inputs", n->n_inputs);
@@ -596,7 +573,8 @@ static int eager_cpu(wf_graph *g, wf_node *n)
         in[i] = w;
     }
     wf_tensor *out = NULL;
-    if (rc == 0 && !dynamic && !n->op->n_assign && !(out = eager_output(n->dtype, n->shape)))
+    if (rc == 0 && !dynamic && !n->op->n_assign &&
+        !(out = wf__tensor_alloc_slab(&g->slab, n->dtype, n->shape)))
         rc = WF_ENOMEM;
     if (rc == 0) {
         wf_kernel_ctx ctx = { .rt = g->rt };

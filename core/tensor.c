@@ -1,13 +1,20 @@
 /* core/tensor.c: tensors and their refcounted buffers.
  * Owns: creating, viewing, retaining and releasing tensors, and reading their elements.
  * Invariant: core/tensor.h states the layout's; a buffer is freed by the last release of
- * the last tensor that shares it.
+ *   the last tensor that shares it. The headers of a new tensor (wf__tensor_alloc,
+ *   wf__tensor_adopt, wf__tensor_alloc_slab) are one block, a tensor_block: its buffer first
+ *   (so that the buffer's free() frees the block), then its header ('in_block'); the header
+ *   holds a reference to the buffer, so the block outlives it. A slab's blocks are carved
+ *   from the slab, each with its data after it, and counted in the slab instead.
  * Not here: pools (memory/ provides buffers through the free hook), kernels (ops/). */
 #include "tensor.h"
 
 #include "error.h"
+#include "internal.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,69 +40,184 @@ static bool is_contiguous(wf_shape shape, const int64_t *strides)
 
 int wf__tensor_check(const char *fn, wf_dtype dt, wf_shape shape, size_t *bytes)
 {
-    if (!wf_dtype_size(dt))
+    size_t es = wf_dtype_size(dt);
+    if (!es)
         return wf__err(WF_EINVAL, "%s: dtype %d is not a wf_dtype", fn, (int)dt);
     if (shape.rank < 0 || shape.rank > WF_MAX_RANK)
         return wf__err(WF_EINVAL, "%s: rank %d is not in 0..%d", fn, shape.rank, WF_MAX_RANK);
-    for (int i = 0; i < shape.rank; i++)
+    /* One pass, and no division (it was a visible part of an eager 1-element add): the
+     * element count as wf_shape_numel() gives it (an overflow of int64 counts as too many). */
+    int64_t n = 1;
+    bool over = false;
+    for (int i = 0; i < shape.rank; i++) {
         if (shape.dims[i] < 0) {
             char s[160];
             return wf__err(WF_EINVAL, "%s: shape %s has a negative or unknown dimension", fn,
                            wf_shape_str(shape, s, sizeof s));
         }
-    int64_t n = wf_shape_numel(shape);
-    if (n < 0 || (uint64_t)n > SIZE_MAX / 2 / wf_dtype_size(dt)) {
+        over = over || __builtin_mul_overflow(n, shape.dims[i], &n);
+    }
+    size_t total;
+    if (over || __builtin_mul_overflow((size_t)n, es, &total) || total > SIZE_MAX / 2) {
         char s[160];
         return wf__err(WF_EINVAL, "%s: shape %s has too many elements", fn,
                        wf_shape_str(shape, s, sizeof s));
     }
     if (bytes)
-        *bytes = (size_t)n * wf_dtype_size(dt);
+        *bytes = total;
     return 0;
+}
+
+/* Fills a header for a contiguous 'shape' (concrete: no negative dimension) with one
+ * reference and no buffer. */
+static void init_header(wf_tensor *t, wf_dtype dt, wf_shape shape)
+{
+    atomic_init(&t->refs, 1);
+    t->dtype = dt;
+    t->contiguous = true;
+    t->in_block = false;
+    t->shape = (wf_shape){ .rank = shape.rank }; /* dims past the rank are 0 */
+    int64_t s = 1, n = 1;
+    for (int i = shape.rank - 1; i >= 0; i--) {
+        int64_t d = shape.dims[i];
+        t->shape.dims[i] = d;
+        t->strides[i] = s;
+        s *= d > 0 ? d : 1;
+        n *= d;
+    }
+    t->numel = n;
+    t->buf = NULL;
+    t->data = NULL;
 }
 
 static wf_tensor *header(wf_dtype dt, wf_shape shape)
 {
     wf_tensor *t = malloc(sizeof *t);
-    if (!t)
-        return NULL;
-    atomic_init(&t->refs, 1);
-    t->dtype = dt;
-    t->shape = shape;
-    for (int i = shape.rank; i < WF_MAX_RANK; i++)
-        t->shape.dims[i] = 0;
-    t->numel = wf_shape_numel(shape);
-    wf__contiguous_strides(shape, t->strides);
-    t->contiguous = true;
-    t->buf = NULL;
-    t->data = NULL;
+    if (t)
+        init_header(t, dt, shape);
     return t;
+}
+
+/* See the file comment. Putting the tensor header into its buffer's allocation saves one
+ * malloc() and free() per tensor. wf__tensor_alloc()'s data stays an allocation of its own
+ * (freed with free(), so that a test or a device may give its buffer another hook), and an
+ * eager graph's small outputs come from slabs instead (below). */
+typedef struct tensor_block {
+    wf_buffer buf;
+    wf_tensor t;
+} tensor_block;
+
+static wf_tensor *init_block(tensor_block *k, wf_dtype dt, wf_shape shape, void *data, size_t bytes,
+                             void (*free_fn)(void *, void *, size_t), void *free_ctx)
+{
+    atomic_init(&k->buf.refs, 1);
+    k->buf.data = data;
+    k->buf.bytes = bytes;
+    k->buf.free_fn = free_fn;
+    k->buf.free_ctx = free_ctx;
+    init_header(&k->t, dt, shape);
+    k->t.in_block = true;
+    k->t.buf = &k->buf;
+    k->t.data = data;
+    return &k->t;
 }
 
 wf_tensor *wf__tensor_alloc(wf_dtype dt, wf_shape shape)
 {
-    if (wf__tensor_check("wf_tensor", dt, shape, NULL) < 0)
+    size_t bytes;
+    if (wf__tensor_check("wf_tensor", dt, shape, &bytes) < 0)
         return NULL;
-    wf_tensor *t = header(dt, shape);
-    wf_buffer *b = malloc(sizeof *b);
-    size_t bytes = (size_t)wf_shape_numel(shape) * wf_dtype_size(dt);
     size_t cap = bytes ? (bytes + 63) & ~(size_t)63 : 64; /* aligned_alloc wants a multiple */
+    tensor_block *k = malloc(sizeof *k);
     void *data = aligned_alloc(64, cap);
-    if (!t || !b || !data) {
-        free(t);
-        free(b);
+    if (!k || !data) {
+        free(k);
         free(data);
         wf__err(WF_ENOMEM, "wf_tensor: no memory for %zu bytes", bytes);
         return NULL;
     }
-    atomic_init(&b->refs, 1);
-    b->data = data;
-    b->bytes = bytes;
-    b->free_fn = NULL;
-    b->free_ctx = NULL;
-    t->buf = b;
-    t->data = data;
-    return t;
+    return init_block(k, dt, shape, data, bytes, NULL, NULL);
+}
+
+/* ---- Slabs of small eager outputs (core/internal.h) ---------------------------------------- */
+
+#define SLAB_BYTES     (64 * 1024)
+#define SLAB_MAX_BYTES 1024               /* larger outputs get an allocation of their own */
+#define SLAB_OWNER     ((int64_t)1 << 48) /* more blocks than a slab can ever hold */
+
+/* A run of tensor blocks carved in order. 'refs' starts at SLAB_OWNER; each dead block takes
+ * 1 off, and retiring the slab (its graph stops carving) takes off SLAB_OWNER less the blocks
+ * carved, so it reaches 0 exactly once, after the graph and every block are done: the
+ * carving itself needs no atomic operation. */
+struct wf__tensor_slab {
+    _Atomic int64_t refs;
+    int64_t carved;
+    size_t used;
+    _Alignas(64) unsigned char data[SLAB_BYTES];
+};
+
+static void slab_unref(wf__tensor_slab *s, int64_t n)
+{
+    if (atomic_fetch_sub_explicit(&s->refs, n, memory_order_acq_rel) == n)
+        free(s);
+}
+
+void wf__tensor_slab_retire(wf__tensor_slab *s)
+{
+    if (s)
+        slab_unref(s, SLAB_OWNER - s->carved);
+}
+
+/* The free hook of a block in a slab; wf__buffer_release() recognises it (the block is not
+ * an allocation of its own). */
+static void in_slab(void *ctx, void *data, size_t bytes)
+{
+    (void)data;
+    (void)bytes;
+    slab_unref(ctx, 1);
+}
+
+wf_tensor *wf__tensor_alloc_slab(wf__tensor_slab **slab, wf_dtype dt, wf_shape shape)
+{
+    size_t bytes;
+    if (wf__tensor_check("wf_tensor", dt, shape, &bytes) < 0)
+        return NULL;
+    if (bytes > SLAB_MAX_BYTES)
+        return wf__tensor_alloc(dt, shape);
+    /* The data at the next 64-byte boundary with room for the block before it: a 1-element
+     * f32 output takes 256 bytes. */
+    wf__tensor_slab *s = *slab;
+    size_t at = 0;
+    if (s)
+        at = ((s->used + sizeof(tensor_block) + 63) & ~(size_t)63);
+    if (!s || at + bytes > SLAB_BYTES) {
+        wf__tensor_slab *ns = aligned_alloc(64, sizeof *ns); /* a multiple of 64 */
+        if (!ns) {
+            wf__err(WF_ENOMEM, "wf_tensor: no memory for %zu bytes", bytes);
+            return NULL;
+        }
+        atomic_init(&ns->refs, SLAB_OWNER);
+        ns->carved = 0;
+        ns->used = 0;
+        wf__tensor_slab_retire(s);
+        *slab = s = ns;
+        at = (sizeof(tensor_block) + 63) & ~(size_t)63;
+    }
+    tensor_block *k = (tensor_block *)(void *)(s->data + at - sizeof(tensor_block));
+    s->used = at + bytes;
+    s->carved++;
+    return init_block(k, dt, shape, s->data + at, bytes, in_slab, s);
+}
+
+wf_tensor *wf__tensor_adopt(wf_dtype dt, wf_shape shape, void *data, size_t bytes,
+                            void (*free_fn)(void *ctx, void *data, size_t bytes), void *free_ctx)
+{
+    tensor_block *k = malloc(sizeof *k);
+    if (!k) {
+        wf__err(WF_ENOMEM, "wf_tensor: no memory for a tensor header");
+        return NULL;
+    }
+    return init_block(k, dt, shape, data, bytes, free_fn, free_ctx);
 }
 
 int wf_tensor_create(wf_dtype dt, wf_shape shape, const void *data, wf_tensor **out)
@@ -178,10 +300,23 @@ wf_tensor *wf__tensor_wrap(wf_dtype dt, wf_shape shape, wf_buffer *buf)
     return t;
 }
 
+/* Whether the caller's reference to a refcount is the last one. A count of 1 read by
+ * its holder cannot rise (nobody else has a reference to retain from), so the locked
+ * decrement is skipped then: most tensors and buffers die with one reference. */
+static inline bool last_ref(_Atomic int64_t *refs)
+{
+    return atomic_load_explicit(refs, memory_order_acquire) == 1 ||
+           atomic_fetch_sub_explicit(refs, 1, memory_order_acq_rel) == 1;
+}
+
 void wf__buffer_release(wf_buffer *b)
 {
-    if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
+    if (!b || !last_ref(&b->refs))
         return;
+    if (b->free_fn == in_slab) { /* the block is the slab's, not an allocation */
+        in_slab(b->free_ctx, b->data, b->bytes);
+        return;
+    }
     if (b->free_fn)
         b->free_fn(b->free_ctx, b->data, b->bytes);
     else
@@ -218,10 +353,12 @@ wf_tensor *wf_tensor_retain(wf_tensor *t)
 
 void wf_tensor_release(wf_tensor *t)
 {
-    if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+    if (!t || !last_ref(&t->refs))
         return;
-    wf__buffer_release(t->buf);
-    free(t);
+    wf_buffer *b = t->buf;
+    if (!t->in_block)
+        free(t);
+    wf__buffer_release(b); /* frees 't' too when it is in the block */
 }
 
 wf_dtype wf_tensor_dtype(const wf_tensor *t)

@@ -3,7 +3,7 @@
  * internal.h).
  * Owns: struct wf_tensor and struct wf_buffer, and the constructors those modules use for
  * outputs (wf__tensor_alloc: a fresh contiguous tensor whose data they may write until
- * they publish it).
+ * they publish it; wf__tensor_adopt: a tensor over memory of their own).
  * Invariants: 'data' points at element 0 inside the buffer (or caller memory for a view);
  * 'strides' are in elements; 'contiguous' is true iff the strides are row-major for
  * 'shape'; a tensor is written only by the code that allocated it, before anyone else
@@ -28,6 +28,10 @@ struct wf_tensor {
     _Atomic int64_t refs;
     wf_dtype dtype;
     bool contiguous;
+    /* The header lives in the same allocation as its buffer 'buf' (core/tensor.c: one
+     * malloc() per new tensor): its last release only drops the buffer's reference, and the
+     * buffer's last release frees both. */
+    bool in_block;
     wf_shape shape;
     int64_t strides[WF_MAX_RANK];
     int64_t numel;
@@ -35,9 +39,20 @@ struct wf_tensor {
     char *data;     /* element 0 */
 };
 
-/* A new contiguous tensor with uninitialised data (64-byte aligned), for kernels to fill.
+/* A new contiguous tensor with uninitialised data (64-byte aligned, an allocation of its
+ * own that the buffer frees with free()), for kernels to fill. The tensor and buffer
+ * headers are one allocation.
  * Returns NULL with wf_last_errmsg() set (WF_ENOMEM or WF_EINVAL). */
 wf_tensor *wf__tensor_alloc(wf_dtype dt, wf_shape shape);
+
+/* A new contiguous tensor over 'data' ('bytes' long, which must hold the elements of a
+ * checked 'dt' and 'shape'), in a new buffer that frees it with 'free_fn(free_ctx, data,
+ * bytes)' (NULL: free()) on its last release; the tensor and buffer headers are one
+ * allocation. How pools and devices make tensors of their own memory.
+ * Returns NULL (WF_ENOMEM, message set) without calling 'free_fn': the caller still owns
+ * 'data' then. */
+wf_tensor *wf__tensor_adopt(wf_dtype dt, wf_shape shape, void *data, size_t bytes,
+                            void (*free_fn)(void *ctx, void *data, size_t bytes), void *free_ctx);
 
 /* A new tensor header sharing 'base''s buffer (retained) with other shape/strides/offset:
  * how reshape, transpose and slice make views without copying. 'offset' is in elements

@@ -501,12 +501,18 @@ int wf__pool_buffer(wf_pool *p, size_t bytes, wf_buffer **out)
     return 0;
 }
 
+/* A pool-backed tensor: its header and buffer are one malloc() (wf__tensor_adopt), not
+ * two (a static graph of scalar nodes makes one per node and run). */
 static wf_tensor *make_tensor(wf_pool *p, wf_dtype dt, wf_shape shape, size_t bytes)
 {
-    wf_buffer *b;
-    if (wf__pool_buffer(p, bytes, &b) < 0)
+    void *data;
+    if (wf_pool_alloc(p, bytes, &data) < 0)
         return NULL;
-    return wf__tensor_wrap(dt, shape, b);
+    atomic_fetch_add_explicit(&p->refs, 1, RLX);
+    wf_tensor *t = wf__tensor_adopt(dt, shape, data, bytes, buffer_free, p);
+    if (!t)
+        buffer_free(p, data, bytes); /* gives the block and the reference back */
+    return t;
 }
 
 wf_tensor *wf__pool_tensor_alloc(wf_pool *p, wf_dtype dt, wf_shape shape)

@@ -1,6 +1,6 @@
 /* ops/conv_cpu.c: CPU kernels of conv2d and its two backward ops (NCHW), as im2col + GEMM on
- * the private serial OpenBLAS (matmul_cpu.c's header says which BLAS and why; the build
- * gives this file the same cblas.h), and wf__nn_contiguous(), shared with pool_cpu.c.
+ * weft's private single-threaded OpenBLAS (wf__gemm(), ops/blas.c), and wf__nn_contiguous(),
+ * shared with pool_cpu.c.
  * Owns: the convolution geometry, im2col and col2im, and how each kernel is cut into items:
  * - conv2d: item (image, group, tile of output pixels): im2col of the tile, then one GEMM
  *   out[n, group] (Og x tile) = w[group] (Og x K) col (K x tile), K = C/groups KH KW.
@@ -21,12 +21,12 @@
  *   once into out.
  * Scratch (the im2col tile, the partial sums) is malloc'ed per task and freed before it
  *   returns; failure is WF_ENOMEM with the sizes named.
+ * GEMMs run on the calling worker (wf__gemm() is safe to call from several at once), so the
+ *   items above run in parallel, GEMMs included.
  * Not here: the op definitions and shape inference (conv.c), pools (pool_cpu.c). */
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
-
-#include <cblas.h>
 
 #include <limits.h>
 #include <pthread.h>
@@ -73,20 +73,6 @@ enum { CV_FWD, CV_BWD_INPUT, CV_BWD_FILTER };
 
 /* ---- Shared helpers -------------------------------------------------------------------------- */
 
-/* The one mutable process-wide object of ops/: the private OpenBLAS's buffers are
- * process-wide (kernels.h, wf__blas_enter(), says why they need it), so its lock is too. */
-static pthread_mutex_t blas_mutex = PTHREAD_MUTEX_INITIALIZER;
-
-void wf__blas_enter(void)
-{
-    pthread_mutex_lock(&blas_mutex);
-}
-
-void wf__blas_leave(void)
-{
-    pthread_mutex_unlock(&blas_mutex);
-}
-
 int wf__nn_contiguous(const wf_kctx *ctx, const wf_tensor *t, wf_dtype dt, wf_tensor **out)
 {
     if (t->contiguous && t->dtype == dt) {
@@ -102,30 +88,6 @@ int wf__nn_contiguous(const wf_kctx *ctx, const wf_tensor *t, wf_dtype dt, wf_te
         *out = NULL;
     }
     return rc;
-}
-
-/* C (M x N, row stride ldc) = op(A) op(B) (+ C when 'acc'), op(A) M x K, op(B) K x N, row-major.
- * K == 0 gives zeros (or leaves C) without calling BLAS. */
-static void gemm(wf_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
-                 int64_t lda, const void *B, int64_t ldb, bool acc, void *C, int64_t ldc)
-{
-    if (M == 0 || N == 0)
-        return;
-    if (K == 0) {
-        size_t es = wf_dtype_size(dt);
-        for (int64_t i = 0; i < M && !acc; i++)
-            memset((char *)C + (size_t)(i * ldc) * es, 0, (size_t)N * es);
-        return;
-    }
-    CBLAS_TRANSPOSE a = ta ? CblasTrans : CblasNoTrans, b = tb ? CblasTrans : CblasNoTrans;
-    wf__blas_enter();
-    if (dt == WF_F32)
-        cblas_sgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb,
-                    acc ? 1.0f : 0.0f, C, (int)ldc);
-    else
-        cblas_dgemm(CblasRowMajor, a, b, (int)M, (int)N, (int)K, 1.0, A, (int)lda, B, (int)ldb,
-                    acc ? 1.0 : 0.0, C, (int)ldc);
-    wf__blas_leave();
 }
 
 /* im2col of channels [0, cn) of one image and group of x (at 'x', strides 'xst') for output
@@ -334,8 +296,8 @@ static int fwd_items(void *ctx, int64_t lo, int64_t hi)
         int64_t t = k % g->n_tiles, gi = (k / g->n_tiles) % g->G, n = k / g->n_tiles / g->G;
         int64_t p0 = t * g->tile, np = g->P - p0 < g->tile ? g->P - p0 : g->tile, ld;
         const void *b = columns(pl, n, gi, p0, np, col, &ld);
-        gemm(pl->dt, false, false, g->Og, np, g->K, pl->w + gi * g->Og * g->K * pl->es, g->K, b, ld,
-             false, pl->out + ((n * g->O + gi * g->Og) * g->P + p0) * pl->es, g->P);
+        wf__gemm(pl->dt, false, false, g->Og, np, g->K, pl->w + gi * g->Og * g->K * pl->es, g->K, b,
+                 ld, false, pl->out + ((n * g->O + gi * g->Og) * g->P + p0) * pl->es, g->P);
     }
     free(col);
     return 0;
@@ -383,14 +345,14 @@ static int bi_items(void *ctx, int64_t lo, int64_t hi)
         const char *w = pl->w + (gi * g->Og * g->K + c0 * taps) * es; /* column c0 KH KW */
         const char *dy = pl->dy + (n * g->O + gi * g->Og) * g->P * es;
         if (g->unit) { /* dx[block] (cn x P) = w[group][:, block]^T dy[n, group] */
-            gemm(pl->dt, true, false, cn, g->P, g->Og, w, g->K, dy, g->P, false, dx, g->P);
+            wf__gemm(pl->dt, true, false, cn, g->P, g->Og, w, g->K, dy, g->P, false, dx, g->P);
             continue;
         }
         memset(dx, 0, (size_t)(cn * g->H * g->W * es));
         for (int64_t p0 = 0; p0 < g->P; p0 += pl->bi_tile) {
             int64_t np = g->P - p0 < pl->bi_tile ? g->P - p0 : pl->bi_tile;
-            gemm(pl->dt, true, false, cn * taps, np, g->Og, w, g->K, dy + p0 * es, g->P, false, col,
-                 np);
+            wf__gemm(pl->dt, true, false, cn * taps, np, g->Og, w, g->K, dy + p0 * es, g->P, false,
+                     col, np);
             col2im(pl, col, cn, p0, np, dx);
         }
     }
@@ -453,8 +415,8 @@ static int bf_chunks(void *ctx, int64_t lo, int64_t hi)
                 const void *b = columns(pl, n, gi, p0, np, col, &ld);
                 /* dw[group] (Og x K) += dy[n, group, tile] (Og x np) col^T (np x K) */
                 const char *dy = pl->dy + ((n * g->O + gi * g->Og) * g->P + p0) * es;
-                gemm(pl->dt, false, true, g->Og, g->K, np, dy, g->P, b, ld, s > s0,
-                     dw + gi * g->Og * g->K * es, g->K);
+                wf__gemm(pl->dt, false, true, g->Og, g->K, np, dy, g->P, b, ld, s > s0,
+                         dw + gi * g->Og * g->K * es, g->K);
             }
         }
     }

@@ -12,6 +12,7 @@
  * Not here: the loops (elementwise_cpu.c), gradients (grad/). */
 #include "internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -126,6 +127,10 @@ UNARY_OPS(DEF_UNARY)
 
 static wf_node *unary(wf_graph *g, const wf_op_def *op, wf_node *x, double alpha)
 {
+    /* No alpha (+0.0, not -0.0: the bags differ in bits) is the all-zero bag, which NULL
+     * stands for: it spares clearing, comparing and hashing a whole wf_attrs per node. */
+    if (alpha == 0 && !signbit(alpha))
+        return wf__node_add(g, op, &x, 1, NULL);
     wf_attrs a;
     memset(&a, 0, sizeof a); /* padding too: equal bags are shared (core/graph.h) */
     a.alpha = alpha;
@@ -214,8 +219,14 @@ static int broadcast_inputs(const wf_node *n, int first, const char *const *name
 {
     wf_shape r = n->inputs[first]->shape;
     for (int i = first + 1; i < n->n_inputs; i++) {
+        const wf_shape *b = &n->inputs[i]->shape;
+        bool same = b->rank == r.rank;
+        for (int d = 0; same && d < r.rank; d++)
+            same = b->dims[d] == r.dims[d];
+        if (same) /* the usual case, and what wf_shape_broadcast() would give */
+            continue;
         wf_shape t;
-        if (wf_shape_broadcast(r, n->inputs[i]->shape, &t) < 0) {
+        if (wf_shape_broadcast(r, *b, &t) < 0) {
             size_t k = 0;
             for (int j = first; j < n->n_inputs && k < errlen; j++) {
                 char s[160];
@@ -262,13 +273,8 @@ static int infer_binary(wf_node *n, int kind, char *err, size_t errlen)
     wf_dtype dt = n->inputs[0]->dtype;
     if (kind < 2 && !wf__ops_dtype_ok(dt, kind == 1))
         return wf__ops_bad_dtype(n, 2, "a and b", kind == 1, err, errlen);
-    wf_shape s;
-    rc = broadcast_inputs(n, 0, ab_names, &s, err, errlen);
-    if (rc < 0)
-        return rc;
     n->dtype = kind == 2 ? WF_BOOL : dt;
-    n->shape = s;
-    return 0;
+    return broadcast_inputs(n, 0, ab_names, &n->shape, err, errlen);
 }
 
 /* X(name, WF_BINARY_ op, kind (as infer_binary), flops per element, flags) */

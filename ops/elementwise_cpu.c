@@ -211,6 +211,68 @@ static int plan_exec(const wf_kctx *ctx, ew_plan *pl)
     return plan_range(pl, 0, pl->numel);
 }
 
+/* The small-op shortcut: an op that is not split (at most EW_PAR_MIN elements), with no
+ * bf16/f16 operand to stage, whose operands are all contiguous, whose output 'out' is of
+ * dtype 'dt' and of the shape of one input, and whose other inputs are of that shape too or
+ * a single element (of rank at most the output's) is one run of its loop (unit or zero
+ * strides): what the checks and the plan would make of it. On a 1-element add, the checks'
+ * shape copies, plan_init() and plan_range() cost more than everything else in the kernel.
+ * Returns false, touching nothing, when it does not apply (the caller then checks everything
+ * and reports what is wrong); else the loop's status is in '*rc'. */
+static bool run_direct(wf_tensor *out, wf_dtype dt, const wf_tensor *const *in, int n_in,
+                       bool stage_halves, ew_fn fn, const void *arg, int *rc)
+{
+    if (!out || out->dtype != dt || !out->contiguous || out->numel > EW_PAR_MIN ||
+        (stage_halves && is_half(dt)))
+        return false;
+    char *p[EW_MAX_OPS];
+    int64_t s[EW_MAX_OPS];
+    int64_t es = (int64_t)wf_dtype_size(dt);
+    bool shaped = false; /* some input has the output's shape */
+    p[0] = out->data;
+    s[0] = es;
+    for (int k = 0; k < n_in; k++) {
+        const wf_tensor *t = in[k];
+        if (!t || !t->contiguous || (stage_halves && is_half(t->dtype)))
+            return false;
+        bool same = t->shape.rank == out->shape.rank;
+        for (int d = 0; same && d < t->shape.rank; d++)
+            same = t->shape.dims[d] == out->shape.dims[d];
+        if (same)
+            s[k + 1] = t->dtype == dt ? es : (int64_t)wf_dtype_size(t->dtype);
+        else if (t->numel == 1 && t->shape.rank <= out->shape.rank)
+            s[k + 1] = 0; /* broadcast to every element */
+        else
+            return false;
+        shaped = shaped || same;
+        p[k + 1] = t->data;
+    }
+    if (!shaped)
+        return false;
+    *rc = out->numel ? fn(arg, p, s, out->numel, 0) : 0;
+    return true;
+}
+
+/* Runs 'fn' over 'out' and 'in[0..n_in)' (checked: 'out' is contiguous and of their
+ * broadcast shape) through the plan. */
+static int plan_run(const wf_kctx *ctx, wf_tensor *out, const wf_tensor *const *in, int n_in,
+                    bool stage_halves, ew_fn fn, const void *arg)
+{
+    ew_plan pl;
+    plan_init(&pl, out, in, n_in, stage_halves, fn, arg);
+    return plan_exec(ctx, &pl);
+}
+
+/* plan_run(), or the shortcut when it applies. */
+static int ew_run(const wf_kctx *ctx, wf_tensor *out, const wf_tensor *const *in, int n_in,
+                  bool stage_halves, ew_fn fn, const void *arg)
+{
+    int rc;
+    if (run_direct(out, out->dtype, in, n_in, stage_halves, fn, arg, &rc))
+        return rc;
+    return plan_run(ctx, out, in, n_in, stage_halves, fn, arg);
+}
+
 /* ---- Argument checks ------------------------------------------------------------------------ */
 
 int wf__kernel_check_out(const char *op, const wf_tensor *out, wf_dtype dt, wf_shape shape)
@@ -239,6 +301,11 @@ static int broadcast_shapes(const char *op, const wf_tensor *const *in, const ch
     wf_shape r = in[0]->shape;
     for (int i = 1; i < n; i++) {
         wf_shape b = in[i]->shape;
+        bool same = b.rank == r.rank;
+        for (int d = 0; same && d < r.rank; d++)
+            same = b.dims[d] == r.dims[d];
+        if (same) /* the usual case: the loop below would give 'r' */
+            continue;
         wf_shape t = { .rank = r.rank > b.rank ? r.rank : b.rank };
         for (int d = 0; d < t.rank; d++) {
             int ia = r.rank - t.rank + d, ib = b.rank - t.rank + d;
@@ -388,13 +455,14 @@ int wf__unary_cpu(const wf_kctx *ctx, wf_unary_op op, double alpha, const wf_ten
     if (!fn)
         return wf__err(WF_EDTYPE, "%s: x is %s, which %s does not support", name,
                        wf_dtype_name(x->dtype), name);
-    int rc = wf__kernel_check_out(name, out, x->dtype, x->shape);
+    ew_arg arg = { .alpha = alpha };
+    int rc;
+    if (run_direct(out, x->dtype, &x, 1, true, fn, &arg, &rc))
+        return rc;
+    rc = wf__kernel_check_out(name, out, x->dtype, x->shape);
     if (rc < 0)
         return rc;
-    ew_arg arg = { .alpha = alpha };
-    ew_plan pl;
-    plan_init(&pl, out, &x, 1, true, fn, &arg);
-    return plan_exec(ctx, &pl);
+    return plan_run(ctx, out, &x, 1, true, fn, &arg);
 }
 
 #define UNARY_ENTRY(name, OP)                                                    \
@@ -561,18 +629,19 @@ int wf__binary_cpu(const wf_kctx *ctx, wf_binary_op op, const wf_tensor *a, cons
         return wf__err(WF_EDTYPE, "%s: a and b are %s, which %s does not support", name,
                        wf_dtype_name(a->dtype), name);
     const wf_tensor *in[2] = { a, b };
+    wf_dtype dt = op >= WF_BINARY_EQ ? WF_BOOL : a->dtype; /* comparisons give bool */
+    int rc;
+    if (run_direct(out, dt, in, 2, true, fn, NULL, &rc))
+        return rc;
     const char *const names[2] = { "a", "b" };
     wf_shape shape;
-    int rc = broadcast_shapes(name, in, names, 2, &shape);
+    rc = broadcast_shapes(name, in, names, 2, &shape);
     if (rc < 0)
         return rc;
-    bool cmp = op >= WF_BINARY_EQ;
-    rc = wf__kernel_check_out(name, out, cmp ? WF_BOOL : a->dtype, shape);
+    rc = wf__kernel_check_out(name, out, dt, shape);
     if (rc < 0)
         return rc;
-    ew_plan pl;
-    plan_init(&pl, out, in, 2, true, fn, NULL);
-    return plan_exec(ctx, &pl);
+    return plan_run(ctx, out, in, 2, true, fn, NULL);
 }
 
 #define BINARY_ENTRY(name, OP)                                                       \
@@ -669,9 +738,7 @@ int wf__activation_grad_cpu(const wf_kctx *ctx, wf_act_grad_op op, double alpha,
         return rc;
     const wf_tensor *in[2] = { x, dy };
     ew_arg arg = { .alpha = alpha };
-    ew_plan pl;
-    plan_init(&pl, out, in, 2, true, act_grad_fns[op][c], &arg);
-    return plan_exec(ctx, &pl);
+    return ew_run(ctx, out, in, 2, true, act_grad_fns[op][c], &arg);
 }
 
 /* ---- where --------------------------------------------------------------------------------- */
@@ -739,9 +806,7 @@ int wf__where_cpu(const wf_kctx *ctx, const wf_tensor *cond, const wf_tensor *a,
     default:
         return wf__err(WF_EDTYPE, "where: dtype %s is not supported", wf_dtype_name(a->dtype));
     }
-    ew_plan pl;
-    plan_init(&pl, out, in, 3, false, fn, NULL);
-    return plan_exec(ctx, &pl);
+    return ew_run(ctx, out, in, 3, false, fn, NULL);
 }
 
 /* ---- cast ---------------------------------------------------------------------------------- */
@@ -852,7 +917,5 @@ int wf__cast_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out)
         return rc;
     /* Same-dtype halves are a bit copy: no f32 round trip (it would quiet signalling NaNs). */
     bool copy16 = x->dtype == out->dtype && is_half(x->dtype);
-    ew_plan pl;
-    plan_init(&pl, out, &x, 1, !copy16, copy16 ? copy_16 : cast_fns[si][di], NULL);
-    return plan_exec(ctx, &pl);
+    return ew_run(ctx, out, &x, 1, !copy16, copy16 ? copy_16 : cast_fns[si][di], NULL);
 }

@@ -314,13 +314,16 @@ int wf__max_pool2d_backward_cpu(const wf_kctx *ctx, const wf_pool_params *p, con
 int wf__avg_pool2d_backward_cpu(const wf_kctx *ctx, const wf_pool_params *p, const wf_tensor *dy,
                                 wf_tensor *out);
 
-/* Every call into the private serial OpenBLAS must be made between wf__blas_enter() and
- * wf__blas_leave() (a process-wide mutex; conv_cpu.c). Debian's serial OpenBLAS 0.3.21 is not
- * safe for concurrent calls: two threads calling dgemm at once (M = 1, K = 9, N = 256, say)
- * get each other's packed panels, measured as wrong values in ~3% of calls; with the mutex,
- * none in 160 runs. weft's workers still split im2col, col2im and everything around GEMMs. */
-void wf__blas_enter(void);
-void wf__blas_leave(void);
+/* C (M x N, row stride ldc) = op(A) op(B) (+ C when 'acc'), op(A) M x K, op(B) K x N,
+ * row-major, f32 or f64 (dt), single-threaded on the calling thread; safe to call from
+ * several workers at once. K == 0 gives zeros (or leaves C) without calling BLAS. The one
+ * door to BLAS (ops/blas.c says which BLAS and why). */
+void wf__gemm(wf_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+              int64_t lda, const void *B, int64_t ldb, bool acc, void *C, int64_t ldc);
+
+/* True when wf__gemm() runs on weft's private single-threaded OpenBLAS (products may then be
+ * tiled over the workers); false on the system's BLAS, which may start threads of its own. */
+bool wf__blas_private(void);
 
 /* A tensor with t's values and shape that is contiguous and of dtype 'dt': 't' itself
  * (retained) when it already is, else a converted copy (wf__cast_cpu). Returns 0 or

@@ -8,33 +8,17 @@
  * tiles fixed by the shapes alone, and each tile is one single-threaded BLAS call over the
  * whole K; ctx->rt only decides which worker runs which tile, so the bits never depend on it.
  *
- * Which BLAS, and why (LESSONS.md, "One thread pool"): weft's workers split big products
- * into tiles, so BLAS must not start threads of its own inside a tile. Options considered:
- * - openblas_set_num_threads(1) on the threaded OpenBLAS: process-wide; it would make the
- *   user's own BLAS calls single-threaded too. Rejected.
- * - Linking Debian's serial libopenblas.so.0 (openblas-serial/): it has the same SONAME as
- *   the threaded one, so the dynamic loader keeps whichever of the two a process loads
- *   first, for everybody: weft could silently get threaded BLAS, or the user serial BLAS.
- * - Chosen: the serial static archive (libopenblas-serial-dev's libopenblas.a, built with
- *   USE_THREAD=0 and its buffer-pool lock, so concurrent calls from several workers are
- *   safe) linked into libweft.so with -Wl,--exclude-libs so none of its symbols are
- *   exported: weft has a private serial BLAS, and the user's BLAS (any variant, any thread
- *   count) is untouched. Cost: libweft.so grows by the kernels it pulls in. ops/CMakeLists.txt
- *   falls back to the system OpenBLAS (WF_BLAS_SERIAL=0) when the archive is missing; then
- *   each matrix is one BLAS call and weft does not tile.
+ * Which BLAS (ops/blas.c says which and why): every tile is one wf__gemm() call, single-
+ *   threaded on the calling worker. Without weft's private OpenBLAS (wf__blas_private()
+ *   false) each matrix is one call and weft does not tile, so BLAS threads and weft's
+ *   workers never both split one product.
  * Not here: the op definition and its gradient; GEMM epilogues (fusion, later). */
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
 
-#include <cblas.h>
-
 #include <limits.h>
 #include <string.h>
-
-#ifndef WF_BLAS_SERIAL
-#    define WF_BLAS_SERIAL 0
-#endif
 
 #define MM_TILE_M    256
 #define MM_TILE_N    256
@@ -98,18 +82,8 @@ static int tile(void *ctx, int64_t lo, int64_t hi)
         aoff += pl->a.trans ? m0 : m0 * pl->a.ld;
         boff += pl->b.trans ? n0 * pl->b.ld : n0;
         char *c = pl->c + ((batch * pl->M + m0) * pl->N + n0) * pl->es;
-        CBLAS_TRANSPOSE ta = pl->a.trans ? CblasTrans : CblasNoTrans;
-        CBLAS_TRANSPOSE tb = pl->b.trans ? CblasTrans : CblasNoTrans;
-        if (pl->dt == WF_F32)
-            cblas_sgemm(CblasRowMajor, ta, tb, (int)mt, (int)nt, (int)pl->K, 1.0f,
-                        (const float *)pl->a.data + aoff, (int)pl->a.ld,
-                        (const float *)pl->b.data + boff, (int)pl->b.ld, 0.0f, (float *)c,
-                        (int)pl->N);
-        else
-            cblas_dgemm(CblasRowMajor, ta, tb, (int)mt, (int)nt, (int)pl->K, 1.0,
-                        (const double *)pl->a.data + aoff, (int)pl->a.ld,
-                        (const double *)pl->b.data + boff, (int)pl->b.ld, 0.0, (double *)c,
-                        (int)pl->N);
+        wf__gemm(pl->dt, pl->a.trans, pl->b.trans, mt, nt, pl->K, pl->a.data + aoff * pl->es,
+                 pl->a.ld, pl->b.data + boff * pl->es, pl->b.ld, false, c, pl->N);
     }
     return 0;
 }
@@ -237,13 +211,13 @@ int wf__matmul_cpu(const wf_kctx *ctx, bool trans_a, bool trans_b, const wf_tens
         for (int d = 0; d < nb; d++)
             nbatch *= pl.bdims[d];
         /* Without a private serial BLAS, one call per matrix: BLAS threads split it. */
-        pl.tile_m = WF_BLAS_SERIAL ? MM_TILE_M : M;
-        pl.tile_n = WF_BLAS_SERIAL ? MM_TILE_N : N;
+        pl.tile_m = wf__blas_private() ? MM_TILE_M : M;
+        pl.tile_n = wf__blas_private() ? MM_TILE_N : N;
         pl.tiles_m = (M + pl.tile_m - 1) / pl.tile_m;
         pl.tiles_n = (N + pl.tile_n - 1) / pl.tile_n;
         pl.n_items = nbatch * pl.tiles_m * pl.tiles_n;
         double flops = 2.0 * (double)nbatch * (double)M * (double)N * (double)K;
-        if (WF_BLAS_SERIAL && ctx && ctx->rt && pl.n_items > 1 && flops >= MM_PAR_FLOPS)
+        if (wf__blas_private() && ctx && ctx->rt && pl.n_items > 1 && flops >= MM_PAR_FLOPS)
             rc = wf_parallel_for(ctx->rt, 0, pl.n_items, 1, tile, &pl);
         else
             rc = tile(&pl, 0, pl.n_items);

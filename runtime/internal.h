@@ -2,9 +2,11 @@
  * Owns: the layout of a session (struct wf_session), of a compiled plan (wf__plan) and of a
  *   run slot (wf__slot), and the calls between session.c, plan.c and exec.c.
  * Invariants (stated here once):
- *   - a plan's nodes are the graph nodes its key (the fetches and targets) needs, in
- *     ascending id: creation order is topological (core/graph.h), so this is an executable
- *     order; plan index i runs task i of every slot's task graph;
+ *   - a plan's nodes are what its key (the fetches and targets) needs after the compile
+ *     passes (runtime/passes.h): graph nodes and nodes the passes made, which the plan
+ *     owns ('made'), in a topological order (ascending id when no pass made a node);
+ *     plan index i runs task i of every slot's task graph; 'index_of' maps every graph
+ *     node to the plan node that computes its value (itself, or its replacement);
  *   - 'uses0[i]' is the number of input edges of plan nodes that read node i; at the start
  *     of a run 'uses[i]' is 'uses0[i]' plus one per fetch of i, and the value of node i is
  *     released when 'uses[i]' reaches 0, so between runs every value slot is NULL;
@@ -78,7 +80,7 @@ struct wf__plan {
     int32_t *key;            /* sorted, distinct ids of fetches and targets */
     int n_key;               /* entries of 'key' */
     int n;                   /* plan nodes */
-    wf_node **nodes;         /* 'n', ascending id */
+    wf_node **nodes;         /* 'n', in a topological order (see above) */
     uint8_t *kind;           /* WF__PN_* per plan node */
     uint8_t *reinfer;        /* 1: the shape depends on fed sizes: infer at kernel time */
     int32_t *var;            /* variable index per plan node (-1: not a variable) */
@@ -97,6 +99,11 @@ struct wf__plan {
     int n_slots, max_slots;  /* made (or being made) so far; the most allowed */
     wf__slot **all_slots;    /* 'max_slots' entries: the slots made, NULL elsewhere */
     struct wf_session *sess; /* owner */
+    wf_node **made;          /* 'n_made' nodes the passes made (passes.c), owned */
+    int n_made;
+    struct wf__rewrite *log; /* 'n_log' replacements, for wf_session_dump() */
+    int n_log;
+    wf_plan_stats stats; /* what the passes did */
 };
 
 struct wf_session {
@@ -112,6 +119,9 @@ struct wf_session {
     wf__plan *plans;            /* compiled plans, most recent first */
     int max_slots;              /* per plan (wf_session_opts.n_run_slots) */
     _Atomic uint64_t n_runs;    /* runs started: each run's wf_kernel_ctx.step */
+    uint32_t flags;             /* wf_session_opts.flags: WF_SESSION_NO_* passes */
+    int n_plans;                /* plans compiled, guarded by 'plans_mu' */
+    wf_plan_stats last_stats;   /* of the latest compiled plan, guarded by 'plans_mu' */
     char errmsg[WF_ERRMSG_MAX]; /* the latest failure */
 };
 
@@ -120,6 +130,12 @@ struct wf_session {
 /* Records a failure of a call on 's' as its message (wf_session_errmsg()) and this thread's
  * (wf_last_errmsg()); returns 'code'. */
 int wf__session_fail(wf_session *s, int code, const char *fmt, ...) WF_PRINTF(3, 4);
+
+/* Validates 'fetches' and 'targets' as wf_session_run() does ('fn' names the caller in
+ * messages) and finds or compiles their plan. Returns 0 with '*out' (NULL when there is
+ * nothing to run), or a negative status with the message set on 's'. */
+int wf__session_plan(wf_session *s, const char *fn, wf_node *const *fetches, int n_fetches,
+                     wf_node *const *targets, int n_targets, wf__plan **out);
 
 /* plan.c */
 

@@ -1,18 +1,19 @@
 /* runtime/plan.c: compiling one set of fetches and targets into an executable plan.
- * Owns: pruning (reverse reachability from the fetches and targets over input and control
- *   edges), the plan's order, its input CSR arrays and consumer counts, and the session's
- *   cache of plans keyed by the set of fetched and targeted node ids.
+ * Owns: the compile pipeline (pruning, then the passes of DESIGN.md in order, each a file
+ *   of its own that the session's flags can switch off: runtime/passes.h), the plan's
+ *   order, its input CSR arrays and consumer counts, and the session's cache of plans keyed
+ *   by the set of fetched and targeted node ids.
  * Why a cache keyed by the set: TensorFlow's DirectSession does the same (one executor per
  *   feed/fetch/target signature): the first run of a set compiles, every later run replays
  *   the plan and its pre-built task graphs (LESSONS.md, "replay pre-built graphs"). Feeds are
  *   not part of the key because only placeholders can be fed, and they prune nothing.
- * Cost: O(nodes + edges) of the needed subgraph, plus a byte and an int per graph node
+ * Cost: O(nodes + edges) of the needed subgraph per pass, plus a few bytes per graph node
  *   for the marks and 'index_of'; a 100,000-node chain compiles in a few milliseconds.
- * Not here: running a plan (exec.c), the session API (session.c), the passes DESIGN.md lists
- *   between pruning and the plan (folding, CSE, fusion, placement, memory planning: later,
- *   each a file of its own). */
-#include "internal.h"
+ * Not here: running a plan (exec.c), the session API (session.c), the passes (pass_*.c);
+ *   fusion, placement and memory planning come later, each a file of its own. */
+#include "passes.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,8 @@ void wf__plan_destroy(wf__plan *p)
     free(p->uses0);
     free(p->index_of);
     free(p->placeholders);
+    wf__pass_free_nodes(p->made, p->n_made);
+    free(p->log);
     free(p);
 }
 
@@ -55,52 +58,38 @@ static bool has_any_dim(wf_shape s)
     return false;
 }
 
-/* Marks every node 'key' needs; returns how many. 'stack' has room for n_nodes ids. */
-static int prune(wf_session *s, const int32_t *key, int n_key, uint8_t *needed, int32_t *stack)
-{
-    int top = 0, count = 0;
-    for (int k = 0; k < n_key; k++) {
-        needed[key[k]] = 1;
-        stack[top++] = key[k];
-        count++;
-    }
-    while (top > 0) {
-        const wf_node *n = wf_graph_node(s->g, stack[--top]);
-        for (int e = 0; e < n->n_inputs + n->n_control; e++) {
-            const wf_node *m = e < n->n_inputs ? n->inputs[e] : n->control[e - n->n_inputs];
-            if (!needed[m->id]) {
-                needed[m->id] = 1;
-                stack[top++] = m->id;
-                count++;
-            }
-        }
-    }
-    return count;
-}
-
-/* Fills the plan's per-node arrays. Returns 0 or a negative status with wf_last_errmsg(). */
-static int build(wf_session *s, wf__plan *p, const uint8_t *needed)
+/* Fills the plan's per-node arrays from the live nodes of 'c', 'ids[0 .. n-1]' in
+ * topological order. Returns 0 or a negative status with wf_last_errmsg(). */
+static int build(wf_session *s, wf__plan *p, wf__pass_ctx *c, const int32_t *ids, int n)
 {
     char desc[WF_ERRMSG_MAX];
-    int n = 0;
     int64_t edges = 0;
-    for (int id = 0; id < s->n_nodes; id++) {
-        p->index_of[id] = -1;
-        if (!needed[id])
-            continue;
-        wf_node *node = wf_graph_node(s->g, id);
-        p->index_of[id] = n;
-        p->nodes[n++] = node;
+    int32_t *pidx = malloc((size_t)c->n * sizeof *pidx); /* plan index per working id */
+    if (!pidx)
+        return wf__err(WF_ENOMEM, "wf_session_run: no memory for a plan of %d nodes", n);
+    for (int id = 0; id < c->n; id++)
+        pidx[id] = -1;
+    for (int i = 0; i < n; i++) {
+        wf_node *node = c->node[ids[i]];
+        pidx[ids[i]] = i;
+        p->nodes[i] = node;
         edges += node->n_inputs;
     }
-    if (edges > INT32_MAX)
+    for (int id = 0; id < s->n_nodes; id++)
+        p->index_of[id] = pidx[wf__pass_find(c, id)];
+    if (edges > INT32_MAX) {
+        free(pidx);
         return wf__err(WF_ENOMEM, "wf_session_run: %lld input edges are too many",
                        (long long)edges);
-    if (!(p->in_idx = malloc((size_t)(edges ? edges : 1) * sizeof *p->in_idx)))
+    }
+    if (!(p->in_idx = malloc((size_t)(edges ? edges : 1) * sizeof *p->in_idx))) {
+        free(pidx);
         return wf__err(WF_ENOMEM, "wf_session_run: no memory for %lld edges", (long long)edges);
+    }
     int32_t e = 0;
+    int rc = 0;
     p->run_inline = true;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && rc == 0; i++) {
         wf_node *node = p->nodes[i];
         const wf_op_def *op = node->op;
         /* See 'run_inline' in internal.h; a -1 dimension or a dynamic output may be big. */
@@ -115,31 +104,68 @@ static int build(wf_session *s, wf__plan *p, const uint8_t *needed)
         } else if (op == &wf_op_constant) {
             p->kind[i] = WF__PN_CONSTANT;
             if (!node->value)
-                return wf__err(WF_EINVAL, "%s: the constant has no value",
-                               wf__rt_node_desc(node, desc, sizeof desc));
+                rc = wf__err(WF_EINVAL, "%s: the constant has no value",
+                             wf__rt_node_desc(node, desc, sizeof desc));
         } else if (op == &wf_op_variable) {
             p->kind[i] = WF__PN_VARIABLE;
             p->var[i] = s->var_of[node->id];
         } else if (op->flags & WF_OP_SOURCE) {
-            return wf__err(WF_EINVAL, "%s: a source op the session cannot feed",
-                           wf__rt_node_desc(node, desc, sizeof desc));
+            rc = wf__err(WF_EINVAL, "%s: a source op the session cannot feed",
+                         wf__rt_node_desc(node, desc, sizeof desc));
         } else {
             p->kind[i] = WF__PN_KERNEL;
             if (!op->kernel[WF_KERNEL_CPU])
-                return wf__err(WF_EINVAL, "%s: op '%s' has no CPU kernel",
-                               wf__rt_node_desc(node, desc, sizeof desc), op->name);
+                rc = wf__err(WF_EINVAL, "%s: op '%s' has no CPU kernel",
+                             wf__rt_node_desc(node, desc, sizeof desc), op->name);
             bool dyn = has_any_dim(node->shape);
             for (int k = 0; k < node->n_inputs; k++)
-                dyn = dyn || has_any_dim(node->inputs[k]->shape);
+                dyn = dyn || has_any_dim(wf__pass_input(c, node, k)->shape);
             p->reinfer[i] = dyn;
         }
+        /* Inputs through the replacements: a node whose input was folded, merged or
+         * simplified reads the replacement (same dtype and shape, same values). */
         for (int k = 0; k < node->n_inputs; k++) {
-            int32_t j = p->index_of[node->inputs[k]->id];
+            int32_t j = pidx[wf__pass_find(c, node->inputs[k]->id)];
             p->in_idx[e++] = j;
             p->uses0[j]++;
         }
     }
     p->in_off[n] = e;
+    free(pidx);
+    return rc;
+}
+
+/* A pass of the pipeline: its function, the flag that switches it off, and where its node
+ * count goes. Pruning runs first and after each pass (what a pass replaced is unneeded). */
+typedef struct pass_def {
+    int (*run)(wf__pass_ctx *c);
+    uint32_t off_flag;
+    size_t count_at; /* offsetof(wf_plan_stats, nodes_after_...) */
+} pass_def;
+
+static const pass_def passes[] = {
+    { wf__pass_fold, WF_SESSION_NO_FOLD, offsetof(wf_plan_stats, nodes_after_fold) },
+    { wf__pass_cse, WF_SESSION_NO_CSE, offsetof(wf_plan_stats, nodes_after_cse) },
+    { wf__pass_simplify, WF_SESSION_NO_SIMPLIFY, offsetof(wf_plan_stats, nodes_after_simplify) },
+};
+
+/* Runs the pipeline on 'c'; fills 'st'. Returns 0 or a negative status. */
+static int run_passes(wf_session *s, wf__pass_ctx *c, wf_plan_stats *st)
+{
+    st->nodes_graph = s->n_nodes;
+    int live = st->nodes_after_prune = wf__pass_prune(c);
+    for (size_t k = 0; k < sizeof passes / sizeof passes[0]; k++) {
+        if (!(s->flags & passes[k].off_flag)) {
+            int rc = passes[k].run(c);
+            if (rc < 0)
+                return rc;
+            live = wf__pass_prune(c);
+        }
+        *(int *)((char *)st + passes[k].count_at) = live;
+    }
+    st->n_folded = c->n_folded;
+    st->n_merged = c->n_merged;
+    st->n_simplified = c->n_simplified;
     return 0;
 }
 
@@ -147,42 +173,57 @@ static int compile(wf_session *s, const int32_t *key, int n_key, wf__plan **out)
 {
     *out = NULL;
     int nn = s->n_nodes;
-    wf__plan *p = calloc(1, sizeof *p);
-    uint8_t *needed = calloc((size_t)nn, 1);
-    int32_t *stack = malloc((size_t)nn * sizeof *stack);
-    if (!p || !needed || !stack) {
-        free(p);
-        free(needed);
-        free(stack);
+    wf__pass_ctx c;
+    int rc = wf__pass_init(&c, s, key, n_key);
+    wf__plan *p = rc < 0 ? NULL : calloc(1, sizeof *p);
+    if (!p) {
+        wf__pass_deinit(&c);
         return wf__err(WF_ENOMEM, "wf_session_run: no memory to compile %d nodes", nn);
     }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->sess = s;
-    int n = prune(s, key, n_key, needed, stack);
-    free(stack);
-    p->n = n;
     p->n_key = n_key;
     p->max_slots = s->max_slots;
-    p->key = malloc((size_t)n_key * sizeof *p->key);
-    p->nodes = malloc((size_t)n * sizeof *p->nodes);
-    p->kind = calloc((size_t)n, 1);
-    p->reinfer = calloc((size_t)n, 1);
-    p->var = malloc((size_t)n * sizeof *p->var);
-    p->in_off = malloc((size_t)(n + 1) * sizeof *p->in_off);
-    p->uses0 = calloc((size_t)n, sizeof *p->uses0);
-    p->index_of = malloc((size_t)nn * sizeof *p->index_of);
-    p->placeholders = malloc((size_t)n * sizeof *p->placeholders);
-    p->all_slots = calloc((size_t)p->max_slots, sizeof *p->all_slots);
-    int rc = 0;
-    if (!p->key || !p->nodes || !p->kind || !p->reinfer || !p->var || !p->in_off || !p->uses0 ||
-        !p->index_of || !p->placeholders || !p->all_slots)
-        rc = wf__err(WF_ENOMEM, "wf_session_run: no memory for a plan of %d nodes", n);
+    int32_t *ids = NULL;
+    rc = run_passes(s, &c, &p->stats);
+    int n = 0;
+    if (rc == 0 && !(ids = malloc((size_t)c.n * sizeof *ids)))
+        rc = wf__err(WF_ENOMEM, "wf_session_run: no memory to compile %d nodes", c.n);
+    if (rc == 0 && (n = wf__pass_order(&c, ids)) < 0)
+        rc = n;
+    if (rc == 0) {
+        p->n = n;
+        p->key = malloc((size_t)n_key * sizeof *p->key);
+        p->nodes = malloc((size_t)(n ? n : 1) * sizeof *p->nodes);
+        p->kind = calloc((size_t)(n ? n : 1), 1);
+        p->reinfer = calloc((size_t)(n ? n : 1), 1);
+        p->var = malloc((size_t)(n ? n : 1) * sizeof *p->var);
+        p->in_off = malloc((size_t)(n + 1) * sizeof *p->in_off);
+        p->uses0 = calloc((size_t)(n ? n : 1), sizeof *p->uses0);
+        p->index_of = malloc((size_t)(nn ? nn : 1) * sizeof *p->index_of);
+        p->placeholders = malloc((size_t)(n ? n : 1) * sizeof *p->placeholders);
+        p->all_slots = calloc((size_t)p->max_slots, sizeof *p->all_slots);
+        if (!p->key || !p->nodes || !p->kind || !p->reinfer || !p->var || !p->in_off || !p->uses0 ||
+            !p->index_of || !p->placeholders || !p->all_slots)
+            rc = wf__err(WF_ENOMEM, "wf_session_run: no memory for a plan of %d nodes", n);
+    }
     if (rc == 0) {
         memcpy(p->key, key, (size_t)n_key * sizeof *key);
-        rc = build(s, p, needed);
+        rc = build(s, p, &c, ids, n);
     }
-    free(needed);
+    if (rc == 0 && c.n > c.n_orig) {
+        wf__pass_take_nodes(&c, &p->made, &p->n_made);
+        if (!p->made)
+            rc = wf__err(WF_ENOMEM, "wf_session_run: no memory for the plan's nodes");
+    }
+    if (rc == 0) { /* the log points at graph nodes and 'made': both outlive the plan's use */
+        p->log = c.log;
+        p->n_log = c.n_log;
+        c.log = NULL;
+    }
+    free(ids);
+    wf__pass_deinit(&c);
     if (rc < 0) {
         wf__plan_destroy(p);
         return rc;
@@ -200,13 +241,40 @@ int wf__plan_get(wf_session *s, const int32_t *key, int n_key, wf__plan **out)
             *out = p;
             return 0;
         }
-    /* Compiled under the lock, so a set is never compiled twice; other runs wait for it
-     * only at their first step (this lookup), and compiling is O(needed nodes). */
-    int rc = compile(s, key, n_key, out);
-    if (rc == 0) {
-        (*out)->next = s->plans;
-        s->plans = *out;
+    /* Without folding, a compile is O(needed nodes) and runs under the lock, so a set is
+     * never compiled twice; other runs wait for it only at their first step (this lookup).
+     * Folding runs kernels, which may split themselves with wf_parallel_for(): a worker
+     * waiting for those pieces may run other tasks meanwhile, and such a task may be a run
+     * of this session (runs from inside tasks are allowed) that needs 'plans_mu'. So a
+     * compile that may fold drops the lock, and a set compiled twice by racing runs keeps
+     * the plan inserted first. */
+    if (!(s->flags & WF_SESSION_NO_FOLD)) {
+        pthread_mutex_unlock(&s->plans_mu);
+        wf__plan *mine = NULL;
+        int rc = compile(s, key, n_key, &mine);
+        if (rc < 0)
+            return rc;
+        pthread_mutex_lock(&s->plans_mu);
+        for (wf__plan *p = s->plans; p; p = p->next)
+            if (p->n_key == n_key && memcmp(p->key, key, (size_t)n_key * sizeof *key) == 0) {
+                pthread_mutex_unlock(&s->plans_mu);
+                wf__plan_destroy(mine);
+                *out = p;
+                return 0;
+            }
+        *out = mine;
+    } else {
+        int rc = compile(s, key, n_key, out);
+        if (rc < 0) {
+            pthread_mutex_unlock(&s->plans_mu);
+            return rc;
+        }
     }
+    (*out)->next = s->plans;
+    s->plans = *out;
+    s->n_plans++;
+    s->last_stats = (*out)->stats;
+    s->last_stats.n_plans = s->n_plans;
     pthread_mutex_unlock(&s->plans_mu);
-    return rc;
+    return 0;
 }

@@ -64,9 +64,9 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     if (o.n_run_slots < 0 || o.n_run_slots > MAX_SLOTS)
         return wf__graph_fail(g, WF_EINVAL, "wf_session_create: n_run_slots is %d, not in [0, %d]",
                               o.n_run_slots, MAX_SLOTS);
-    if (o.flags)
+    if (o.flags & ~(uint32_t)WF_SESSION_NO_PASSES)
         return wf__graph_fail(g, WF_EINVAL, "wf_session_create: unknown flags 0x%x",
-                              (unsigned)o.flags);
+                              (unsigned)(o.flags & ~(uint32_t)WF_SESSION_NO_PASSES));
     if (wf_graph_status(g) < 0) {
         /* The graph keeps its first error; say it here too. */
         int code = wf_graph_status(g);
@@ -80,6 +80,7 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     s->rt = wf_graph_runtime(g);
     s->n_nodes = wf_graph_node_count(g);
     s->max_slots = o.n_run_slots ? o.n_run_slots : DEFAULT_SLOTS;
+    s->flags = o.flags;
     pthread_rwlock_init(&s->var_lock, NULL);
     pthread_mutex_init(&s->plans_mu, NULL);
     int rc = wf_pool_create(s->rt, NULL, &s->pool);
@@ -122,20 +123,20 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     return 0;
 }
 
-/* Checks that 'n' is a node this session can run; 'what' and 'i' name it in the message. */
-static int check_node(wf_session *s, const wf_node *n, const char *what, int i)
+/* Checks that 'n' is a node this session can run; 'what' and 'i' name it in the message,
+ * 'fn' the caller. */
+static int check_node(wf_session *s, const char *fn, const wf_node *n, const char *what, int i)
 {
     char desc[WF_ERRMSG_MAX];
     if (!n)
-        return wf__session_fail(s, WF_EINVAL, "wf_session_run: %s %d is NULL", what, i);
+        return wf__session_fail(s, WF_EINVAL, "%s: %s %d is NULL", fn, what, i);
     if (n->graph != s->g)
-        return wf__session_fail(s, WF_EINVAL, "wf_session_run: %s %d, %s, belongs to another graph",
-                                what, i, wf__rt_node_desc(n, desc, sizeof desc));
+        return wf__session_fail(s, WF_EINVAL, "%s: %s %d, %s, belongs to another graph", fn, what,
+                                i, wf__rt_node_desc(n, desc, sizeof desc));
     if (n->id >= s->n_nodes)
-        return wf__session_fail(
-            s, WF_EINVAL,
-            "wf_session_run: %s %d, %s, was created after the session (node %d of %d)", what, i,
-            wf__rt_node_desc(n, desc, sizeof desc), n->id, s->n_nodes);
+        return wf__session_fail(s, WF_EINVAL,
+                                "%s: %s %d, %s, was created after the session (node %d of %d)", fn,
+                                what, i, wf__rt_node_desc(n, desc, sizeof desc), n->id, s->n_nodes);
     return 0;
 }
 
@@ -144,7 +145,7 @@ static int check_feed(wf_session *s, const wf_feed *feeds, int i)
 {
     char desc[WF_ERRMSG_MAX], a[160], b[160];
     const wf_feed *f = &feeds[i];
-    int rc = check_node(s, f->node, "feed", i);
+    int rc = check_node(s, "wf_session_run", f->node, "feed", i);
     if (rc < 0)
         return rc;
     wf__rt_node_desc(f->node, desc, sizeof desc);
@@ -191,6 +192,43 @@ static void clear_values(wf__slot *sl)
 
 #define STACK_KEY 32
 
+int wf__session_plan(wf_session *s, const char *fn, wf_node *const *fetches, int n_fetches,
+                     wf_node *const *targets, int n_targets, wf__plan **out)
+{
+    *out = NULL;
+    if (n_fetches > INT32_MAX - n_targets)
+        return wf__session_fail(s, WF_EINVAL, "%s: too many fetches and targets", fn);
+    int rc = 0;
+    for (int i = 0; i < n_fetches && rc == 0; i++)
+        rc = check_node(s, fn, fetches[i], "fetch", i);
+    for (int i = 0; i < n_targets && rc == 0; i++)
+        rc = check_node(s, fn, targets[i], "target", i);
+    if (rc < 0 || n_fetches + n_targets == 0)
+        return rc;
+
+    /* The plan's key: the sorted, distinct ids of fetches and targets. */
+    int32_t key_stack[STACK_KEY], *key = key_stack;
+    int n_key = n_fetches + n_targets;
+    if (n_key > STACK_KEY && !(key = malloc((size_t)n_key * sizeof *key)))
+        return wf__session_fail(s, WF_ENOMEM, "%s: no memory for %d fetches and targets", fn,
+                                n_key);
+    for (int i = 0; i < n_fetches; i++)
+        key[i] = fetches[i]->id;
+    for (int i = 0; i < n_targets; i++)
+        key[n_fetches + i] = targets[i]->id;
+    qsort(key, (size_t)n_key, sizeof *key, cmp_i32);
+    int m = 0;
+    for (int i = 0; i < n_key; i++)
+        if (m == 0 || key[m - 1] != key[i])
+            key[m++] = key[i];
+    rc = wf__plan_get(s, key, m, out);
+    if (key != key_stack)
+        free(key);
+    if (rc < 0)
+        return wf__session_fail(s, rc, "%s", wf_last_errmsg());
+    return 0;
+}
+
 int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches,
                    int n_fetches, wf_tensor **outs, wf_node *const *targets, int n_targets)
 {
@@ -210,39 +248,12 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
         outs[i] = NULL;
     if (n_fetches > INT32_MAX - n_targets)
         return wf__session_fail(s, WF_EINVAL, "wf_session_run: too many fetches and targets");
-    int rc = 0;
-    for (int i = 0; i < n_fetches && rc == 0; i++)
-        rc = check_node(s, fetches[i], "fetch", i);
-    for (int i = 0; i < n_targets && rc == 0; i++)
-        rc = check_node(s, targets[i], "target", i);
+    wf__plan *p = NULL;
+    int rc = wf__session_plan(s, "wf_session_run", fetches, n_fetches, targets, n_targets, &p);
     for (int i = 0; i < n_feeds && rc == 0; i++)
         rc = check_feed(s, feeds, i);
-    if (rc < 0)
+    if (rc < 0 || !p)
         return rc;
-    if (n_fetches + n_targets == 0)
-        return 0;
-
-    /* The plan's key: the sorted, distinct ids of fetches and targets. */
-    int32_t key_stack[STACK_KEY], *key = key_stack;
-    int n_key = n_fetches + n_targets;
-    if (n_key > STACK_KEY && !(key = malloc((size_t)n_key * sizeof *key)))
-        return wf__session_fail(s, WF_ENOMEM,
-                                "wf_session_run: no memory for %d fetches and targets", n_key);
-    for (int i = 0; i < n_fetches; i++)
-        key[i] = fetches[i]->id;
-    for (int i = 0; i < n_targets; i++)
-        key[n_fetches + i] = targets[i]->id;
-    qsort(key, (size_t)n_key, sizeof *key, cmp_i32);
-    int m = 0;
-    for (int i = 0; i < n_key; i++)
-        if (m == 0 || key[m - 1] != key[i])
-            key[m++] = key[i];
-    wf__plan *p = NULL;
-    rc = wf__plan_get(s, key, m, &p);
-    if (key != key_stack)
-        free(key);
-    if (rc < 0)
-        return wf__session_fail(s, rc, "%s", wf_last_errmsg());
 
     wf__slot *sl = NULL;
     if ((rc = wf__slot_take(p, &sl)) < 0)

@@ -23,10 +23,10 @@ packages=(
     hwloc             # lstopo, to see what the scheduler sees
     libuv1-dev        # transport/: bootstrap (later)
     libopenblas-dev   # ops/: CPU GEMM (later); perf/ peers
-    libopenblas-pthread-dev # named, or a fresh machine would let -serial-dev below satisfy
-                            # libopenblas-dev's alternatives and get no threaded OpenBLAS
-    libopenblas-serial-dev # ops/: the private single-threaded BLAS inside weft tiles
+    libopenblas-pthread-dev # ops/: its static archive is weft's private BLAS, one thread
+                            # per call (ops/blas.c); perf/: the threaded OpenBLAS peer
     libucx-dev        # transport/: UCX endpoints (later)
+    openmpi-bin       # perf/comm_bench: the Open MPI all-reduce peer (mpirun, libmpi.so.40)
     libcriterion-dev  # tests/
     zlib1g-dev        # examples/weft-train: reads gzip-compressed datasets
     systemtap-sdt-dev # sys/sdt.h: USDT probes

@@ -23,12 +23,12 @@
 
 /* ---- Reduction kernels -------------------------------------------------------------------- */
 
-#define REDUCE_LOOP(T, EXPR)              \
-    do {                                  \
-        T *d = dst;                       \
-        const T *s = src;                 \
-        for (size_t i = 0; i < n; i++)    \
-            d[i] = (EXPR);                \
+#define REDUCE_LOOP(T, EXPR)           \
+    do {                               \
+        T *d = dst;                    \
+        const T *s = src;              \
+        for (size_t i = 0; i < n; i++) \
+            d[i] = (EXPR);             \
     } while (0)
 
 /* Max of floats: NaN wins (from either side), so one NaN poisons the result as a sum would. */
@@ -234,7 +234,8 @@ static int rd_allreduce(wf_comm *c, uint8_t *buf, size_t count, size_t bytes, wf
     return 0;
 }
 
-/* ---- Ring -------------------------------------------------------------------------------------- */
+/* ---- Ring --------------------------------------------------------------------------------------
+ */
 
 /* A ring over N blocks of 'buf' (block v: elements off[v] .. off[v] + len[v]). With 'rs',
  * N-1 reduce-scatter steps (steps 0 .. N-2) leave rank r with block r+1 reduced over every
@@ -345,8 +346,7 @@ int wf_comm_allreduce(wf_comm *c, const void *send, void *recv, size_t count, wf
             if (!ol)
                 return wf__err(WF_ENOMEM, "%s: out of memory", what);
             split(count, c->size, ol, ol + c->size);
-            rc = ring(c, recv, wf_dtype_size(dt), ol, ol + c->size, dt, op, true, true, seq,
-                      what);
+            rc = ring(c, recv, wf_dtype_size(dt), ol, ol + c->size, dt, op, true, true, seq, what);
             free(ol);
         }
     }

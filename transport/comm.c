@@ -99,16 +99,16 @@ static void comm_free(wf_comm *c)
 }
 
 /* Waits under 'mu' until 'pred' holds, the comm fails, or 'deadline_ns'. */
-#define WAIT_UNTIL(c, pred, deadline_ns)                                                  \
-    do {                                                                                  \
-        pthread_mutex_lock(&(c)->mu);                                                     \
-        while (!(pred) && !atomic_load(&(c)->failed) && wf__net_now_ns() < (deadline_ns)) {  \
-            uint64_t until_ = wf__net_now_ns() + 100000000u;                                  \
-            struct timespec ts_ = { .tv_sec = (time_t)(until_ / 1000000000u),             \
-                                    .tv_nsec = (long)(until_ % 1000000000u) };            \
-            pthread_cond_timedwait(&(c)->cv, &(c)->mu, &ts_);                             \
-        }                                                                                 \
-        pthread_mutex_unlock(&(c)->mu);                                                   \
+#define WAIT_UNTIL(c, pred, deadline_ns)                                                    \
+    do {                                                                                    \
+        pthread_mutex_lock(&(c)->mu);                                                       \
+        while (!(pred) && !atomic_load(&(c)->failed) && wf__net_now_ns() < (deadline_ns)) { \
+            uint64_t until_ = wf__net_now_ns() + 100000000u;                                \
+            struct timespec ts_ = { .tv_sec = (time_t)(until_ / 1000000000u),               \
+                                    .tv_nsec = (long)(until_ % 1000000000u) };              \
+            pthread_cond_timedwait(&(c)->cv, &(c)->mu, &ts_);                               \
+        }                                                                                   \
+        pthread_mutex_unlock(&(c)->mu);                                                     \
     } while (0)
 
 /* A barrier through rank 0's control connections (creation only: collectives use UCX). */
@@ -126,8 +126,10 @@ static int ctl_barrier(wf_comm *c, uint32_t seq, uint64_t deadline_ns)
     bool ok = c->released_seq >= seq;
     pthread_mutex_unlock(&c->mu);
     if (!ok)
-        return wf__comm_fail(c, WF_ETIMEDOUT, -1, "wf_comm_create: rank %d: the first barrier "
-                                                  "did not complete in time", c->rank);
+        return wf__comm_fail(c, WF_ETIMEDOUT, -1,
+                             "wf_comm_create: rank %d: the first barrier "
+                             "did not complete in time",
+                             c->rank);
     return 0;
 }
 
@@ -151,8 +153,9 @@ int wf_comm_create(wf_runtime *rt, const wf_comm_opts *o, wf_comm **out)
     if (o->net_devices && strlen(o->net_devices) >= 64)
         return wf__err(WF_EINVAL, "wf_comm_create: net_devices '%s' is too long", o->net_devices);
     if (o->heartbeat_ms && o->heartbeat_timeout_ms && o->heartbeat_timeout_ms <= o->heartbeat_ms)
-        return wf__err(WF_EINVAL, "wf_comm_create: heartbeat_timeout_ms %u must exceed "
-                                  "heartbeat_ms %u",
+        return wf__err(WF_EINVAL,
+                       "wf_comm_create: heartbeat_timeout_ms %u must exceed "
+                       "heartbeat_ms %u",
                        o->heartbeat_timeout_ms, o->heartbeat_ms);
     wf_comm *c = calloc(1, sizeof *c);
     if (!c)
@@ -225,7 +228,7 @@ int wf_comm_create(wf_runtime *rt, const wf_comm_opts *o, wf_comm **out)
         goto fail;
     *out = c;
     return 0;
-fail: {
+fail : {
     char msg[WF_ERRMSG_MAX];
     snprintf(msg, sizeof msg, "%s", wf_last_errmsg());
     comm_free(c);

@@ -75,8 +75,8 @@ int wf__frame_parse(const uint8_t *buf, size_t len, wf__frame *f, size_t *used, 
     }
     uint32_t cap = wf__frame_cap(type);
     if (n > cap) {
-        snprintf(err, errlen, "frame: type %u declares %u payload bytes, above its cap %u", type,
-                 n, cap);
+        snprintf(err, errlen, "frame: type %u declares %u payload bytes, above its cap %u", type, n,
+                 cap);
         return WF_EFORMAT;
     }
     f->type = type;
@@ -260,8 +260,8 @@ int wf__hello_decode(const uint8_t *p, size_t len, int size, const char *token, 
         return WF_EPEER;
     }
     if (h->size != (uint32_t)size) {
-        snprintf(err, errlen, "HELLO from rank %u (host %s, pid %u): size %u, expected %d",
-                 h->rank, h->host, h->pid, h->size, size);
+        snprintf(err, errlen, "HELLO from rank %u (host %s, pid %u): size %u, expected %d", h->rank,
+                 h->host, h->pid, h->size, size);
         return WF_EPEER;
     }
     if (h->rank == 0 || h->rank >= (uint32_t)size) {

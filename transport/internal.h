@@ -31,13 +31,13 @@
 
 /* ---- Frames: [u32 magic][u16 version][u16 type][u32 length][payload], little endian. ---- */
 
-#define WF__FRAME_MAGIC    0x57465446u /* "FTFW" on the wire, read as 'WFTF' */
-#define WF__FRAME_VERSION  1
-#define WF__FRAME_HDR      12
-#define WF__TOKEN_MAX      256     /* bytes of a token */
-#define WF__HOST_MAX       255     /* bytes of a host name */
-#define WF__UCX_ADDR_MAX   8192    /* bytes of a UCX worker address */
-#define WF__REASON_MAX     480     /* bytes of a reason in REJECT and FAIL */
+#define WF__FRAME_MAGIC   0x57465446u /* "FTFW" on the wire, read as 'WFTF' */
+#define WF__FRAME_VERSION 1
+#define WF__FRAME_HDR     12
+#define WF__TOKEN_MAX     256  /* bytes of a token */
+#define WF__HOST_MAX      255  /* bytes of a host name */
+#define WF__UCX_ADDR_MAX  8192 /* bytes of a UCX worker address */
+#define WF__REASON_MAX    480  /* bytes of a reason in REJECT and FAIL */
 
 enum wf__frame_type {
     WF__F_HELLO = 1,     /* rank -> 0: rank, size, incarnation, pid, token, host, UCX address */
@@ -81,7 +81,7 @@ typedef struct wf__wbuf {
 
 void wf__wbuf_begin(wf__wbuf *w, uint16_t type); /* writes a header to fill in at the end */
 void wf__wbuf_u32(wf__wbuf *w, uint32_t v);
-void wf__wbuf_str(wf__wbuf *w, const char *s, size_t n); /* u16 length + bytes */
+void wf__wbuf_str(wf__wbuf *w, const char *s, size_t n);  /* u16 length + bytes */
 void wf__wbuf_blob(wf__wbuf *w, const void *p, size_t n); /* u32 length + bytes */
 int wf__wbuf_end(wf__wbuf *w); /* fills in the length; WF_ENOMEM if anything failed */
 
@@ -117,6 +117,43 @@ int wf__hello_decode(const uint8_t *p, size_t len, int size, const char *token, 
 
 typedef struct wf__conn wf__conn;
 
+/* UCX is loaded with dlopen() by the first wf_comm_create() of a process, not linked: UCX's
+ * libucm hooks mmap/madvise as soon as it is loaded, which every program using libweft
+ * would otherwise get (and which crashes exiting threads under ThreadSanitizer). Once
+ * loaded it stays: its hooks cannot be taken back. These are the calls weft makes. */
+/* clang-format off */
+#define WF__UCX_FUNCS(X) \
+    X(ucp_config_read) \
+    X(ucp_config_modify) \
+    X(ucp_config_release) \
+    X(ucp_init_version) \
+    X(ucp_cleanup) \
+    X(ucp_worker_create) \
+    X(ucp_worker_query) \
+    X(ucp_worker_get_efd) \
+    X(ucp_worker_get_address) \
+    X(ucp_worker_release_address) \
+    X(ucp_worker_destroy) \
+    X(ucp_worker_progress) \
+    X(ucp_worker_arm) \
+    X(ucp_ep_create) \
+    X(ucp_ep_close_nbx) \
+    X(ucp_request_check_status) \
+    X(ucp_request_free) \
+    X(ucp_request_cancel) \
+    X(ucp_tag_send_nbx) \
+    X(ucp_tag_recv_nbx) \
+    X(ucs_status_string)
+
+/* clang-format on */
+
+typedef struct wf__ucx_api {
+    void *lib; /* dlopen("libucp.so.0"); never closed */
+#define WF__UCX_PTR(f) __typeof__(f) *f;
+    WF__UCX_FUNCS(WF__UCX_PTR)
+#undef WF__UCX_PTR
+} wf__ucx_api;
+
 typedef struct wf__peer {
     char host[WF__HOST_MAX + 1];
     uint32_t pid, incarnation;
@@ -151,8 +188,9 @@ struct wf_comm_req {
     int peer;
     bool is_recv;
     _Atomic bool done; /* set under mu, read without it (acquire) */
-    bool orphan; /* (mu) */
-    int status;  /* (mu) wf_status once done */
+    bool orphan;       /* (mu) */
+    int status;        /* (mu) wf_status once done */
+    ucs_status_t ust;  /* (mu) UCX's status once done */
     uint64_t key;
     size_t bytes;
     ucp_tag_recv_info_t info;
@@ -171,6 +209,7 @@ struct wf_comm {
     char net_devices[64];
 
     /* UCX */
+    wf__ucx_api api;
     ucp_context_h ctx;
     ucp_worker_h worker;
     int efd;
@@ -185,30 +224,29 @@ struct wf_comm {
     uv_poll_t efd_poll;
     uv_tcp_t server;
     bool server_open, poll_open;
-    wf__conn *conns;    /* every open control connection */
-    wf__conn *to_root;  /* ranks > 0: the connection to rank 0 */
-    uint64_t root_seen; /* ranks > 0: when rank 0 last spoke */
-    int n_registered;   /* rank 0 */
+    wf__conn *conns;      /* every open control connection */
+    wf__conn *to_root;    /* ranks > 0: the connection to rank 0 */
+    int n_registered;     /* rank 0 */
     uint32_t arrived_seq; /* rank 0: the control barrier being counted */
     int n_arrived;
-    uint32_t *rank_seq;   /* rank 0: the last barrier seq each rank arrived at */
-    int n_bye;            /* rank 0 */
+    uint32_t *rank_seq; /* rank 0: the last barrier seq each rank arrived at */
+    int n_bye;          /* rank 0 */
     pthread_t thread;
     bool thread_started;
 
     /* Shared between the caller and the net thread. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int phase;             /* (mu) wf__phase */
-    uint32_t released_seq; /* (mu) the last control barrier released */
-    uint32_t want_seq;     /* (mu) the control barrier the caller is at */
-    bool want_bye;         /* (mu) the caller is leaving */
-    bool want_stop;        /* (mu) the net thread should close everything and exit */
-    bool want_abort;       /* (mu) tell everyone about 'failmsg' (a local timeout) */
-    bool abort_sent;       /* (mu) */
-    int sleepers;          /* (mu) callers waiting on 'cv' for requests */
-    _Atomic int failed;    /* 0 or the wf_status that failed the comm */
-    int failed_rank;       /* (mu) the rank that failed, or -1 */
+    int phase;                   /* (mu) wf__phase */
+    uint32_t released_seq;       /* (mu) the last control barrier released */
+    uint32_t want_seq;           /* (mu) the control barrier the caller is at */
+    bool want_bye;               /* (mu) the caller is leaving */
+    bool want_stop;              /* (mu) the net thread should close everything and exit */
+    bool abort_sent;             /* (mu) */
+    int sleepers;                /* (mu) callers waiting on 'cv' for requests */
+    _Atomic int sends_in_flight; /* sends posted and not completed (see wf__wait) */
+    _Atomic int failed;          /* 0 or the wf_status that failed the comm */
+    int failed_rank;             /* (mu) the rank that failed, or -1 */
     char failmsg[WF_ERRMSG_MAX];
     wf_comm_req *orphans; /* (mu) */
 

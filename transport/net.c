@@ -383,8 +383,8 @@ static void handle_frame(wf__conn *k, const wf__frame *f)
         wf__rbuf r = { .p = f->payload, .len = f->len };
         size_t n;
         const uint8_t *s = wf__rbuf_str(&r, WF__REASON_MAX, &n);
-        wf__comm_fail(c, WF_EPEER, 0, "rank 0 at %s refused us: %.*s", c->addr_str,
-                      s ? (int)n : 0, s ? (const char *)s : "");
+        wf__comm_fail(c, WF_EPEER, 0, "rank 0 at %s refused us: %.*s", c->addr_str, s ? (int)n : 0,
+                      s ? (const char *)s : "");
         conn_close(k);
         return;
     }
@@ -566,7 +566,6 @@ static void on_connect(uv_connect_t *req, int status)
     }
     c->to_root = k;
     k->rank = 0;
-    c->root_seen = wf__net_now_ns();
     if (uv_read_start((uv_stream_t *)&k->tcp, on_alloc, on_read) != 0) {
         conn_close(k);
         return;
@@ -688,7 +687,9 @@ static void on_wake(uv_async_t *a)
     bool bye = c->want_bye;
     uint32_t seq = c->want_seq;
     int failed = atomic_load(&c->failed);
-    bool tell = failed && !c->abort_sent && !stop;
+    /* Even when stopping: a rank that fails and leaves at once must still tell the others
+     * why (the frame is written before the socket is closed). */
+    bool tell = failed && !c->abort_sent;
     if (tell)
         c->abort_sent = true;
     int frank = c->failed_rank;
@@ -800,7 +801,7 @@ int wf__net_start(wf_comm *c)
         goto fail;
     }
     return 0;
-fail: {
+fail : {
     /* Close what was opened and run the loop until the closes are done; keep the message. */
     char msg[WF_ERRMSG_MAX];
     snprintf(msg, sizeof msg, "%s", wf_last_errmsg());

@@ -17,6 +17,7 @@
  * Not here: collectives (coll.c), the control plane (net.c). */
 #include "internal.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,54 +28,80 @@
 
 static uint64_t make_tag(uint64_t body, int src, uint32_t incarnation)
 {
-    return body | ((uint64_t)src << TAG_SRC_SHIFT) | ((uint64_t)(incarnation & 0x3ff) << TAG_INC_SHIFT);
+    return body | ((uint64_t)src << TAG_SRC_SHIFT) |
+           ((uint64_t)(incarnation & 0x3ff) << TAG_INC_SHIFT);
 }
 
-static int ucx_err(ucs_status_t st, const char *what)
+static int ucx_err(wf_comm *c, ucs_status_t st, const char *what)
 {
-    return wf__err(WF_EDEVICE, "%s: UCX: %s", what, ucs_status_string(st));
+    return wf__err(WF_EDEVICE, "%s: UCX: %s", what, c->api.ucs_status_string(st));
+}
+
+static int load(wf_comm *c)
+{
+    /* RTLD_LOCAL: UCX's symbols stay out of the program's namespace. dlerror() is not
+     * thread-safe, so the message is only what we can say without it when racing. */
+    c->api.lib = dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!c->api.lib)
+        return wf__err(WF_ENOSYS,
+                       "wf_comm_create: cannot load UCX (libucp.so.0; Debian: "
+                       "libucx0): %s",
+                       dlerror());
+#define WF__UCX_SYM(f)                                        \
+    if (!(c->api.f = (__typeof__(f) *)dlsym(c->api.lib, #f))) \
+        return wf__err(WF_ENOSYS, "wf_comm_create: UCX (libucp.so.0) has no %s", #f);
+    WF__UCX_FUNCS(WF__UCX_SYM)
+#undef WF__UCX_SYM
+    return 0;
 }
 
 int wf__ucx_init(wf_comm *c, const char *tls)
 {
+    int rc = load(c);
+    if (rc < 0)
+        return rc;
     ucp_config_t *cfg;
-    ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+    ucs_status_t st = c->api.ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK)
-        return ucx_err(st, "wf_comm_create: ucp_config_read");
+        return ucx_err(c, st, "wf_comm_create: ucp_config_read");
     /* Always name the devices: UCX otherwise advertises every interface (LESSONS.md). */
-    st = ucp_config_modify(cfg, "NET_DEVICES", c->net_devices);
-    if (st == UCS_OK && tls)
-        st = ucp_config_modify(cfg, "TLS", tls);
+    st = c->api.ucp_config_modify(cfg, "NET_DEVICES", c->net_devices);
+    /* No CMA by default: with UCP_ERR_HANDLING_MODE_NONE, a peer that dies during a CMA
+     * rendezvous makes UCX abort the survivor (cma_ep.c: process_vm_readv failed, fatal;
+     * measured in test_failure.c). Shared memory (mm) stays. An explicit 'tls', or UCX_TLS
+     * set by the user for UCX, wins. */
+    if (st == UCS_OK && (tls || !getenv("UCX_TLS")))
+        st = c->api.ucp_config_modify(cfg, "TLS", tls ? tls : "^cma");
     if (st == UCS_OK)
-        st = ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "inf");
+        st = c->api.ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "inf");
     if (st != UCS_OK) {
-        ucp_config_release(cfg);
+        c->api.ucp_config_release(cfg);
         return wf__err(WF_EINVAL, "wf_comm_create: UCX refused net_devices '%s' or tls '%s': %s",
-                       c->net_devices, tls ? tls : "(default)", ucs_status_string(st));
+                       c->net_devices, tls ? tls : "(default)", c->api.ucs_status_string(st));
     }
     ucp_params_t p = {
         .field_mask = UCP_PARAM_FIELD_FEATURES,
         .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
     };
-    st = ucp_init(&p, cfg, &c->ctx);
-    ucp_config_release(cfg);
+    st = c->api.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, &c->ctx); /* ucp_init() */
+    c->api.ucp_config_release(cfg);
     if (st != UCS_OK)
-        return ucx_err(st, "wf_comm_create: ucp_init");
+        return ucx_err(c, st, "wf_comm_create: ucp_init");
     ucp_worker_params_t wp = {
         .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
         .thread_mode = UCS_THREAD_MODE_MULTI,
     };
-    if ((st = ucp_worker_create(c->ctx, &wp, &c->worker)) != UCS_OK)
-        return ucx_err(st, "wf_comm_create: ucp_worker_create");
+    if ((st = c->api.ucp_worker_create(c->ctx, &wp, &c->worker)) != UCS_OK)
+        return ucx_err(c, st, "wf_comm_create: ucp_worker_create");
     ucp_worker_attr_t wa = { .field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE };
-    if ((st = ucp_worker_query(c->worker, &wa)) != UCS_OK)
-        return ucx_err(st, "wf_comm_create: ucp_worker_query");
+    if ((st = c->api.ucp_worker_query(c->worker, &wa)) != UCS_OK)
+        return ucx_err(c, st, "wf_comm_create: ucp_worker_query");
     if (wa.thread_mode != UCS_THREAD_MODE_MULTI)
         return wf__err(WF_EDEVICE, "wf_comm_create: this UCX has no multi-threaded workers");
-    if ((st = ucp_worker_get_efd(c->worker, &c->efd)) != UCS_OK)
-        return ucx_err(st, "wf_comm_create: ucp_worker_get_efd");
-    if ((st = ucp_worker_get_address(c->worker, &c->my_addr, &c->my_addr_len)) != UCS_OK)
-        return ucx_err(st, "wf_comm_create: ucp_worker_get_address");
+    if ((st = c->api.ucp_worker_get_efd(c->worker, &c->efd)) != UCS_OK)
+        return ucx_err(c, st, "wf_comm_create: ucp_worker_get_efd");
+    if ((st = c->api.ucp_worker_get_address(c->worker, &c->my_addr, &c->my_addr_len)) != UCS_OK)
+        return ucx_err(c, st, "wf_comm_create: ucp_worker_get_address");
     if (c->my_addr_len > WF__UCX_ADDR_MAX)
         return wf__err(WF_EDEVICE, "wf_comm_create: UCX worker address of %zu bytes, above %d",
                        c->my_addr_len, WF__UCX_ADDR_MAX);
@@ -90,10 +117,10 @@ int wf__ucx_connect(wf_comm *c)
             .address = (const ucp_address_t *)c->peers[r].addr,
             .err_mode = UCP_ERR_HANDLING_MODE_NONE,
         };
-        ucs_status_t st = ucp_ep_create(c->worker, &ep, &c->peers[r].ep);
+        ucs_status_t st = c->api.ucp_ep_create(c->worker, &ep, &c->peers[r].ep);
         if (st != UCS_OK)
             return wf__err(WF_EDEVICE, "wf_comm_create: UCX endpoint to rank %d (host %s): %s", r,
-                           c->peers[r].host, ucs_status_string(st));
+                           c->peers[r].host, c->api.ucs_status_string(st));
     }
     return 0;
 }
@@ -101,9 +128,9 @@ int wf__ucx_connect(wf_comm *c)
 void wf__ucx_progress_arm(wf_comm *c)
 {
     for (;;) {
-        while (ucp_worker_progress(c->worker) != 0) {
+        while (c->api.ucp_worker_progress(c->worker) != 0) {
         }
-        ucs_status_t st = ucp_worker_arm(c->worker);
+        ucs_status_t st = c->api.ucp_worker_arm(c->worker);
         if (st != UCS_ERR_BUSY)
             return;
     }
@@ -121,12 +148,12 @@ void wf__ucx_fini(wf_comm *c)
             continue;
         ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                     .flags = UCP_EP_CLOSE_FLAG_FORCE };
-        ucs_status_ptr_t req = ucp_ep_close_nbx(c->peers[r].ep, &prm);
+        ucs_status_ptr_t req = c->api.ucp_ep_close_nbx(c->peers[r].ep, &prm);
         if (UCS_PTR_IS_PTR(req)) {
             uint64_t end = wf__net_now_ns() + 1000000000u;
-            while (ucp_request_check_status(req) == UCS_INPROGRESS && wf__net_now_ns() < end)
-                ucp_worker_progress(c->worker);
-            ucp_request_free(req);
+            while (c->api.ucp_request_check_status(req) == UCS_INPROGRESS && wf__net_now_ns() < end)
+                c->api.ucp_worker_progress(c->worker);
+            c->api.ucp_request_free(req);
         }
         c->peers[r].ep = NULL;
     }
@@ -136,12 +163,12 @@ void wf__ucx_fini(wf_comm *c)
     pthread_mutex_unlock(&c->mu);
     for (; o; o = o->next_orphan)
         if (o->ureq && !atomic_load(&o->done))
-            ucp_request_cancel(c->worker, o->ureq);
-    while (ucp_worker_progress(c->worker) != 0) {
+            c->api.ucp_request_cancel(c->worker, o->ureq);
+    while (c->api.ucp_worker_progress(c->worker) != 0) {
     }
     if (c->my_addr)
-        ucp_worker_release_address(c->worker, c->my_addr);
-    ucp_worker_destroy(c->worker);
+        c->api.ucp_worker_release_address(c->worker, c->my_addr);
+    c->api.ucp_worker_destroy(c->worker);
     c->worker = NULL;
     c->my_addr = NULL;
     /* Whatever is still orphaned now can never complete: its UCX request went with the
@@ -153,7 +180,7 @@ void wf__ucx_fini(wf_comm *c)
     }
 ctx:
     if (c->ctx)
-        ucp_cleanup(c->ctx);
+        c->api.ucp_cleanup(c->ctx);
     c->ctx = NULL;
 }
 
@@ -172,8 +199,11 @@ static void complete(wf_comm_req *r, void *ureq, ucs_status_t st, size_t length)
     else if (st != UCS_OK)
         status = WF_EDEVICE;
     bool free_now = false;
+    if (!r->is_recv && ureq)
+        atomic_fetch_sub(&c->sends_in_flight, 1);
     pthread_mutex_lock(&c->mu);
     r->status = status;
+    r->ust = st;
     r->info.length = length;
     atomic_store_explicit(&r->done, true, memory_order_release);
     if (r->orphan) {
@@ -189,7 +219,7 @@ static void complete(wf_comm_req *r, void *ureq, ucs_status_t st, size_t length)
     pthread_mutex_unlock(&c->mu);
     if (free_now) {
         if (ureq)
-            ucp_request_free(ureq);
+            c->api.ucp_request_free(ureq);
         free(r);
     }
 }
@@ -202,6 +232,28 @@ static void on_send(void *ureq, ucs_status_t st, void *user)
 static void on_recv(void *ureq, ucs_status_t st, const ucp_tag_recv_info_t *info, void *user)
 {
     complete(user, ureq, st, info ? info->length : 0);
+}
+
+/* UCX reported an error on the way to 'peer' (UCX 1.13 says "Endpoint timeout" when a
+ * shared-memory peer died). The control plane usually knows why within milliseconds (the
+ * dead process's socket closes): wait up to 500 ms for its verdict, which names the rank and
+ * says "died"; else blame the peer with UCX's words. Returns the comm's failure code. */
+static int peer_error(wf_comm *c, int peer, const char *what, ucs_status_t st)
+{
+    uint64_t end = wf__net_now_ns() + 500000000u;
+    pthread_mutex_lock(&c->mu);
+    while (!atomic_load(&c->failed) && wf__net_now_ns() < end) {
+        uint64_t until = wf__net_now_ns() + 10000000u;
+        struct timespec ts = { .tv_sec = (time_t)(until / 1000000000u),
+                               .tv_nsec = (long)(until % 1000000000u) };
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!atomic_load(&c->failed))
+        wf__comm_fail(
+            c, WF_EPEER, peer, "rank %d (host %s, pid %u) unreachable: rank %d: %s: UCX: %s", peer,
+            c->peers[peer].host, c->peers[peer].pid, c->rank, what, c->api.ucs_status_string(st));
+    return wf__comm_failed(c);
 }
 
 static int post(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, bool is_recv,
@@ -231,30 +283,32 @@ static int post(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, bo
         prm.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         prm.cb.recv = on_recv;
         uint64_t tag = make_tag(body, peer, c->peers[peer].incarnation);
-        p = ucp_tag_recv_nbx(c->worker, buf, bytes, tag, UINT64_MAX, &prm);
+        p = c->api.ucp_tag_recv_nbx(c->worker, buf, bytes, tag, UINT64_MAX, &prm);
     } else {
         prm.cb.send = on_send;
         uint64_t tag = make_tag(body, c->rank, c->incarnation);
-        p = ucp_tag_send_nbx(c->peers[peer].ep, buf, bytes, tag, &prm);
+        p = c->api.ucp_tag_send_nbx(c->peers[peer].ep, buf, bytes, tag, &prm);
     }
     if (UCS_PTR_IS_ERR(p)) {
-        /* The transport itself broke: fail the comm, so no rank waits for this message. */
+        /* The transport broke: fail the comm, so no rank waits for this message. */
         free(r);
-        wf__comm_fail(c, WF_EDEVICE, c->rank, "rank %d: %s rank %d (%zu bytes): UCX: %s",
-                      c->rank, is_recv ? "receive from" : "send to", peer, bytes,
-                      ucs_status_string(UCS_PTR_STATUS(p)));
-        return wf__comm_failed(c);
+        char what[96];
+        snprintf(what, sizeof what, "%s rank %d (%zu bytes)", is_recv ? "receive from" : "send to",
+                 peer, bytes);
+        return peer_error(c, peer, what, UCS_PTR_STATUS(p));
     }
-    if (p == NULL) /* completed at once; the callback is not called */
+    if (p == NULL) {                  /* completed at once; the callback is not called */
         complete(r, NULL, UCS_OK, 0); /* sends only: receives never complete at once */
-    else
+    } else {
+        if (!is_recv) /* before its callback can run: that needs a later progress call */
+            atomic_fetch_add(&c->sends_in_flight, 1);
         r->ureq = p;
+    }
     *out = r;
     return 0;
 }
 
-int wf__isend(wf_comm *c, int peer, uint64_t body, const void *buf, size_t bytes,
-              wf_comm_req **out)
+int wf__isend(wf_comm *c, int peer, uint64_t body, const void *buf, size_t bytes, wf_comm_req **out)
 {
     return post(c, peer, body, (void *)buf, bytes, false, out);
 }
@@ -276,7 +330,7 @@ static void describe(const wf_comm_req *r, char *s, size_t n)
 static void free_req(wf_comm_req *r)
 {
     if (r->ureq)
-        ucp_request_free(r->ureq);
+        r->c->api.ucp_request_free(r->ureq);
     free(r);
 }
 
@@ -286,10 +340,12 @@ static void give_up(wf_comm_req *r)
 {
     wf_comm *c = r->c;
     if (!atomic_load_explicit(&r->done, memory_order_acquire) && r->ureq) {
-        ucp_request_cancel(c->worker, r->ureq);
-        uint64_t end = wf__net_now_ns() + 100000000u; /* 100 ms */
+        /* An unmatched receive is canceled at once; a send to a dead peer never completes
+         * (FORCE-closing its endpoint in wf_comm_destroy() does it): wait only briefly. */
+        c->api.ucp_request_cancel(c->worker, r->ureq);
+        uint64_t end = wf__net_now_ns() + 2000000u; /* 2 ms */
         while (!atomic_load_explicit(&r->done, memory_order_acquire) && wf__net_now_ns() < end)
-            ucp_worker_progress(c->worker);
+            c->api.ucp_worker_progress(c->worker);
     }
     pthread_mutex_lock(&c->mu);
     bool done = atomic_load_explicit(&r->done, memory_order_acquire);
@@ -320,19 +376,24 @@ int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
                           (unsigned long long)((now - start) / 1000000u), d);
             break;
         }
-        if (now - start < spin_ns) {
-            ucp_worker_progress(c->worker);
+        /* Sends in flight: a shared-memory sender whose fragments wait for room in the
+         * peer's FIFO gets no event when room appears, so it polls 2 ms longer and then
+         * sleeps in 1 ms slices instead of 100 ms ones (bounded stall, bounded CPU: a send
+         * whose receiver is busy elsewhere must not burn a core). Receives raise events. */
+        bool sending = atomic_load(&c->sends_in_flight) > 0;
+        if (now - start < spin_ns || (sending && now - start < spin_ns + 2000000u)) {
+            c->api.ucp_worker_progress(c->worker);
             continue;
         }
         /* Arm before sleeping: BUSY means events are pending, so progress again. Once armed,
          * "weft-net" (asleep in epoll on the event fd) drains whatever arrives. */
-        if (ucp_worker_arm(c->worker) == UCS_ERR_BUSY) {
-            ucp_worker_progress(c->worker);
+        if (c->api.ucp_worker_arm(c->worker) == UCS_ERR_BUSY) {
+            c->api.ucp_worker_progress(c->worker);
             continue;
         }
-        uint64_t until = deadline_ns;
-        if (until - now > 100000000u) /* a slice: also a safety net for a lost wake-up */
-            until = now + 100000000u;
+        uint64_t until = deadline_ns, slice = sending ? 1000000u : 100000000u;
+        if (until - now > slice) /* a slice: also a safety net for a lost wake-up */
+            until = now + slice;
         struct timespec ts = { .tv_sec = (time_t)(until / 1000000000u),
                                .tv_nsec = (long)(until % 1000000000u) };
         pthread_mutex_lock(&c->mu);
@@ -342,7 +403,7 @@ int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
             c->sleepers--;
         }
         pthread_mutex_unlock(&c->mu);
-        ucp_worker_progress(c->worker);
+        c->api.ucp_worker_progress(c->worker);
     }
     if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
         int rc = wf__comm_failed(c);
@@ -355,13 +416,20 @@ int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
         free_req(r);
         return wf__comm_failed(c);
     }
+    if (status == WF_EDEVICE) {
+        char d[200];
+        describe(r, d, sizeof d);
+        int peer = r->peer;
+        ucs_status_t ust = r->ust;
+        free_req(r);
+        return peer_error(c, peer, d, ust);
+    }
     if (status < 0) {
         char d[200];
         describe(r, d, sizeof d);
         if (status == WF_EFORMAT)
             wf__err(status, "%s%s%s: the message %s the buffer (got %zu bytes)", what ? what : "",
-                    what ? ": " : "", d, got > r->bytes ? "is larger than" : "does not fill",
-                    got);
+                    what ? ": " : "", d, got > r->bytes ? "is larger than" : "does not fill", got);
         else
             wf__err(status, "%s%s%s: %s", what ? what : "", what ? ": " : "", d,
                     status == WF_ECANCELED ? "canceled" : "UCX reported an error");
@@ -437,7 +505,7 @@ int wf_comm_test(wf_comm_req *r)
     if (!r)
         return wf__err(WF_EINVAL, "wf_comm_test: NULL request");
     if (!atomic_load_explicit(&r->done, memory_order_acquire))
-        ucp_worker_progress(r->c->worker);
+        r->c->api.ucp_worker_progress(r->c->worker);
     return atomic_load_explicit(&r->done, memory_order_acquire) || atomic_load(&r->c->failed);
 }
 

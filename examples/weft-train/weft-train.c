@@ -48,6 +48,7 @@ typedef struct options {
     double test_fraction;
     uint64_t split_seed; /* 0: the test set is the last rows */
     const char *init, *save, *log, *trace;
+    const char *dump_graph; /* --dump-graph: the step's plan as Graphviz DOT */
 } options;
 
 /* ---- The model --------------------------------------------------------------------------- */
@@ -64,6 +65,7 @@ typedef struct model {
     param p[MAX_PARAMS];
     int n_fc;      /* linear layers */
     int conv_c[2]; /* cnn: output channels of conv1, conv2 */
+    bool pool2;    /* cnn: pool after conv2 too (images of 16 x 16 and more) */
     wf_shape in;   /* one sample's shape */
     int classes;
 } model;
@@ -106,23 +108,24 @@ static int make_model(const options *o, const wt_dataset *ds, model *m, char *er
         snprintf(err, errlen, "--model %s: expected mlp or cnn", o->model);
         return WF_EINVAL;
     }
-    /* conv 3x3 (pad 1) + ReLU + maxpool 2, twice, then linear 64 + ReLU, linear classes */
+    /* conv 3x3 32 (pad 1) + ReLU + maxpool 2, conv 3x3 64 (pad 1) + ReLU (+ maxpool 2 for
+     * images of 16 x 16 and more: 8 x 8 digits keep their 4 x 4 map), linear 128 + ReLU,
+     * linear classes */
     if (ds->rank != 3 || ds->dims[1] < 4 || ds->dims[2] < 4) {
-        snprintf(err, errlen,
-                 "--model cnn needs images [C, H, W] with H, W >= 4 (the data "
-                 "has %d feature dimension(s))",
-                 ds->rank);
+        snprintf(err, errlen, "--model cnn needs images [C, H, W] with H, W >= 4 (the data "
+                              "has %d feature dimension(s))", ds->rank);
         return WF_EINVAL;
     }
     m->cnn = true;
-    m->conv_c[0] = 16;
-    m->conv_c[1] = 32;
-    int64_t c = ds->dims[0];
-    add_layer(m, "conv1", WF_SHAPE(16, c, 3, 3), c * 9, seed);
-    add_layer(m, "conv2", WF_SHAPE(32, 16, 3, 3), 16 * 9, seed + 1);
-    int64_t flat = 32 * (ds->dims[1] / 4) * (ds->dims[2] / 4);
-    add_layer(m, "fc1", WF_SHAPE(64, flat), flat, seed + 2);
-    add_layer(m, "fc2", WF_SHAPE(ds->n_classes, 64), 64, seed + 3);
+    m->conv_c[0] = 32;
+    m->conv_c[1] = 64;
+    m->pool2 = ds->dims[1] >= 16 && ds->dims[2] >= 16;
+    int64_t c = ds->dims[0], f = m->pool2 ? 4 : 2;
+    add_layer(m, "conv1", WF_SHAPE(32, c, 3, 3), c * 9, seed);
+    add_layer(m, "conv2", WF_SHAPE(64, 32, 3, 3), 32 * 9, seed + 1);
+    int64_t flat = 64 * (ds->dims[1] / f) * (ds->dims[2] / f);
+    add_layer(m, "fc1", WF_SHAPE(128, flat), flat, seed + 2);
+    add_layer(m, "fc2", WF_SHAPE(ds->n_classes, 128), 128, seed + 3);
     m->n_fc = 2;
     return 0;
 }
@@ -137,7 +140,9 @@ static wf_node *forward(wf_graph *g, const model *m, wf_node *const *v, wf_node 
         const wf_pool2d_opts pool = { .window = { 2, 2 } };
         for (int i = 0; i < 2; i++, k += 2) {
             wf_node *b = wf_reshape(g, v[k + 1], WF_SHAPE(m->conv_c[i], 1, 1));
-            h = wf_max_pool2d(g, wf_relu(g, wf_add(g, wf_conv2d(g, h, v[k], &same), b)), &pool);
+            h = wf_relu(g, wf_add(g, wf_conv2d(g, h, v[k], &same), b));
+            if (i == 0 || m->pool2)
+                h = wf_max_pool2d(g, h, &pool);
         }
     }
     /* flatten to [B, features]: -1 keeps the batch open */
@@ -468,6 +473,8 @@ static void usage(FILE *f)
             "  --save FILE.safetensors  write the weights and optimizer state at the end\n"
             "  --log FILE.jsonl         one JSON object per step, and per evaluation\n"
             "  --trace FILE.json        a Perfetto/chrome://tracing trace of the scheduler\n"
+            "  --dump-graph FILE.dot    the training step after the compile passes, as Graphviz\n"
+            "                           DOT (render: dot -Tsvg FILE.dot > graph.svg)\n"
             "  --quiet                  only the final line\n");
 }
 
@@ -577,9 +584,11 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (strcmp(a, "--quiet") == 0) {
             o->quiet = true;
         } else if (strcmp(a, "--init") == 0 || strcmp(a, "--save") == 0 ||
-                   strcmp(a, "--log") == 0 || strcmp(a, "--trace") == 0) {
+                   strcmp(a, "--log") == 0 || strcmp(a, "--trace") == 0 ||
+                   strcmp(a, "--dump-graph") == 0) {
             NEED(1);
-            const char **dst = a[2] == 'i'   ? &o->init
+            const char **dst = a[2] == 'd'   ? &o->dump_graph
+                               : a[2] == 'i' ? &o->init
                                : a[2] == 's' ? &o->save
                                : a[2] == 'l' ? &o->log
                                              : &o->trace;
@@ -767,6 +776,23 @@ int main(int argc, char **argv)
         } else {
             printf("weft-train: trace of %d events in %s (open it at https://ui.perfetto.dev)\n",
                    ev, o.trace);
+        }
+    }
+    if (o.dump_graph && rc == 0) { /* the plan of a training step, after the passes */
+        FILE *df = t.s ? fopen(o.dump_graph, "w") : NULL;
+        wf_node *fetch[2] = { t.loss, t.correct };
+        int dr = df ? wf_session_dump(t.s, fetch, 2, &t.train, 1, df, WF_DUMP_DOT) : WF_EIO;
+        if (df && fclose(df) != 0 && dr == 0)
+            dr = WF_EIO;
+        if (dr < 0) {
+            snprintf(err, sizeof err, "--dump-graph %s: %s", o.dump_graph,
+                     !t.s ? "needs a session (not --eager)"
+                     : df ? wf_last_errmsg()
+                          : "cannot open it for writing");
+            rc = dr;
+        } else {
+            printf("weft-train: graph in %s (render: dot -Tsvg %s > graph.svg)\n", o.dump_graph,
+                   o.dump_graph);
         }
     }
     if (rc < 0)

@@ -8,6 +8,8 @@
 #include <weft/base.h>
 #include <weft/core.h>
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -25,8 +27,29 @@ typedef struct wf_session_opts {
                         the same time; a further concurrent run waits for a free slot. Each
                         slot holds a task graph and the value slots of one run; slots are
                         made on first use. At most 1024. */
-    uint32_t flags;  /* none yet: must be 0 */
+    uint32_t flags;  /* WF_SESSION_* bits (0: every compile pass on) */
 } wf_session_opts;
+
+/* Flags of wf_session_opts: each switches one compile pass off. The passes run in this
+ * order on the nodes a set of fetches and targets needs (pruning always runs first); none
+ * changes a result bit (they do not reorder floating-point work), so they are on by
+ * default and the flags are for debugging, measuring each pass, and tests.
+ * Constant folding: a node whose inputs are all constants (also through other folded
+ *   nodes; input shapes that are known statically count where the op reads only the shape)
+ *   is computed once when the plan is compiled, with the kernel the run would use, and
+ *   becomes a constant; not for stateful ops (dropout, updates), nodes with control edges,
+ *   or outputs of more than 2^20 elements.
+ * Common subexpression elimination: nodes with the same op, inputs and attributes (and
+ *   equal constants) become one; never stateful nodes, updates or nodes with control edges.
+ * Algebraic simplification: x*1, 1*x, x/1, x+(-0.0), x-0 (exact identities only: x+(+0.0)
+ *   would turn -0.0 into +0.0), neg(neg(x)), transpose(transpose(x)), chains of reshapes,
+ *   cast to the same dtype, and a sum over the axes a broadcast_to added (f32). */
+enum {
+    WF_SESSION_NO_FOLD = 1u << 0,     /* no constant folding */
+    WF_SESSION_NO_CSE = 1u << 1,      /* no common subexpression elimination */
+    WF_SESSION_NO_SIMPLIFY = 1u << 2, /* no algebraic simplification */
+    WF_SESSION_NO_PASSES = WF_SESSION_NO_FOLD | WF_SESSION_NO_CSE | WF_SESSION_NO_SIMPLIFY,
+};
 
 /* Creates a session over the nodes 'g' has now (nodes added later cannot be run by it):
  * every variable of the graph gets a value owned by the session, made from its wf_init
@@ -85,6 +108,61 @@ WF_API WF_NODISCARD int wf_session_assign(wf_session *s, wf_node *var, wf_tensor
 /* Frees the session, its plans and its variable values. No run may be in flight.
  * Tensors returned by runs stay valid. NULL is a no-op. */
 WF_API void wf_session_destroy(wf_session *s);
+
+/* ---- Graph dumps and compile statistics -------------------------------------------------- */
+
+/* Formats of wf_graph_dump() and wf_session_dump(). */
+enum {
+    WF_DUMP_TEXT = 0, /* one node a line: "%3 logits: f32 [?, 10] = matmul(%0 x, %2 w) on cpu
+                         @ model.c:42" (control edges as "after(...)") */
+    WF_DUMP_DOT = 1,  /* a Graphviz digraph: 'dot -Tsvg graph.dot > graph.svg' */
+};
+
+/* Writes every node of 'g' to 'f' in creation (topological) order: id, name, op, dtype,
+ * shape (? for a -1 dimension), inputs, control edges, device ("cpu" when not placed) and
+ * where it was made (file:line).
+ * Returns 0, WF_EINVAL (NULL argument, unknown format) or WF_EIO (a write failed), with the
+ * message in wf_last_errmsg().
+ * Ownership: nothing is kept. Threads: not while another thread adds nodes to 'g'. */
+WF_API WF_NODISCARD int wf_graph_dump(const wf_graph *g, FILE *f, int format);
+
+/* Writes the plan that runs 'fetches' and 'targets' (the same arrays as wf_session_run()
+ * takes; the plan is compiled now if it was not yet), i.e. the graph after the session's
+ * passes: the nodes that run, in the order of the plan, with what the passes did marked
+ * ("folded": a constant computed at compile time; "new": a node a pass made; "cse +2": two
+ * identical nodes merged into this one) and, in the text format, a list of every
+ * replacement and the node counts before and after each pass.
+ * Returns 0 or the errors of wf_session_run() before it runs anything (bad fetches or
+ * targets, WF_ENOMEM), WF_EINVAL (NULL 'f', unknown format) or WF_EIO, with the message in
+ * wf_session_errmsg(s) and wf_last_errmsg().
+ * Ownership: nothing is kept. Threads: any (as wf_session_run()). */
+WF_API WF_NODISCARD int wf_session_dump(wf_session *s, wf_node *const *fetches, int n_fetches,
+                                        wf_node *const *targets, int n_targets, FILE *f,
+                                        int format);
+
+/* What the compile passes did to one plan: node counts before and after each pass. */
+typedef struct wf_plan_stats {
+    int nodes_graph;          /* nodes of the session's graph */
+    int nodes_after_prune;    /* what the fetches and targets need */
+    int nodes_after_fold;     /* after constant folding (what it made unneeded is gone) */
+    int nodes_after_cse;      /* after common subexpression elimination */
+    int nodes_after_simplify; /* after algebraic simplification: the plan's nodes */
+    int n_folded;             /* nodes replaced by constants computed at compile time */
+    int n_merged;             /* nodes replaced by an identical node */
+    int n_simplified;         /* nodes replaced by an algebraic identity */
+    int n_plans;              /* plans the session has compiled so far */
+} wf_plan_stats;
+
+/* Statistics of the plan the session compiled most recently (all zero but 'nodes_graph'
+ * before the first run).
+ * Returns 0 or WF_EINVAL (NULL argument). Ownership: '*out' is the caller's. Threads: any. */
+WF_API WF_NODISCARD int wf_session_stats(wf_session *s, wf_plan_stats *out);
+
+/* Statistics of the plan that runs 'fetches' and 'targets' (compiled now if it was not).
+ * Returns 0 or the errors of wf_session_dump() but WF_EIO. Threads: any. */
+WF_API WF_NODISCARD int wf_session_plan_stats(wf_session *s, wf_node *const *fetches, int n_fetches,
+                                              wf_node *const *targets, int n_targets,
+                                              wf_plan_stats *out);
 
 /* ---- Checkpoints ------------------------------------------------------------------------ */
 

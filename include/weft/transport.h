@@ -27,8 +27,7 @@ typedef struct wf_comm_req wf_comm_req; /* opaque: a nonblocking send or receive
 /* A point-to-point key from a step and an edge (or tensor id): the step is kept modulo 2^24,
  * the edge must be below 2^16. Source, destination and the sender's incarnation are added
  * by the transport, so the same key may be used by every pair of ranks. */
-#define WF_COMM_KEY(step, edge) \
-    ((((uint64_t)(step)&0xffffffu) << 16) | ((uint64_t)(edge)&0xffffu))
+#define WF_COMM_KEY(step, edge) ((((uint64_t)(step)&0xffffffu) << 16) | ((uint64_t)(edge)&0xffffu))
 
 typedef struct wf_comm_opts {
     int rank;                      /* this process's rank, 0 .. size - 1 */
@@ -119,8 +118,8 @@ WF_API WF_NODISCARD int wf_comm_isend(wf_comm *c, int peer, uint64_t key, const 
  * Returns as wf_comm_isend(). A message of another size fails the wait with WF_EFORMAT.
  * Ownership: as wf_comm_isend(); 'buf' is written until the wait returns (after a failure,
  * until wf_comm_destroy() returns). */
-WF_API WF_NODISCARD int wf_comm_irecv(wf_comm *c, int peer, uint64_t key, void *buf,
-                                      size_t bytes, wf_comm_req **out);
+WF_API WF_NODISCARD int wf_comm_irecv(wf_comm *c, int peer, uint64_t key, void *buf, size_t bytes,
+                                      wf_comm_req **out);
 
 /* Waits for a request and frees it. A wait polls the network for spin_us, then sleeps
  * until the completion, a failure of the comm, or op_timeout_ms.
@@ -137,8 +136,7 @@ WF_API WF_NODISCARD int wf_comm_test(wf_comm_req *r);
 /* Blocking forms: isend/irecv followed by wait. */
 WF_API WF_NODISCARD int wf_comm_send(wf_comm *c, int peer, uint64_t key, const void *buf,
                                      size_t bytes);
-WF_API WF_NODISCARD int wf_comm_recv(wf_comm *c, int peer, uint64_t key, void *buf,
-                                     size_t bytes);
+WF_API WF_NODISCARD int wf_comm_recv(wf_comm *c, int peer, uint64_t key, void *buf, size_t bytes);
 
 /* ---- Collectives ------------------------------------------------------------------------
  * Every rank calls the same collectives in the same order, with the same sizes, dtype, op
@@ -158,8 +156,8 @@ typedef enum wf_reduce_op {
  * (in place). Small messages (up to small_bytes) use recursive doubling, larger ones a ring
  * (reduce-scatter then all-gather) whose chunks are reduced while the next ones travel.
  * bf16 is reduced in f32 and rounded once per step. */
-WF_API WF_NODISCARD int wf_comm_allreduce(wf_comm *c, const void *send, void *recv,
-                                          size_t count, wf_dtype dtype, wf_reduce_op op);
+WF_API WF_NODISCARD int wf_comm_allreduce(wf_comm *c, const void *send, void *recv, size_t count,
+                                          wf_dtype dtype, wf_reduce_op op);
 
 /* 'recv' (count elements) gets block 'rank' of the reduction of every rank's 'send'
  * (size * count elements): rank r's result is elements [r*count, (r+1)*count). */
@@ -167,8 +165,7 @@ WF_API WF_NODISCARD int wf_comm_reduce_scatter(wf_comm *c, const void *send, voi
                                                size_t count, wf_dtype dtype, wf_reduce_op op);
 
 /* 'recv' (size * bytes) gets every rank's 'send' (bytes each), in rank order. */
-WF_API WF_NODISCARD int wf_comm_allgather(wf_comm *c, const void *send, void *recv,
-                                          size_t bytes);
+WF_API WF_NODISCARD int wf_comm_allgather(wf_comm *c, const void *send, void *recv, size_t bytes);
 
 /* Copies 'bytes' at 'buf' of rank 'root' to 'buf' of every rank (binomial tree). */
 WF_API WF_NODISCARD int wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root);

@@ -4,10 +4,15 @@
  *                  (about 2.86 GFLOP a step)
  *   cnn_sgdm_b64   conv 3x3 32 + ReLU + maxpool 2, conv 3x3 64 + ReLU + maxpool 2, linear
  *                  1600-128, ReLU, linear 128-10; SGD momentum 0.9; batch 64 of 1x28x28
+ *   gpt_adamw_b32  examples/train_gpt's character-level GPT (gpt_model.c, built here from the
+ *                  same source): vocab 65, context 64, d_model 128, 4 heads, 2 layers,
+ *                  separate head, next-token cross-entropy over batch 32 x 64 tokens; AdamW
+ *                  lr 3e-4, weight decay 0.1 on matrices, gradients clipped to norm 1
  * Each case runs in its own process (this program re-executed with --child, and
  * perf/train/train_bench_torch.py for PyTorch), so each peak_rss_mb is that process's alone.
- * Synthetic data; the step is a session run of wf_minimize's target (weft) or
- * zero_grad/forward/backward/step (PyTorch); median of --reps timed steps after --warmup.
+ * Synthetic data; the step is a session run of wf_minimize's target (gpt: gpt_train_step's
+ * two AdamW targets) for weft, or zero_grad/forward/backward/(clip)/step for PyTorch; median
+ * of --reps timed steps after --warmup.
  * Usage: train_bench [--json] [--reps N] [--warmup N] [--only a,b] [--threads N]
  *        [--python /usr/bin/python3] [--quick]
  * Compare the ratio within one run: these machines are shared and noisy. */
@@ -20,13 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <train_gpt/gpt_model.h>
 #include <unistd.h>
 
 #ifndef TB_TORCH_SCRIPT
 #    define TB_TORCH_SCRIPT "train_bench_torch.py"
 #endif
 
-static const char *const cases[] = { "mlp_adam_b256", "cnn_sgdm_b64" };
+static const char *const cases[] = { "mlp_adam_b256", "cnn_sgdm_b64", "gpt_adamw_b32" };
 
 static wf_node *linear(wf_graph *g, wf_node *h, const char *name, int in, int out, uint64_t seed)
 {
@@ -52,6 +58,26 @@ static wf_node *conv(wf_graph *g, wf_node *h, const char *name, int in, int out,
     return wf_max_pool2d(g, wf_relu(g, wf_add(g, wf_conv2d(g, h, w, NULL), bias)), &pool);
 }
 
+/* The GPT case: the model, its loss and its two AdamW update targets in 'g'; x and y are
+ * [32, 64] token ids. Returns the loss, or NULL with the graph's error. */
+static wf_node *gpt_case(wf_graph *g, wf_node **x, wf_node **y, wf_node *targets[2])
+{
+    gpt_config c = {
+        .vocab = 65, .context = 64, .d_model = 128, .heads = 4, .layers = 2, .seed = 1
+    };
+    gpt_model m;
+    char err[256];
+    if (gpt_build(g, &c, &m, err, sizeof err) < 0) {
+        fprintf(stderr, "train_bench: %s\n", err);
+        return NULL;
+    }
+    *x = wf_placeholder(g, "x", WF_I32, WF_SHAPE(32, 64));
+    *y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(32, 64));
+    wf_node *loss = gpt_loss(g, gpt_logits(g, &m, *x, true), *y);
+    gpt_train_opts o = { .lr = 3e-4, .weight_decay = 0.1, .clip_norm = 1.0 };
+    return loss && gpt_train_step(g, &m, loss, &o, targets) == 0 ? loss : NULL;
+}
+
 /* Runs one case in this process and prints its JSON line. */
 static int child(const char *name, int warmup, int reps, int threads)
 {
@@ -61,48 +87,57 @@ static int child(const char *name, int warmup, int reps, int threads)
         fprintf(stderr, "train_bench: %s\n", wf_last_errmsg());
         return 1;
     }
-    bool mlp = strcmp(name, "mlp_adam_b256") == 0;
-    int batch = mlp ? 256 : 64;
+    bool mlp = strcmp(name, "mlp_adam_b256") == 0, gpt = strcmp(name, "gpt_adamw_b32") == 0;
+    int batch = mlp ? 256 : gpt ? 32 : 64;
     wf_graph *g = wf_graph_create(rt, WF_STATIC);
-    wf_shape xs = mlp ? WF_SHAPE(batch, 784) : WF_SHAPE(batch, 1, 28, 28);
-    wf_node *x = wf_placeholder(g, "x", WF_F32, xs);
-    wf_node *y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(batch));
-    wf_node *h;
-    if (mlp) {
-        h = wf_relu(g, linear(g, x, "fc1", 784, 1024, 1));
-        h = wf_relu(g, linear(g, h, "fc2", 1024, 1024, 3));
-        h = linear(g, h, "fc3", 1024, 10, 5);
+    /* gpt: x and y are [32, 64] i32 tokens; the others: f32 inputs and [batch] i32 labels */
+    wf_shape xs = mlp ? WF_SHAPE(batch, 784) : gpt ? WF_SHAPE(32, 64) : WF_SHAPE(batch, 1, 28, 28);
+    wf_shape ys = gpt ? WF_SHAPE(32, 64) : WF_SHAPE(batch);
+    wf_node *x = NULL, *y = NULL, *h, *loss = NULL, *train[2] = { NULL, NULL };
+    int n_train = 1;
+    if (gpt) {
+        loss = gpt_case(g, &x, &y, train);
+        n_train = 2;
     } else {
-        h = conv(g, x, "conv1", 1, 32, 1);
-        h = conv(g, h, "conv2", 32, 64, 3);
-        h = wf_reshape(g, h, WF_SHAPE(batch, 1600));
-        h = linear(g, wf_relu(g, linear(g, h, "fc1", 1600, 128, 5)), "fc2", 128, 10, 7);
+        x = wf_placeholder(g, "x", WF_F32, xs);
+        y = wf_placeholder(g, "y", WF_I32, ys);
+        if (mlp) {
+            h = wf_relu(g, linear(g, x, "fc1", 784, 1024, 1));
+            h = wf_relu(g, linear(g, h, "fc2", 1024, 1024, 3));
+            h = linear(g, h, "fc3", 1024, 10, 5);
+        } else {
+            h = conv(g, x, "conv1", 1, 32, 1);
+            h = conv(g, h, "conv2", 32, 64, 3);
+            h = wf_reshape(g, h, WF_SHAPE(batch, 1600));
+            h = linear(g, wf_relu(g, linear(g, h, "fc1", 1600, 128, 5)), "fc2", 128, 10, 7);
+        }
+        loss = wf_mean(g, wf_softmax_cross_entropy(g, h, y));
+        train[0] = wf_minimize(g, mlp ? wf_adam(1e-3) : wf_momentum(0.01, 0.9, false), loss);
     }
-    wf_node *loss = wf_mean(g, wf_softmax_cross_entropy(g, h, y));
-    wf_node *train = wf_minimize(g, mlp ? wf_adam(1e-3) : wf_momentum(0.01, 0.9, false), loss);
     wf_session *s = NULL;
-    if (!train || wf_session_create(g, NULL, &s) < 0) {
+    if (!train[0] || wf_session_create(g, NULL, &s) < 0) {
         fprintf(stderr, "train_bench: %s\n", wf_graph_errmsg(g));
         return 1;
     }
-    int64_t nx = wf_shape_numel(xs);
+    int64_t nx = wf_shape_numel(xs), ny = wf_shape_numel(ys);
     float *xd = malloc((size_t)nx * sizeof *xd);
-    int32_t *yd = malloc((size_t)batch * sizeof *yd);
+    int32_t *yd = malloc((size_t)ny * sizeof *yd), *xi = malloc((size_t)nx * sizeof *xi);
     uint64_t st = 42;
     for (int64_t i = 0; i < nx; i++) {
         st = st * 6364136223846793005ull + 1442695040888963407ull;
         xd[i] = (float)(st >> 40) / (float)(1 << 24);
+        xi[i] = (int32_t)((st >> 40) % 65); /* gpt: random tokens of the 65 */
     }
-    for (int i = 0; i < batch; i++)
-        yd[i] = i % 10;
-    wf_tensor *tx = wf_tensor_from(WF_F32, xs, xd),
-              *ty = wf_tensor_from(WF_I32, WF_SHAPE(batch), yd);
+    for (int64_t i = 0; i < ny; i++)
+        yd[i] = gpt ? xi[(i + 1) % nx] : (int32_t)(i % 10);
+    wf_tensor *tx = gpt ? wf_tensor_from(WF_I32, xs, xi) : wf_tensor_from(WF_F32, xs, xd),
+              *ty = wf_tensor_from(WF_I32, ys, yd);
     wf_feed f[2] = { { x, tx }, { y, ty } };
     double *t = malloc((size_t)reps * sizeof *t), last = 0;
     for (int i = -warmup; i < reps; i++) {
         wf_tensor *l;
         double t0 = bench_now_s();
-        if (wf_session_run(s, f, 2, &loss, 1, &l, &train, 1) < 0) {
+        if (wf_session_run(s, f, 2, &loss, 1, &l, train, n_train) < 0) {
             fprintf(stderr, "train_bench: %s\n", wf_session_errmsg(s));
             return 1;
         }
@@ -121,6 +156,7 @@ static int child(const char *name, int warmup, int reps, int threads)
     wf_tensor_release(ty);
     free(t);
     free(xd);
+    free(xi);
     free(yd);
     wf_session_destroy(s);
     wf_graph_destroy(g);

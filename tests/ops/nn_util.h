@@ -10,7 +10,7 @@
 
 /* Runs of the worker-count checks: one on a 1-worker runtime, the rest on the suite's
  * 2-worker one (a data race shows as different bits in some of them). */
-#define NN_RUNS 5
+#define NN_RUNS 9
 
 /* 'n' values uniform in [-1, 1) from 'seed'. */
 static inline void nn_random(double *v, int64_t n, uint64_t seed)

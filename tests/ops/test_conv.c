@@ -698,7 +698,7 @@ Test(ops_conv, backward_ops_refuse_a_dy_of_the_wrong_shape_and_unknowable_shapes
 
 /* ---- Workers ------------------------------------------------------------------------------- */
 
-/* conv2d, backward_input and backward_filter once on a 1-worker and four times on a 2-worker
+/* conv2d, backward_input and backward_filter once on a 1-worker and eight times on a 2-worker
  * runtime: the same bits every time (each config is big enough to split: a data race or a
  * split that depends on the workers shows), and the values match the reference. */
 Test(ops_conv, results_are_bitwise_equal_with_one_and_two_workers)
@@ -740,8 +740,8 @@ Test(ops_conv, results_are_bitwise_equal_with_one_and_two_workers)
             wf_dtype dt = dts[t];
             double tol = dt == WF_F32 ? 1e-4 : 1e-10;
             const wf_tensor *vals[NN_RUNS][3];
-            /* 1 worker, then 2 workers four times (each a different split, the same bits). */
-            wf_runtime *rts[NN_RUNS] = { rt1, rt, rt, rt, rt };
+            /* 1 worker, then 2 workers eight times (each a different split, the same bits). */
+            wf_runtime *rts[NN_RUNS] = { rt1, rt, rt, rt, rt, rt, rt, rt, rt };
             wf_graph *gs[NN_RUNS];
             for (int m = 0; m < NN_RUNS; m++)
                 gs[m] = wf_graph_create(rts[m], WF_EAGER);

@@ -450,8 +450,8 @@ Test(ops_pool, results_are_bitwise_equal_with_one_and_two_workers)
     static const wf_dtype dts[2] = { WF_F32, WF_F64 };
     for (int t = 0; t < 2; t++) {
         const wf_tensor *vals[NN_RUNS][4];
-        /* 1 worker, then 2 workers four times (each a different split, the same bits). */
-        wf_runtime *rts[NN_RUNS] = { rt1, rt, rt, rt, rt };
+        /* 1 worker, then 2 workers eight times (each a different split, the same bits). */
+        wf_runtime *rts[NN_RUNS] = { rt1, rt, rt, rt, rt, rt, rt, rt, rt };
         wf_graph *gs[NN_RUNS];
         for (int m = 0; m < NN_RUNS; m++)
             gs[m] = wf_graph_create(rts[m], WF_EAGER);

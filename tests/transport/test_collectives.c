@@ -123,8 +123,8 @@ static int same_everywhere(wf_comm *c, const void *p, size_t n, int size, const 
 static const wf_dtype dtypes[] = { WF_F32, WF_F64, WF_I32, WF_I64, WF_BF16 };
 static const wf_reduce_op ops[] = { WF_REDUCE_SUM, WF_REDUCE_MEAN, WF_REDUCE_MAX };
 
-typedef struct ar_case {
-    const size_t *counts;
+typedef struct ar_case { /* copied to each rank: no pointers */
+    size_t counts[8];
     int n_counts;
     int reps;
 } ar_case;
@@ -154,7 +154,9 @@ static int allreduce_body(wf_comm *c, int rank, int size, void *arg)
                         TU_CHECK(fabs(got - want) <= tol * (1 + fabs(want)),
                                  "%s %s of %zu, element %zu: got %.9g, expected %.9g",
                                  wf_dtype_name(dt),
-                                 op == WF_REDUCE_SUM ? "sum" : op == WF_REDUCE_MEAN ? "mean" : "max",
+                                 op == WF_REDUCE_SUM    ? "sum"
+                                 : op == WF_REDUCE_MEAN ? "mean"
+                                                        : "max",
                                  n, i, got, want);
                     }
                     if (same_everywhere(c, res, n * esize(dt), size, "allreduce"))
@@ -164,35 +166,36 @@ static int allreduce_body(wf_comm *c, int rank, int size, void *arg)
                 }
     return 0;
 }
+TU_REGISTER(allreduce_body)
 
 /* Small counts take recursive doubling (up to small_bytes); with small_bytes 64 and
  * chunk_bytes 96 the larger ones take the ring with several chunks per block. */
-static const size_t small_counts[] = { 0, 1, 2, 3, 5, 7, 31, 1000 };
-static const size_t ring_counts[] = { 37, 1001, 4099 };
+#define SMALL_COUNTS { 0, 1, 2, 3, 5, 7, 31, 1000 }, 8
+#define RING_COUNTS  { 37, 1001, 4099 }, 3
 static const wf_comm_opts ring_opts = { .small_bytes = 64, .chunk_bytes = 96 };
 
 Test(transport_collectives, allreduce_matches_the_reference_on_two_ranks)
 {
-    ar_case k = { small_counts, 8, 2 };
-    tu_run_all(2, NULL, allreduce_body, &k, 60);
-    ar_case r = { ring_counts, 3, 1 };
-    tu_run_all(2, &ring_opts, allreduce_body, &r, 60);
+    ar_case k = { SMALL_COUNTS, 2 };
+    tu_run_all(2, NULL, allreduce_body, &k, sizeof k, 60);
+    ar_case r = { RING_COUNTS, 1 };
+    tu_run_all(2, &ring_opts, allreduce_body, &r, sizeof r, 60);
 }
 
 Test(transport_collectives, allreduce_matches_the_reference_on_three_ranks)
 {
-    ar_case k = { small_counts, 8, 1 };
-    tu_run_all(3, NULL, allreduce_body, &k, 60);
-    ar_case r = { ring_counts, 3, 1 };
-    tu_run_all(3, &ring_opts, allreduce_body, &r, 60);
+    ar_case k = { SMALL_COUNTS, 1 };
+    tu_run_all(3, NULL, allreduce_body, &k, sizeof k, 60);
+    ar_case r = { RING_COUNTS, 1 };
+    tu_run_all(3, &ring_opts, allreduce_body, &r, sizeof r, 60);
 }
 
 Test(transport_collectives, allreduce_matches_the_reference_on_four_ranks)
 {
-    ar_case k = { small_counts, 8, 1 };
-    tu_run_all(4, NULL, allreduce_body, &k, 60);
-    ar_case r = { ring_counts, 3, 1 };
-    tu_run_all(4, &ring_opts, allreduce_body, &r, 60);
+    ar_case k = { SMALL_COUNTS, 1 };
+    tu_run_all(4, NULL, allreduce_body, &k, sizeof k, 60);
+    ar_case r = { RING_COUNTS, 1 };
+    tu_run_all(4, &ring_opts, allreduce_body, &r, sizeof r, 60);
 }
 
 /* A large all-reduce with the default options: 8 MiB + 3 floats through the ring. */
@@ -217,11 +220,12 @@ static int big_allreduce(wf_comm *c, int rank, int size, void *arg)
     free(x);
     return 0;
 }
+TU_REGISTER(big_allreduce)
 
 Test(transport_collectives, a_large_allreduce_takes_the_ring_and_is_exact)
 {
-    tu_run_all(2, NULL, big_allreduce, NULL, 60);
-    tu_run_all(3, NULL, big_allreduce, NULL, 60);
+    tu_run_all(2, NULL, big_allreduce, NULL, 0, 60);
+    tu_run_all(3, NULL, big_allreduce, NULL, 0, 60);
 }
 
 /* reduce-scatter, all-gather, broadcast from every root, and barriers, many times. */
@@ -250,8 +254,8 @@ static int others_body(wf_comm *c, int rank, int size, void *arg)
                 fin[i] = (float)input(rank, i, salt);
             TU_OK(wf_comm_reduce_scatter(c, fin, fout, n, WF_F32, WF_REDUCE_MAX));
             for (size_t i = 0; i < n; i++)
-                TU_CHECK(fout[i] ==
-                             (float)reference(size, (size_t)rank * n + i, WF_F32, WF_REDUCE_MAX, salt),
+                TU_CHECK(fout[i] == (float)reference(size, (size_t)rank * n + i, WF_F32,
+                                                     WF_REDUCE_MAX, salt),
                          "reduce_scatter max %zu: element %zu", n, i);
             free(in);
             free(out);
@@ -281,11 +285,12 @@ static int others_body(wf_comm *c, int rank, int size, void *arg)
         }
     return 0;
 }
+TU_REGISTER(others_body)
 
 Test(transport_collectives, reduce_scatter_allgather_broadcast_and_barrier_agree)
 {
     for (int size = 2; size <= 4; size++)
-        tu_run_all(size, &(wf_comm_opts){ .chunk_bytes = 64 }, others_body, NULL, 60);
+        tu_run_all(size, &(wf_comm_opts){ .chunk_bytes = 64 }, others_body, NULL, 0, 60);
 }
 
 /* A barrier holds everyone until the last rank arrives: rank 'size-1' arrives 300 ms late;
@@ -303,8 +308,9 @@ static int barrier_waits(wf_comm *c, int rank, int size, void *arg)
     }
     return 0;
 }
+TU_REGISTER(barrier_waits)
 
 Test(transport_collectives, a_barrier_waits_for_the_last_rank)
 {
-    tu_run_all(3, NULL, barrier_waits, NULL, 30);
+    tu_run_all(3, NULL, barrier_waits, NULL, 0, 30);
 }

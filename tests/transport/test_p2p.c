@@ -14,8 +14,8 @@ static int check_buf(const uint8_t *b, size_t n, int src, int dst, uint64_t key)
 {
     for (size_t i = 0; i < n; i++)
         if (b[i] != pattern(src, dst, i, key)) {
-            fprintf(stderr, "byte %zu of %zu from rank %d to %d key %llu: %u, expected %u\n", i,
-                    n, src, dst, (unsigned long long)key, b[i], pattern(src, dst, i, key));
+            fprintf(stderr, "byte %zu of %zu from rank %d to %d key %llu: %u, expected %u\n", i, n,
+                    src, dst, (unsigned long long)key, b[i], pattern(src, dst, i, key));
             return 1;
         }
     return 0;
@@ -56,26 +56,27 @@ static int all_pairs(wf_comm *c, int rank, int size, void *arg)
     }
     return 0;
 }
+TU_REGISTER(all_pairs)
 
 Test(transport_p2p, two_ranks_exchange_every_size_with_every_rank)
 {
-    tu_run_all(2, NULL, all_pairs, NULL, 40);
+    tu_run_all(2, NULL, all_pairs, NULL, 0, 40);
 }
 
 Test(transport_p2p, three_ranks_exchange_every_size_with_every_rank)
 {
-    tu_run_all(3, NULL, all_pairs, NULL, 40);
+    tu_run_all(3, NULL, all_pairs, NULL, 0, 40);
 }
 
 Test(transport_p2p, four_ranks_exchange_every_size_with_every_rank)
 {
-    tu_run_all(4, NULL, all_pairs, NULL, 50);
+    tu_run_all(4, NULL, all_pairs, NULL, 0, 50);
 }
 
 Test(transport_p2p, messages_over_tcp_only_arrive_intact)
 {
     wf_comm_opts o = { .tls = "tcp,self" };
-    tu_run_all(2, &o, all_pairs, NULL, 40);
+    tu_run_all(2, &o, all_pairs, NULL, 0, 40);
 }
 
 /* Rank 0 sends keys 0..n-1 in order; rank 1 posts its receives in reverse order. Each
@@ -83,6 +84,7 @@ Test(transport_p2p, messages_over_tcp_only_arrive_intact)
 static int out_of_order(wf_comm *c, int rank, int size, void *arg)
 {
     enum { N = 200, LEN = 1000 };
+
     int rounds = (int)wf_test_scaled(10, 3);
     static uint8_t bufs[N][LEN];
     for (int round = 0; round < rounds; round++) {
@@ -107,16 +109,18 @@ static int out_of_order(wf_comm *c, int rank, int size, void *arg)
     }
     return 0;
 }
+TU_REGISTER(out_of_order)
 
 Test(transport_p2p, receives_posted_in_reverse_order_match_their_keys)
 {
-    tu_run_all(2, NULL, out_of_order, NULL, 40);
+    tu_run_all(2, NULL, out_of_order, NULL, 0, 40);
 }
 
 /* Same key, many messages: they arrive in the order sent. */
 static int same_key_in_order(wf_comm *c, int rank, int size, void *arg)
 {
     enum { N = 500 };
+
     uint32_t v[N];
     wf_comm_req *rq[N];
     for (int i = 0; i < N; i++) {
@@ -132,10 +136,11 @@ static int same_key_in_order(wf_comm *c, int rank, int size, void *arg)
         TU_CHECK(v[i] == (uint32_t)i * 2654435761u, "message %d out of order", i);
     return 0;
 }
+TU_REGISTER(same_key_in_order)
 
 Test(transport_p2p, messages_with_one_key_arrive_in_the_order_sent)
 {
-    tu_run_all(2, NULL, same_key_in_order, NULL, 30);
+    tu_run_all(2, NULL, same_key_in_order, NULL, 0, 30);
 }
 
 /* A message of another size than the receive fails that receive with WF_EFORMAT, and the
@@ -157,10 +162,11 @@ static int size_mismatch(wf_comm *c, int rank, int size, void *arg)
     TU_OK(wf_comm_status(c));
     return 0;
 }
+TU_REGISTER(size_mismatch)
 
 Test(transport_p2p, a_message_of_the_wrong_size_fails_the_receive_with_eformat)
 {
-    tu_run_all(2, NULL, size_mismatch, NULL, 30);
+    tu_run_all(2, NULL, size_mismatch, NULL, 0, 30);
 }
 
 /* Rendezvous many times in a row (fresh ports): every creation and goodbye completes. */
@@ -168,12 +174,13 @@ static int nothing(wf_comm *c, int rank, int size, void *arg)
 {
     return wf_comm_status(c) == 0 ? 0 : 1;
 }
+TU_REGISTER(nothing)
 
 Test(transport_p2p, repeated_rendezvous_and_goodbye_complete)
 {
     int n = (int)wf_test_scaled(8, 3);
     for (int i = 0; i < n; i++)
-        tu_run_all(2 + i % 3, NULL, nothing, NULL, 20);
+        tu_run_all(2 + i % 3, NULL, nothing, NULL, 0, 20);
 }
 
 Test(transport_p2p, bad_arguments_are_refused_with_einval)
@@ -190,6 +197,7 @@ Test(transport_p2p, bad_arguments_are_refused_with_einval)
                  WF_EINVAL);
 
     /* A one-rank comm: sends to itself work, bad arguments are refused. */
+    tu_ucx_env();
     int rc = wf_comm_create(NULL, &(wf_comm_opts){ .size = 1 }, &c);
     cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_last_errmsg());
     uint32_t x = 42, y = 0;

@@ -1,8 +1,11 @@
-/* tests/transport/transport_util.h: running N ranks as forked processes on loopback.
- * Owns: picking a free port, forking the ranks (each creates its comm, runs a body and
- * destroys the comm), waiting for them with a deadline (then killing them all), and the
- * checks a body makes without Criterion (a forked child reports through its exit status
- * and stderr, never through cr_assert).
+/* tests/transport/transport_util.h: running N ranks as processes on loopback.
+ * Owns: picking a free port, starting the ranks, waiting for them with a deadline (then
+ * killing them all), and the checks a body makes without Criterion (a rank reports through
+ * its exit status and stderr, never through cr_assert).
+ * A rank is this test executable again (fork, then exec of /proc/self/exe): a plain fork
+ * of Criterion's multi-threaded worker cannot start threads under ThreadSanitizer. The
+ * rank's body is found by name (TU_REGISTER) and its argument and options travel in the
+ * environment as bytes; a constructor runs the rank before Criterion's main and exits.
  * Not here: anything inside weft; these helpers use the public API only. */
 #ifndef WF_TEST_TRANSPORT_UTIL_H
 #define WF_TEST_TRANSPORT_UTIL_H
@@ -18,6 +21,15 @@
 #include <unistd.h>
 
 #define TU_MAX_RANKS 8
+
+/* Before a process makes its first comm: under ThreadSanitizer, UCX's memory hooks (libucm
+ * patches madvise, which glibc calls as a thread exits) crash in TSan's interceptors, so
+ * they are turned off; the shared-memory and TCP transports do not need them. */
+static inline void tu_ucx_env(void)
+{
+    if (WF_TEST_TSAN)
+        setenv("UCX_MEM_EVENTS", "no", 1);
+}
 
 /* A port the kernel just gave out (then freed): good enough on a test machine. */
 static inline int tu_free_port(void)
@@ -35,29 +47,48 @@ static inline int tu_free_port(void)
 /* A rank's body: returns 0 when every check passed. */
 typedef int (*tu_body)(wf_comm *c, int rank, int size, void *arg);
 
+/* Bodies by name, filled by constructors (TU_REGISTER) before anything else runs. */
+typedef struct tu_entry {
+    const char *name;
+    tu_body fn;
+} tu_entry;
+
+static tu_entry tu_bodies[32];
+static int tu_n_bodies;
+
+/* Registers a body so that a rank process can find it: one line after its definition. */
+#define TU_REGISTER(fn)                                             \
+    __attribute__((constructor(101))) static void tu_reg_##fn(void) \
+    {                                                               \
+        if (tu_n_bodies < 32)                                       \
+            tu_bodies[tu_n_bodies++] = (tu_entry){ #fn, fn };       \
+    }
+
 /* In a child: prints and counts a failed check. */
-#define TU_CHECK(cond, ...)                                               \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
+#define TU_CHECK(cond, ...)                                                          \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
             fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fprintf(stderr, "\n");                                        \
-            return 1;                                                     \
-        }                                                                 \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fprintf(stderr, "\n");                                                   \
+            return 1;                                                                \
+        }                                                                            \
     } while (0)
 
 /* A call that must return 0. */
-#define TU_OK(call)                                                                  \
-    do {                                                                             \
-        int rc_ = (call);                                                            \
+#define TU_OK(call)                                                                          \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
         TU_CHECK(rc_ == 0, "%s returned %s: %s", #call, wf_err_name(rc_), wf_last_errmsg()); \
     } while (0)
 
 typedef struct tu_run {
     int size;
-    wf_comm_opts opts; /* rank, size, addr and token are filled in */
+    wf_comm_opts opts; /* rank, size, addr and token are filled in; of its strings, only
+                          'tls' travels to the ranks */
     tu_body body;
-    void *arg;
+    const void *arg; /* 'arg_size' bytes, copied to each rank (no pointers inside) */
+    size_t arg_size;
     double timeout_s;
     int port;
     char addr[32];
@@ -65,7 +96,7 @@ typedef struct tu_run {
     int status[TU_MAX_RANKS]; /* waitpid status */
 } tu_run;
 
-static inline int tu_child(tu_run *t, int rank)
+static inline int tu_child(tu_run *t, int rank, void *arg)
 {
     wf_comm_opts o = t->opts;
     o.rank = rank;
@@ -74,31 +105,137 @@ static inline int tu_child(tu_run *t, int rank)
     if (!o.token)
         o.token = "test-token";
     wf_comm *c = NULL;
+    tu_ucx_env();
     int rc = wf_comm_create(NULL, &o, &c);
     if (rc < 0) {
         fprintf(stderr, "rank %d: wf_comm_create: %s: %s\n", rank, wf_err_name(rc),
                 wf_last_errmsg());
         return 10;
     }
-    int r = t->body(c, rank, t->size, t->arg);
+    int r = t->body(c, rank, t->size, arg);
     wf_comm_destroy(c);
+#if WF_TEST_ASAN
+    /* The child leaves with _exit() (Criterion's handlers belong to the parent), so
+     * LeakSanitizer would not look: ask it here. */
+    if (__lsan_do_recoverable_leak_check() != 0) {
+        fprintf(stderr, "rank %d leaked memory (report above)\n", rank);
+        return r ? r : 30;
+    }
+#endif
     return r;
 }
 
-/* Forks the ranks; returns with every child reaped (killed past the deadline). */
+static inline void tu_hex(char *out, const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", ((const uint8_t *)p)[i]);
+    out[2 * n] = 0;
+}
+
+static inline bool tu_unhex(const char *s, void *p, size_t n)
+{
+    if (!s || strlen(s) != 2 * n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1)
+            return false;
+        ((uint8_t *)p)[i] = (uint8_t)v;
+    }
+    return true;
+}
+
+/* The rank side: when this executable was started as a rank, run it and exit. */
+__attribute__((constructor(200))) static void tu_rank_main(void)
+{
+    const char *name = getenv("WF_TU_BODY");
+    if (!name)
+        return;
+    tu_run t = { 0 };
+    for (int i = 0; i < tu_n_bodies; i++)
+        if (!strcmp(tu_bodies[i].name, name))
+            t.body = tu_bodies[i].fn;
+    const char *rank_s = getenv("WF_TU_RANK"), *size_s = getenv("WF_TU_SIZE");
+    const char *addr = getenv("WF_TU_ADDR"), *arg_hex = getenv("WF_TU_ARG");
+    size_t arg_size = arg_hex ? strlen(arg_hex) / 2 : 0;
+    void *arg = arg_size ? malloc(arg_size) : NULL;
+    if (!t.body || !rank_s || !size_s || !addr ||
+        !tu_unhex(getenv("WF_TU_OPTS"), &t.opts, sizeof t.opts) ||
+        (arg_size && (!arg || !tu_unhex(arg_hex, arg, arg_size)))) {
+        fprintf(stderr, "tu_rank_main: bad rank environment (body '%s')\n", name);
+        _exit(40);
+    }
+    t.opts.tls = getenv("WF_TU_TLS");
+    t.size = atoi(size_s);
+    snprintf(t.addr, sizeof t.addr, "%s", addr);
+    int rc = tu_child(&t, atoi(rank_s), arg);
+    free(arg);
+    fflush(NULL);
+    _exit(rc);
+}
+
+/* Starts rank 'r' of 't' (fork, then exec of this executable as that rank). The
+ * environment is built before the fork: the child only calls execve(). */
+static inline pid_t tu_spawn(tu_run *t, int r)
+{
+    extern char **environ;
+    const char *name = NULL;
+    for (int i = 0; i < tu_n_bodies; i++)
+        if (tu_bodies[i].fn == t->body)
+            name = tu_bodies[i].name;
+    cr_assert_not_null(name, "the body is not registered (TU_REGISTER)");
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 9, sizeof *env);
+    char *vars[8];
+    wf_comm_opts plain = t->opts;
+    const char *tls = plain.tls;
+    plain.addr = plain.token = plain.net_devices = plain.tls = NULL;
+    char *opts_hex = malloc(2 * sizeof plain + 1), *arg_hex = malloc(2 * t->arg_size + 1);
+    cr_assert(env && opts_hex && arg_hex);
+    tu_hex(opts_hex, &plain, sizeof plain);
+    tu_hex(arg_hex, t->arg, t->arg_size);
+    int k = 0;
+    cr_assert_geq(asprintf(&vars[k++], "WF_TU_BODY=%s", name), 0);
+    cr_assert_geq(asprintf(&vars[k++], "WF_TU_RANK=%d", r), 0);
+    cr_assert_geq(asprintf(&vars[k++], "WF_TU_SIZE=%d", t->size), 0);
+    cr_assert_geq(asprintf(&vars[k++], "WF_TU_ADDR=%s", t->addr), 0);
+    cr_assert_geq(asprintf(&vars[k++], "WF_TU_OPTS=%s", opts_hex), 0);
+    cr_assert_geq(asprintf(&vars[k++], "WF_TU_ARG=%s", arg_hex), 0);
+    if (tls)
+        cr_assert_geq(asprintf(&vars[k++], "WF_TU_TLS=%s", tls), 0);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "WF_TU_", 6))
+            env[m++] = environ[i];
+    for (int i = 0; i < k; i++)
+        env[m++] = vars[i];
+    env[m] = NULL;
+    char *argv[] = { "transport-rank", NULL };
+    fflush(NULL);
+    pid_t p = fork();
+    cr_assert_geq(p, 0);
+    if (p == 0) {
+        execve("/proc/self/exe", argv, env);
+        _exit(41);
+    }
+    for (int i = 0; i < k; i++)
+        free(vars[i]);
+    free(env);
+    free(opts_hex);
+    free(arg_hex);
+    return p;
+}
+
+/* Picks a port and starts every rank. */
 static inline void tu_start(tu_run *t)
 {
     cr_assert_leq(t->size, TU_MAX_RANKS);
     t->port = tu_free_port();
     snprintf(t->addr, sizeof t->addr, "127.0.0.1:%d", t->port);
-    fflush(NULL);
-    for (int r = 0; r < t->size; r++) {
-        pid_t p = fork();
-        cr_assert_geq(p, 0);
-        if (p == 0)
-            _exit(tu_child(t, r));
-        t->pids[r] = p;
-    }
+    for (int r = 0; r < t->size; r++)
+        t->pids[r] = tu_spawn(t, r);
 }
 
 /* Waits for every rank; returns false (after killing the rest) past the deadline. */
@@ -136,10 +273,12 @@ static inline bool tu_wait(tu_run *t)
 }
 
 /* Runs 'body' on 'size' ranks and fails the test unless every rank exits with 0. */
-static inline void tu_run_all(int size, const wf_comm_opts *opts, tu_body body, void *arg,
-                              double timeout_s)
+static inline void tu_run_all(int size, const wf_comm_opts *opts, tu_body body, const void *arg,
+                              size_t arg_size, double timeout_s)
 {
-    tu_run t = { .size = size, .body = body, .arg = arg, .timeout_s = timeout_s };
+    tu_run t = {
+        .size = size, .body = body, .arg = arg, .arg_size = arg_size, .timeout_s = timeout_s
+    };
     if (opts)
         t.opts = *opts;
     tu_start(&t);

@@ -1,0 +1,246 @@
+/* tests/transport/test_failure.c: a dead, stopped or late rank becomes an error on every
+ * other rank, naming it, within a deadline, never a hang; and an idle comm burns no CPU.
+ * Ranks are forked processes on loopback; the test process kills or stops one of them
+ * with a signal while the others are inside a collective or a receive. */
+#include "transport_util.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+
+TestSuite(transport_failure, .timeout = WF_TEST_TIMEOUT(60), .fini = wf_test_fini);
+
+typedef struct victim {
+    int rank;
+    bool recv_only; /* the others wait in a receive from the victim, not a collective */
+    int ready_fd;   /* each rank writes a byte here once it is in its loop */
+} victim;
+
+/* Tells the test process that this rank has joined and is about to wait. */
+static void say_ready(const victim *v)
+{
+    if (write(v->ready_fd, "r", 1) != 1)
+        perror("say_ready");
+}
+
+/* Waits until every rank of 't' said it is ready (or 'seconds' pass), then a little more so
+ * that they are inside their collective or receive. */
+static void wait_ready(int fd, int size, double seconds)
+{
+    uint64_t end = wf_test_now_ns() + (uint64_t)(seconds * 1e9);
+    int got = 0;
+    while (got < size && wf_test_now_ns() < end) {
+        char b[16];
+        ssize_t k = read(fd, b, sizeof b);
+        if (k > 0)
+            got += (int)k;
+        else
+            wf_test_sleep_us(1000);
+    }
+    cr_assert_eq(got, size, "only %d of %d ranks got ready", got, size);
+    wf_test_sleep_us(100000);
+}
+
+static int ready_pipe(int fds[2])
+{
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(fcntl(fds[0], F_SETFL, O_NONBLOCK | fcntl(fds[0], F_GETFL)), 0);
+    return fds[1];
+}
+
+/* Loops on collectives (or waits in a receive) until an error; the error must be WF_EPEER
+ * and name the victim. The victim loops the same way until it is killed. */
+static int until_error(wf_comm *c, int rank, int size, void *arg)
+{
+    const victim *v = arg;
+    size_t n = 1u << 20; /* 4 MiB of f32: the ring, many chunks in flight */
+    float *x = calloc(n, sizeof *x);
+    TU_CHECK(x, "malloc");
+    int rc = 0;
+    say_ready(v);
+    for (long i = 0; rc == 0; i++) {
+        if (v->recv_only && rank != v->rank)
+            rc = wf_comm_recv(c, v->rank, 1, x, 16);
+        else if (v->recv_only)
+            wf_test_sleep_us(10000);
+        else
+            rc = wf_comm_allreduce(c, x, x, n, WF_F32, WF_REDUCE_MAX);
+    }
+    char victim_name[32];
+    snprintf(victim_name, sizeof victim_name, "rank %d ", v->rank);
+    TU_CHECK(rc == WF_EPEER, "rank %d got %s: %s", rank, wf_err_name(rc), wf_last_errmsg());
+    TU_CHECK(strstr(wf_last_errmsg(), victim_name), "rank %d: message does not name %s: %s", rank,
+             victim_name, wf_last_errmsg());
+    TU_CHECK(strstr(wf_last_errmsg(), "died"), "rank %d: %s", rank, wf_last_errmsg());
+    TU_CHECK(wf_comm_status(c) == WF_EPEER, "the comm stays failed");
+    /* Later calls fail at once with the same error. */
+    TU_CHECK(wf_comm_barrier(c) == WF_EPEER, "barrier after the failure");
+    free(x);
+    return 0;
+}
+TU_REGISTER(until_error)
+
+/* Kills 'v->rank' with SIGKILL once every rank is in its loop and checks that every other
+ * rank exits cleanly (having seen WF_EPEER naming it) within 'limit_s' of the kill (scaled
+ * for the sanitizers, which slow everything down). */
+static void kill_one(int size, const victim *v0, const wf_comm_opts *opts, double limit_s)
+{
+    victim v = *v0;
+    int fds[2];
+    v.ready_fd = ready_pipe(fds);
+    tu_run t = {
+        .size = size, .body = until_error, .arg = &v, .arg_size = sizeof v, .timeout_s = 60
+    };
+    if (opts)
+        t.opts = *opts;
+    tu_start(&t);
+    wait_ready(fds[0], size, WF_TEST_TIMEOUT(20));
+    kill(t.pids[v.rank], SIGKILL);
+    uint64_t t0 = wf_test_now_ns();
+    t.timeout_s = WF_TEST_TIMEOUT(limit_s);
+    bool in_time = tu_wait(&t);
+    double s = (double)(wf_test_now_ns() - t0) / 1e9;
+    close(fds[0]);
+    close(fds[1]);
+    cr_assert(in_time, "the survivors of rank %d did not all return within %.1f s", v.rank,
+              t.timeout_s);
+    cr_assert(WIFSIGNALED(t.status[v.rank]) && WTERMSIG(t.status[v.rank]) == SIGKILL,
+              "the victim was not killed (did it finish or fail early?)");
+    for (int r = 0; r < size; r++)
+        if (r != v.rank)
+            cr_assert(WIFEXITED(t.status[r]) && WEXITSTATUS(t.status[r]) == 0,
+                      "rank %d did not report the death of rank %d correctly (stderr)", r, v.rank);
+    cr_log_info("all survivors returned %.3f s after the kill", s);
+}
+
+Test(transport_failure, killing_a_rank_mid_allreduce_fails_every_other_rank_naming_it)
+{
+    kill_one(3, &(victim){ .rank = 1 }, NULL, 5);
+}
+
+Test(transport_failure, killing_rank_0_mid_allreduce_fails_every_other_rank_naming_it)
+{
+    kill_one(3, &(victim){ .rank = 0 }, NULL, 5);
+}
+
+Test(transport_failure, killing_the_sender_fails_a_pending_receive)
+{
+    kill_one(2, &(victim){ .rank = 1, .recv_only = true }, NULL, 5);
+    kill_one(4, &(victim){ .rank = 3, .recv_only = true }, NULL, 5);
+}
+
+Test(transport_failure, killing_a_rank_over_tcp_fails_the_others_too)
+{
+    kill_one(2, &(victim){ .rank = 1 }, &(wf_comm_opts){ .tls = "tcp,self" }, 5);
+}
+
+Test(transport_failure, repeated_kills_never_hang)
+{
+    int n = (int)wf_test_scaled(4, 2);
+    for (int i = 0; i < n; i++)
+        kill_one(2 + i % 3, &(victim){ .rank = i % 2 }, NULL, 5);
+}
+
+/* A stopped rank (SIGSTOP: its sockets stay open) is found by missed heartbeats. */
+static int until_silence(wf_comm *c, int rank, int size, void *arg)
+{
+    int rc = 0;
+    float x[4] = { 0 };
+    say_ready(arg);
+    while (rc == 0)
+        rc = wf_comm_allreduce(c, x, x, 4, WF_F32, WF_REDUCE_SUM);
+    TU_CHECK(rc == WF_EPEER, "got %s: %s", wf_err_name(rc), wf_last_errmsg());
+    TU_CHECK(strstr(wf_last_errmsg(), "rank 2 ") && strstr(wf_last_errmsg(), "heartbeat"),
+             "rank %d: %s", rank, wf_last_errmsg());
+    return 0;
+}
+TU_REGISTER(until_silence)
+
+Test(transport_failure, a_stopped_rank_is_declared_dead_after_missed_heartbeats)
+{
+    int fds[2];
+    victim v = { .ready_fd = ready_pipe(fds) };
+    tu_run t = { .size = 3,
+                 .body = until_silence,
+                 .arg = &v,
+                 .arg_size = sizeof v,
+                 .timeout_s = 30,
+                 .opts = { .heartbeat_ms = 100, .heartbeat_timeout_ms = 600 } };
+    tu_start(&t);
+    wait_ready(fds[0], 3, WF_TEST_TIMEOUT(20));
+    close(fds[0]);
+    close(fds[1]);
+    kill(t.pids[2], SIGSTOP);
+    uint64_t t0 = wf_test_now_ns();
+    /* Wait for the two others only; then kill the stopped one. */
+    pid_t stopped = t.pids[2];
+    t.pids[2] = 0;
+    t.size = 2;
+    t.timeout_s = WF_TEST_TIMEOUT(5);
+    bool in_time = tu_wait(&t);
+    double s = (double)(wf_test_now_ns() - t0) / 1e9;
+    kill(stopped, SIGKILL);
+    waitpid(stopped, NULL, 0);
+    cr_assert(in_time, "the others did not notice the stopped rank within %.0f s", t.timeout_s);
+    for (int r = 0; r < 2; r++)
+        cr_assert(WIFEXITED(t.status[r]) && WEXITSTATUS(t.status[r]) == 0,
+                  "rank %d did not report the silent rank correctly (stderr)", r);
+    cr_assert_geq(s, 0.5, "declared dead after %.2f s, before heartbeat_timeout_ms", s);
+}
+
+/* A rank that never joins a collective makes the others time out (WF_ETIMEDOUT naming it
+ * and the collective) at op_timeout_ms; it then finds the comm failed too. */
+static int late_rank(wf_comm *c, int rank, int size, void *arg)
+{
+    double x = 1;
+    if (rank == 1) {
+        wf_test_sleep_us(2500000);
+        int rc = wf_comm_status(c);
+        TU_CHECK(rc == WF_ETIMEDOUT, "the late rank sees %s: %s", wf_err_name(rc),
+                 wf_last_errmsg());
+        return 0;
+    }
+    uint64_t t0 = wf_test_now_ns();
+    int rc = wf_comm_allreduce(c, &x, &x, 1, WF_F64, WF_REDUCE_SUM);
+    double s = (double)(wf_test_now_ns() - t0) / 1e9;
+    TU_CHECK(rc == WF_ETIMEDOUT, "rank %d got %s: %s", rank, wf_err_name(rc), wf_last_errmsg());
+    TU_CHECK(s >= 0.9 && s < 2.4, "rank %d returned after %.2f s", rank, s);
+    TU_CHECK(strstr(wf_last_errmsg(), "allreduce"), "rank %d: %s", rank, wf_last_errmsg());
+    TU_CHECK(strstr(wf_last_errmsg(), "rank 1 "), "rank %d: %s", rank, wf_last_errmsg());
+    return 0;
+}
+TU_REGISTER(late_rank)
+
+Test(transport_failure, a_rank_that_never_joins_a_collective_times_out_everywhere)
+{
+    tu_run_all(3, &(wf_comm_opts){ .op_timeout_ms = 1000 }, late_rank, NULL, 0, 20);
+}
+
+/* An idle comm: the caller sleeps 1 s; the whole process (its weft-net thread, UCX)
+ * burns less than 5% of a core. */
+static double cpu_s(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec / 1e6 +
+           (double)u.ru_stime.tv_sec + (double)u.ru_stime.tv_usec / 1e6;
+}
+
+static int idle_body(wf_comm *c, int rank, int size, void *arg)
+{
+    float x[8] = { 0 };
+    TU_OK(wf_comm_allreduce(c, x, x, 8, WF_F32, WF_REDUCE_SUM));
+    double t0 = cpu_s();
+    uint64_t w0 = wf_test_now_ns();
+    wf_test_sleep_us(1000000);
+    double used = cpu_s() - t0, wall = (double)(wf_test_now_ns() - w0) / 1e9;
+    TU_CHECK(used < 0.05 * wall, "rank %d burned %.3f s of CPU in %.3f s idle", rank, used, wall);
+    TU_OK(wf_comm_barrier(c));
+    return 0;
+}
+TU_REGISTER(idle_body)
+
+Test(transport_failure, an_idle_comm_burns_under_five_percent_of_a_core)
+{
+    tu_run_all(2, &(wf_comm_opts){ .heartbeat_ms = 100 }, idle_body, NULL, 0, 20);
+    tu_run_all(3, NULL, idle_body, NULL, 0, 20);
+}
