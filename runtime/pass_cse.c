@@ -108,7 +108,11 @@ int wf__pass_cse(wf__pass_ctx *c)
         const wf_node *n = c->node[id];
         if (wf__pass_find(c, id) != id || !candidate(n))
             continue;
-        size_t slot = (size_t)hash_node(c, n) & (cap - 1);
+        uint64_t h = hash_node(c, n);
+        h ^= h >> 33; /* a finalizer (MurmurHash3's): FNV's low bits, which pick the slot, */
+        h *= 0xff51afd7ed558ccdull; /* depend only on the inputs' low bits: chains of */
+        h ^= h >> 33;               /* consecutive ids clustered into long probe runs */
+        size_t slot = (size_t)h & (cap - 1);
         for (; table[slot] >= 0; slot = (slot + 1) & (cap - 1))
             if (same(c, c->node[table[slot]], n))
                 break;

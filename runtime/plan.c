@@ -8,7 +8,9 @@
  *   the plan and its pre-built task graphs (LESSONS.md, "replay pre-built graphs"). Feeds are
  *   not part of the key because only placeholders can be fed, and they prune nothing.
  * Cost: O(nodes + edges) of the needed subgraph per pass, plus a few bytes per graph node
- *   for the marks and 'index_of'; a 100,000-node chain compiles in a few milliseconds.
+ *   for the marks and 'index_of'. Measured on a 100,000-node chain of adds (thread CPU time
+ *   of the first run, which compiles): ~17 ms with every pass off, ~50 ms with all on
+ *   (CSE's hash table and the four prunes are most of the difference).
  * Not here: running a plan (exec.c), the session API (session.c), the passes (pass_*.c);
  *   fusion, placement and memory planning come later, each a file of its own. */
 #include "passes.h"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/sanitize.sh: builds weft with a sanitizer and runs tests under it.
 #   scripts/sanitize.sh thread  [ctest args]   ThreadSanitizer, build-tsan: the scheduler's
-#                                              tests and the examples (ctest -L 'sched|runtime|examples|transport')
+#                                              tests, autodiff and the examples (ctest -L 'sched|runtime|examples|transport|grad')
 #   scripts/sanitize.sh address [ctest args]   AddressSanitizer + UBSan, build-asan: every test
 # Extra ctest args replace the default label selection (e.g. -R deque).
 # Env: WF_JOBS, WF_CMAKE_ARGS, WF_TEST_TIMEOUT (default 900: sanitizers are slow), WF_SETUP_SKIP.
@@ -17,7 +17,7 @@ case "$kind" in
 thread)
     build="${WF_BUILD_DIR:-build-tsan}"
     cfg=(-DWF_SANITIZE=thread -DWF_BUILD_PERF=OFF)
-    sel=(-L 'sched|runtime|examples|transport')
+    sel=(-L 'sched|runtime|examples|transport|grad')
     # halt_on_error: the first race fails the test, with its two stacks.
     export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1 second_deadlock_stack=1}"
     tp="$(wf_tsan_prefix)"

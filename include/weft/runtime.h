@@ -1,6 +1,7 @@
 /* weft/runtime.h: sessions: compiling a static graph into an executable plan and running it.
- * Owns: the public contract of runtime/: wf_session (create, run, destroy), feeds, and the
- * variable values a session owns (read and assign).
+ * Owns: the public contract of runtime/: wf_session (create, run, destroy), feeds, the
+ * variable values a session owns (read and assign), the compile passes' switches, graph and
+ * plan dumps, compile statistics, and checkpoints.
  * Not here: building graphs (weft/core.h), ops (weft/ops.h), the scheduler (weft/sched.h). */
 #ifndef WEFT_RUNTIME_H
 #define WEFT_RUNTIME_H

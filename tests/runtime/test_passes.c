@@ -179,6 +179,30 @@ Test(runtime_passes, a_node_with_many_constant_inputs_folds_too)
     wf_graph_destroy(g);
 }
 
+Test(runtime_passes, a_constant_node_whose_kernel_fails_is_not_folded_and_fails_the_run)
+{
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    const float p[3] = { 1, 2, 3 };
+    const int32_t idx[2] = { 0, 7 }; /* 7 is out of range: only the kernel can tell */
+    wf_tensor *it = wf_tensor_from(WF_I32, WF_SHAPE(2), idx);
+    wf_node *gi = wf_constant(g, it);
+    wf_tensor_release(it);
+    wf_node *bad = wf_exp(g, wf_gather(g, const_f32(g, WF_SHAPE(3), p), gi, 0));
+    cr_assert_not_null(bad, "%s", wf_graph_errmsg(g));
+    wf_session *on = session(g, 0);
+    wf_plan_stats st = plan_stats(on, &bad, 1);
+    cr_assert_eq(st.n_folded, 0);
+    wf_tensor *r = NULL;
+    int rc = wf_session_run(on, NULL, 0, &bad, 1, &r, NULL, 0);
+    cr_assert_lt(rc, 0);
+    cr_assert_null(r);
+    cr_assert(strstr(wf_session_errmsg(on), "gather") &&
+                  strstr(wf_session_errmsg(on), "test_passes.c:"),
+              "%s", wf_session_errmsg(on));
+    wf_session_destroy(on);
+    wf_graph_destroy(g);
+}
+
 Test(runtime_passes, cse_merges_duplicate_subexpressions_into_one_node)
 {
     wf_graph *g = wf_graph_create(rt, WF_STATIC);
