@@ -40,7 +40,7 @@
 #define EVAL_BATCHES   8
 
 typedef struct options {
-    const char *text, *init, *save;
+    const char *text, *init, *save, *log;
     gpt_config model;
     int batch;
     long steps, sample_every, sample_len;
@@ -371,6 +371,7 @@ static void usage(FILE *f)
                "files:\n"
                "  --init FILE.safetensors  resume a checkpoint of the same model and text\n"
                "  --save FILE.safetensors  write the weights and AdamW state at the end\n"
+               "  --log FILE.jsonl     one line per step: {\"step\": k, \"loss\": x}\n"
                "  --quiet              only the final lines\n");
 }
 
@@ -409,6 +410,8 @@ static int parse_args(int argc, char **argv, options *o)
             o->init = val;
         } else if (strcmp(a, "--save") == 0) {
             o->save = val;
+        } else if (strcmp(a, "--log") == 0) {
+            o->log = val;
         } else if (strcmp(a, "--lr") == 0 || strcmp(a, "--temperature") == 0 ||
                    strcmp(a, "--dropout") == 0) {
             char *end;
@@ -518,6 +521,7 @@ int main(int argc, char **argv)
     char err[1024] = "";
     corpus text;
     trainer t = { .o = &o, .text = &text };
+    FILE *log = NULL;
     const char *path = o.text ? o.text : default_text();
     int rc = read_text(path, &text, err, sizeof err);
     int ctx = o.model.context;
@@ -531,6 +535,10 @@ int main(int argc, char **argv)
     o.model.vocab = text.vocab;
     if (rc == 0)
         rc = gpt_config_check(&o.model, err, sizeof err);
+    if (rc == 0 && o.log && !(log = fopen(o.log, "w"))) {
+        snprintf(err, sizeof err, "--log %s: %s", o.log, strerror(errno));
+        rc = WF_EIO;
+    }
     wf_runtime_opts ro = { .n_workers = o.threads };
     if (rc == 0 && (rc = wf_runtime_create(&t.rt, &ro)) < 0)
         snprintf(err, sizeof err, "runtime: %s", wf_last_errmsg());
@@ -584,6 +592,8 @@ int main(int argc, char **argv)
             if (rc < 0)
                 break;
             lsum += last_loss;
+            if (log)
+                fprintf(log, "{\"step\": %ld, \"loss\": %.9g}\n", step, last_loss);
             wt_progress_update(&bar, (k + 1) * o.batch, lsum / (double)(k + 1), -1);
         }
         char note[96];
@@ -621,6 +631,10 @@ out_batch:
     free(xb);
     free(yb);
 out:
+    if (log && fclose(log) != 0 && rc == 0) {
+        fprintf(stderr, "train_gpt: --log %s: %s\n", o.log, strerror(errno));
+        rc = WF_EIO;
+    }
     wf_session_destroy(t.s);
     wf_graph_destroy(t.g);
     wf_runtime_destroy(t.rt);
