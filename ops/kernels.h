@@ -153,8 +153,8 @@ typedef enum wf__reduce_kind {
     WF__REDUCE_COUNT
 } wf__reduce_kind;
 
-int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int n_axes, bool keepdims,
-                   const wf_tensor *x, wf_tensor *out);
+int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int n_axes,
+                   bool keepdims, const wf_tensor *x, wf_tensor *out);
 
 /* The shape wf__reduce_cpu() gives for 'x_shape' (for callers that allocate 'out').
  * Returns 0 or WF_EINVAL (an axis out of range or repeated) with a message. */

@@ -450,8 +450,8 @@ static int col_items(void *ctx, int64_t lo, int64_t hi)
     return 0;
 }
 
-int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int n_axes, bool keepdims,
-                   const wf_tensor *x, wf_tensor *out)
+int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int n_axes,
+                   bool keepdims, const wf_tensor *x, wf_tensor *out)
 {
     if ((unsigned)op >= WF__REDUCE_COUNT)
         return wf__err(WF_EINVAL, "reduce: op %d is not a wf__reduce_kind", (int)op);
@@ -563,7 +563,7 @@ int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int 
     int wf__##name##_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims, \
                          const wf_tensor *x, wf_tensor *out)                             \
     {                                                                                    \
-        return wf__reduce_cpu(ctx, WF__REDUCE_##OP, axes, n_axes, keepdims, x, out);      \
+        return wf__reduce_cpu(ctx, WF__REDUCE_##OP, axes, n_axes, keepdims, x, out);     \
     }
 REDUCE_ENTRY(sum, SUM)
 REDUCE_ENTRY(mean, MEAN)

@@ -112,8 +112,10 @@ static int make_model(const options *o, const wt_dataset *ds, model *m, char *er
      * images of 16 x 16 and more: 8 x 8 digits keep their 4 x 4 map), linear 128 + ReLU,
      * linear classes */
     if (ds->rank != 3 || ds->dims[1] < 4 || ds->dims[2] < 4) {
-        snprintf(err, errlen, "--model cnn needs images [C, H, W] with H, W >= 4 (the data "
-                              "has %d feature dimension(s))", ds->rank);
+        snprintf(err, errlen,
+                 "--model cnn needs images [C, H, W] with H, W >= 4 (the data "
+                 "has %d feature dimension(s))",
+                 ds->rank);
         return WF_EINVAL;
     }
     m->cnn = true;
