@@ -63,18 +63,21 @@ def model(kind, features, classes):
         return None, nn.ModuleDict({"fc1": nn.Linear(features, 128),
                                     "fc2": nn.Linear(128, classes)})
     side = int(round(features ** 0.5))
-    return side, nn.ModuleDict({"conv1": nn.Conv2d(1, 16, 3, padding=1),
-                                "conv2": nn.Conv2d(16, 32, 3, padding=1),
-                                "fc1": nn.Linear(32 * (side // 4) ** 2, 64),
-                                "fc2": nn.Linear(64, classes)})
+    f = 4 if side >= 16 else 2  # weft-train pools after conv2 only for 16 x 16 and more
+    return side, nn.ModuleDict({"conv1": nn.Conv2d(1, 32, 3, padding=1),
+                                "conv2": nn.Conv2d(32, 64, 3, padding=1),
+                                "fc1": nn.Linear(64 * (side // f) ** 2, 128),
+                                "fc2": nn.Linear(128, classes)})
 
 
 def forward(kind, m, x, side):
     if kind == "mlp":
         return m["fc2"](torch.relu(m["fc1"](x)))
     h = x.view(-1, 1, side, side)
-    for c in ("conv1", "conv2"):
-        h = torch.max_pool2d(torch.relu(m[c](h)), 2)
+    h = torch.max_pool2d(torch.relu(m["conv1"](h)), 2)
+    h = torch.relu(m["conv2"](h))
+    if side >= 16:
+        h = torch.max_pool2d(h, 2)
     return m["fc2"](torch.relu(m["fc1"](h.flatten(1))))
 
 
