@@ -237,7 +237,6 @@ void wf_graph_destroy(wf_graph *g)
         return;
     for (int i = 0; i < g->n_nodes; i++)
         wf_tensor_release(node_at(g, i)->value);
-    wf__tensor_slab_retire(g->slab);
     for (int i = 0; i < g->n_chunks; i++)
         free(g->chunks[i]);
     free(g->chunks);
@@ -574,7 +573,7 @@ static int eager_cpu(wf_graph *g, wf_node *n)
     }
     wf_tensor *out = NULL;
     if (rc == 0 && !dynamic && !n->op->n_assign &&
-        !(out = wf__tensor_alloc_slab(&g->slab, n->dtype, n->shape)))
+        !(out = wf__tensor_alloc_value(n->dtype, n->shape)))
         rc = WF_ENOMEM;
     if (rc == 0) {
         wf_kernel_ctx ctx = { .rt = g->rt };
@@ -940,7 +939,7 @@ wf_node *(wf_scalar)(wf_graph *g, wf_dtype dt, double value)
                    loc.file ? base_name(loc.file) : "?", loc.line, (int)dt);
         return NULL;
     }
-    wf_tensor *t = wf__tensor_alloc(dt, WF_SCALAR);
+    wf_tensor *t = wf__tensor_alloc_value(dt, WF_SCALAR);
     if (!t) {
         graph_fail(g, WF_ENOMEM, "scalar: no memory");
         return NULL;

@@ -2,10 +2,10 @@
  * Owns: creating, viewing, retaining and releasing tensors, and reading their elements.
  * Invariant: core/tensor.h states the layout's; a buffer is freed by the last release of
  *   the last tensor that shares it. The headers of a new tensor (wf__tensor_alloc,
- *   wf__tensor_adopt, wf__tensor_alloc_slab) are one block, a tensor_block: its buffer first
+ *   wf__tensor_adopt, wf__tensor_alloc_value) are one block, a tensor_block: its buffer first
  *   (so that the buffer's free() frees the block), then its header ('in_block'); the header
- *   holds a reference to the buffer, so the block outlives it. A slab's blocks are carved
- *   from the slab, each with its data after it, and counted in the slab instead.
+ *   holds a reference to the buffer, so the block outlives it. wf__tensor_alloc_value()
+ *   puts small data in the block too.
  * Not here: pools (memory/ provides buffers through the free hook), kernels (ops/). */
 #include "tensor.h"
 
@@ -100,8 +100,8 @@ static wf_tensor *header(wf_dtype dt, wf_shape shape)
 
 /* See the file comment. Putting the tensor header into its buffer's allocation saves one
  * malloc() and free() per tensor. wf__tensor_alloc()'s data stays an allocation of its own
- * (freed with free(), so that a test or a device may give its buffer another hook), and an
- * eager graph's small outputs come from slabs instead (below). */
+ * (freed with free(), so that a test or a device may give its buffer another hook); an eager
+ * graph's small values have theirs in the block (wf__tensor_alloc_value). */
 typedef struct tensor_block {
     wf_buffer buf;
     wf_tensor t;
@@ -139,74 +139,35 @@ wf_tensor *wf__tensor_alloc(wf_dtype dt, wf_shape shape)
     return init_block(k, dt, shape, data, bytes, NULL, NULL);
 }
 
-/* ---- Slabs of small eager outputs (core/internal.h) ---------------------------------------- */
-
-#define SLAB_BYTES     (64 * 1024)
-#define SLAB_MAX_BYTES 1024               /* larger outputs get an allocation of their own */
-#define SLAB_OWNER     ((int64_t)1 << 48) /* more blocks than a slab can ever hold */
-
-/* A run of tensor blocks carved in order. 'refs' starts at SLAB_OWNER; each dead block takes
- * 1 off, and retiring the slab (its graph stops carving) takes off SLAB_OWNER less the blocks
- * carved, so it reaches 0 exactly once, after the graph and every block are done: the
- * carving itself needs no atomic operation. */
-struct wf__tensor_slab {
-    _Atomic int64_t refs;
-    int64_t carved;
-    size_t used;
-    _Alignas(64) unsigned char data[SLAB_BYTES];
-};
-
-static void slab_unref(wf__tensor_slab *s, int64_t n)
+/* The hook of a buffer whose data is in its own block (wf__tensor_alloc_value): the data goes
+ * with the block, which wf__buffer_release() frees. */
+static void data_in_block(void *ctx, void *data, size_t bytes)
 {
-    if (atomic_fetch_sub_explicit(&s->refs, n, memory_order_acq_rel) == n)
-        free(s);
-}
-
-void wf__tensor_slab_retire(wf__tensor_slab *s)
-{
-    if (s)
-        slab_unref(s, SLAB_OWNER - s->carved);
-}
-
-/* The free hook of a block in a slab; wf__buffer_release() recognises it (the block is not
- * an allocation of its own). */
-static void in_slab(void *ctx, void *data, size_t bytes)
-{
+    (void)ctx;
     (void)data;
     (void)bytes;
-    slab_unref(ctx, 1);
 }
 
-wf_tensor *wf__tensor_alloc_slab(wf__tensor_slab **slab, wf_dtype dt, wf_shape shape)
+#define VALUE_INLINE_MAX 1024 /* bytes of data kept in the block */
+#define MAX_ALIGN        _Alignof(max_align_t)
+
+wf_tensor *wf__tensor_alloc_value(wf_dtype dt, wf_shape shape)
 {
     size_t bytes;
     if (wf__tensor_check("wf_tensor", dt, shape, &bytes) < 0)
         return NULL;
-    if (bytes > SLAB_MAX_BYTES)
+    if (bytes > VALUE_INLINE_MAX)
         return wf__tensor_alloc(dt, shape);
-    /* The data at the next 64-byte boundary with room for the block before it: a 1-element
-     * f32 output takes 256 bytes. */
-    wf__tensor_slab *s = *slab;
-    size_t at = 0;
-    if (s)
-        at = ((s->used + sizeof(tensor_block) + 63) & ~(size_t)63);
-    if (!s || at + bytes > SLAB_BYTES) {
-        wf__tensor_slab *ns = aligned_alloc(64, sizeof *ns); /* a multiple of 64 */
-        if (!ns) {
-            wf__err(WF_ENOMEM, "wf_tensor: no memory for %zu bytes", bytes);
-            return NULL;
-        }
-        atomic_init(&ns->refs, SLAB_OWNER);
-        ns->carved = 0;
-        ns->used = 0;
-        wf__tensor_slab_retire(s);
-        *slab = s = ns;
-        at = (sizeof(tensor_block) + 63) & ~(size_t)63;
+    /* malloc() aligns to max_align_t: past the block rounded up to that, 64 - MAX_ALIGN more
+     * bytes reach the next 64-byte boundary. A 1-element f32 value is a 288-byte chunk. */
+    size_t head = (sizeof(tensor_block) + MAX_ALIGN - 1) & ~(MAX_ALIGN - 1);
+    tensor_block *k = malloc(head + (64 - MAX_ALIGN) + bytes);
+    if (!k) {
+        wf__err(WF_ENOMEM, "wf_tensor: no memory for %zu bytes", bytes);
+        return NULL;
     }
-    tensor_block *k = (tensor_block *)(void *)(s->data + at - sizeof(tensor_block));
-    s->used = at + bytes;
-    s->carved++;
-    return init_block(k, dt, shape, s->data + at, bytes, in_slab, s);
+    void *data = (void *)(((uintptr_t)k + head + 63) & ~(uintptr_t)63);
+    return init_block(k, dt, shape, data, bytes, data_in_block, NULL);
 }
 
 wf_tensor *wf__tensor_adopt(wf_dtype dt, wf_shape shape, void *data, size_t bytes,
@@ -313,10 +274,6 @@ void wf__buffer_release(wf_buffer *b)
 {
     if (!b || !last_ref(&b->refs))
         return;
-    if (b->free_fn == in_slab) { /* the block is the slab's, not an allocation */
-        in_slab(b->free_ctx, b->data, b->bytes);
-        return;
-    }
     if (b->free_fn)
         b->free_fn(b->free_ctx, b->data, b->bytes);
     else

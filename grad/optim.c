@@ -182,16 +182,30 @@ static const char *unique(const wf_graph *g, const char *base, char *buf, size_t
     return buf;
 }
 
-/* The variable named 'base' if it exists with this dtype and shape (a second wf_minimize(),
- * or an eager step that rebuilt its variables, continues the same state), else a new one
- * initialised with 'init' under 'base' or, when that name is taken by something else,
- * "<base>_<k>". */
-static wf_node *state_var(wf_graph *g, const char *base, wf_dtype dt, wf_shape shape, wf_init init,
-                          wf_srcloc loc)
+/* True if an update node of 'g' already writes 'v'. */
+static bool written(const wf_graph *g, const wf_node *v)
+{
+    for (int id = v->id + 1; id < wf_graph_node_count(g); id++) {
+        const wf_node *n = wf_graph_node(g, id);
+        for (int k = 0; k < n->op->n_assign; k++)
+            if (n->inputs[k] == v)
+                return true;
+    }
+    return false;
+}
+
+/* The variable named 'base' if it exists with this dtype and shape and no update writes it
+ * yet (an eager step that rebuilt its variables, or state restored by name, continues the
+ * same state), else a new one initialised with 'init' under 'base' or, when that name is
+ * taken, "<base>_<k>": two optimizers in one graph (parameter groups) never share a step
+ * counter or a slot. */
+static wf_node *state_var(wf_graph *g, const char *base, wf_dtype dt, wf_shape shape,
+                          wf_init init, wf_srcloc loc)
 {
     char name[512];
     wf_node *v = wf_graph_find(g, base);
-    if (v && v->op == &wf_op_variable && v->dtype == dt && wf_shape_equal(v->shape, shape))
+    if (v && v->op == &wf_op_variable && v->dtype == dt && wf_shape_equal(v->shape, shape) &&
+        !written(g, v))
         return v;
     wf_set_source_location(loc.file, loc.line);
     return (wf_variable)(g, unique(g, base, name, sizeof name), dt, shape, init);

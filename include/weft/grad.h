@@ -181,11 +181,15 @@ WF_API WF_NODISCARD int wf_optimizer_check(const wf_optimizer *opt);
 
 /* Adds the update of every vars[i] by grads[i] (same dtype and shape; f32 or f64) to 'g': the
  * optimizer's state as variables named "<var>/<slot>" ("fc1.weight/adam_m", zeros at start;
- * saved by checkpoints like any variable), a step counter variable "<prefix>/step" (i64, the
- * prefix "adam", "adam_1", ... unique in the graph), one update node per variable ordered
+ * saved by checkpoints like any variable), a step counter variable "<kind>/step" (i64), one
+ * update node per variable ordered
  * after every node that reads the variable (control edges: a step reads the old values), and
  * the counter's increment after all updates, which is returned: run it as a target. With
- * clip_norm > 0 the gradients are clipped by global norm first.
+ * clip_norm > 0 the gradients are clipped by global norm first. A state variable or counter
+ * of that name that exists with the right dtype and shape and that no update writes yet is
+ * taken over (an eager loop that rebuilds its graph each step continues its state so);
+ * otherwise new ones get a suffix ("adam/step_1", "w/adam_m_1"): two optimizers of one graph
+ * (parameter groups) never share a counter or a slot.
  * Returns the step node, or NULL with the graph's first error (WF_EINVAL: a bad optimizer, a
  * vars[i] that is not a variable, a gradient of another dtype or shape). */
 WF_API wf_node *wf_apply_gradients(wf_graph *g, wf_optimizer opt, wf_node *const *vars,

@@ -1,8 +1,8 @@
-/* tests/core/test_internal_alloc.c: how core allocates tensors (core/tensor.c): a new tensor
- * is one block (buffer, header and data), eager outputs are carved from per-graph slabs, and
- * pools adopt their memory; values outlive their graph, views keep a dead header's block,
- * a slab lives until its last tensor goes (AddressSanitizer builds catch any early free),
- * and wf__tensor_writable() still sees exclusive tensors. Also the small-op shortcut of the
+/* tests/core/test_internal_alloc.c: how core allocates tensors (core/tensor.c): the tensor
+ * and buffer headers of a new tensor are one block, small eager values have their data in it
+ * too, and pools adopt their memory; values outlive their graph, views keep a dead header's
+ * block (AddressSanitizer builds catch any early free), and wf__tensor_writable() still sees
+ * exclusive tensors. Also the small-op shortcut of the
  * elementwise kernels (ops/elementwise_cpu.c) against a plain loop, and the cases it must
  * refuse so that the full checks report them.
  * Internal: links the static library, where the wf__ symbols are visible. */
@@ -39,14 +39,26 @@ static const wf_kctx serial = { .rt = NULL };
 
 Test(core_internal_alloc, new_tensor_data_is_64_byte_aligned_for_every_size)
 {
-    for (int64_t n = 0; n < 300; n += 7) {
-        wf_tensor *t = wf__tensor_alloc(WF_F32, WF_SHAPE(n));
-        cr_assert_not_null(t, "%s", wf_last_errmsg());
-        cr_assert_eq((uintptr_t)t->data % 64, 0, "n %lld", (long long)n);
-        cr_assert(t->in_block);
-        memset(t->data, 0xab, (size_t)n * sizeof(float)); /* ASan: the whole span is ours */
-        wf_tensor_release(t);
-    }
+    for (int64_t n = 0; n < 400; n += 7) /* values above 1 KiB take the other path */
+        for (int value = 0; value < 2; value++) {
+            wf_tensor *t = value ? wf__tensor_alloc_value(WF_F32, WF_SHAPE(n))
+                                 : wf__tensor_alloc(WF_F32, WF_SHAPE(n));
+            cr_assert_not_null(t, "%s", wf_last_errmsg());
+            cr_assert_eq((uintptr_t)t->data % 64, 0, "n %lld", (long long)n);
+            cr_assert(t->in_block);
+            cr_assert_eq(t->numel, n);
+            memset(t->data, 0xab, (size_t)n * sizeof(float)); /* ASan: the span is ours */
+            wf_tensor_release(t);
+        }
+}
+
+Test(core_internal_alloc, value_alloc_refuses_bad_shapes_like_alloc)
+{
+    cr_assert_null(wf__tensor_alloc_value(WF_F32, WF_SHAPE(2, -1)));
+    cr_assert_not_null(strstr(wf_last_errmsg(), "negative or unknown"), "%s", wf_last_errmsg());
+    cr_assert_null(wf__tensor_alloc_value(WF_F32, WF_SHAPE(INT64_MAX, 4)));
+    cr_assert_not_null(strstr(wf_last_errmsg(), "too many elements"), "%s", wf_last_errmsg());
+    cr_assert_null(wf__tensor_alloc_value((wf_dtype)99, WF_SHAPE(2)));
 }
 
 Test(core_internal_alloc, view_keeps_the_block_of_a_released_tensor)
@@ -101,9 +113,8 @@ Test(core_internal_alloc, adopted_memory_is_freed_by_its_hook_after_the_last_vie
     cr_assert_eq(calls, 1);
 }
 
-Test(core_internal_alloc, eager_values_fill_several_slabs_and_outlive_their_graph)
+Test(core_internal_alloc, eager_values_outlive_their_graph)
 {
-    /* 1000 1-element outputs take ~256 KB: four slabs. One value from each kept. */
     enum { N = 1000 };
 
     wf_graph *g = wf_graph_create(rt, WF_EAGER);
@@ -118,7 +129,7 @@ Test(core_internal_alloc, eager_values_fill_several_slabs_and_outlive_their_grap
             kept[i / 250] = wf_tensor_retain(wf_node_value(x));
     }
     cr_assert_eq(wf_tensor_get(wf_node_value(x), 0), N + 1.0);
-    /* A big output (over 1 KiB) is not carved; mixing it in must not matter. */
+    /* A big output (over 1 KiB) has its data apart; mixing it in must not matter. */
     wf_tensor *big = wf_tensor_from(WF_F64, WF_SHAPE(500), NULL);
     wf_node *b = wf_constant(g, big);
     wf_node *b2 = wf_add(g, b, b);
@@ -135,7 +146,7 @@ Test(core_internal_alloc, eager_values_fill_several_slabs_and_outlive_their_grap
     wf_tensor_release(t1);
 }
 
-Test(core_internal_alloc, failed_eager_node_gives_its_slab_block_back)
+Test(core_internal_alloc, failed_eager_node_releases_its_output)
 {
     wf_graph *g = wf_graph_create(rt, WF_EAGER);
     int32_t a[2] = { 7, 8 }, z[2] = { 1, 0 };

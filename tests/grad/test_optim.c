@@ -323,3 +323,33 @@ Test(optim, bad_arguments)
     cr_assert_eq(wf_graph_status(g), WF_ESHAPE, "%s", wf_graph_errmsg(g));
     wf_graph_destroy(g);
 }
+
+Test(optim, two_optimizers_of_one_graph_keep_their_own_counters)
+{
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *a = wf_variable(g, "a", WF_F64, WF_SHAPE(2), wf_init_ones());
+    wf_node *b = wf_variable(g, "b", WF_F64, WF_SHAPE(2), wf_init_ones());
+    wf_node *loss = wf_sum(g, wf_mul(g, wf_square(g, a), b));
+    wf_node *vars[2] = { a, b }, *grads[2];
+    cr_assert_eq(wf_gradients(g, loss, vars, 2, grads), 0, "%s", wf_graph_errmsg(g));
+    wf_node *s1 = wf_apply_gradients(g, wf_adam(0.1), &vars[0], &grads[0], 1);
+    wf_node *s2 = wf_apply_gradients(g, wf_adam(0.01), &vars[1], &grads[1], 1);
+    cr_assert(s1 && s2, "%s", wf_graph_errmsg(g));
+    wf_node *c1 = wf_graph_find(g, "adam/step"), *c2 = wf_graph_find(g, "adam/step_1");
+    cr_assert(c1 && c2, "two counters");
+    wf_session *s;
+    cr_assert_eq(wf_session_create(g, NULL, &s), 0, "%s", wf_graph_errmsg(g));
+    wf_node *targets[2] = { s1, s2 };
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(wf_session_run(s, NULL, 0, NULL, 0, NULL, targets, 2), 0, "%s",
+                     wf_session_errmsg(s));
+    wf_tensor *v1, *v2;
+    cr_assert_eq(wf_session_variable(s, c1, &v1), 0);
+    cr_assert_eq(wf_session_variable(s, c2, &v2), 0);
+    cr_assert_eq(wf_tensor_get(v1, 0), 3.0);
+    cr_assert_eq(wf_tensor_get(v2, 0), 3.0);
+    wf_tensor_release(v1);
+    wf_tensor_release(v2);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+}
