@@ -199,8 +199,8 @@ static bool written(const wf_graph *g, const wf_node *v)
  * same state), else a new one initialised with 'init' under 'base' or, when that name is
  * taken, "<base>_<k>": two optimizers in one graph (parameter groups) never share a step
  * counter or a slot. */
-static wf_node *state_var(wf_graph *g, const char *base, wf_dtype dt, wf_shape shape,
-                          wf_init init, wf_srcloc loc)
+static wf_node *state_var(wf_graph *g, const char *base, wf_dtype dt, wf_shape shape, wf_init init,
+                          wf_srcloc loc)
 {
     char name[512];
     wf_node *v = wf_graph_find(g, base);
