@@ -681,7 +681,17 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "--log %s: cannot open it for writing", o.log);
         rc = WF_EIO;
     }
-    wf_runtime_opts ro = { .n_workers = o.threads, .trace_events = o.trace ? 1u << 18 : 0 };
+    /* WEFT_WORKERS, WEFT_NO_PIN, WEFT_TOPOLOGY, WEFT_TRACE as every tool; options win. */
+    wf_runtime_opts ro = { 0 };
+    const char *env_trace = NULL;
+    if (rc == 0 && (rc = wf_runtime_opts_from_env(&ro, &env_trace)) < 0)
+        snprintf(err, sizeof err, "environment: %s", wf_last_errmsg());
+    if (!o.trace)
+        o.trace = env_trace;
+    if (o.threads)
+        ro.n_workers = o.threads;
+    if (o.trace && !ro.trace_events)
+        ro.trace_events = 1u << 18;
     if (rc == 0 && (rc = wf_runtime_create(&t.rt, &ro)) < 0)
         snprintf(err, sizeof err, "runtime: %s", wf_last_errmsg());
     if (rc == 0)
