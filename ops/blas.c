@@ -12,8 +12,8 @@
  *     libweft.so with its symbols hidden (ops/CMakeLists.txt), so it is weft's private copy:
  *     openblas_set_num_threads(1) on it changes no one else's BLAS, and each call then runs
  *     on the calling worker. Its constructor starts one server thread per core at load;
- *     blas_thread_shutdown_() stops them here (they would spin ~70 ms of CPU, then sleep):
- *     with one thread OpenBLAS never needs them. Measured: 0 wrong results in 4 x 6000
+ *     blas_thread_shutdown_() stops them at load too (blas_load() below): with one thread
+ *     OpenBLAS never needs them. Measured: 0 wrong results in 4 x 6000
  *     concurrent calls (the shapes above, 300^3, transposed with beta 1).
  *   Without the private archive (WF_BLAS_PRIVATE 0) weft calls the system's BLAS, one call
  *   per matrix, and matmul does not tile (matmul_cpu.c).
@@ -30,6 +30,7 @@
 #endif
 
 #if WF_BLAS_PRIVATE
+void gotoblas_init(void);
 void openblas_set_num_threads(int n);
 int blas_thread_shutdown_(void);
 
@@ -37,8 +38,18 @@ static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 static void blas_setup(void)
 {
+    gotoblas_init(); /* idempotent: whichever of its constructor and ours runs first */
     openblas_set_num_threads(1);
     blas_thread_shutdown_();
+}
+
+/* At load, not at the first GEMM: OpenBLAS's own constructor starts its server threads,
+ * which spin (sched_yield) for ~0.1 s before they sleep; in a process that does no GEMM for
+ * a while that was 8-10% of a core over its first second (measured by the transport suite's
+ * idle test). Stopped here, they never spin. */
+__attribute__((constructor)) static void blas_load(void)
+{
+    pthread_once(&blas_once, blas_setup);
 }
 #endif
 

@@ -233,11 +233,7 @@ static int idle_body(wf_comm *c, int rank, int size, void *arg)
     uint64_t w0 = wf_test_now_ns();
     wf_test_sleep_us(1000000);
     double used = cpu_s() - t0, wall = (double)(wf_test_now_ns() - w0) / 1e9;
-    /* Under ThreadSanitizer its own background thread and the instrumented heartbeats count
-     * in RUSAGE_SELF too (measured 5.5-5.8% there on a loaded 2-core CI machine). */
-    const double limit = WF_TEST_TSAN ? 0.15 : 0.05;
-    TU_CHECK(used < limit * wall, "rank %d burned %.3f s of CPU in %.3f s idle (limit %.0f%%)",
-             rank, used, wall, 100 * limit);
+    TU_CHECK(used < 0.05 * wall, "rank %d burned %.3f s of CPU in %.3f s idle", rank, used, wall);
     TU_OK(wf_comm_barrier(c));
     return 0;
 }
