@@ -4,8 +4,9 @@
  * Owns: wf__op_update_1 .. wf__op_update_4, wf__op_increment (grad/internal.h), the learning
  *   rate schedules (wf__optim_lr), and the update rules, which are PyTorch's
  *   (torch.optim.SGD, Adam, AdamW, RMSprop, Adagrad: weft/grad.h says which options).
- * Invariants: every element is updated from its own values only, in f64 arithmetic, and
- *   rounded once on store, so the result does not depend on how the loop is split; the
+ * Invariants: every element is updated from its own values only, in the variable's type
+ *   (f32 variables in f32, as PyTorch), so the result does not depend on how the loop is
+ *   split; the
  *   counter's value before the step ('t', 0 first) gives the learning rate and Adam's bias
  *   corrections use t + 1.
  * Not here: building the update nodes (optim.c). */
@@ -47,73 +48,109 @@ typedef struct upd {
     const void *grad;
 } upd;
 
-#define UPDATE_LOOP(T)                                                        \
-    static void update_##T(const upd *u, int64_t lo, int64_t hi)              \
-    {                                                                         \
-        T *w = u->w, *s0 = u->state[0], *s1 = u->state[1], *s2 = u->state[2]; \
-        const T *gr = u->grad;                                                \
-        for (int64_t i = lo; i < hi; i++) {                                   \
-            double p = w[i], g = gr[i];                                       \
-            switch (u->kind) {                                                \
-            case WF_OPT_SGD:                                                  \
-                g += u->wd * p;                                               \
-                if (u->n_state) {                                             \
-                    double v = u->mom * s0[i] + g;                            \
-                    s0[i] = (T)v;                                             \
-                    g = u->nesterov ? g + u->mom * v : v;                     \
-                }                                                             \
-                p -= u->lr * g;                                               \
-                break;                                                        \
-            case WF_OPT_ADAM:                                                 \
-            case WF_OPT_ADAMW: {                                              \
-                if (u->kind == WF_OPT_ADAMW)                                  \
-                    p *= 1 - u->lr * u->wd;                                   \
-                else                                                          \
-                    g += u->wd * p;                                           \
-                double m = u->b1 * s0[i] + (1 - u->b1) * g;                   \
-                double v = u->b2 * s1[i] + (1 - u->b2) * g * g;               \
-                s0[i] = (T)m;                                                 \
-                s1[i] = (T)v;                                                 \
-                p -= u->lr / u->bc1 * m / (sqrt(v) / sqrt(u->bc2) + u->eps);  \
-                break;                                                        \
-            }                                                                 \
-            case WF_OPT_RMSPROP: {                                            \
-                g += u->wd * p;                                               \
-                double v = u->rho * s0[i] + (1 - u->rho) * g * g, avg;        \
-                s0[i] = (T)v;                                                 \
-                T *buf = s1;                                                  \
-                if (u->centered) {                                            \
-                    double ga = u->rho * s1[i] + (1 - u->rho) * g;            \
-                    s1[i] = (T)ga;                                            \
-                    avg = sqrt(v - ga * ga) + u->eps;                         \
-                    buf = s2;                                                 \
-                } else {                                                      \
-                    avg = sqrt(v) + u->eps;                                   \
-                }                                                             \
-                if (u->mom > 0) {                                             \
-                    double b = u->mom * buf[i] + g / avg;                     \
-                    buf[i] = (T)b;                                            \
-                    p -= u->lr * b;                                           \
-                } else {                                                      \
-                    p -= u->lr * g / avg;                                     \
-                }                                                             \
-                break;                                                        \
-            }                                                                 \
-            case WF_OPT_ADAGRAD: {                                            \
-                g += u->wd * p;                                               \
-                double s = s0[i] + g * g;                                     \
-                s0[i] = (T)s;                                                 \
-                p -= u->lr * g / (sqrt(s) + u->eps);                          \
-                break;                                                        \
-            }                                                                 \
-            default:                                                          \
-                break;                                                        \
-            }                                                                 \
-            w[i] = (T)p;                                                      \
-        }                                                                     \
+/* One loop per kind and element type, with the kind's choices hoisted out of the loop so
+ * gcc vectorises it: the arithmetic is in the variable's own type, as PyTorch's (an f32
+ * variable is updated in f32), with the scalars (learning rate, bias corrections) computed
+ * once in f64 and rounded once. */
+#define UPDATE_LOOPS(T)                                                                    \
+    static void sgd_##T(const upd *u, int64_t lo, int64_t hi)                              \
+    {                                                                                      \
+        T *restrict w = u->w, *restrict v = u->state[0];                                   \
+        const T *restrict g = u->grad;                                                     \
+        const T lr = (T)u->lr, wd = (T)u->wd, mom = (T)u->mom;                             \
+        if (!u->n_state) {                                                                 \
+            for (int64_t i = lo; i < hi; i++)                                              \
+                w[i] -= lr * (g[i] + wd * w[i]);                                           \
+        } else if (u->nesterov) {                                                          \
+            for (int64_t i = lo; i < hi; i++) {                                            \
+                T gi = g[i] + wd * w[i], vi = mom * v[i] + gi;                             \
+                v[i] = vi;                                                                 \
+                w[i] -= lr * (gi + mom * vi);                                              \
+            }                                                                              \
+        } else {                                                                           \
+            for (int64_t i = lo; i < hi; i++) {                                            \
+                T vi = mom * v[i] + (g[i] + wd * w[i]);                                    \
+                v[i] = vi;                                                                 \
+                w[i] -= lr * vi;                                                           \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    static void adam_##T(const upd *u, int64_t lo, int64_t hi)                             \
+    {                                                                                      \
+        T *restrict w = u->w, *restrict m = u->state[0], *restrict v = u->state[1];        \
+        const T *restrict g = u->grad;                                                     \
+        const T b1 = (T)u->b1, b2 = (T)u->b2, c1 = (T)(1 - u->b1), c2 = (T)(1 - u->b2);    \
+        const T step = (T)(u->lr / u->bc1), rbc2 = (T)(1 / sqrt(u->bc2)), eps = (T)u->eps; \
+        const T l2 = u->kind == WF_OPT_ADAM ? (T)u->wd : 0;                                \
+        const T decay = u->kind == WF_OPT_ADAMW ? (T)(1 - u->lr * u->wd) : 1;              \
+        for (int64_t i = lo; i < hi; i++) {                                                \
+            T p = w[i] * decay, gi = g[i] + l2 * w[i];                                     \
+            T mi = b1 * m[i] + c1 * gi, vi = b2 * v[i] + c2 * gi * gi;                     \
+            m[i] = mi;                                                                     \
+            v[i] = vi;                                                                     \
+            w[i] = p - step * mi / (sqrt##T(vi) * rbc2 + eps);                             \
+        }                                                                                  \
+    }                                                                                      \
+    static void rmsprop_##T(const upd *u, int64_t lo, int64_t hi)                          \
+    {                                                                                      \
+        T *restrict w = u->w, *restrict sq = u->state[0];                                  \
+        T *restrict ga = u->centered ? u->state[1] : NULL;                                 \
+        T *restrict buf = u->mom > 0 ? u->state[u->centered ? 2 : 1] : NULL;               \
+        const T *restrict g = u->grad;                                                     \
+        const T rho = (T)u->rho, c = (T)(1 - u->rho), lr = (T)u->lr, wd = (T)u->wd;        \
+        const T eps = (T)u->eps, mom = (T)u->mom;                                          \
+        for (int64_t i = lo; i < hi; i++) {                                                \
+            T gi = g[i] + wd * w[i], si = rho * sq[i] + c * gi * gi, avg;                  \
+            sq[i] = si;                                                                    \
+            if (ga) {                                                                      \
+                T ai = rho * ga[i] + c * gi;                                               \
+                ga[i] = ai;                                                                \
+                avg = sqrt##T(si - ai * ai) + eps;                                         \
+            } else {                                                                       \
+                avg = sqrt##T(si) + eps;                                                   \
+            }                                                                              \
+            if (buf) {                                                                     \
+                T bi = mom * buf[i] + gi / avg;                                            \
+                buf[i] = bi;                                                               \
+                w[i] -= lr * bi;                                                           \
+            } else {                                                                       \
+                w[i] -= lr * gi / avg;                                                     \
+            }                                                                              \
+        }                                                                                  \
+    }                                                                                      \
+    static void adagrad_##T(const upd *u, int64_t lo, int64_t hi)                          \
+    {                                                                                      \
+        T *restrict w = u->w, *restrict sum = u->state[0];                                 \
+        const T *restrict g = u->grad;                                                     \
+        const T lr = (T)u->lr, wd = (T)u->wd, eps = (T)u->eps;                             \
+        for (int64_t i = lo; i < hi; i++) {                                                \
+            T gi = g[i] + wd * w[i], si = sum[i] + gi * gi;                                \
+            sum[i] = si;                                                                   \
+            w[i] -= lr * gi / (sqrt##T(si) + eps);                                         \
+        }                                                                                  \
+    }                                                                                      \
+    static void update_##T(const upd *u, int64_t lo, int64_t hi)                           \
+    {                                                                                      \
+        switch (u->kind) {                                                                 \
+        case WF_OPT_SGD:                                                                   \
+            sgd_##T(u, lo, hi);                                                            \
+            break;                                                                         \
+        case WF_OPT_ADAM:                                                                  \
+        case WF_OPT_ADAMW:                                                                 \
+            adam_##T(u, lo, hi);                                                           \
+            break;                                                                         \
+        case WF_OPT_RMSPROP:                                                               \
+            rmsprop_##T(u, lo, hi);                                                        \
+            break;                                                                         \
+        case WF_OPT_ADAGRAD:                                                               \
+            adagrad_##T(u, lo, hi);                                                        \
+            break;                                                                         \
+        }                                                                                  \
     }
-UPDATE_LOOP(float)
-UPDATE_LOOP(double)
+#define sqrtdouble sqrt
+#define sqrtfloat  sqrtf
+UPDATE_LOOPS(float)
+UPDATE_LOOPS(double)
 
 static int update_range(void *ctx, int64_t lo, int64_t hi)
 {

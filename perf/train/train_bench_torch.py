@@ -5,7 +5,7 @@
 # nanoGPT's decay groups and clipping, batch 32 x 64 tokens; f32, synthetic data), timed the
 # same way (warm-up steps, then the median of 'reps' timed steps), printing one JSON line per
 # case with peak_rss_mb of this process.
-# PyTorch runs with its best thread setting here: torch.set_num_threads(cores).
+# PyTorch runs with its best thread setting: 1 and THREADS torch threads are both timed.
 # Usage: train_bench_torch.py CASE WARMUP REPS THREADS
 import json
 import resource
@@ -96,15 +96,24 @@ def step():
     return loss.item()
 
 
-for _ in range(warmup):
-    step()
-times = []
-for _ in range(reps):
-    t0 = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - t0)
-times.sort()
+# Its best thread setting: Debian's torch calls the threaded OpenBLAS, whose own threads fight
+# torch's intra-op threads, so one torch thread is often faster here than one per core (MLP,
+# 2 cores: 31 ms against 58 ms). Each setting is timed; the fastest is reported.
+best = None
+for nt in sorted({1, threads}):
+    torch.set_num_threads(nt)
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    med = times[len(times) // 2]
+    if best is None or med < best[1]:
+        best = (nt, med)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-print(json.dumps({"bench": case, "impl": "pytorch", "threads": threads,
-                  "median_s": times[len(times) // 2], "reps": reps,
+print(json.dumps({"bench": case, "impl": "pytorch", "threads": best[0],
+                  "median_s": best[1], "reps": reps,
                   "peak_rss_mb": round(rss, 1), "torch": torch.__version__}))
