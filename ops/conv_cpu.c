@@ -90,6 +90,25 @@ int wf__nn_contiguous(const wf_kctx *ctx, const wf_tensor *t, wf_dtype dt, wf_te
     return rc;
 }
 
+int wf__run_via_f32(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out,
+                    wf_f32_fn fn, const void *arg)
+{
+    wf_tensor *fa = NULL, *fb = NULL, *fo = NULL;
+    int rc = wf__nn_contiguous(ctx, a, WF_F32, &fa);
+    if (rc >= 0)
+        rc = wf__nn_contiguous(ctx, b, WF_F32, &fb);
+    if (rc >= 0 && !(fo = wf__tensor_alloc(WF_F32, out->shape)))
+        rc = WF_ENOMEM;
+    if (rc >= 0)
+        rc = fn(ctx, arg, fa, fb, fo);
+    if (rc >= 0)
+        rc = wf__cast_cpu(ctx, fo, out);
+    wf_tensor_release(fa);
+    wf_tensor_release(fb);
+    wf_tensor_release(fo);
+    return rc;
+}
+
 /* im2col of channels [0, cn) of one image and group of x (at 'x', strides 'xst') for output
  * pixels [p0, p0 + np): col[(c KH + kh) KW + kw][p - p0], zeros where the tap is padding.
  * col2im is its adjoint: dx[c, ih, iw] += col[...] for every tap inside x (dx a contiguous
@@ -495,27 +514,26 @@ static int run(const wf_kctx *ctx, int kind, const cv_plan *pl, const wf_tensor 
     return backward_filter_run(ctx, pl, a, b, out);
 }
 
-/* bf16 and f16: the f32 result of f32 copies, rounded into 'out'. */
+/* bf16 and f16: the f32 result of f32 copies, rounded into 'out' (wf__run_via_f32). */
+typedef struct half_arg {
+    int kind;
+    cv_plan pl;
+} half_arg;
+
+static int run_f32(const wf_kctx *ctx, const void *arg, const wf_tensor *a, const wf_tensor *b,
+                   wf_tensor *out)
+{
+    const half_arg *h = arg;
+    return run(ctx, h->kind, &h->pl, a, b, out);
+}
+
 static int run_half(const wf_kctx *ctx, int kind, const cv_plan *base, const wf_tensor *a,
                     const wf_tensor *b, wf_tensor *out)
 {
-    cv_plan pl = *base;
-    pl.dt = WF_F32;
-    pl.es = 4;
-    wf_tensor *fa = NULL, *fb = NULL, *fo = NULL;
-    int rc = wf__nn_contiguous(ctx, a, WF_F32, &fa);
-    if (rc >= 0)
-        rc = wf__nn_contiguous(ctx, b, WF_F32, &fb);
-    if (rc >= 0 && !(fo = wf__tensor_alloc(WF_F32, out->shape)))
-        rc = WF_ENOMEM;
-    if (rc >= 0)
-        rc = run(ctx, kind, &pl, fa, fb, fo);
-    if (rc >= 0)
-        rc = wf__cast_cpu(ctx, fo, out);
-    wf_tensor_release(fa);
-    wf_tensor_release(fb);
-    wf_tensor_release(fo);
-    return rc;
+    half_arg h = { kind, *base };
+    h.pl.dt = WF_F32;
+    h.pl.es = 4;
+    return wf__run_via_f32(ctx, a, b, out, run_f32, &h);
 }
 
 /* Inputs a and b: (x, w), (dy, w) or (x, dy). Checks dtypes, shapes and out, then runs. */

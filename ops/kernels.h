@@ -327,8 +327,19 @@ bool wf__blas_private(void);
 
 /* A tensor with t's values and shape that is contiguous and of dtype 'dt': 't' itself
  * (retained) when it already is, else a converted copy (wf__cast_cpu). Returns 0 or
- * WF_ENOMEM; the caller releases '*out'. For the conv and pool kernels (conv_cpu.c). */
+ * WF_ENOMEM; the caller releases '*out'. For the kernels that hand matrices to BLAS or read
+ * planes directly (matmul_cpu.c, conv_cpu.c, pool_cpu.c; defined in conv_cpu.c). */
 int wf__nn_contiguous(const wf_kctx *ctx, const wf_tensor *t, wf_dtype dt, wf_tensor **out);
+
+/* A two-input kernel on f32 tensors: ctx, its own 'arg', the inputs and out. */
+typedef int (*wf_f32_fn)(const wf_kctx *ctx, const void *arg, const wf_tensor *a,
+                         const wf_tensor *b, wf_tensor *out);
+
+/* How bf16 and f16 inputs are computed: contiguous f32 copies of a and b, fn into an f32
+ * result, rounded once into 'out' (wf__cast_cpu). Returns fn's status or WF_ENOMEM. For
+ * matmul and the convolutions (defined in conv_cpu.c). */
+int wf__run_via_f32(const wf_kctx *ctx, const wf_tensor *a, const wf_tensor *b, wf_tensor *out,
+                    wf_f32_fn fn, const void *arg);
 
 /* ---- Normalization, dropout and backward helpers (norm_cpu.c, dropout_cpu.c, backward_cpu.c) */
 

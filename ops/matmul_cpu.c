@@ -88,38 +88,19 @@ static int tile(void *ctx, int64_t lo, int64_t hi)
     return 0;
 }
 
-/* A contiguous copy of 't' as 'dt' (a packed operand, or a bf16/f16 one as f32). */
-static int convert(const wf_kctx *ctx, const wf_tensor *t, wf_dtype dt, wf_tensor **out)
+/* bf16 and f16: the product of f32 copies, rounded into 'out' (wf__run_via_f32). */
+static int matmul_f32(const wf_kctx *ctx, const void *arg, const wf_tensor *a, const wf_tensor *b,
+                      wf_tensor *out)
 {
-    *out = wf__tensor_alloc(dt, t->shape);
-    if (!*out)
-        return WF_ENOMEM;
-    int rc = wf__cast_cpu(ctx, t, *out);
-    if (rc < 0) {
-        wf_tensor_release(*out);
-        *out = NULL;
-    }
-    return rc;
+    const bool *trans = arg;
+    return wf__matmul_cpu(ctx, trans[0], trans[1], a, b, out);
 }
 
-/* bf16 and f16: the product of f32 copies, rounded into 'out'. */
 static int matmul_half(const wf_kctx *ctx, bool trans_a, bool trans_b, const wf_tensor *a,
                        const wf_tensor *b, wf_tensor *out)
 {
-    wf_tensor *fa = NULL, *fb = NULL, *fc = NULL;
-    int rc = convert(ctx, a, WF_F32, &fa);
-    if (rc >= 0)
-        rc = convert(ctx, b, WF_F32, &fb);
-    if (rc >= 0 && !(fc = wf__tensor_alloc(WF_F32, out->shape)))
-        rc = WF_ENOMEM;
-    if (rc >= 0)
-        rc = wf__matmul_cpu(ctx, trans_a, trans_b, fa, fb, fc);
-    if (rc >= 0)
-        rc = wf__cast_cpu(ctx, fc, out);
-    wf_tensor_release(fa);
-    wf_tensor_release(fb);
-    wf_tensor_release(fc);
-    return rc;
+    const bool trans[2] = { trans_a, trans_b };
+    return wf__run_via_f32(ctx, a, b, out, matmul_f32, trans);
 }
 
 int wf__matmul_cpu(const wf_kctx *ctx, bool trans_a, bool trans_b, const wf_tensor *a,
@@ -190,7 +171,7 @@ int wf__matmul_cpu(const wf_kctx *ctx, bool trans_a, bool trans_b, const wf_tens
         int r = t->shape.rank;
         if (!blas_layout(t->shape.dims[r - 2], t->shape.dims[r - 1], t->strides[r - 2],
                          t->strides[r - 1], tr[i], mo[i])) {
-            rc = convert(ctx, t, dt, &packed[i]);
+            rc = wf__nn_contiguous(ctx, t, dt, &packed[i]);
             if (rc < 0)
                 break;
             t = packed[i];

@@ -32,22 +32,6 @@
 static wf_runtime *rt;
 static char dir[64];
 
-static void rm_dir(const char *d)
-{
-    DIR *dp = opendir(d);
-    if (!dp)
-        return;
-    struct dirent *de;
-    char p[512];
-    while ((de = readdir(dp)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-            snprintf(p, sizeof p, "%s/%s", d, de->d_name);
-            unlink(p);
-        }
-    closedir(dp);
-    rmdir(d);
-}
-
 static void setup(void)
 {
     rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
@@ -57,7 +41,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    rm_dir(dir);
+    wf_test_rm_dir(dir);
     wf_runtime_destroy(rt);
     rt = NULL;
     wf_test_fini();

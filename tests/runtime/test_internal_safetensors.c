@@ -29,18 +29,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    DIR *dp = opendir(dir);
-    if (dp) {
-        struct dirent *de;
-        char p[512];
-        while ((de = readdir(dp)))
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-                snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-                unlink(p);
-            }
-        closedir(dp);
-        rmdir(dir);
-    }
+    wf_test_rm_dir(dir);
     wf_test_fini();
 }
 

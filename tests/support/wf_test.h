@@ -10,12 +10,15 @@
 
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__SANITIZE_THREAD__)
 #    define WF_TEST_TSAN 1
@@ -80,6 +83,23 @@ static inline void wf_test_fini(void)
         abort();
     }
 #endif
+}
+
+/* Removes directory 'd' and the plain files in it (a test's scratch directory). */
+static inline void wf_test_rm_dir(const char *d)
+{
+    DIR *dp = opendir(d);
+    if (!dp)
+        return;
+    struct dirent *de;
+    char p[512];
+    while ((de = readdir(dp)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+            snprintf(p, sizeof p, "%s/%s", d, de->d_name);
+            unlink(p);
+        }
+    closedir(dp);
+    rmdir(d);
 }
 
 static inline uint64_t wf_test_now_ns(void)
