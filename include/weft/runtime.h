@@ -46,10 +46,17 @@ typedef struct wf_session_opts {
  *   would turn -0.0 into +0.0), neg(neg(x)), transpose(transpose(x)), chains of reshapes,
  *   cast to the same dtype, and a sum over the axes a broadcast_to added (f32). */
 enum {
-    WF_SESSION_NO_FOLD = 1u << 0,     /* no constant folding */
-    WF_SESSION_NO_CSE = 1u << 1,      /* no common subexpression elimination */
-    WF_SESSION_NO_SIMPLIFY = 1u << 2, /* no algebraic simplification */
-    WF_SESSION_NO_PASSES = WF_SESSION_NO_FOLD | WF_SESSION_NO_CSE | WF_SESSION_NO_SIMPLIFY,
+    WF_SESSION_NO_FOLD = 1u << 0,       /* no constant folding */
+    WF_SESSION_NO_CSE = 1u << 1,        /* no common subexpression elimination */
+    WF_SESSION_NO_SIMPLIFY = 1u << 2,   /* no algebraic simplification */
+    WF_SESSION_NO_FUSE = 1u << 3,       /* no elementwise fusion */
+    WF_SESSION_NO_EPILOGUE = 1u << 4,   /* no GEMM epilogue fusion (matmul + bias + activation) */
+    WF_SESSION_NO_OPTIM_FUSE = 1u << 5, /* no multi-tensor optimizer updates */
+    WF_SESSION_NO_MEMPLAN = 1u << 6,    /* no memory planning (every output from the pool) */
+    WF_SESSION_NO_PRIORITY = 1u << 7,   /* no critical-path priority (plan order instead) */
+    WF_SESSION_NO_PASSES = WF_SESSION_NO_FOLD | WF_SESSION_NO_CSE | WF_SESSION_NO_SIMPLIFY |
+                           WF_SESSION_NO_FUSE | WF_SESSION_NO_EPILOGUE | WF_SESSION_NO_OPTIM_FUSE |
+                           WF_SESSION_NO_MEMPLAN | WF_SESSION_NO_PRIORITY,
 };
 
 /* Creates a session over the nodes 'g' has now (nodes added later cannot be run by it):
@@ -143,15 +150,24 @@ WF_API WF_NODISCARD int wf_session_dump(wf_session *s, wf_node *const *fetches, 
 
 /* What the compile passes did to one plan: node counts before and after each pass. */
 typedef struct wf_plan_stats {
-    int nodes_graph;          /* nodes of the session's graph */
-    int nodes_after_prune;    /* what the fetches and targets need */
-    int nodes_after_fold;     /* after constant folding (what it made unneeded is gone) */
-    int nodes_after_cse;      /* after common subexpression elimination */
-    int nodes_after_simplify; /* after algebraic simplification: the plan's nodes */
-    int n_folded;             /* nodes replaced by constants computed at compile time */
-    int n_merged;             /* nodes replaced by an identical node */
-    int n_simplified;         /* nodes replaced by an algebraic identity */
-    int n_plans;              /* plans the session has compiled so far */
+    int nodes_graph;             /* nodes of the session's graph */
+    int nodes_after_prune;       /* what the fetches and targets need */
+    int nodes_after_fold;        /* after constant folding (what it made unneeded is gone) */
+    int nodes_after_cse;         /* after common subexpression elimination */
+    int nodes_after_simplify;    /* after algebraic simplification */
+    int nodes_after_epilogue;    /* after GEMM epilogue fusion */
+    int nodes_after_fuse;        /* after elementwise fusion */
+    int nodes_after_optim_fuse;  /* after optimizer fusion: the plan's nodes */
+    int n_folded;                /* nodes replaced by constants computed at compile time */
+    int n_merged;                /* nodes replaced by an identical node */
+    int n_simplified;            /* nodes replaced by an algebraic identity */
+    int n_epilogue;              /* matmuls that took a bias or activation epilogue */
+    int n_fused;                 /* fused elementwise kernels made */
+    int n_fused_members;         /* elementwise nodes those kernels replaced */
+    int n_optim_fused;           /* multi-tensor optimizer update nodes made */
+    int n_plans;                 /* plans the session has compiled so far */
+    int64_t bytes_intermediates; /* sum of the bytes of every intermediate output of one run */
+    int64_t bytes_planned;       /* the arena those outputs are planned into (0: no plan yet) */
 } wf_plan_stats;
 
 /* Statistics of the plan the session compiled most recently (all zero but 'nodes_graph'
