@@ -1,8 +1,9 @@
 /* core/graph.c: graphs and nodes: storage, names, source locations, first errors, and the
  * inputs core defines (placeholders, constants, scalars, variables).
  * Owns: the node chunks, the arena, the name table and the interned file names of each graph
- *   (layout and invariants in core/internal.h), and the thread-local stack of pending source
- *   locations behind wf_set_source_location().
+ *   (layout and invariants in core/internal.h), the thread-local stack of pending source
+ *   locations behind wf_set_source_location(), and the per-thread cache of freed node
+ *   chunks, arena blocks and value blocks (why and its invariants: core/internal.h).
  * Why the thread-local: the op macros of the public headers record __FILE__/__LINE__ in the
  *   calling thread just before the constructor runs; a graph argument is not available to
  *   the macro in a form it could write to without evaluating it twice. Each entry is
@@ -12,13 +13,15 @@
  *   and two 16-byte name-table slots: ~280 bytes. Nothing else is allocated per node except
  *   inputs beyond WF_NODE_INLINE_INPUTS; equal attribute bags are shared. Measured (2 vCPUs,
  *   1,000,000 placeholders and constants): 0.8 us per node built, page faults included, 0.3 us
- *   per wf_graph_find, 281 MB peak.
+ *   per wf_graph_find, 281 MB peak. A destroyed graph's chunks and full arena blocks go to the
+ *   thread's cache for the next graph (core/internal.h).
  * Not here: op defs and inference of the built-in ops (op.c), initializers (init.c),
  *   kernels (ops/), sessions (runtime/). */
 #include "internal.h"
 #include "tensor.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,7 +39,7 @@ static const wf_attrs no_attrs; /* shared by nodes without attributes (all zero)
 static _Thread_local struct {
     int depth;
     wf_srcloc at[PENDING_MAX];
-} pending;
+} pending __attribute__((tls_model("initial-exec")));
 
 void wf_set_source_location(const char *file, int line)
 {
@@ -54,6 +57,156 @@ wf_srcloc wf__srcloc_take(void)
     return l;
 }
 
+/* ---- The per-thread cache of freed graph memory (core/internal.h) ------------------------ */
+
+#if defined(__SANITIZE_ADDRESS__)
+#    define CACHE_ON 0
+#elif defined(__has_feature)
+#    if __has_feature(address_sanitizer)
+#        define CACHE_ON 0
+#    endif
+#endif
+#ifndef CACHE_ON
+#    define CACHE_ON 1
+#endif
+
+enum { CACHE_FRESH, CACHE_LIVE, CACHE_GONE }; /* no exit hook yet; hooked; the thread exits */
+
+typedef struct thread_cache {
+    wf__cache_item *head[WF__CACHE_LISTS];
+    int count[WF__CACHE_LISTS];
+    int low[WF__CACHE_LISTS];     /* the least 'count' since the last wf__cache_tick() */
+    size_t size[WF__CACHE_LISTS]; /* of an item (0 while the list has had none) */
+    size_t bytes;
+    int state;
+} thread_cache;
+
+/* initial-exec: a general-dynamic access calls __tls_get_addr (~1% of an eager add). */
+static _Thread_local thread_cache tcache __attribute__((tls_model("initial-exec")));
+
+/* Process-wide (STYLE.md section 7 allows such items with a reason): the pthread key whose
+ * destructor empties a thread's cache when the thread exits. Made once, never deleted: a
+ * library cannot know when the last thread that may hold a cache is gone. */
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+static bool cache_key_made;
+
+/* Frees the first 'n' items of list 'l'. */
+static void cache_free(thread_cache *c, int l, int n)
+{
+    for (; n > 0; n--) {
+        wf__cache_item *it = c->head[l];
+        c->head[l] = it->next;
+        c->count[l]--;
+        c->bytes -= c->size[l];
+        free(it);
+    }
+    if (c->low[l] > c->count[l])
+        c->low[l] = c->count[l];
+}
+
+static void cache_empty(thread_cache *c)
+{
+    for (int l = 0; l < WF__CACHE_LISTS; l++)
+        cache_free(c, l, c->count[l]);
+}
+
+/* The key's destructor: empties the exiting thread's cache and keeps it off, so that what
+ * later destructors (of other libraries) release is freed, not cached and leaked. */
+static void cache_exit(void *arg)
+{
+    thread_cache *c = arg;
+    cache_empty(c);
+    c->state = CACHE_GONE;
+}
+
+static void cache_make_key(void)
+{
+    cache_key_made = pthread_key_create(&cache_key, cache_exit) == 0;
+}
+
+/* When the library is unloaded (dlclose(), or the end of the process), the key goes, so that
+ * no thread exiting later calls 'cache_exit' at an unmapped address; what other threads still
+ * cache then stays allocated (at the end of a process, nothing is lost). */
+__attribute__((destructor)) static void cache_unload(void)
+{
+    if (cache_key_made)
+        pthread_key_delete(cache_key);
+}
+
+/* Hooks this thread's cache to the thread's exit; false: it stays off. */
+static bool cache_hook(thread_cache *c)
+{
+    if (c->state == CACHE_GONE || pthread_once(&cache_once, cache_make_key) != 0 ||
+        !cache_key_made || pthread_setspecific(cache_key, c) != 0) {
+        c->state = CACHE_GONE;
+        return false;
+    }
+    c->state = CACHE_LIVE;
+    return true;
+}
+
+bool wf__cache_enabled(void)
+{
+    return CACHE_ON;
+}
+
+void *wf__cache_take(int list, size_t bytes)
+{
+    thread_cache *c = &tcache;
+    wf__cache_item *it = c->head[list];
+    if (!it)
+        return NULL;
+    c->head[list] = it->next;
+    if (--c->count[list] < c->low[list])
+        c->low[list] = c->count[list];
+    c->bytes -= bytes;
+    return it;
+}
+
+void wf__cache_put(int list, void *p, size_t bytes)
+{
+    thread_cache *c = &tcache;
+    if (!CACHE_ON || !p || c->bytes + bytes > WF__CACHE_MAX ||
+        (c->state != CACHE_LIVE && !cache_hook(c))) {
+        free(p);
+        return;
+    }
+    wf__cache_item *it = p;
+    it->next = c->head[list];
+    c->head[list] = it;
+    c->count[list]++;
+    c->size[list] = bytes;
+    c->bytes += bytes;
+}
+
+void wf__cache_tick(void)
+{
+    thread_cache *c = &tcache;
+    for (int l = 0; l < WF__CACHE_LISTS; l++)
+        cache_free(c, l, c->low[l]);
+}
+
+void wf__cache_mark(void)
+{
+    thread_cache *c = &tcache;
+    for (int l = 0; l < WF__CACHE_LISTS; l++)
+        c->low[l] = c->count[l];
+}
+
+wf__cache_stats wf__cache_get_stats(void)
+{
+    wf__cache_stats s = { .bytes = tcache.bytes };
+    for (int l = 0; l < WF__CACHE_LISTS; l++)
+        s.count[l] = tcache.count[l];
+    return s;
+}
+
+void wf__cache_trim(void)
+{
+    cache_empty(&tcache);
+}
+
 /* ---- The arena --------------------------------------------------------------------------- */
 
 #define ARENA_BLOCK (64 * 1024)
@@ -69,8 +222,10 @@ static void *arena_take(wf_graph *g, size_t bytes)
         size_t cap = need > ARENA_BLOCK / 4 ? need : ARENA_BLOCK;
         if (cap > SIZE_MAX - sizeof *b)
             return NULL;
-        wf__arena_block *nb = malloc(sizeof *nb + cap);
-        if (!nb)
+        wf__arena_block *nb = NULL;
+        if (cap == ARENA_BLOCK)
+            nb = wf__cache_take(WF__CACHE_ARENA, sizeof *nb + ARENA_BLOCK);
+        if (!nb && !(nb = malloc(sizeof *nb + cap)))
             return NULL;
         nb->used = 0;
         nb->cap = cap;
@@ -226,6 +381,8 @@ wf_graph *wf_graph_create(wf_runtime *rt, int mode)
     return g;
 }
 
+#define CHUNK_BYTES (WF__CHUNK_NODES * sizeof(wf_node))
+
 static wf_node *node_at(const wf_graph *g, int i)
 {
     return &g->chunks[i >> WF__CHUNK_SHIFT][i & WF__CHUNK_MASK];
@@ -235,17 +392,22 @@ void wf_graph_destroy(wf_graph *g)
 {
     if (!g)
         return;
+    wf__cache_tick(); /* what the graphs since the last destroy did not need goes back */
     for (int i = 0; i < g->n_nodes; i++)
         wf_tensor_release(node_at(g, i)->value);
     for (int i = 0; i < g->n_chunks; i++)
-        free(g->chunks[i]);
+        wf__cache_put(WF__CACHE_CHUNK, g->chunks[i], CHUNK_BYTES);
     free(g->chunks);
     free(g->slots);
     for (wf__arena_block *b = g->arena, *next; b; b = next) {
         next = b->next;
-        free(b);
+        if (b->cap == ARENA_BLOCK)
+            wf__cache_put(WF__CACHE_ARENA, b, sizeof *b + ARENA_BLOCK);
+        else
+            free(b);
     }
     free(g);
+    wf__cache_mark();
 }
 
 int wf_graph_status(const wf_graph *g)
@@ -443,8 +605,8 @@ static wf_node *next_slot(wf_graph *g)
             g->chunks = p;
             g->cap_chunks = cap;
         }
-        wf_node *chunk = malloc(WF__CHUNK_NODES * sizeof *chunk);
-        if (!chunk)
+        wf_node *chunk = wf__cache_take(WF__CACHE_CHUNK, CHUNK_BYTES);
+        if (!chunk && !(chunk = malloc(CHUNK_BYTES)))
             return NULL;
         g->chunks[g->n_chunks++] = chunk;
     }

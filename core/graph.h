@@ -164,6 +164,13 @@ void wf__graph_set_eager(wf_graph *g, wf_eager_fn fn, void *ctx);
  * Returns NULL on no memory (nothing recorded). For per-graph data of upper modules. */
 void *wf__graph_alloc(wf_graph *g, size_t bytes);
 
+/* Frees what the calling thread's cache of freed graph memory holds (node chunks, arena
+ * blocks, small values: core/internal.h), so that it holds nothing until graphs or values
+ * are freed on this thread again. A thread's cache is freed when the thread exits anyway;
+ * this is for a thread that built a big graph and goes on with small ones (and for
+ * wf_runtime_destroy()). */
+void wf__cache_trim(void);
+
 /* Writes the graph to 'f', one node per line in creation (topological) order:
  *   "%3 logits: f32 [?, 10] = matmul(%0 x, %2 w) after(%1 b) @ model.c:42"
  * or, with 'dot' true, as a Graphviz digraph (control edges dashed). For debugging passes

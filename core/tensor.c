@@ -5,7 +5,9 @@
  *   wf__tensor_adopt, wf__tensor_alloc_value) are one block, a tensor_block: its buffer first
  *   (so that the buffer's free() frees the block), then its header ('in_block'); the header
  *   holds a reference to the buffer, so the block outlives it. wf__tensor_alloc_value()
- *   puts small data in the block too.
+ *   puts small data (up to 4 KiB) in the block too, and such a block's last release gives
+ *   it to the releasing thread's cache (core/internal.h), from which the next value of its
+ *   size class is made.
  * Not here: pools (memory/ provides buffers through the free hook), kernels (ops/). */
 #include "tensor.h"
 
@@ -148,8 +150,28 @@ static void data_in_block(void *ctx, void *data, size_t bytes)
     (void)bytes;
 }
 
-#define VALUE_INLINE_MAX 1024 /* bytes of data kept in the block */
+#define VALUE_INLINE_MAX 4096 /* bytes of data kept in the block */
 #define MAX_ALIGN        _Alignof(max_align_t)
+/* malloc() aligns to max_align_t: past the block rounded up to that, 64 - MAX_ALIGN more
+ * bytes reach the next 64-byte boundary. */
+#define VALUE_HEAD ((sizeof(tensor_block) + MAX_ALIGN - 1) & ~(MAX_ALIGN - 1))
+
+/* A value block's class (its list in the thread's cache, core/internal.h) by data bytes: the
+ * capacities are the powers of two from 16 to 4096 (VALUE_INLINE_MAX) bytes, so that a block
+ * of a class holds any value of it and wastes less than half. The smallest keeps a 1-element
+ * value a 288-byte malloc() chunk, as it was before the cache. */
+static int value_class(size_t bytes)
+{
+    return bytes <= 16 ? 0 : 64 - __builtin_clzll((unsigned long long)bytes - 1) - 4;
+}
+
+_Static_assert(((size_t)16 << (WF__VALUE_CLASSES - 1)) == VALUE_INLINE_MAX,
+               "the largest value class holds VALUE_INLINE_MAX bytes");
+
+static size_t value_block_bytes(int cls)
+{
+    return VALUE_HEAD + (64 - MAX_ALIGN) + ((size_t)16 << cls);
+}
 
 wf_tensor *wf__tensor_alloc_value(wf_dtype dt, wf_shape shape)
 {
@@ -158,15 +180,16 @@ wf_tensor *wf__tensor_alloc_value(wf_dtype dt, wf_shape shape)
         return NULL;
     if (bytes > VALUE_INLINE_MAX)
         return wf__tensor_alloc(dt, shape);
-    /* malloc() aligns to max_align_t: past the block rounded up to that, 64 - MAX_ALIGN more
-     * bytes reach the next 64-byte boundary. A 1-element f32 value is a 288-byte chunk. */
-    size_t head = (sizeof(tensor_block) + MAX_ALIGN - 1) & ~(MAX_ALIGN - 1);
-    tensor_block *k = malloc(head + (64 - MAX_ALIGN) + bytes);
-    if (!k) {
+    int cls = value_class(bytes);
+    size_t total = value_block_bytes(cls);
+    if (!wf__cache_enabled()) /* AddressSanitizer: the exact size, so overflows are caught */
+        total = VALUE_HEAD + (64 - MAX_ALIGN) + bytes;
+    tensor_block *k = wf__cache_take(WF__CACHE_VALUE + cls, total);
+    if (!k && !(k = malloc(total))) {
         wf__err(WF_ENOMEM, "wf_tensor: no memory for %zu bytes", bytes);
         return NULL;
     }
-    void *data = (void *)(((uintptr_t)k + head + 63) & ~(uintptr_t)63);
+    void *data = (void *)(((uintptr_t)k + VALUE_HEAD + 63) & ~(uintptr_t)63);
     return init_block(k, dt, shape, data, bytes, data_in_block, NULL);
 }
 
@@ -274,6 +297,11 @@ void wf__buffer_release(wf_buffer *b)
 {
     if (!b || !last_ref(&b->refs))
         return;
+    if (b->free_fn == data_in_block) { /* a value block: 'b' starts it (tensor_block) */
+        int cls = value_class(b->bytes);
+        wf__cache_put(WF__CACHE_VALUE + cls, b, value_block_bytes(cls));
+        return;
+    }
     if (b->free_fn)
         b->free_fn(b->free_ctx, b->data, b->bytes);
     else

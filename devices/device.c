@@ -1,11 +1,32 @@
 /* devices/device.c: enumerating and opening devices.
- * Owns: the numbering of a runtime's devices (the CPU is device 0; CUDA GPUs would follow)
- * and the public calls of weft/devices.h, which go through each device's ops.
- * This build has no CUDA device: CUDA support is a later issue (no CUDA code here yet), so
- * the CUDA count is 0 and every id past the CPU is WF_ENODEV.
- * Not here: what each device does (cpu.c), events (event.c). */
+ * Owns: the numbering of a runtime's devices (the CPU is device 0; the CUDA GPUs follow, in
+ * the driver's order: device 1 + k is "cuda:k") and the public calls of weft/devices.h,
+ * which go through each device's ops.
+ * Discovery asks the driver each time (cudaGetDeviceCount, which the CUDA runtime answers
+ * from its process-wide state after the first call): a build without CUDA, a machine
+ * without a driver or without a GPU has 0 CUDA devices, which is not an error.
+ * Not here: what each device does (cpu.c, cuda.c), events (event.c). */
 #include "../core/error.h"
 #include "internal.h"
+
+static int cuda_count(void)
+{
+#ifdef WF_HAVE_CUDA
+    return wf__cuda_count();
+#else
+    return 0;
+#endif
+}
+
+/* Says what the runtime has, for WF_ENODEV messages. */
+static const char *no_cuda_why(void)
+{
+#ifdef WF_HAVE_CUDA
+    return cuda_count() ? "" : "; no CUDA device found (no GPU or no driver)";
+#else
+    return "; weft is built without CUDA";
+#endif
+}
 
 int wf_device_count_kind(wf_runtime *rt, wf_device_kind kind)
 {
@@ -15,7 +36,7 @@ int wf_device_count_kind(wf_runtime *rt, wf_device_kind kind)
     case WF_DEVICE_CPU:
         return 1;
     case WF_DEVICE_CUDA:
-        return 0; /* no CUDA device in this build: it comes with a later issue */
+        return cuda_count();
     }
     return wf__err(WF_EINVAL, "wf_device_count_kind: %d is not a wf_device_kind", (int)kind);
 }
@@ -24,20 +45,26 @@ int wf_device_count(wf_runtime *rt)
 {
     if (!rt)
         return wf__err(WF_EINVAL, "wf_device_count: rt is NULL");
-    return wf_device_count_kind(rt, WF_DEVICE_CPU) + wf_device_count_kind(rt, WF_DEVICE_CUDA);
+    return 1 + cuda_count();
 }
 
 int wf_device_get_info(wf_runtime *rt, int id, wf_device_info *out)
 {
     if (!rt || !out)
         return wf__err(WF_EINVAL, "wf_device_get_info: %s is NULL", rt ? "out" : "rt");
-    if (id != 0)
-        return wf__err(WF_ENODEV,
-                       "wf_device_get_info: no device %d (this runtime has %d: cpu:0; weft is "
-                       "built without CUDA)",
-                       id, wf_device_count(rt));
-    wf__cpu_info(rt, out);
-    return 0;
+    int n = wf_device_count(rt);
+    if (id < 0 || id >= n)
+        return wf__err(WF_ENODEV, "wf_device_get_info: no device %d (this runtime has %d: cpu:0%s)",
+                       id, n, no_cuda_why());
+    if (id == 0) {
+        wf__cpu_info(rt, out);
+        return 0;
+    }
+#ifdef WF_HAVE_CUDA
+    return wf__cuda_info(rt, id - 1, out);
+#else
+    return wf__err(WF_ENODEV, "wf_device_get_info: no device %d", id); /* unreachable: n is 1 */
+#endif
 }
 
 int wf_device_open(wf_runtime *rt, int id, const wf_device_opts *o, wf_device **out)
@@ -50,12 +77,17 @@ int wf_device_open(wf_runtime *rt, int id, const wf_device_opts *o, wf_device **
     if (o && o->fail_after < 0)
         return wf__err(WF_EINVAL, "wf_device_open: fail_after is %lld, not >= 0",
                        (long long)o->fail_after);
-    if (id != 0)
-        return wf__err(WF_ENODEV,
-                       "wf_device_open: no device %d (this runtime has %d: cpu:0; weft is "
-                       "built without CUDA)",
-                       id, wf_device_count(rt));
-    return wf__cpu_open(rt, o, out);
+    int n = wf_device_count(rt);
+    if (id < 0 || id >= n)
+        return wf__err(WF_ENODEV, "wf_device_open: no device %d (this runtime has %d: cpu:0%s)", id,
+                       n, no_cuda_why());
+    if (id == 0)
+        return wf__cpu_open(rt, o, out);
+#ifdef WF_HAVE_CUDA
+    return wf__cuda_open(rt, id - 1, id, o, out);
+#else
+    return wf__err(WF_ENODEV, "wf_device_open: no device %d", id);     /* unreachable: n is 1 */
+#endif
 }
 
 void wf_device_close(wf_device *d)

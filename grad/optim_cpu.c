@@ -1,20 +1,24 @@
 /* grad/optim_cpu.c: the optimizers' update ops and their CPU kernels: one elementwise pass
  * over a variable, its gradient and its state that writes the variable and the state in
  * place (core/op.h: n_assign), and the step counter's increment.
- * Owns: wf__op_update_1 .. wf__op_update_4, wf__op_increment (grad/internal.h), the learning
- *   rate schedules (wf__optim_lr), and the update rules, which are PyTorch's
- *   (torch.optim.SGD, Adam, AdamW, RMSprop, Adagrad: weft/grad.h says which options).
+ * Owns: wf__op_update_1 .. wf__op_update_4, wf__op_increment (grad/internal.h), the
+ *   multi-tensor update defs that optimizer fusion uses (grad/update.h: the same loops over
+ *   many variables in tiles), the learning rate schedules (wf__optim_lr), and the update
+ *   rules, which are PyTorch's (torch.optim.SGD, Adam, AdamW, RMSprop, Adagrad: weft/grad.h
+ *   says which options).
  * Invariants: every element is updated from its own values only, in the variable's type
  *   (f32 variables in f32, as PyTorch), so the result does not depend on how the loop is
- *   split; the
- *   counter's value before the step ('t', 0 first) gives the learning rate and Adam's bias
- *   corrections use t + 1.
- * Not here: building the update nodes (optim.c). */
+ *   split (which is why a multi-tensor update gives the same bits as one update per
+ *   variable); the counter's value before the step ('t', 0 first) gives the learning rate
+ *   and Adam's bias corrections use t + 1.
+ * Not here: building the update nodes (optim.c), grouping them (runtime/pass_optim_fuse.c). */
 #include "../core/tensor.h"
 #include "internal.h"
+#include "update.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 double wf__optim_lr(const double *hp, int64_t step)
@@ -180,19 +184,18 @@ static int state_count(const double *hp)
     }
 }
 
-static int kernel_update(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
-                         wf_tensor **out)
+/* The scalars of one update from the hyperparameter vector 'hpt' and the counter 'step'
+ * ('k' assigned inputs: the variable and k - 1 state variables); arrays are left NULL.
+ * Returns 0 or WF_EINVAL. */
+static int update_scalars(const wf_tensor *step, const wf_tensor *hpt, int k, upd *u)
 {
-    (void)out; /* the node's value is the variable's (core/op.h: n_assign) */
-    int k = n->op->n_assign;
-    const wf_tensor *step = in[k + 1], *hpt = in[k + 2];
     const double *hp = (const double *)hpt->data;
     if (!hpt->contiguous || hpt->dtype != WF_F64 || hpt->numel != WF__HP_COUNT ||
         state_count(hp) != k - 1)
         return wf__err(WF_EINVAL, "the hyperparameters do not fit this update (%d state variables)",
                        k - 1);
     int64_t t = (int64_t)wf_tensor_get(step, 0);
-    upd u = {
+    *u = (upd){
         .kind = (int)hp[WF__HP_KIND],
         .lr = wf__optim_lr(hp, t),
         .mom = hp[WF__HP_MOMENTUM],
@@ -204,47 +207,62 @@ static int kernel_update(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *
         .nesterov = hp[WF__HP_NESTEROV] != 0,
         .centered = hp[WF__HP_CENTERED] != 0,
         .n_state = k - 1,
-        .f64 = in[0]->dtype == WF_F64,
-        .w = in[0]->data,
     };
-    u.bc1 = 1 - pow(u.b1, (double)(t + 1));
-    u.bc2 = 1 - pow(u.b2, (double)(t + 1));
+    u->bc1 = 1 - pow(u->b1, (double)(t + 1));
+    u->bc2 = 1 - pow(u->b2, (double)(t + 1));
+    return 0;
+}
+
+/* Points 'u' at variable 'in[0]', its state 'in[1 .. k-1]' and gradient 'gr'; a strided
+ * gradient is copied into '*gc' (the loops want it contiguous), which the caller releases.
+ * Returns 0 or a negative status. */
+static int update_arrays(upd *u, wf_tensor *const *in, int k, const wf_tensor *gr, wf_tensor **gc)
+{
+    *gc = NULL;
+    u->f64 = in[0]->dtype == WF_F64;
+    u->w = in[0]->data;
     for (int i = 1; i < k; i++)
-        u.state[i - 1] = in[i]->data;
-    /* The gradient may be a strided view: the loop wants it contiguous. */
-    wf_tensor *gc = NULL;
-    const wf_tensor *gr = in[k];
+        u->state[i - 1] = in[i]->data;
     if (gr->numel != in[0]->numel)
         return wf__err(WF_ESHAPE, "the gradient has %lld elements, the variable %lld",
                        (long long)gr->numel, (long long)in[0]->numel);
     if (!gr->contiguous) {
-        if (!(gc = wf__tensor_alloc(gr->dtype, gr->shape)))
+        if (!(*gc = wf__tensor_alloc(gr->dtype, gr->shape)))
             return WF_ENOMEM;
-        int rc =
-            wf_tensor_read(gr, gr->dtype, gc->data, (size_t)gc->numel * wf_dtype_size(gc->dtype));
-        if (rc < 0) {
-            wf_tensor_release(gc);
+        int rc = wf_tensor_read(gr, gr->dtype, (*gc)->data,
+                                (size_t)(*gc)->numel * wf_dtype_size((*gc)->dtype));
+        if (rc < 0)
             return rc;
-        }
-        gr = gc;
+        gr = *gc;
     }
-    u.grad = gr->data;
+    u->grad = gr->data;
+    return 0;
+}
+
+static int kernel_update(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                         wf_tensor **out)
+{
+    (void)out; /* the node's value is the variable's (core/op.h: n_assign) */
+    int k = n->op->n_assign;
+    upd u;
+    wf_tensor *gc = NULL;
+    int rc = update_scalars(in[k + 1], in[k + 2], k, &u);
+    if (rc == 0)
+        rc = update_arrays(&u, in, k, in[k], &gc);
     int64_t len = in[0]->numel;
-    int rc = 0;
-    if (ctx && ctx->rt && len >= (1 << 16))
+    if (rc == 0 && ctx && ctx->rt && len >= (1 << 16))
         rc = wf_parallel_for(ctx->rt, 0, len, 1 << 14, update_range, &u);
-    else
+    else if (rc == 0)
         update_range(&u, 0, len);
     wf_tensor_release(gc);
     return rc;
 }
 
-/* Inputs: variable, state..., gradient, step, hyperparameters. */
-static int infer_update(wf_node *n, char *err, size_t errlen)
+/* Checks one update's inputs: variable 'w', state 'st[0 .. k-2]', gradient 'gr' (-1
+ * dimensions allowed), step and hyperparameters. Returns 0 or a status with 'err' written. */
+static int check_update(const wf_node *w, const wf_node *const *st, int k, const wf_node *gr,
+                        const wf_node *step, const wf_node *hp, char *err, size_t errlen)
 {
-    int k = n->op->n_assign;
-    const wf_node *w = n->inputs[0], *gr = n->inputs[k], *step = n->inputs[k + 1],
-                  *hp = n->inputs[k + 2];
     char a[160], b[160];
     if (w->dtype != WF_F32 && w->dtype != WF_F64) {
         snprintf(err, errlen, "variable '%s' is %s; optimizers update f32 and f64", w->name,
@@ -252,7 +270,7 @@ static int infer_update(wf_node *n, char *err, size_t errlen)
         return WF_EDTYPE;
     }
     for (int i = 1; i <= k; i++) {
-        const wf_node *s = n->inputs[i];
+        const wf_node *s = i < k ? st[i - 1] : gr;
         if (s->dtype != w->dtype || s->shape.rank != w->shape.rank) {
             snprintf(err, errlen, "'%s' is %s %s but variable '%s' is %s %s", s->name,
                      wf_dtype_name(s->dtype), wf_shape_str(s->shape, a, sizeof a), w->name,
@@ -267,7 +285,6 @@ static int infer_update(wf_node *n, char *err, size_t errlen)
                 return WF_ESHAPE;
             }
     }
-    (void)gr;
     if (step->dtype != WF_I64 || step->shape.rank != 0) {
         snprintf(err, errlen, "the step counter '%s' is %s %s, not i64 []", step->name,
                  wf_dtype_name(step->dtype), wf_shape_str(step->shape, a, sizeof a));
@@ -278,6 +295,18 @@ static int infer_update(wf_node *n, char *err, size_t errlen)
                  wf_dtype_name(hp->dtype), wf_shape_str(hp->shape, a, sizeof a), WF__HP_COUNT);
         return WF_EDTYPE;
     }
+    return 0;
+}
+
+/* Inputs: variable, state..., gradient, step, hyperparameters. */
+static int infer_update(wf_node *n, char *err, size_t errlen)
+{
+    int k = n->op->n_assign;
+    const wf_node *w = n->inputs[0];
+    int rc = check_update(w, (const wf_node *const *)n->inputs + 1, k, n->inputs[k],
+                          n->inputs[k + 1], n->inputs[k + 2], err, errlen);
+    if (rc < 0)
+        return rc;
     n->dtype = w->dtype;
     n->shape = w->shape;
     return 0;
@@ -309,6 +338,163 @@ UPDATE_DEF(1)
 UPDATE_DEF(2)
 UPDATE_DEF(3)
 UPDATE_DEF(4)
+
+/* ---- Multi-tensor updates (grad/update.h) ------------------------------------------------ */
+
+/* A multi-tensor node's M members of K assigned inputs each, from its arity (its infer reads
+ * only the node). Returns M, or 0 when the arity does not fit. */
+static int multi_members(const wf_node *n, int *k)
+{
+    int a = n->op->n_assign, m = n->n_inputs - a - 2;
+    if (a < 1 || m < 1 || a % m != 0 || a / m > 4)
+        return 0;
+    *k = a / m;
+    return m;
+}
+
+static int infer_multi(wf_node *n, char *err, size_t errlen)
+{
+    int k = 0, m = multi_members(n, &k);
+    if (!m) {
+        snprintf(err, errlen,
+                 "%d inputs do not fit %d assigned ones (M*K, then M gradients, the "
+                 "step and the hyperparameters)",
+                 n->n_inputs, n->op->n_assign);
+        return WF_EINVAL;
+    }
+    int a = n->op->n_assign;
+    for (int j = 0; j < m; j++) {
+        const wf_node *w = n->inputs[j * k];
+        int rc = check_update(w, (const wf_node *const *)n->inputs + j * k + 1, k, n->inputs[a + j],
+                              n->inputs[a + m], n->inputs[a + m + 1], err, errlen);
+        if (rc < 0)
+            return rc;
+        if (w->dtype != n->inputs[0]->dtype) {
+            snprintf(err, errlen, "variable '%s' is %s but variable '%s' is %s", w->name,
+                     wf_dtype_name(w->dtype), n->inputs[0]->name,
+                     wf_dtype_name(n->inputs[0]->dtype));
+            return WF_EDTYPE;
+        }
+    }
+    n->dtype = n->inputs[0]->dtype;
+    n->shape = n->inputs[0]->shape;
+    return 0;
+}
+
+/* The members' updates and where each starts in the concatenation of their elements. */
+typedef struct multi {
+    int m;
+    upd *u;         /* 'm' entries */
+    int64_t *start; /* 'm + 1' entries: start[j] is member j's first element, start[m] all */
+} multi;
+
+/* Tiles [lo, hi) of WF__UPDATE_TILE elements of the concatenation: each piece of a tile
+ * that falls in member j runs member j's loop over its own index range. */
+static int multi_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const multi *x = ctx;
+    int64_t a = lo * WF__UPDATE_TILE, b = hi * WF__UPDATE_TILE;
+    if (b > x->start[x->m])
+        b = x->start[x->m];
+    int l = 0, r = x->m; /* the member holding element a: binary search */
+    while (l < r) {
+        int mid = (l + r) / 2;
+        if (x->start[mid + 1] <= a)
+            l = mid + 1;
+        else
+            r = mid;
+    }
+    for (int j = l; j < x->m && a < b; j++) {
+        int64_t end = x->start[j + 1] < b ? x->start[j + 1] : b;
+        if (end > a)
+            update_range(&x->u[j], a - x->start[j], end - x->start[j]);
+        a = end;
+    }
+    return 0;
+}
+
+static int kernel_multi(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                        wf_tensor **out)
+{
+    (void)out; /* the node's value is variable 0's (core/op.h: n_assign) */
+    int k = 0, m = multi_members(n, &k), a = n->op->n_assign;
+    if (!m)
+        return wf__err(WF_EINVAL, "%d inputs do not fit %d assigned ones", n->n_inputs, a);
+    upd u0;
+    int rc = update_scalars(in[a + m], in[a + m + 1], k, &u0);
+    if (rc < 0)
+        return rc;
+    multi x = { .m = m,
+                .u = malloc((size_t)m * sizeof *x.u),
+                .start = malloc((size_t)(m + 1) * sizeof *x.start) };
+    wf_tensor **gc = calloc((size_t)m, sizeof *gc);
+    if (!x.u || !x.start || !gc)
+        rc = wf__err(WF_ENOMEM, "no memory for a multi-tensor update of %d variables", m);
+    x.start[0] = 0;
+    for (int j = 0; rc == 0 && j < m; j++) {
+        x.u[j] = u0;
+        rc = update_arrays(&x.u[j], in + j * k, k, in[a + j], &gc[j]);
+        x.start[j + 1] = x.start[j] + in[j * k]->numel;
+    }
+    int64_t tiles = rc == 0 ? (x.start[m] + WF__UPDATE_TILE - 1) / WF__UPDATE_TILE : 0;
+    if (rc == 0 && ctx && ctx->rt && tiles > 1)
+        rc = wf_parallel_for(ctx->rt, 0, tiles, 1, multi_range, &x);
+    else if (rc == 0)
+        multi_range(&x, 0, tiles);
+    for (int j = 0; gc && j < m; j++)
+        wf_tensor_release(gc[j]);
+    free(gc);
+    free(x.u);
+    free(x.start);
+    return rc;
+}
+
+/* The sum of its members' update costs. */
+static void cost_multi(const wf_node *n, double *flops, double *bytes)
+{
+    int k = 0, m = multi_members(n, &k);
+    double e = 0;
+    for (int j = 0; j < m; j++) {
+        const wf_node *w = n->inputs[j * k];
+        double ej = 1;
+        for (int d = 0; d < w->shape.rank; d++)
+            ej *= w->shape.dims[d] > 0 ? (double)w->shape.dims[d] : 1;
+        e += ej;
+    }
+    *flops = 10 * e;
+    *bytes = (2.0 * k + 1) * e * (double)wf_dtype_size(n->dtype);
+}
+
+/* One def per n_assign (grad/update.h says why); all are "multi_update". */
+#define MULTI_DEF(A)                                  \
+    {                                                 \
+        .name = "multi_update",                       \
+        .min_inputs = (A) + 3,                        \
+        .max_inputs = -1,                             \
+        .infer = infer_multi,                         \
+        .kernel = { [WF_KERNEL_CPU] = kernel_multi }, \
+        .cost = cost_multi,                           \
+        .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD,      \
+        .n_assign = (A),                              \
+    },
+#define MULTI_DEF4(A)  MULTI_DEF(A) MULTI_DEF((A) + 1) MULTI_DEF((A) + 2) MULTI_DEF((A) + 3)
+#define MULTI_DEF16(A) MULTI_DEF4(A) MULTI_DEF4((A) + 4) MULTI_DEF4((A) + 8) MULTI_DEF4((A) + 12)
+#define MULTI_DEF64(A) \
+    MULTI_DEF16(A) MULTI_DEF16((A) + 16) MULTI_DEF16((A) + 32) MULTI_DEF16((A) + 48)
+static const wf_op_def multi_defs[WF__UPDATE_MULTI_MAX] = { MULTI_DEF64(1) MULTI_DEF64(65)
+                                                                MULTI_DEF64(129) MULTI_DEF64(193) };
+_Static_assert(WF__UPDATE_MULTI_MAX == 256, "multi_defs has 256 entries");
+
+bool wf__update_is_member(const wf_op_def *op)
+{
+    return op == &wf__op_update_1 || op == &wf__op_update_2 || op == &wf__op_update_3 ||
+           op == &wf__op_update_4;
+}
+
+const wf_op_def *wf__update_multi_def(int n_assign)
+{
+    return n_assign >= 1 && n_assign <= WF__UPDATE_MULTI_MAX ? &multi_defs[n_assign - 1] : NULL;
+}
 
 static int infer_increment(wf_node *n, char *err, size_t errlen)
 {

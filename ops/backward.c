@@ -88,7 +88,8 @@ const wf_op_def wf_op_slice_backward = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_slice_backward,
-    .kernel = { [WF_KERNEL_CPU] = kernel_slice_backward },
+    .kernel = { [WF_KERNEL_CPU] = kernel_slice_backward,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(slice_backward) },
     .cost = cost_slice_backward,
 };
 

@@ -191,7 +191,7 @@ const wf_op_def wf_op_conv2d = {
     .min_inputs = 2,
     .max_inputs = 2,
     .infer = infer_conv2d,
-    .kernel = { [WF_KERNEL_CPU] = kernel_conv2d },
+    .kernel = { [WF_KERNEL_CPU] = kernel_conv2d, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(conv2d) },
     .cost = cost_conv2d,
     .flags = 0,
 };
@@ -299,7 +299,8 @@ const wf_op_def wf_op_conv2d_backward_input = {
     .min_inputs = 2,
     .max_inputs = 2,
     .infer = infer_backward_input,
-    .kernel = { [WF_KERNEL_CPU] = kernel_backward_input },
+    .kernel = { [WF_KERNEL_CPU] = kernel_backward_input,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(conv2d_backward_input) },
     .cost = cost_backward_input,
     .flags = 0,
 };
@@ -364,7 +365,8 @@ const wf_op_def wf_op_conv2d_backward_filter = {
     .min_inputs = 2,
     .max_inputs = 2,
     .infer = infer_backward_filter,
-    .kernel = { [WF_KERNEL_CPU] = kernel_backward_filter },
+    .kernel = { [WF_KERNEL_CPU] = kernel_backward_filter,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(conv2d_backward_filter) },
     .cost = cost_backward_filter,
     .flags = 0,
 };

@@ -50,7 +50,7 @@ const wf_op_def wf_op_dropout = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_dropout,
-    .kernel = { [WF_KERNEL_CPU] = kernel_dropout },
+    .kernel = { [WF_KERNEL_CPU] = kernel_dropout, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(dropout) },
     .cost = cost_dropout,
     .flags = WF_OP_STATEFUL | WF_OP_INPLACE,
 };

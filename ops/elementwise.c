@@ -96,19 +96,19 @@ static int infer_unary(wf_node *n, bool ints, char *err, size_t errlen)
 
 /* The cost function and the op def of elementwise op 'id' (unary, binary, activation
  * gradients), given its 'kernel_##id', its inference 'INFER' and 'N_IN' inputs. */
-#define EW_OP_DEF(id, N_IN, INFER, FLOPS, FLAGS)                          \
-    static void cost_##id(const wf_node *n, double *flops, double *bytes) \
-    {                                                                     \
-        wf__ops_cost_elementwise(n, FLOPS, flops, bytes);                 \
-    }                                                                     \
-    const wf_op_def wf_op_##id = {                                        \
-        .name = #id,                                                      \
-        .min_inputs = N_IN,                                               \
-        .max_inputs = N_IN,                                               \
-        .infer = INFER,                                                   \
-        .kernel = { [WF_KERNEL_CPU] = kernel_##id },                      \
-        .cost = cost_##id,                                                \
-        .flags = WF_OP_ELEMENTWISE | (FLAGS),                             \
+#define EW_OP_DEF(id, N_IN, INFER, FLOPS, FLAGS)                                             \
+    static void cost_##id(const wf_node *n, double *flops, double *bytes)                    \
+    {                                                                                        \
+        wf__ops_cost_elementwise(n, FLOPS, flops, bytes);                                    \
+    }                                                                                        \
+    const wf_op_def wf_op_##id = {                                                           \
+        .name = #id,                                                                         \
+        .min_inputs = N_IN,                                                                  \
+        .max_inputs = N_IN,                                                                  \
+        .infer = INFER,                                                                      \
+        .kernel = { [WF_KERNEL_CPU] = kernel_##id, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(id) }, \
+        .cost = cost_##id,                                                                   \
+        .flags = WF_OP_ELEMENTWISE | (FLAGS),                                                \
     };
 
 #define DEF_UNARY(id, OP, INTS, FLOPS, FLAGS)                                                \
@@ -197,7 +197,7 @@ const wf_op_def wf_op_cast = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_cast,
-    .kernel = { [WF_KERNEL_CPU] = kernel_cast },
+    .kernel = { [WF_KERNEL_CPU] = kernel_cast, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(cast) },
     .cost = cost_cast,
     .flags = WF_OP_ELEMENTWISE,
 };
@@ -354,7 +354,7 @@ const wf_op_def wf_op_where = {
     .min_inputs = 3,
     .max_inputs = 3,
     .infer = infer_where,
-    .kernel = { [WF_KERNEL_CPU] = kernel_where },
+    .kernel = { [WF_KERNEL_CPU] = kernel_where, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(where) },
     .cost = cost_where,
     .flags = WF_OP_ELEMENTWISE,
 };

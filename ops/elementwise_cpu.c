@@ -13,10 +13,13 @@
  * computed alone, so the bits never depend on how wf_parallel_for splits the range. The loops
  * read element i before writing element i and use no 'restrict', so 'out' may be an input
  * (in place); gcc's runtime overlap check lets that exact alias take the vector path.
+ * Shared: the loops, looked up by (op, dtype) at the end of this file for ops/scalar.h (the
+ * fused elementwise kernel and GEMM epilogues run these very functions, so their bits agree).
  * Not here: reductions (reduce_cpu.c), matrix products (matmul_cpu.c), op definitions. */
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
+#include "scalar.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -27,14 +30,9 @@
 #define EW_PAR_MIN 32768 /* a runtime splits ops with more elements than this */
 #define EW_GRAIN   16384 /* elements per parallel piece, at least */
 
-/* One run of 'n' elements: p[0] is the output (unit stride), p[1..] the inputs, s[k] the
- * byte stride of operand k; 'pos' is the row-major index of the run's first element (for
- * messages). Returns 0 or a negative wf_status with the message set. */
-typedef int (*ew_fn)(const void *arg, char *const *p, const int64_t *s, int64_t n, int64_t pos);
-
-typedef struct ew_arg {
-    double alpha; /* leaky_relu's slope */
-} ew_arg;
+/* One run of 'n' elements (ops/scalar.h: wf__ew_loop, which these loops are shared as). */
+typedef wf__ew_loop ew_fn;
+typedef wf__ew_arg ew_arg;
 
 typedef struct ew_plan {
     int n_ops, rank, any_stage;
@@ -918,4 +916,84 @@ int wf__cast_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out)
     /* Same-dtype halves are a bit copy: no f32 round trip (it would quiet signalling NaNs). */
     bool copy16 = x->dtype == out->dtype && is_half(x->dtype);
     return ew_run(ctx, out, &x, 1, !copy16, copy16 ? copy_16 : cast_fns[si][di], NULL);
+}
+
+/* ---- The loops for ops/scalar.h ------------------------------------------------------------ */
+
+wf__ew_loop wf__ew_unary_loop(wf_unary_op op, wf_dtype dt)
+{
+    int c = is_half(dt) ? -1 : compute_index(dt);
+    return (unsigned)op < WF_UNARY_COUNT && c >= 0 ? unary_fns[op][c] : NULL;
+}
+
+wf__ew_loop wf__ew_binary_loop(wf_binary_op op, wf_dtype dt)
+{
+    int c = is_half(dt) ? -1 : compute_index(dt);
+    return (unsigned)op < WF_BINARY_COUNT && c >= 0 ? binary_fns[op][c] : NULL;
+}
+
+wf__ew_loop wf__ew_act_grad_loop(wf_act_grad_op op, wf_dtype dt)
+{
+    int c = is_half(dt) || !wf_dtype_is_float(dt) ? -1 : compute_index(dt);
+    return (unsigned)op < WF_ACT_GRAD_COUNT && c >= 0 ? act_grad_fns[op][c] : NULL;
+}
+
+wf__ew_loop wf__ew_where_loop(wf_dtype dt)
+{
+    switch (wf_dtype_size(dt)) { /* a bit copy: halves too, as wf__where_cpu() */
+    case 1:
+        return where_1;
+    case 2:
+        return where_2;
+    case 4:
+        return where_4;
+    case 8:
+        return where_8;
+    default:
+        return NULL;
+    }
+}
+
+wf__ew_loop wf__ew_cast_loop(wf_dtype from, wf_dtype to)
+{
+    int si = is_half(from) ? -1 : cast_index(from), di = is_half(to) ? -1 : cast_index(to);
+    return si >= 0 && di >= 0 ? cast_fns[si][di] : NULL;
+}
+
+int wf__ew_apply_unary(wf_unary_op op, double alpha, wf_dtype dt, void *x, int64_t n)
+{
+    wf__ew_loop fn = wf__ew_unary_loop(op, dt);
+    if (!fn)
+        return wf__err(WF_EDTYPE, "unary: op %d has no loop for %s", (int)op, wf_dtype_name(dt));
+    int64_t es = (int64_t)wf_dtype_size(dt);
+    char *p[2] = { x, x };
+    int64_t s[2] = { es, es };
+    ew_arg arg = { .alpha = alpha };
+    return n > 0 ? fn(&arg, p, s, n, 0) : 0;
+}
+
+int wf__ew_apply_binary(wf_binary_op op, wf_dtype dt, void *out, const void *a, int64_t sa,
+                        const void *b, int64_t sb, int64_t n)
+{
+    wf__ew_loop fn = op < WF_BINARY_EQ ? wf__ew_binary_loop(op, dt) : NULL;
+    if (!fn)
+        return wf__err(WF_EDTYPE, "binary: op %d has no loop for %s", (int)op, wf_dtype_name(dt));
+    int64_t es = (int64_t)wf_dtype_size(dt);
+    char *p[3] = { out, (char *)a, (char *)b };
+    int64_t s[3] = { es, sa * es, sb * es };
+    return n > 0 ? fn(NULL, p, s, n, 0) : 0;
+}
+
+int wf__ew_apply_act_grad(wf_act_grad_op op, double alpha, wf_dtype dt, void *out, const void *x,
+                          const void *dy, int64_t n)
+{
+    wf__ew_loop fn = wf__ew_act_grad_loop(op, dt);
+    if (!fn)
+        return wf__err(WF_EDTYPE, "activation_grad: op %d has no loop for %s", (int)op,
+                       wf_dtype_name(dt));
+    int64_t es = (int64_t)wf_dtype_size(dt);
+    char *p[3] = { out, (char *)x, (char *)dy };
+    int64_t s[3] = { es, es, es };
+    ew_arg arg = { .alpha = alpha };
+    return n > 0 ? fn(&arg, p, s, n, 0) : 0;
 }

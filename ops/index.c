@@ -89,7 +89,7 @@ const wf_op_def wf_op_gather = {
     .min_inputs = 2,
     .max_inputs = 2,
     .infer = infer_gather,
-    .kernel = { [WF_KERNEL_CPU] = kernel_gather },
+    .kernel = { [WF_KERNEL_CPU] = kernel_gather, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(gather) },
     .cost = cost_gather,
 };
 
@@ -145,7 +145,7 @@ const wf_op_def wf_op_one_hot = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_one_hot,
-    .kernel = { [WF_KERNEL_CPU] = kernel_one_hot },
+    .kernel = { [WF_KERNEL_CPU] = kernel_one_hot, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(one_hot) },
     .cost = cost_one_hot,
     .flags = WF_OP_NO_GRAD,
 };
@@ -224,7 +224,8 @@ const wf_op_def wf_op_scatter_add = {
     .min_inputs = 2,
     .max_inputs = 2,
     .infer = infer_scatter_add,
-    .kernel = { [WF_KERNEL_CPU] = kernel_scatter_add },
+    .kernel = { [WF_KERNEL_CPU] = kernel_scatter_add,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(scatter_add) },
     .cost = cost_scatter_add,
 };
 

@@ -188,6 +188,30 @@ int wf__logsumexp_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keep
 int wf__matmul_cpu(const wf_kctx *ctx, bool trans_a, bool trans_b, const wf_tensor *a,
                    const wf_tensor *b, wf_tensor *out);
 
+/* A GEMM epilogue: what runs over each output tile right after its GEMM (matmul_cpu.c). */
+typedef struct wf_epilogue {
+    int act;         /* -1: none; else the wf_unary_op of the activation: relu, leaky_relu,
+                        gelu_erf, gelu_tanh, tanh, sigmoid or silu */
+    double alpha;    /* the activation node's alpha (leaky_relu's slope) */
+    bool bias_first; /* the add was bias + product (IEEE addition keeps the first operand's
+                        NaN payload, so the order is part of the bits) */
+} wf_epilogue;
+
+/* The epilogue of a matmul_epilogue node, from its attributes (ops/matmul.c, which owns their
+ * encoding: ops/table.h), for the op's kernels on every device. */
+wf_epilogue wf__matmul_epilogue_of(const wf_node *n);
+
+/* out = act(op(a) @ op(b) + bias): wf__matmul_cpu() with, in each output tile while it is in
+ * cache, the bias added and the activation applied by the elementwise kernels' own loops
+ * (ops/scalar.h), so the bits equal matmul, add and activation run as three kernels. 'bias'
+ * (NULL: none) has the output's dtype and rank <= out's, every dimension 1 but the last, which
+ * is N or 1 (a row broadcast down the rows and over the batch). bf16 and f16: the product is
+ * rounded to out, then the add and the activation run as their kernels over the whole output
+ * (each rounds, as separate nodes do). */
+int wf__matmul_epilogue_cpu(const wf_kctx *ctx, bool trans_a, bool trans_b, const wf_epilogue *ep,
+                            const wf_tensor *a, const wf_tensor *b, const wf_tensor *bias,
+                            wf_tensor *out);
+
 /* ---- Softmax ------------------------------------------------------------------------------ */
 
 /* out = softmax(x) along 'axis' (negative counts from the end): exp(x - max) / sum, with the
@@ -405,5 +429,8 @@ void wf__slice_attrs(int rank, const int64_t *begin, const int64_t *end, const i
  * a copy (wf__cast_cpu to its own dtype). Returns NULL with the message set (no memory). The
  * caller releases it. */
 wf_tensor *wf__contiguous_cpu(const wf_kctx *ctx, const wf_tensor *t);
+
+/* The CUDA twins of these kernels and the op defs' CUDA slots (WF__CUDA_KERNEL). */
+#include "cuda_kernels.h"
 
 #endif /* WF_OPS_KERNELS_H */

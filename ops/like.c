@@ -54,7 +54,8 @@ const wf_op_def wf_op_reshape_like = {
     .min_inputs = 2,
     .max_inputs = 2,
     .infer = infer_reshape_like,
-    .kernel = { [WF_KERNEL_CPU] = kernel_reshape_like },
+    .kernel = { [WF_KERNEL_CPU] = kernel_reshape_like,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(reshape_like) },
     .cost = cost_reshape_like,
     .flags = 0,
 };

@@ -1,9 +1,16 @@
 /* ops/matmul.c: the matmul op: validation, shape inference (2-D and batched, transpose flags,
- * NumPy broadcasting of the batch axes, -1 dimensions), cost, and its op-table entry.
- * Owns: wf_op_matmul (ops/table.h), wf_matmul() and wf_matmul_ex().
+ * NumPy broadcasting of the batch axes, -1 dimensions), cost, and its op-table entry; and
+ * matmul_epilogue, matmul with a bias row and an activation applied to each output tile.
+ * Owns: wf_op_matmul (ops/table.h), wf_matmul() and wf_matmul_ex(); wf_op_matmul_epilogue.
  * Invariant: inference accepts exactly what wf__matmul_cpu() accepts once -1 dimensions are
  *   known, so a static graph that builds runs (short of a fed shape that contradicts it).
- * Not here: the GEMM (matmul_cpu.c), the gradient (grad/), fused epilogues (runtime/). */
+ * Why matmul_epilogue is an op of its own and not matmul with optional inputs: it exists
+ *   only in compiled plans (runtime/pass_epilogue.c makes it after wf_gradients() has run,
+ *   so it needs no gradient and no constructor), and code that reads a node of op matmul
+ *   (its gradient, a pass, the cost model) may keep assuming a plain product of two inputs.
+ *   For the same reason it is not in wf__ops_table (no saved graph or tool can name it).
+ * Not here: the GEMM and the epilogue (matmul_cpu.c), the gradient (grad/), which nodes get
+ *   an epilogue (runtime/pass_epilogue.c). */
 #include "internal.h"
 
 #include <stdio.h>
@@ -73,8 +80,94 @@ const wf_op_def wf_op_matmul = {
     .min_inputs = 2,
     .max_inputs = 2,
     .infer = infer_matmul,
-    .kernel = { [WF_KERNEL_CPU] = kernel_matmul },
+    .kernel = { [WF_KERNEL_CPU] = kernel_matmul, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(matmul) },
     .cost = cost_matmul,
+    .flags = 0,
+};
+
+/* matmul_epilogue: inputs a, b and optionally the bias; attributes those of matmul plus
+ * 'axis' = the activation's wf_unary_op + 1 (0: none), 'alpha' (the activation's) and
+ * 'groups' 1 when the add was bias + product (ops/table.h). */
+wf_epilogue wf__matmul_epilogue_of(const wf_node *n)
+{
+    wf_epilogue ep = { .act = n->attrs->axis - 1,
+                       .alpha = n->attrs->alpha,
+                       .bias_first = n->attrs->groups == 1 };
+    return ep;
+}
+
+static int infer_matmul_epilogue(wf_node *n, char *err, size_t errlen)
+{
+    int rc = infer_matmul(n, err, errlen);
+    if (rc < 0)
+        return rc;
+    wf_epilogue ep = wf__matmul_epilogue_of(n);
+    if (ep.act != -1 && ep.act != WF_UNARY_RELU && ep.act != WF_UNARY_LEAKY_RELU &&
+        ep.act != WF_UNARY_GELU_ERF && ep.act != WF_UNARY_GELU_TANH && ep.act != WF_UNARY_TANH &&
+        ep.act != WF_UNARY_SIGMOID && ep.act != WF_UNARY_SILU) {
+        snprintf(err, errlen,
+                 "activation %d is not relu, leaky_relu, gelu, gelu_tanh, tanh, sigmoid or silu",
+                 ep.act);
+        return WF_EINVAL;
+    }
+    if (n->n_inputs < 3)
+        return 0;
+    const wf_node *bias = n->inputs[2];
+    char sb[160], so[160];
+    wf_shape_str(bias->shape, sb, sizeof sb);
+    wf_shape_str(n->shape, so, sizeof so);
+    if (bias->dtype != n->dtype) {
+        snprintf(err, errlen, "the bias is %s %s but the product is %s %s",
+                 wf_dtype_name(bias->dtype), sb, wf_dtype_name(n->dtype), so);
+        return WF_EDTYPE;
+    }
+    int r = bias->shape.rank;
+    bool ok = r >= 1 && r <= n->shape.rank;
+    for (int d = 0; ok && d < r - 1; d++)
+        ok = bias->shape.dims[d] == 1;
+    if (ok) {
+        int64_t bn = bias->shape.dims[r - 1];
+        ok = bn == 1 || wf__ops_dims_fit(bn, n->shape.dims[n->shape.rank - 1]);
+    }
+    if (!ok) {
+        snprintf(err, errlen,
+                 "the bias is %s but the product is %s: a bias is one row ([N], or 1 in every "
+                 "dimension but the last, which is N or 1)",
+                 sb, so);
+        return WF_ESHAPE;
+    }
+    return 0;
+}
+
+static int kernel_matmul_epilogue(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                                  wf_tensor **out)
+{
+    wf_kctx k = wf__ops_kctx(ctx);
+    wf_epilogue ep = wf__matmul_epilogue_of(n);
+    return wf__matmul_epilogue_cpu(&k, n->attrs->transpose_a, n->attrs->transpose_b, &ep, in[0],
+                                   in[1], n->n_inputs > 2 ? in[2] : NULL, *out);
+}
+
+/* matmul's flops plus one per output element for the bias and a few for the activation (the
+ * elementwise ops' own costs: ops/elementwise.c). */
+static void cost_matmul_epilogue(const wf_node *n, double *flops, double *bytes)
+{
+    cost_matmul(n, flops, bytes);
+    wf_epilogue ep = wf__matmul_epilogue_of(n);
+    double per = (n->n_inputs > 2 ? 1.0 : 0.0) + (ep.act < 0                ? 0.0
+                                                  : ep.act == WF_UNARY_RELU ? 1.0
+                                                                            : 16.0);
+    *flops += per * wf__ops_numel(n->shape);
+}
+
+const wf_op_def wf_op_matmul_epilogue = {
+    .name = "matmul_epilogue",
+    .min_inputs = 2,
+    .max_inputs = 3,
+    .infer = infer_matmul_epilogue,
+    .kernel = { [WF_KERNEL_CPU] = kernel_matmul_epilogue,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(matmul_epilogue) },
+    .cost = cost_matmul_epilogue,
     .flags = 0,
 };
 

@@ -117,7 +117,8 @@ const wf_op_def wf_op_layer_norm = {
     .min_inputs = 1,
     .max_inputs = 3,
     .infer = infer_layer_norm,
-    .kernel = { [WF_KERNEL_CPU] = kernel_layer_norm },
+    .kernel = { [WF_KERNEL_CPU] = kernel_layer_norm,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(layer_norm) },
     .cost = cost_layer_norm,
 };
 
@@ -190,7 +191,8 @@ const wf_op_def wf_op_layer_norm_backward_input = {
     .min_inputs = 2,
     .max_inputs = 3,
     .infer = infer_ln_backward,
-    .kernel = { [WF_KERNEL_CPU] = kernel_ln_backward },
+    .kernel = { [WF_KERNEL_CPU] = kernel_ln_backward,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(layer_norm_backward_input) },
     .cost = cost_ln_backward,
 };
 

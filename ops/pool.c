@@ -144,7 +144,7 @@ const wf_op_def wf_op_max_pool2d = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_pool,
-    .kernel = { [WF_KERNEL_CPU] = kernel_max_pool },
+    .kernel = { [WF_KERNEL_CPU] = kernel_max_pool, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(max_pool2d) },
     .cost = cost_pool,
     .flags = 0,
 };
@@ -154,7 +154,7 @@ const wf_op_def wf_op_avg_pool2d = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_pool,
-    .kernel = { [WF_KERNEL_CPU] = kernel_avg_pool },
+    .kernel = { [WF_KERNEL_CPU] = kernel_avg_pool, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(avg_pool2d) },
     .cost = cost_pool,
     .flags = 0,
 };
@@ -248,7 +248,8 @@ const wf_op_def wf_op_max_pool2d_backward = {
     .min_inputs = 2,
     .max_inputs = 2,
     .infer = infer_max_backward,
-    .kernel = { [WF_KERNEL_CPU] = kernel_max_backward },
+    .kernel = { [WF_KERNEL_CPU] = kernel_max_backward,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(max_pool2d_backward) },
     .cost = cost_backward,
     .flags = 0,
 };
@@ -327,7 +328,8 @@ const wf_op_def wf_op_avg_pool2d_backward = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_avg_backward,
-    .kernel = { [WF_KERNEL_CPU] = kernel_avg_backward },
+    .kernel = { [WF_KERNEL_CPU] = kernel_avg_backward,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(avg_pool2d_backward) },
     .cost = cost_backward,
     .flags = 0,
 };

@@ -108,7 +108,7 @@ static int run_reduce(const wf_kernel_ctx *ctx, wf__reduce_kind op, const wf_nod
         .min_inputs = 1,                                                                     \
         .max_inputs = 1,                                                                     \
         .infer = infer_##id,                                                                 \
-        .kernel = { [WF_KERNEL_CPU] = kernel_##id },                                         \
+        .kernel = { [WF_KERNEL_CPU] = kernel_##id, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(id) }, \
         .cost = cost_##id,                                                                   \
         .flags = (FLAGS),                                                                    \
     };
@@ -273,7 +273,7 @@ const wf_op_def wf_op_unreduce = {
     .min_inputs = 2,
     .max_inputs = 2,
     .infer = infer_unreduce,
-    .kernel = { [WF_KERNEL_CPU] = kernel_unreduce },
+    .kernel = { [WF_KERNEL_CPU] = kernel_unreduce, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(unreduce) },
     .cost = cost_unreduce,
     .flags = 0,
 };

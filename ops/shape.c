@@ -38,15 +38,15 @@ static wf_attrs zero_attrs(void)
     return a;
 }
 
-#define DEF_OP(id, MIN, MAX, FLAGS)                  \
-    const wf_op_def wf_op_##id = {                   \
-        .name = #id,                                 \
-        .min_inputs = MIN,                           \
-        .max_inputs = MAX,                           \
-        .infer = infer_##id,                         \
-        .kernel = { [WF_KERNEL_CPU] = kernel_##id }, \
-        .cost = cost_copy,                           \
-        .flags = FLAGS,                              \
+#define DEF_OP(id, MIN, MAX, FLAGS)                                                          \
+    const wf_op_def wf_op_##id = {                                                           \
+        .name = #id,                                                                         \
+        .min_inputs = MIN,                                                                   \
+        .max_inputs = MAX,                                                                   \
+        .infer = infer_##id,                                                                 \
+        .kernel = { [WF_KERNEL_CPU] = kernel_##id, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(id) }, \
+        .cost = cost_copy,                                                                   \
+        .flags = FLAGS,                                                                      \
     };
 
 /* ---- reshape ------------------------------------------------------------------------------- */

@@ -69,7 +69,7 @@ const wf_op_def wf_op_softmax = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_softmax,
-    .kernel = { [WF_KERNEL_CPU] = kernel_softmax },
+    .kernel = { [WF_KERNEL_CPU] = kernel_softmax, [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(softmax) },
     .cost = cost_softmax,
     .flags = 0,
 };
@@ -79,7 +79,8 @@ const wf_op_def wf_op_log_softmax = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_softmax,
-    .kernel = { [WF_KERNEL_CPU] = kernel_log_softmax },
+    .kernel = { [WF_KERNEL_CPU] = kernel_log_softmax,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(log_softmax) },
     .cost = cost_softmax,
     .flags = 0,
 };
@@ -151,7 +152,8 @@ const wf_op_def wf_op_softmax_cross_entropy = {
     .min_inputs = 2,
     .max_inputs = 2,
     .infer = infer_xent,
-    .kernel = { [WF_KERNEL_CPU] = kernel_xent },
+    .kernel = { [WF_KERNEL_CPU] = kernel_xent,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(softmax_cross_entropy) },
     .cost = cost_softmax,
     .flags = 0,
 };

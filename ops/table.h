@@ -50,6 +50,11 @@ wf_node *wf__unreduce(wf_graph *g, wf_node *dy, wf_node *x, const struct wf_attr
 wf_node *wf__reshape_like(wf_graph *g, wf_node *dy, wf_node *ref);
 /* Matrix products (ops/matmul.c). */
 extern const wf_op_def wf_op_matmul;
+/* matmul with a GEMM epilogue (ops/matmul.c): a plan-only op that runtime/pass_epilogue.c
+ * makes; not in wf__ops_table (ops/matmul.c says why). Inputs a, b and optionally a bias row;
+ * attributes: transpose_a, transpose_b, axis (the activation's wf_unary_op + 1, 0: none),
+ * alpha (the activation's), groups (1: the add was bias + product). */
+extern const wf_op_def wf_op_matmul_epilogue;
 /* Softmax and losses (ops/softmax.c). */
 extern const wf_op_def wf_op_softmax, wf_op_log_softmax, wf_op_softmax_cross_entropy;
 /* Shape ops (ops/shape.c; attributes listed in its header). */
@@ -74,6 +79,10 @@ extern const wf_op_def wf_op_layer_norm, wf_op_layer_norm_backward_input, wf_op_
  *   begin, end, step (as slice). */
 extern const wf_op_def wf_op_relu_grad, wf_op_leaky_relu_grad, wf_op_gelu_grad,
     wf_op_gelu_tanh_grad, wf_op_silu_grad, wf_op_sigmoid_grad, wf_op_tanh_grad, wf_op_scatter_add;
+/* Fused elementwise programs (ops/fused.c): plan-only, made by runtime/pass_fuse.c; like
+ *   matmul_epilogue not in wf__ops_table (no constructor, no gradient, nothing names it). The
+ *   program's format and its encoding in the attributes are in ops/fused.h. */
+extern const wf_op_def wf_op_fused_elementwise;
 
 /* Every op def of ops/, in the order above; no NULL entries. */
 extern const wf_op_def *const wf__ops_table[];

@@ -6,6 +6,7 @@
  * Why here and not core's wf__graph_dump(): a plan holds nodes the passes made, which the
  *   graph does not know, and the dump names devices and marks, which are runtime/'s.
  * Not here: the passes (pass_*.c), compiling (plan.c). */
+#include "../ops/fused.h"
 #include "passes.h"
 
 #include <stdio.h>
@@ -60,14 +61,30 @@ static void marks_str(const dump_src *d, int i, char *buf, size_t size)
     size_t k = 0;
     if (d->mark_folded[i] && k < size)
         k += (size_t)snprintf(buf + k, size - k, " folded");
-    else if (d->mark_made[i] && k < size)
+    else if (d->mark_made[i] && d->nodes[i]->rt_flags == WF__RW_EPILOGUE && k < size) {
+        char ep[48]; /* "epilogue(bias, relu)" (pass_epilogue.c), or "" for a relu_grad */
+        wf__pass_epilogue_desc(d->nodes[i], ep, sizeof ep);
+        k += (size_t)snprintf(buf + k, size - k, " %s", ep[0] ? ep : "epilogue");
+    } else if (d->mark_made[i] && k < size)
         k += (size_t)snprintf(buf + k, size - k, " new");
     if (d->mark_merged[i] && k < size)
         snprintf(buf + k, size - k, " cse +%d", d->mark_merged[i]);
 }
 
+/* " @arena+4096": where the plan's memory plan (runtime/memplan.c) puts node i's output;
+ * "" when it is not planned (or the plan's shapes are known only at run time). */
+static const char *arena_str(const dump_src *d, int i, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (d->plan && d->plan->mp && d->plan->mp->offset[i] >= 0)
+        snprintf(buf, size, " @arena+%lld%s", (long long)d->plan->mp->offset[i],
+                 d->plan->mp->inplace[i] ? " (in place)" : "");
+    return buf;
+}
+
 static void write_nodes(FILE *f, const dump_src *d, int format)
 {
+    char arena[48];
     char shape[160], where[256], dev[32], marks[64];
     for (int i = 0; i < d->n; i++) {
         const wf_node *n = d->nodes[i];
@@ -75,13 +92,19 @@ static void write_nodes(FILE *f, const dump_src *d, int format)
         wf_shape_str(n->shape, shape, sizeof shape);
         wf__node_where(n, where, sizeof where);
         marks_str(d, i, marks, sizeof marks);
+        char members[512]; /* "fused(add, mul, relu)" for a fused node (ops/fused.h), else "" */
+        if (wf__fused_describe(n, members, sizeof members) < 0)
+            members[0] = '\0';
         if (format == WF_DUMP_DOT) {
             fprintf(f, "  n%d [label=\"", self);
             dot_escaped(f, n->name);
             fprintf(f, "\\n%s %s %s\\n%s ", n->op->name, wf_dtype_name(n->dtype), shape,
                     device_str(n, dev, sizeof dev));
             dot_escaped(f, where);
-            fprintf(f, "%s%s\"", marks[0] ? "\\n" : "", marks[0] ? marks + 1 : "");
+            fprintf(f, "%s%s", members[0] ? "\\n" : "", members);
+            fprintf(f, "%s%s", marks[0] ? "\\n" : "", marks[0] ? marks + 1 : "");
+            fprintf(f, "%s%s\"", arena_str(d, i, arena, sizeof arena)[0] ? "\\n" : "",
+                    arena[0] ? arena + 1 : "");
             if (d->plan && (d->mark_folded[i] || d->mark_made[i]))
                 fprintf(f, ", style=filled, fillcolor=\"%s\"",
                         d->mark_folded[i] ? "lightblue" : "lightyellow");
@@ -102,14 +125,16 @@ static void write_nodes(FILE *f, const dump_src *d, int format)
             int r = d->plan ? d->plan->in_idx[d->plan->in_off[i] + k] : m->id;
             fprintf(f, "%s%%%d %s", k ? ", " : "", r, m->name);
         }
-        fprintf(f, ")");
+        fprintf(f, ")%s%s", members[0] ? " " : "", members);
         for (int k = 0; k < n->n_control; k++) {
             int r = ref_of(d, n->control[k]);
             const wf_node *m = d->plan ? d->plan->nodes[r] : n->control[k];
             fprintf(f, "%s%%%d %s", k ? ", " : " after(", r, m->name);
         }
-        fprintf(f, "%s on %s @ %s%s%s%s\n", n->n_control ? ")" : "", device_str(n, dev, sizeof dev),
-                where, marks[0] ? "  [" : "", marks[0] ? marks + 1 : "", marks[0] ? "]" : "");
+        fprintf(f, "%s on %s @ %s%s%s%s%s\n", n->n_control ? ")" : "",
+                device_str(n, dev, sizeof dev), where, marks[0] ? "  [" : "",
+                marks[0] ? marks + 1 : "", marks[0] ? "]" : "",
+                arena_str(d, i, arena, sizeof arena));
     }
 }
 
@@ -139,6 +164,10 @@ int wf_graph_dump(const wf_graph *g, FILE *f, int format)
 
 static const char *kind_name(int kind)
 {
+    if (kind == WF__RW_FUSED)
+        return "fused";
+    if (kind == WF__RW_EPILOGUE)
+        return "epilogue";
     return kind == WF__RW_FOLDED ? "folded" : kind == WF__RW_CSE ? "cse" : "simplified";
 }
 
@@ -193,6 +222,10 @@ int wf_session_dump(wf_session *s, wf_node *const *fetches, int n_fetches, wf_no
                 "simplified %d (%d replaced)\n",
                 st->nodes_graph, st->nodes_after_prune, st->nodes_after_fold, st->n_folded,
                 st->nodes_after_cse, st->n_merged, st->nodes_after_simplify, st->n_simplified);
+        fprintf(f, "# epilogue: %d nodes after, %d matmuls with an epilogue\n",
+                st->nodes_after_epilogue, st->n_epilogue);
+        fprintf(f, "# fuse: %d nodes after, %d fused nodes of %d members\n", st->nodes_after_fuse,
+                st->n_fused, st->n_fused_members);
     }
     write_nodes(f, &d, format);
     if (format == WF_DUMP_DOT)

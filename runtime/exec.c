@@ -3,8 +3,9 @@
  *   node per plan node, the value slots, the remaining-use counters and the first error),
  *   the pool of idle slots, and what a node's task does: take its inputs' values, infer the
  *   concrete output shape when placeholders' -1 dimensions are involved, allocate the
- *   output from the session's pool, run the op's CPU kernel, and release each input value
- *   when its last reader has finished.
+ *   output (from the slot's arena where the memory plan put it, runtime/memplan.c, else
+ *   from the session's pool), run the op's CPU kernel, and release each input value when
+ *   its last reader has finished.
  * Why slots: a wf_taskgraph runs once at a time, and the pending counters of the plan live
  *   in it; a session run from several threads at once takes one slot per run, so runs
  *   share nothing but the plan (read-only) and the session's pool and variables. A slot
@@ -17,7 +18,7 @@
  *   do safely.
  * Invariants: those of runtime/internal.h (uses, values between runs, slot ownership).
  * Not here: compiling plans (plan.c), feeds and fetches (session.c), the static memory
- *   planner (TODO: a later issue; outputs come from the session's wf_pool meanwhile). */
+ *   planner and the slots' arenas (memplan.c). */
 #include "../memory/pool.h"
 #include "internal.h"
 
@@ -127,8 +128,11 @@ static inline void drop_use(wf__slot *sl, int32_t j)
         left = atomic_fetch_sub_explicit(&sl->uses[j], 1, memory_order_acq_rel) - 1;
     }
     if (left == 0) {
+        wf__memplan_poison(sl, j, sl->vals[j]);
         spare_put(sl, sl->vals[j]);
         sl->vals[j] = NULL;
+        if (sl->dev) /* its copy on a GPU too (exec_device.c) */
+            wf__exec_device_drop(sl, j);
     }
 }
 
@@ -185,7 +189,8 @@ static int run_kernel(wf__slot *sl, int i)
     if (n_assign > 0) {
         if ((rc = take_writable(sl, i, in)) < 0)
             goto done;
-    } else if (!dynamic && !(sl->n_spare && (out = spare_take(sl, dt, shape))) &&
+    } else if (!dynamic && !(out = wf__memplan_out(sl, i, dt, shape)) &&
+               !(sl->n_spare && (out = spare_take(sl, dt, shape))) &&
                !(out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, shape))) {
         rc = fail(sl, n, WF_ENOMEM, wf_last_errmsg());
         goto done;
@@ -244,17 +249,25 @@ static int run_node(wf__slot *sl, int i)
         break;
     }
     default: {
-        int rc = run_kernel(sl, i);
+        /* A node placed on a GPU runs through its device (exec_device.c). */
+        int rc = sl->dev && p->dev->where[i] ? wf__exec_device_node(sl, i) : run_kernel(sl, i);
         if (rc < 0)
             return rc;
         for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++)
             drop_use(sl, p->in_idx[e]);
     }
     }
+    if (sl->dev) { /* a host value that GPU nodes read: copy it to their device */
+        int rc = wf__exec_device_after(sl, i);
+        if (rc < 0)
+            return rc;
+    }
     /* A value nobody reads (a target run for its effects) goes at once. */
     if (atomic_load_explicit(&sl->uses[i], memory_order_relaxed) == 0) {
         spare_put(sl, sl->vals[i]);
         sl->vals[i] = NULL;
+        if (sl->dev)
+            wf__exec_device_drop(sl, i);
     }
     return 0;
 }
@@ -280,6 +293,8 @@ static int slot_make(wf__plan *p, wf__slot **out)
         rc = wf__err(WF_ENOMEM, "wf_session_run: no memory for a run slot of %d nodes", n);
         goto fail;
     }
+    if ((rc = wf__slot_dev_init(sl)) < 0) /* device values, when nodes run on a GPU */
+        goto fail;
     if (p->run_inline) { /* wf__slot_run() needs no task graph */
         *out = sl;
         return 0;
@@ -297,7 +312,11 @@ static int slot_make(wf__plan *p, wf__slot **out)
             goto fail;
         }
     }
-    for (int i = 0; i < n; i++) {
+    /* Edges in the order of the destinations' priority (priority.c), so that each node's
+     * successor list is sorted by priority, highest first, and the worker that finishes a
+     * node keeps its most critical ready successor (sched/taskgraph.c). */
+    for (int r = 0; r < n; r++) {
+        int i = p->prio_order ? p->prio_order[r] : r;
         const wf_node *node = p->nodes[i];
         for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++)
             if ((rc = wf_taskgraph_precede(sl->tg, p->in_idx[e], i)) < 0)
@@ -306,6 +325,10 @@ static int slot_make(wf__plan *p, wf__slot **out)
             if ((rc = wf_taskgraph_precede(sl->tg, p->index_of[node->control[k]->id], i)) < 0)
                 goto fail;
     }
+    /* The memory plan's ordering edges: outputs that share bytes (runtime/memplan.c). */
+    for (int k = 0; p->mp && !(p->sess->flags & WF_SESSION_NO_MEMPLAN) && k < p->mp->n_edges; k++)
+        if ((rc = wf_taskgraph_precede(sl->tg, p->mp->edges[2 * k], p->mp->edges[2 * k + 1])) < 0)
+            goto fail;
     *out = sl;
     return 0;
 fail:
@@ -317,6 +340,7 @@ void wf__slot_destroy(wf__slot *sl)
 {
     if (!sl)
         return;
+    wf__slot_dev_free(sl);
     wf_taskgraph_destroy(sl->tg);
     if (sl->grp_ok)
         wf_group_deinit(&sl->grp);
@@ -325,6 +349,8 @@ void wf__slot_destroy(wf__slot *sl)
             wf_tensor_release(sl->vals[i]);
     for (int k = 0; k < sl->n_spare; k++)
         wf_tensor_release(sl->spare[k]);
+    wf__memplan_slot_release(sl); /* after the values, which may hold planned tensors */
+    free(sl->fed);
     free(sl->args);
     free(sl->vals);
     free((void *)sl->uses);
@@ -382,6 +408,7 @@ int wf__slot_run(wf__slot *sl)
     atomic_store_explicit(&sl->failed, 0, memory_order_relaxed);
     sl->err = 0;
     sl->errmsg[0] = '\0';
+    wf__memplan_slot_ready(sl);
     if (sl->plan->run_inline) {
         /* Ascending plan index is a topological order (internal.h), control edges included
          * (core/graph.h: a control input is created first). The first failure stops the
@@ -405,5 +432,7 @@ int wf__slot_run(wf__slot *sl)
         else
             snprintf(sl->errmsg, sizeof sl->errmsg, "%s", wf_group_errmsg(&sl->grp));
     }
+    if (sl->dev) /* wait for the GPUs' work; drop the run's device values */
+        rc = wf__exec_device_finish(sl, rc);
     return rc;
 }

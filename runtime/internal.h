@@ -33,6 +33,27 @@
 
 typedef struct wf__plan wf__plan;
 
+/* A static memory plan (runtime/memplan.c): where each planned output of a plan lives in a
+ * run slot's arena. Made once per static plan at compile time, or per slot for the feed
+ * shapes of its latest run when placeholders have -1 dimensions. Read-only once made. */
+typedef struct wf__memplan {
+    int n;                       /* plan nodes */
+    int64_t *offset;             /* per plan node: byte offset in the arena; -1: not planned */
+    wf_dtype *dtype;             /* per plan node: the planned dtype (planned nodes only) */
+    wf_shape *shape;             /* per plan node: the planned shape (planned nodes only) */
+    uint8_t *inplace;            /* per plan node: 1 when it took input 0's bytes */
+    uint8_t *given;              /* per plan node: 1 when a reader took its bytes in place */
+    int64_t arena_bytes;         /* the arena: the end of the highest planned output */
+    int64_t bytes_intermediates; /* the bytes of every planned output, summed */
+    int64_t bytes_live_min;      /* the most bytes of planned outputs live at once in the
+                                    plan's sequential order (the liveness minimum) */
+    int n_planned, n_inplace;    /* planned outputs; of them, in place over input 0 */
+    int32_t *edges;              /* 'n_edges' (before, after) pairs of plan indices: ordering
+                                    edges the plan's task graphs add so that outputs can
+                                    share bytes (static plans only) */
+    int n_edges;
+} wf__memplan;
+
 enum {
     WF__PN_KERNEL = 0,  /* runs the op's CPU kernel */
     WF__PN_PLACEHOLDER, /* its value is the feed, set before the run starts */
@@ -64,6 +85,17 @@ typedef struct wf__slot {
     wf_tensor *spare[WF__SPARE_MAX]; /* inline plans only: dead values of this slot, kept
                                         (and owned) for reuse as outputs (exec.c: spare_take) */
     uint64_t step;                   /* this run's number (wf_kernel_ctx.step) */
+    struct wf__slot_dev *dev;        /* exec_device.c: this run's values on GPUs; NULL when
+                                        the plan has no 'dev' */
+    /* The arena (runtime/memplan.c), kept across runs; NULL 'planned': outputs come from
+     * the session's pool. */
+    const wf__memplan *mp; /* the plan's 'mp', or 'own_mp' (plans with -1 dimensions) */
+    wf__memplan *own_mp;   /* made for 'fed' (plans with -1 dimensions), owned */
+    wf_shape *fed;         /* 'plan->n_placeholders' feed shapes 'own_mp' was made for */
+    void *arena;           /* 'arena_bytes' from the session's pool */
+    size_t arena_bytes;    /* the size asked of the pool (at least 1) */
+    wf_tensor **planned;   /* per plan node: a tensor over its bytes of the arena (one
+                              reference, the slot's), or NULL: not planned */
     int err;
     char errmsg[WF_ERRMSG_MAX];
 } wf__slot;
@@ -93,6 +125,8 @@ struct wf__plan {
                                 elements: runs go node by node on the calling thread */
     int32_t *placeholders;   /* plan indices of placeholders */
     int n_placeholders;      /* entries of 'placeholders' */
+    int32_t *prio_order;     /* plan indices by critical-path priority, highest first
+                                (priority.c); NULL: plan order (WF_SESSION_NO_PRIORITY) */
     pthread_mutex_t mu;      /* guards 'free_slots', 'n_slots', 'all_slots' */
     pthread_cond_t cv;       /* signalled when a slot is returned */
     wf__slot *free_slots;    /* idle slots */
@@ -103,7 +137,11 @@ struct wf__plan {
     int n_made;
     struct wf__rewrite *log; /* 'n_log' replacements, for wf_session_dump() */
     int n_log;
-    wf_plan_stats stats; /* what the passes did */
+    wf_plan_stats stats;      /* what the passes did */
+    struct wf__plan_dev *dev; /* pass_place.c: where nodes run when some run on a GPU;
+                                 NULL: every node on the CPU (the usual case) */
+    wf__memplan *mp;          /* static shapes: the memory plan, owned (NULL: none) */
+    bool mp_dynamic;          /* placeholders with -1 dimensions: each slot plans at its run */
 };
 
 struct wf_session {
@@ -120,6 +158,7 @@ struct wf_session {
     int max_slots;              /* per plan (wf_session_opts.n_run_slots) */
     _Atomic uint64_t n_runs;    /* runs started: each run's wf_kernel_ctx.step */
     uint32_t flags;             /* wf_session_opts.flags: WF_SESSION_NO_* passes */
+    int device;                 /* wf_session_opts.device (pass_place.c) */
     int n_plans;                /* plans compiled, guarded by 'plans_mu' */
     wf_plan_stats last_stats;   /* of the latest compiled plan, guarded by 'plans_mu' */
     char errmsg[WF_ERRMSG_MAX]; /* the latest failure */
@@ -164,7 +203,104 @@ void wf__slot_destroy(wf__slot *sl);
  * value that is still referenced by a use is left in 'sl->vals' for the caller to collect. */
 int wf__slot_run(wf__slot *sl);
 
+/* memplan.c */
+
+/* Plans 'p' at compile time (after build()): a static plan gets 'p->mp' and its statistics,
+ * a plan with -1 dimensions 'p->mp_dynamic'. Never fails: without memory, or for a plan too
+ * big to analyse, outputs come from the pool. */
+void wf__memplan_compile(wf__plan *p);
+
+/* Makes the memory plan of 'p' for the dtypes and shapes 'dt[i]', 'sh[i]' of its nodes (a
+ * -1 dimension: not planned); with 'may_add_edges' the plan may order nodes further
+ * ('edges', before the slots' task graphs are made). Returns 0 with '*out' (NULL when
+ * nothing can be planned) or WF_ENOMEM. */
+int wf__memplan_make(const wf__plan *p, const wf_dtype *dt, const wf_shape *sh, bool may_add_edges,
+                     wf__memplan **out);
+
+void wf__memplan_free(wf__memplan *mp);
+
+/* Checks 'mp' against 'p' independently of the planner (a depth-first reachability per
+ * node): every two planned outputs whose bytes overlap are ordered by the plan's edges, or
+ * the later one is an in-place output over the earlier. Returns 0 or WF_EINVAL with the
+ * first violation in wf_last_errmsg(). For tests: O(n * (n + edges)). */
+int wf__memplan_check(const wf__plan *p, const wf__memplan *mp);
+
+/* Before a run of 'sl' (feeds set): makes the slot's arena on its first run, and for plans
+ * with -1 dimensions plans again when the feed shapes changed. Without memory the run
+ * uses the pool. */
+void wf__memplan_slot_ready(wf__slot *sl);
+
+/* Frees the slot's arena, its tensors and its own plan (slot destruction, re-planning). */
+void wf__memplan_slot_release(wf__slot *sl);
+
+/* The planned output of node 'i' (a new reference) if the slot has one of exactly 'dt' and
+ * 'shape' that nobody else holds, else NULL. */
+wf_tensor *wf__memplan_out(wf__slot *sl, int i, wf_dtype dt, wf_shape shape);
+
+/* Whether 't' shares memory with an arena (a value that must not leave its run). */
+bool wf__memplan_aliases(const wf_tensor *t);
+
+/* Debug builds (no NDEBUG): fills the bytes of node 'i''s planned output with 0xff (NaN
+ * for floats) when 't', its value, dies, unless a reader took them in place or something
+ * still holds it, so that a plan that let two live outputs share bytes gives wrong results
+ * instead of lucky ones. */
+void wf__memplan_poison(const wf__slot *sl, int i, const wf_tensor *t);
+
+/* priority.c */
+
+/* Sets 'p->prio_order' (after build()): each node's priority is its cost (the op registry's
+ * flops and bytes) plus the highest priority among its successors (data and control), so
+ * the longest remaining path to a sink; exec.c adds each node's successor edges in this
+ * order, so the worker that finishes a node keeps its most critical ready successor. Leaves
+ * NULL (plan order) under WF_SESSION_NO_PRIORITY or without memory; never fails. */
+void wf__plan_priority(wf__plan *p);
+
 /* "<op> '<name>' (<file>:<line>)" of a node, into 'buf'. */
 const char *wf__rt_node_desc(const wf_node *n, char *buf, size_t size);
+
+/* pass_place.c and exec_device.c: nodes on GPUs (DESIGN.md, "Devices"). */
+
+/* Where a plan's nodes run, when some run on a GPU. Every value lives where its node ran;
+ * sources (placeholders, constants, variables) on the host. Read-only after compile. */
+typedef struct wf__plan_dev {
+    int n_devices;           /* the runtime's devices: ids 0 .. n_devices-1 */
+    struct wf_device **devs; /* per id: opened by the plan when a node runs there, else
+                                NULL (also for the CPU, whose kernels run directly) */
+    int16_t *where;          /* per plan node: its device id (0: the CPU) */
+    int16_t *copy_to;        /* per plan node on the CPU: the GPU its GPU readers are on, which
+                                gets a copy of its value when it is made (0: none) */
+    uint8_t *to_host;        /* per plan node on a GPU: 1 when a CPU node reads its value or
+                                it is fetched: the value is copied back to the host */
+    int n_gpu;               /* plan nodes on a GPU */
+} wf__plan_dev;
+
+/* Places the nodes of 'p' (after build(), before the memory plan): explicit placements
+ * (wf_node_set_device()) are checked (WF_EINVAL: no such device; WF_ENODEV: no kernel for
+ * it), the rule of wf_session_opts.device places the others, and the GPUs used are opened.
+ * Leaves 'p->dev' NULL when every node runs on the CPU. Returns 0 or a negative status
+ * naming the node and the device (wf_last_errmsg()). */
+int wf__plan_place(wf__plan *p);
+
+/* Frees 'p->dev' and closes its devices (after the slots, whose values use them). */
+void wf__plan_place_free(wf__plan *p);
+
+/* Sets up and frees 'sl->dev' (slot_make(), wf__slot_destroy()). Returns 0 or WF_ENOMEM. */
+int wf__slot_dev_init(wf__slot *sl);
+void wf__slot_dev_free(wf__slot *sl);
+
+/* Runs plan node 'i', placed on a GPU: its kernel for that device on the device's queue.
+ * Returns 0 or the run's failure (recorded in 'sl'). */
+int wf__exec_device_node(wf__slot *sl, int i);
+
+/* After node 'i' made its value: copies it to the GPU its readers are on, if any. */
+int wf__exec_device_after(wf__slot *sl, int i);
+
+/* The last use of value 'j' is done: drops its device copy. */
+void wf__exec_device_drop(wf__slot *sl, int32_t j);
+
+/* At the end of a run ('rc' its result so far): waits for the GPUs' work, reports a
+ * device's late error, and drops the run's remaining device values. Returns the run's
+ * result. */
+int wf__exec_device_finish(wf__slot *sl, int rc);
 
 #endif /* WF_RUNTIME_INTERNAL_H */

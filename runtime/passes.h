@@ -2,7 +2,10 @@
  * Owns: the pass context (wf__pass_ctx): the working node set of one compile, the rewrite
  *   map, the nodes the passes make, and the calls between plan.c and the pass files
  *   (passes.c: the framework and pruning; pass_fold.c: constant folding; pass_cse.c: common
- *   subexpression elimination; pass_simplify.c: algebraic simplification).
+ *   subexpression elimination; pass_simplify.c: algebraic simplification;
+ *   pass_epilogue.c: GEMM epilogue fusion; pass_fuse.c:
+ *   elementwise fusion;
+ *   pass_optim_fuse.c: optimizer fusion).
  * Design: the graph is never written. A pass rewrites by replacement: 'repl[id] = other'
  *   says that whoever reads node 'id' reads node 'other' instead; new nodes (a folded
  *   constant, a merged reshape) are plan-owned wf_node structs with ids from 'n_orig' up
@@ -22,6 +25,24 @@
  *     nor a source; a variable never gains a reader: update ops are ordered after the
  *     readers the graph had (grad/optim.c: after_readers()), and a new reader would not be
  *     ordered before them;
+ *   - the one exception to the two rules above, optimizer fusion (pass_optim_fuse.c): update
+ *     nodes (members) are replaced by a plan-owned multi-tensor update node that writes
+ *     every variable and state variable they wrote, in place, and whose value is member
+ *     0's. So a member may be replaced only when no live node reads it as data and it is
+ *     not fetched or targeted (then its value is never seen and 'find(member)' need not
+ *     have its shape), no two members write one variable, and no member is ordered after
+ *     another; the fused node carries every member's control edges (after all readers of
+ *     every variable it writes), and whoever was ordered after a member is ordered after
+ *     it. Its order key is the latest member's (not the earliest), and the pass fuses only
+ *     when every predecessor of the fused node has a key no later than that and every
+ *     reader of a member a later one, so sorting by (key, id) stays topological;
+ *   - the same exception for GEMM epilogues (pass_epilogue.c): the interior nodes of a fused
+ *     chain (the matmul, and the add when an activation follows) are replaced by the fused
+ *     node, so that whoever was ordered after them (control edges: an update after the
+ *     readers of its variable) is ordered after the fused node, which reads what they read.
+ *     Only when no live node reads an interior node as data and it is not fetched or
+ *     targeted (its value is never seen), and every node ordered after it has a later
+ *     order key than the fused node (which takes the chain's last node's);
  *   - passes never reorder floating-point work: a folded node runs the kernel it would run
  *     in the plan on the same inputs; CSE runs one of two identical computations; the
  *     algebraic rules keep only identities that are exact bit for bit (pass_simplify.c).
@@ -44,6 +65,10 @@ enum {
     WF__RW_FOLDED,     /* replaced by a constant computed at compile time */
     WF__RW_CSE,        /* replaced by an earlier identical node */
     WF__RW_SIMPLIFIED, /* replaced by an algebraic identity */
+    WF__RW_FUSED,      /* the root of an elementwise group, replaced by its fused node */
+    WF__RW_EPILOGUE,   /* fused into a matmul's epilogue (pass_epilogue.c) */
+    /* an update merged into a multi-tensor update node (pass_optim_fuse.c) */
+    WF__RW_OPTIM_FUSED,
 };
 
 /* One replacement, for the dump. */
@@ -68,6 +93,10 @@ typedef struct wf__pass_ctx {
     wf__rewrite *log;
     int n_log, cap_log;
     int n_folded, n_merged, n_simplified; /* replacements made by each pass */
+    int n_fused, n_fused_members; /* fused_elementwise nodes made, ops they took (pass_fuse.c) */
+    int n_epilogue; /* matmuls given a bias or activation epilogue (pass_epilogue.c) */
+    /* multi-tensor update nodes made (pass_optim_fuse.c) */
+    int n_optim_fused;
 } wf__pass_ctx;
 
 /* passes.c */
@@ -126,5 +155,21 @@ int wf__pass_cse(wf__pass_ctx *c);
 
 /* pass_simplify.c: algebraic simplification. Returns 0 or WF_ENOMEM. */
 int wf__pass_simplify(wf__pass_ctx *c);
+
+/* pass_fuse.c: elementwise fusion: groups of elementwise nodes whose interior values nobody
+ * else needs become one fused_elementwise node (ops/fused.h). Returns 0 or WF_ENOMEM. */
+int wf__pass_fuse(wf__pass_ctx *c);
+
+/* pass_epilogue.c: GEMM epilogue fusion: matmul -> add(bias row) -> activation (either tail
+ * optional) becomes one matmul_epilogue node (ops/table.h). Returns 0 or WF_ENOMEM. */
+int wf__pass_epilogue(wf__pass_ctx *c);
+
+/* "epilogue(bias, relu)" for a matmul_epilogue node into 'buf' (the dumps), else "". */
+const char *wf__pass_epilogue_desc(const wf_node *n, char *buf, size_t size);
+
+/* pass_optim_fuse.c: optimizer fusion: the update nodes of one optimizer (same update op,
+ * step counter, hyperparameters and dtype) become multi-tensor update nodes (grad/update.h).
+ * Returns 0 or WF_ENOMEM. */
+int wf__pass_optim_fuse(wf__pass_ctx *c);
 
 #endif /* WF_RUNTIME_PASSES_H */

@@ -35,6 +35,7 @@ void wf__plan_destroy(wf__plan *p)
     for (int i = 0; p->all_slots && i < p->max_slots; i++)
         wf__slot_destroy(p->all_slots[i]);
     free(p->all_slots);
+    wf__plan_place_free(p); /* after the slots: their device values use the devices */
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p->key);
@@ -47,6 +48,8 @@ void wf__plan_destroy(wf__plan *p)
     free(p->uses0);
     free(p->index_of);
     free(p->placeholders);
+    free(p->prio_order);
+    wf__memplan_free(p->mp);
     wf__pass_free_nodes(p->made, p->n_made);
     free(p->log);
     free(p);
@@ -149,6 +152,11 @@ static const pass_def passes[] = {
     { wf__pass_fold, WF_SESSION_NO_FOLD, offsetof(wf_plan_stats, nodes_after_fold) },
     { wf__pass_cse, WF_SESSION_NO_CSE, offsetof(wf_plan_stats, nodes_after_cse) },
     { wf__pass_simplify, WF_SESSION_NO_SIMPLIFY, offsetof(wf_plan_stats, nodes_after_simplify) },
+    { wf__pass_epilogue, WF_SESSION_NO_EPILOGUE, offsetof(wf_plan_stats, nodes_after_epilogue) },
+    { wf__pass_fuse, WF_SESSION_NO_FUSE, offsetof(wf_plan_stats, nodes_after_fuse) },
+    /* last (optimizer fusion: pass_optim_fuse.c) */
+    { wf__pass_optim_fuse, WF_SESSION_NO_OPTIM_FUSE,
+      offsetof(wf_plan_stats, nodes_after_optim_fuse) },
 };
 
 /* Runs the pipeline on 'c'; fills 'st'. Returns 0 or a negative status. */
@@ -168,6 +176,10 @@ static int run_passes(wf_session *s, wf__pass_ctx *c, wf_plan_stats *st)
     st->n_folded = c->n_folded;
     st->n_merged = c->n_merged;
     st->n_simplified = c->n_simplified;
+    st->n_fused = c->n_fused;
+    st->n_fused_members = c->n_fused_members;
+    st->n_optim_fused = c->n_optim_fused;
+    st->n_epilogue = c->n_epilogue;
     return 0;
 }
 
@@ -214,11 +226,17 @@ static int compile(wf_session *s, const int32_t *key, int n_key, wf__plan **out)
         memcpy(p->key, key, (size_t)n_key * sizeof *key);
         rc = build(s, p, &c, ids, n);
     }
+    if (rc == 0) /* devices (pass_place.c): after build(), before the memory plan */
+        rc = wf__plan_place(p);
+    if (rc == 0) /* critical-path priority (priority.c) */
+        wf__plan_priority(p);
     if (rc == 0 && c.n > c.n_orig) {
         wf__pass_take_nodes(&c, &p->made, &p->n_made);
         if (!p->made)
             rc = wf__err(WF_ENOMEM, "wf_session_run: no memory for the plan's nodes");
     }
+    if (rc == 0) /* after the order and the edges are final (runtime/memplan.c) */
+        wf__memplan_compile(p);
     if (rc == 0) { /* the log points at graph nodes and 'made': both outlive the plan's use */
         p->log = c.log;
         p->n_log = c.n_log;

@@ -190,6 +190,28 @@ static void clear_values(wf__slot *sl)
         }
 }
 
+/* A fetched value for the caller: 't' itself, or a copy from the pool when it shares the
+ * run slot's arena (runtime/memplan.c), which the next run of the slot overwrites. Fetched
+ * nodes are never planned, so only a kernel that returned an input would need the copy. */
+static int fetch_value(wf_session *s, wf_tensor *t, wf_tensor **out)
+{
+    if (!wf__memplan_aliases(t)) {
+        *out = wf_tensor_retain(t);
+        return 0;
+    }
+    int rc = wf_pool_tensor(s->pool, t->dtype, t->shape, NULL, out);
+    if (rc == 0)
+        rc = wf_tensor_read(t, t->dtype, (*out)->data,
+                            (size_t)(*out)->numel * wf_dtype_size(t->dtype));
+    if (rc < 0) {
+        wf_tensor_release(*out);
+        *out = NULL;
+        return wf__session_fail(s, rc, "wf_session_run: copying a fetched value: %s",
+                                wf_last_errmsg());
+    }
+    return 0;
+}
+
 #define STACK_KEY 32
 
 int wf__session_plan(wf_session *s, const char *fn, wf_node *const *fetches, int n_fetches,
@@ -280,11 +302,14 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
 
     sl->step = atomic_fetch_add_explicit(&s->n_runs, 1, memory_order_relaxed);
     rc = wf__slot_run(sl);
-    if (rc == 0)
-        for (int i = 0; i < n_fetches; i++)
-            outs[i] = wf_tensor_retain(sl->vals[p->index_of[fetches[i]->id]]);
-    else
+    if (rc < 0)
         wf__session_fail(s, rc, "%s", sl->errmsg);
+    for (int i = 0; i < n_fetches && rc == 0; i++)
+        rc = fetch_value(s, sl->vals[p->index_of[fetches[i]->id]], &outs[i]);
+    for (int i = 0; i < n_fetches && rc < 0; i++) {
+        wf_tensor_release(outs[i]);
+        outs[i] = NULL;
+    }
     clear_values(sl);
     wf__slot_give(sl);
     return rc;

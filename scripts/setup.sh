@@ -26,7 +26,7 @@ packages=(
     libopenblas-pthread-dev # ops/: its static archive is weft's private BLAS, one thread
                             # per call (ops/blas.c); perf/: the threaded OpenBLAS peer
     libucx-dev        # transport/: UCX endpoints (later)
-    openmpi-bin       # perf/comm_bench: the Open MPI all-reduce peer (mpirun, libmpi.so.40)
+    openmpi-bin       # perf/allreduce_bench: the Open MPI all-reduce peer (mpirun, libmpi.so.40)
     libcriterion-dev  # tests/
     zlib1g-dev        # examples/weft-train: reads gzip-compressed datasets
     systemtap-sdt-dev # sys/sdt.h: USDT probes

@@ -13,13 +13,17 @@
  * NaN payloads come out the same everywhere.
  * Tags: WF__TAG_COLL | (collective sequence number mod 2^24) << 16 | step. Chunks of one
  * step share a tag: UCX matches messages of one sender and tag in order.
- * Not here: the transport itself (ucx.c). */
+ * Device memory: in builds with NCCL, a collective whose buffers are on a CUDA device goes
+ * to nccl.c instead.
+ * Not here: the transport itself (ucx.c), NCCL (nccl.c). */
 #include "../core/tensor.h"
 #include "internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 /* ---- Reduction kernels -------------------------------------------------------------------- */
 
@@ -241,9 +245,14 @@ static int rd_allreduce(wf_comm *c, uint8_t *buf, size_t count, size_t bytes, wf
  * N-1 reduce-scatter steps (steps 0 .. N-2) leave rank r with block r+1 reduced over every
  * rank; with 'ag', N-1 all-gather steps (N-1 .. 2N-3) give every rank every block, starting
  * from rank r holding block r+1. Callers map their blocks onto this numbering. */
+static int ring_cma(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, const size_t *len,
+                    wf_dtype dt, wf_reduce_op op, bool rs, bool ag, uint32_t seq, const char *what);
+
 static int ring(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, const size_t *len,
                 wf_dtype dt, wf_reduce_op op, bool rs, bool ag, uint32_t seq, const char *what)
 {
+    if (c->cma)
+        return ring_cma(c, buf, es, off, len, dt, op, rs, ag, seq, what);
     int n = c->size, rank = c->rank, right = (rank + 1) % n, left = (rank + n - 1) % n;
     size_t ce = c->chunk_bytes / es ? c->chunk_bytes / es : 1;
     size_t maxlen = 0;
@@ -312,6 +321,135 @@ static int ring(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, const si
     return rc < 0 ? rc : rc2;
 }
 
+/* ---- Ring, single copy ----------------------------------------------------------------------
+ * Every rank on one host (wf__cma_setup): instead of sending chunks, a rank tells its right
+ * neighbour where its buffer is (8 bytes, once) and then that each chunk is ready (0 bytes);
+ * the neighbour copies the chunk out of its memory with process_vm_readv and reduces it in
+ * pieces that stay in cache. The same schedule and reduction order as ring(), so results are
+ * bitwise those of ring(). A buffer is read only while its owner leaves it alone: a chunk
+ * is announced once final for that step, and its owner writes it again only with data that
+ * causally follows the read; at the end each rank waits for its right neighbour's "done"
+ * before giving the buffer back. A dead neighbour makes the read fail (ESRCH, EFAULT): the
+ * comm fails naming it, never an abort. */
+
+#define CMA_PIECE 65536 /* bytes read and reduced at a time */
+
+static int cma_read(wf_comm *c, int peer, void *dst, uint64_t addr, size_t bytes, const char *what)
+{
+    uint8_t *d = dst;
+    while (bytes) {
+        struct iovec l = { .iov_base = d, .iov_len = bytes };
+        struct iovec r = { .iov_base = (void *)(uintptr_t)addr, .iov_len = bytes };
+        ssize_t got = process_vm_readv((pid_t)c->peers[peer].pid, &l, 1, &r, 1, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            char why[96];
+            snprintf(why, sizeof why, "process_vm_readv of %zu bytes: %s", bytes,
+                     got < 0 ? strerror(errno) : "read nothing");
+            return wf__peer_fail(c, peer, what, why);
+        }
+        d += got;
+        addr += (uint64_t)got;
+        bytes -= (size_t)got;
+    }
+    return 0;
+}
+
+static int ring_cma(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, const size_t *len,
+                    wf_dtype dt, wf_reduce_op op, bool rs, bool ag, uint32_t seq, const char *what)
+{
+    int n = c->size, rank = c->rank, right = (rank + 1) % n, left = (rank + n - 1) % n;
+    size_t ce = c->chunk_bytes / es ? c->chunk_bytes / es : 1;
+    size_t pe = CMA_PIECE / es ? CMA_PIECE / es : 1;
+    size_t maxlen = 0;
+    for (int v = 0; v < n; v++)
+        maxlen = len[v] > maxlen ? len[v] : maxlen;
+    size_t maxch = (maxlen + ce - 1) / ce;
+    int first = rs ? 0 : n - 1, last = ag ? 2 * n - 3 : n - 2;
+    uint8_t *tmp = NULL;
+    if (rs && !(tmp = scratch(c, pe * es)))
+        return wf__err(WF_ENOMEM, "%s: no memory for %zu bytes of scratch", what, pe * es);
+    size_t nsend_cap = (size_t)(last - first + 1) * (maxch ? maxch : 1) + 2, nsend = 0;
+    wf_comm_req **sends = calloc(nsend_cap, sizeof *sends);
+    wf_comm_req **recvs = calloc(maxch ? maxch : 1, sizeof *recvs);
+    if (!sends || !recvs) {
+        free(sends);
+        free(recvs);
+        return wf__err(WF_ENOMEM, "%s: no memory for %zu requests", what, nsend_cap);
+    }
+    uint64_t dl = deadline(c);
+    uint64_t mine = (uint64_t)(uintptr_t)buf, theirs = 0;
+    wf_comm_req *done_rq = NULL, *addr_rq = NULL;
+    size_t nch = 0;
+    /* The neighbours' buffers, and the "done" of the right one, posted first. */
+    int rc = wf__irecv(c, left, coll_tag(seq, 0xfffd), &theirs, sizeof theirs, &addr_rq);
+    if (rc == 0)
+        rc = wf__irecv(c, right, coll_tag(seq, 0xfffe), NULL, 0, &done_rq);
+    if (rc == 0)
+        rc = wf__isend(c, right, coll_tag(seq, 0xfffd), &mine, sizeof mine, &sends[nsend++]);
+    if (rc == 0) {
+        rc = wf__wait(addr_rq, dl, what);
+        addr_rq = NULL;
+    }
+    for (int s = first; rc == 0 && s <= last; s++) {
+        bool reducing = s <= n - 2;
+        int rb = reducing ? (rank - s - 1 + 2 * n) % n : (rank - (s - (n - 1)) + 2 * n) % n;
+        nch = (len[rb] + ce - 1) / ce;
+        /* At the first step the left neighbour's block is its input, ready since it sent
+         * its address; later chunks are announced one by one. */
+        for (size_t k = 0; rc == 0 && s > first && k < nch; k++)
+            rc = wf__irecv(c, left, coll_tag(seq, s), NULL, 0, &recvs[k]);
+        for (size_t k = 0; rc == 0 && k < nch; k++) {
+            size_t cl = len[rb] - k * ce < ce ? len[rb] - k * ce : ce;
+            if (s > first) {
+                rc = wf__wait(recvs[k], dl, what);
+                recvs[k] = NULL;
+                if (rc < 0)
+                    break;
+            }
+            size_t at = (off[rb] + k * ce) * es;
+            for (size_t p = 0; rc == 0 && p < cl; p += pe) {
+                size_t pl = cl - p < pe ? cl - p : pe;
+                uint8_t *dst = buf + at + p * es;
+                if (reducing) {
+                    rc = cma_read(c, left, tmp, theirs + at + p * es, pl * es, what);
+                    if (rc == 0)
+                        wf__reduce(dst, tmp, pl, dt, op);
+                } else {
+                    rc = cma_read(c, left, dst, theirs + at + p * es, pl * es, what);
+                }
+            }
+            if (rc == 0 && s < last)
+                rc = wf__isend(c, right, coll_tag(seq, s + 1), NULL, 0, &sends[nsend++]);
+        }
+    }
+    /* Done reading the left neighbour; wait until the right one is done reading us. */
+    if (rc == 0)
+        rc = wf__isend(c, left, coll_tag(seq, 0xfffe), NULL, 0, &sends[nsend++]);
+    if (rc == 0) {
+        rc = wf__wait(done_rq, dl, what);
+        done_rq = NULL;
+    }
+    if (rc < 0) {
+        char msg[WF_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", wf_last_errmsg());
+        if (!atomic_load(&c->failed))
+            wf__comm_fail(c, rc, c->rank, "rank %d: %s", c->rank, msg);
+        wf_comm_req *rest[2] = { addr_rq, done_rq };
+        (void)wf__wait_all(rest, 2, dl, what);
+        (void)wf__wait_all(recvs, nch, dl, what);
+        (void)wf__wait_all(sends, nsend, dl, what);
+        free(sends);
+        free(recvs);
+        return wf__err(rc, "%s", msg);
+    }
+    int rc2 = wf__wait_all(sends, nsend, dl, what);
+    free(sends);
+    free(recvs);
+    return rc2;
+}
+
 /* Splits 'count' elements into n blocks whose sizes differ by at most one. */
 static void split(size_t count, int n, size_t *off, size_t *len)
 {
@@ -324,13 +462,24 @@ static void split(size_t count, int n, size_t *off, size_t *len)
 
 /* ---- Public collectives ---------------------------------------------------------------------- */
 
-int wf_comm_allreduce(wf_comm *c, const void *send, void *recv, size_t count, wf_dtype dt,
-                      wf_reduce_op op)
+static int allreduce_impl(wf_comm *c, const void *send, void *recv, size_t count, wf_dtype dt,
+                          wf_reduce_op op)
 {
     size_t bytes;
     int rc = check_reduce("wf_comm_allreduce", c, send, recv, count, dt, op, 1, &bytes);
     if (rc < 0)
         return rc;
+#if WF_HAVE_NCCL
+    int dev = count ? wf__nccl_device_of(c, recv) : -1;
+    if (dev >= 0 || (count && wf__nccl_device_of(c, send) >= 0)) {
+        if (dev < 0 || wf__nccl_device_of(c, send) != dev)
+            return wf__err(WF_EINVAL,
+                           "wf_comm_allreduce: send and recv must both be on CUDA "
+                           "device %d, or both in host memory",
+                           dev);
+        return wf__nccl_allreduce(c, dev, send, recv, count, dt, op);
+    }
+#endif
     uint32_t seq = ++c->coll_seq;
     if (count && send != recv)
         memmove(recv, send, bytes);
@@ -355,14 +504,25 @@ int wf_comm_allreduce(wf_comm *c, const void *send, void *recv, size_t count, wf
     return rc;
 }
 
-int wf_comm_reduce_scatter(wf_comm *c, const void *send, void *recv, size_t count, wf_dtype dt,
-                           wf_reduce_op op)
+static int reduce_scatter_impl(wf_comm *c, const void *send, void *recv, size_t count, wf_dtype dt,
+                               wf_reduce_op op)
 {
     size_t bytes;
     int rc = check_reduce("wf_comm_reduce_scatter", c, send, recv, count, dt, op,
                           c ? (size_t)c->size : 1, &bytes);
     if (rc < 0)
         return rc;
+#if WF_HAVE_NCCL
+    int dev = count ? wf__nccl_device_of(c, recv) : -1;
+    if (dev >= 0 || (count && wf__nccl_device_of(c, send) >= 0)) {
+        if (dev < 0 || wf__nccl_device_of(c, send) != dev)
+            return wf__err(WF_EINVAL,
+                           "wf_comm_reduce_scatter: send and recv must both be on "
+                           "CUDA device %d, or both in host memory",
+                           dev);
+        return wf__nccl_reduce_scatter(c, dev, send, recv, count, dt, op);
+    }
+#endif
     uint32_t seq = ++c->coll_seq;
     int n = c->size;
     char what[128];
@@ -394,7 +554,7 @@ int wf_comm_reduce_scatter(wf_comm *c, const void *send, void *recv, size_t coun
     return rc;
 }
 
-int wf_comm_allgather(wf_comm *c, const void *send, void *recv, size_t bytes)
+static int allgather_impl(wf_comm *c, const void *send, void *recv, size_t bytes)
 {
     int rc = check_comm("wf_comm_allgather", c);
     if (rc < 0)
@@ -404,6 +564,17 @@ int wf_comm_allgather(wf_comm *c, const void *send, void *recv, size_t bytes)
         return wf__err(WF_EINVAL, "wf_comm_allgather: %zu bytes x %d ranks overflow", bytes, n);
     if (bytes && (!send || !recv))
         return wf__err(WF_EINVAL, "wf_comm_allgather: NULL buffer for %zu bytes", bytes);
+#if WF_HAVE_NCCL
+    int dev = bytes ? wf__nccl_device_of(c, recv) : -1;
+    if (dev >= 0 || (bytes && wf__nccl_device_of(c, send) >= 0)) {
+        if (dev < 0 || wf__nccl_device_of(c, send) != dev)
+            return wf__err(WF_EINVAL,
+                           "wf_comm_allgather: send and recv must both be on CUDA "
+                           "device %d, or both in host memory",
+                           dev);
+        return wf__nccl_allgather(c, dev, send, recv, bytes);
+    }
+#endif
     uint32_t seq = ++c->coll_seq;
     if (!bytes)
         return 0;
@@ -423,7 +594,7 @@ int wf_comm_allgather(wf_comm *c, const void *send, void *recv, size_t bytes)
     return rc;
 }
 
-int wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root)
+static int broadcast_impl(wf_comm *c, void *buf, size_t bytes, int root)
 {
     int rc = check_comm("wf_comm_broadcast", c);
     if (rc < 0)
@@ -433,6 +604,11 @@ int wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root)
         return wf__err(WF_EINVAL, "wf_comm_broadcast: root %d out of range 0..%d", root, n - 1);
     if (bytes && !buf)
         return wf__err(WF_EINVAL, "wf_comm_broadcast: NULL buffer for %zu bytes", bytes);
+#if WF_HAVE_NCCL
+    int dev = bytes ? wf__nccl_device_of(c, buf) : -1;
+    if (dev >= 0)
+        return wf__nccl_broadcast(c, dev, buf, bytes, root);
+#endif
     uint32_t seq = ++c->coll_seq;
     char what[96];
     snprintf(what, sizeof what, "broadcast #%u (%zu bytes from rank %d)", seq, bytes, root);
@@ -459,7 +635,7 @@ int wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root)
     return rc < 0 ? rc : rc2;
 }
 
-int wf_comm_barrier(wf_comm *c)
+static int barrier_impl(wf_comm *c)
 {
     int rc = check_comm("wf_comm_barrier", c);
     if (rc < 0)
@@ -481,4 +657,102 @@ int wf_comm_barrier(wf_comm *c)
             return rc < 0 ? rc : rc2;
     }
     return 0;
+}
+
+/* ---- Entry points: each collective runs in busy mode (internal.h) ----------------------- */
+
+int wf_comm_allreduce(wf_comm *c, const void *send, void *recv, size_t count, wf_dtype dt,
+                      wf_reduce_op op)
+{
+    if (c)
+        wf__busy_begin(c);
+    int rc = allreduce_impl(c, send, recv, count, dt, op);
+    if (c)
+        wf__busy_end(c);
+    return rc;
+}
+
+int wf_comm_reduce_scatter(wf_comm *c, const void *send, void *recv, size_t count, wf_dtype dt,
+                           wf_reduce_op op)
+{
+    if (c)
+        wf__busy_begin(c);
+    int rc = reduce_scatter_impl(c, send, recv, count, dt, op);
+    if (c)
+        wf__busy_end(c);
+    return rc;
+}
+
+int wf_comm_allgather(wf_comm *c, const void *send, void *recv, size_t bytes)
+{
+    if (c)
+        wf__busy_begin(c);
+    int rc = allgather_impl(c, send, recv, bytes);
+    if (c)
+        wf__busy_end(c);
+    return rc;
+}
+
+int wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root)
+{
+    if (c)
+        wf__busy_begin(c);
+    int rc = broadcast_impl(c, buf, bytes, root);
+    if (c)
+        wf__busy_end(c);
+    return rc;
+}
+
+int wf_comm_barrier(wf_comm *c)
+{
+    if (c)
+        wf__busy_begin(c);
+    int rc = barrier_impl(c);
+    if (c)
+        wf__busy_end(c);
+    return rc;
+}
+
+/* ---- Single copy: the agreement ---------------------------------------------------------- */
+
+static bool tls_has_shm(const char *tls)
+{
+    if (!tls || tls[0] == '^') /* UCX's choice (weft's default "^cma" too) includes shm */
+        return true;
+    return strstr(tls, "sm") || strstr(tls, "shm") || strstr(tls, "cma") || strstr(tls, "posix") ||
+           strstr(tls, "sysv") || strstr(tls, "all");
+}
+
+int wf__cma_setup(wf_comm *c, const char *tls)
+{
+    c->cma = false;
+    int n = c->size;
+    if (n < 2)
+        return 0;
+    /* Every rank takes part, whatever it wants, so that all stay in step; the verdict is
+     * the maximum of everyone's "no". */
+    int32_t no = !tls_has_shm(tls ? tls : getenv("UCX_TLS"));
+    for (int r = 0; r < n; r++)
+        no |= strcmp(c->peers[r].host, c->host) != 0;
+    int left = (c->rank + n - 1) % n;
+    c->cma_word = 0x574654434d410000ull ^ c->incarnation;
+    uint64_t *addrs = malloc((size_t)n * sizeof *addrs), mine = (uint64_t)(uintptr_t)&c->cma_word;
+    if (!addrs)
+        return wf__err(WF_ENOMEM, "wf_comm_create: out of memory");
+    int rc = allgather_impl(c, &mine, addrs, sizeof mine);
+    if (rc == 0 && !no) {
+        uint64_t got = 0;
+        struct iovec l = { .iov_base = &got, .iov_len = sizeof got };
+        struct iovec r = { .iov_base = (void *)(uintptr_t)addrs[left], .iov_len = sizeof got };
+        /* A pid of another namespace, a ptrace policy (Yama) or seccomp all end here. */
+        if (process_vm_readv((pid_t)c->peers[left].pid, &l, 1, &r, 1, 0) != (ssize_t)sizeof got ||
+            got != (0x574654434d410000ull ^ c->peers[left].incarnation))
+            no = 1;
+    }
+    free(addrs);
+    if (rc == 0)
+        rc = allreduce_impl(c, &no, &no, 1, WF_I32, WF_REDUCE_MAX);
+    if (rc == 0)
+        c->cma = no == 0;
+    return rc;
 }

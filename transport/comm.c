@@ -83,6 +83,9 @@ static void pick_net_devices(wf_comm *c)
 
 static void comm_free(wf_comm *c)
 {
+#if WF_HAVE_NCCL
+    wf__nccl_fini(c);
+#endif
     wf__net_stop(c);
     wf__ucx_fini(c);
     for (int r = 0; c->peers && r < c->size; r++)
@@ -171,6 +174,7 @@ int wf_comm_create(wf_runtime *rt, const wf_comm_opts *o, wf_comm **out)
     c->size = o->size;
     c->failed_rank = -1;
     c->efd = -1;
+    c->cuda_devices = -1;
     c->connect_timeout_ms = o->connect_timeout_ms ? o->connect_timeout_ms : 30000;
     c->op_timeout_ms = o->op_timeout_ms ? o->op_timeout_ms : 300000;
     c->hb_ms = o->heartbeat_ms ? o->heartbeat_ms : 1000;
@@ -226,6 +230,12 @@ int wf_comm_create(wf_runtime *rt, const wf_comm_opts *o, wf_comm **out)
         goto fail;
     if ((rc = ctl_barrier(c, 1, dl)) < 0)
         goto fail;
+    if ((rc = wf__cma_setup(c, o->tls)) < 0)
+        goto fail;
+    /* The copying ring (between hosts, or over TCP) wants larger chunks than the single-copy
+     * one: each chunk is a UCX rendezvous of its own (LESSONS.md: 1-4 MiB on TCP). */
+    if (!o->chunk_bytes && !c->cma)
+        c->chunk_bytes = 1u << 20;
     *out = c;
     return 0;
 fail : {

@@ -12,6 +12,10 @@
  *    if the waiter gave up on it (comm failure), it is an orphan on 'orphans' (mu) and the
  *    UCX completion callback, or wf_comm_destroy() after the worker is gone, frees it.
  *  - Once 'failed' is non-zero it never changes; 'failmsg' is written once, before it.
+ *  - 'busy' counts callers polling the worker themselves (collectives, blocking receives);
+ *    while it is above 0, "weft-net" does not watch the event fd ('poll_paused').
+ *  - 'cma' is decided by all ranks together at creation and never changes; a single-copy
+ *    ring reads a neighbour's buffer only between its "ready" and its own "done" message.
  * Not here: the public contract (include/weft/transport.h). */
 #ifndef WF_TRANSPORT_INTERNAL_H
 #define WF_TRANSPORT_INTERNAL_H
@@ -222,8 +226,9 @@ struct wf_comm {
     uv_async_t wake;
     uv_timer_t hb_timer, connect_timer, retry_timer;
     uv_poll_t efd_poll;
+    uv_timer_t rearm_timer; /* while the event fd's poll is paused for a busy caller */
     uv_tcp_t server;
-    bool server_open, poll_open;
+    bool server_open, poll_open, poll_paused;
     wf__conn *conns;      /* every open control connection */
     wf__conn *to_root;    /* ranks > 0: the connection to rank 0 */
     int n_registered;     /* rank 0 */
@@ -245,6 +250,7 @@ struct wf_comm {
     bool abort_sent;             /* (mu) */
     int sleepers;                /* (mu) callers waiting on 'cv' for requests */
     _Atomic int sends_in_flight; /* sends posted and not completed (see wf__wait) */
+    _Atomic int busy;            /* callers driving progress themselves (wf__busy_begin) */
     _Atomic int failed;          /* 0 or the wf_status that failed the comm */
     int failed_rank;             /* (mu) the rank that failed, or -1 */
     char failmsg[WF_ERRMSG_MAX];
@@ -252,6 +258,12 @@ struct wf_comm {
 
     /* Collectives: one at a time (the caller's contract). */
     uint32_t coll_seq;
+    bool cma;          /* the ring reads its left neighbour's buffer itself (wf__cma_setup) */
+    int cuda_devices;  /* NCCL builds: -1 until counted, then cudaGetDeviceCount (0: none) */
+    void *nccl;        /* NCCL builds: ncclComm_t, made by the first device collective */
+    void *nccl_stream; /* its cudaStream_t */
+    int nccl_device;
+    uint64_t cma_word; /* what wf__cma_setup's neighbour reads */
     void *scratch;
     size_t scratch_cap;
 };
@@ -280,6 +292,14 @@ void wf__ucx_fini(wf_comm *c);
 /* Drains the worker's progress and arms its event fd; how the net thread sleeps. */
 void wf__ucx_progress_arm(wf_comm *c);
 
+/* Busy mode (a collective or a blocking receive in progress): the caller's waits poll the
+ * worker themselves, without sleeping, for up to WF__BUSY_NS per wait, and "weft-net" stops
+ * watching the event fd (it would only wake up for completions the caller already reaps)
+ * until no caller is busy; it looks again every millisecond. Threads: any; nests. */
+#define WF__BUSY_NS 200000000u
+void wf__busy_begin(wf_comm *c);
+void wf__busy_end(wf_comm *c);
+
 /* Tag classes: bit 63 chooses user point-to-point keys or collective traffic. */
 #define WF__TAG_COLL (1ull << 63)
 
@@ -293,6 +313,30 @@ int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what);
 /* Waits for every request of 'rs' (NULL entries skipped), freeing all of them even after an
  * error; returns the first error. */
 int wf__wait_all(wf_comm_req **rs, size_t n, uint64_t deadline_ns, const char *what);
+
+/* A transfer to or from 'peer' failed ('what' names it, 'why' says how): waits up to 500 ms
+ * for the control plane's verdict (a dead rank's socket closes), else fails the comm with
+ * WF_EPEER blaming 'peer'. Returns the comm's failure code. Threads: any; takes 'mu'. */
+int wf__peer_fail(wf_comm *c, int peer, const char *what, const char *why);
+
+/* coll.c: single-copy transfers between ranks of one host (process_vm_readv): whether every
+ * rank can read its ring neighbour's memory, decided by all ranks together at creation
+ * (a collective call; sets c->cma). Skipped unless every rank is on this host and the UCX
+ * transports chosen include shared memory. */
+int wf__cma_setup(wf_comm *c, const char *tls);
+
+#if WF_HAVE_NCCL
+/* nccl.c: collectives on CUDA device memory (built with CUDA and NCCL). Returns the CUDA
+ * device holding 'p', or -1 for host memory (or no CUDA at all). */
+int wf__nccl_device_of(wf_comm *c, const void *p);
+int wf__nccl_allreduce(wf_comm *c, int device, const void *send, void *recv, size_t count,
+                       wf_dtype dt, wf_reduce_op op);
+int wf__nccl_reduce_scatter(wf_comm *c, int device, const void *send, void *recv, size_t count,
+                            wf_dtype dt, wf_reduce_op op);
+int wf__nccl_allgather(wf_comm *c, int device, const void *send, void *recv, size_t bytes);
+int wf__nccl_broadcast(wf_comm *c, int device, void *buf, size_t bytes, int root);
+void wf__nccl_fini(wf_comm *c); /* after the goodbye round */
+#endif
 
 /* coll.c: the reduction kernel shared by the collectives (dst = dst op src). */
 void wf__reduce(void *dst, const void *src, size_t count, wf_dtype dt, wf_reduce_op op);

@@ -666,9 +666,34 @@ static void start_heartbeats(wf_comm *c)
     uv_timer_start(&c->hb_timer, on_heartbeat, c->hb_ms, c->hb_ms);
 }
 
+static void on_efd(uv_poll_t *p, int status, int events);
+
+/* The poll is paused while a caller is busy (wf__busy_begin): look every millisecond whether
+ * it is done, then drain, arm and watch the event fd again. */
+static void on_rearm(uv_timer_t *t)
+{
+    wf_comm *c = t->data;
+    if (atomic_load(&c->busy) > 0 || !c->poll_paused)
+        return;
+    wf__ucx_progress_arm(c);
+    c->poll_paused = false;
+    uv_timer_stop(&c->rearm_timer);
+    uv_poll_start(&c->efd_poll, UV_READABLE, on_efd);
+}
+
 static void on_efd(uv_poll_t *p, int status, int events)
 {
-    wf__ucx_progress_arm(p->data);
+    wf_comm *c = p->data;
+    if (atomic_load(&c->busy) > 0) {
+        /* A caller polls the worker itself: waking up here for its completions would only
+         * cost it a core and the worker's lock. The fd stays readable (level triggered),
+         * so stop watching it until the caller is done. */
+        uv_poll_stop(&c->efd_poll);
+        c->poll_paused = true;
+        uv_timer_start(&c->rearm_timer, on_rearm, 1, 1);
+        return;
+    }
+    wf__ucx_progress_arm(c);
 }
 
 /* ---- Requests from callers ------------------------------------------------------------------ */
@@ -714,6 +739,7 @@ static void on_wake(uv_async_t *a)
             close_handle((uv_handle_t *)&c->server);
         if (c->poll_open)
             close_handle((uv_handle_t *)&c->efd_poll);
+        close_handle((uv_handle_t *)&c->rearm_timer);
         close_handle((uv_handle_t *)&c->hb_timer);
         close_handle((uv_handle_t *)&c->connect_timer);
         close_handle((uv_handle_t *)&c->retry_timer);
@@ -766,7 +792,8 @@ int wf__net_start(wf_comm *c)
     uv_timer_init(&c->loop, &c->hb_timer);
     uv_timer_init(&c->loop, &c->connect_timer);
     uv_timer_init(&c->loop, &c->retry_timer);
-    c->hb_timer.data = c->connect_timer.data = c->retry_timer.data = c;
+    uv_timer_init(&c->loop, &c->rearm_timer);
+    c->hb_timer.data = c->connect_timer.data = c->retry_timer.data = c->rearm_timer.data = c;
     if ((rc = uv_poll_init(&c->loop, &c->efd_poll, c->efd)) == 0) {
         c->poll_open = true;
         c->efd_poll.data = c;

@@ -7,17 +7,21 @@
  * Progress: a waiter polls the worker for spin_us (LESSONS.md: a wake-up costs 25-40 us),
  * then arms the worker's event fd and sleeps on the comm's condition variable; "weft-net"
  * sleeps in epoll on that fd and drains progress when it fires (wf__ucx_progress_arm), so
- * no thread spins while the network is idle. The worker is UCS_THREAD_MODE_MULTI because
- * both threads make progress. UCX keepalive is off: with it, ucp_worker_arm() kept
- * returning BUSY on shared memory, a hidden spin (LESSONS.md).
- * Failure: endpoints use UCP_ERR_HANDLING_MODE_NONE, since PEER mode silently drops shared
- * memory in UCX 1.13; a dead peer is seen by the control plane (net.c), and a waiter that
- * finds the comm failed cancels its own request (ucp_request_cancel).
- * Owns: the UCX handles, wf_comm_req, the orphan list.
- * Not here: collectives (coll.c), the control plane (net.c). */
+ * no thread spins while the network is idle. Collectives and blocking receives are in busy
+ * mode (wf__busy_begin): their waits poll without sleeping for up to WF__BUSY_NS, and
+ * "weft-net" leaves the event fd alone meanwhile (net.c, on_efd). The worker is
+ * UCS_THREAD_MODE_MULTI because both threads make progress. UCX keepalive is off: with it,
+ * ucp_worker_arm() kept returning BUSY on shared memory, a hidden spin (LESSONS.md). Failure:
+ * endpoints use UCP_ERR_HANDLING_MODE_NONE, since PEER mode silently drops shared memory in
+ * UCX 1.13; a dead peer is seen by the control plane (net.c), and a waiter that finds the comm
+ * failed cancels its own request (ucp_request_cancel). Owns: the UCX handles, wf_comm_req, the
+ * orphan list. Not here: collectives (coll.c), the control plane (net.c). */
 #include "internal.h"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,10 +72,16 @@ int wf__ucx_init(wf_comm *c, const char *tls)
     st = c->api.ucp_config_modify(cfg, "NET_DEVICES", c->net_devices);
     /* No CMA by default: with UCP_ERR_HANDLING_MODE_NONE, a peer that dies during a CMA
      * rendezvous makes UCX abort the survivor (cma_ep.c: process_vm_readv failed, fatal;
-     * measured in test_failure.c). Shared memory (mm) stays. An explicit 'tls', or UCX_TLS
-     * set by the user for UCX, wins. */
+     * measured in test_failure.c). Shared memory (mm) stays. On a loopback rendezvous every
+     * rank is on this host: then no TCP either, since UCX would otherwise put its
+     * rendezvous protocol on TCP loopback (shared memory without CMA has no zero-copy
+     * lane): "tag(sysv/memory tcp/lo)", and 64 KiB messages took 115 us instead of 20-30.
+     * Large collectives copy through process_vm_readv themselves (coll.c, ring_cma). An
+     * explicit 'tls', or UCX_TLS set by the user for UCX, wins. */
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)c->sa;
+    bool local = sin && (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
     if (st == UCS_OK && (tls || !getenv("UCX_TLS")))
-        st = c->api.ucp_config_modify(cfg, "TLS", tls ? tls : "^cma");
+        st = c->api.ucp_config_modify(cfg, "TLS", tls ? tls : local ? "sysv,posix,self" : "^cma");
     if (st == UCS_OK)
         st = c->api.ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "inf");
     /* No PUT zcopy over TCP: when a peer dies while one is waiting for its ack, UCX 1.13
@@ -241,11 +251,19 @@ static void on_recv(void *ureq, ucs_status_t st, const ucp_tag_recv_info_t *info
 }
 
 /* UCX reported an error on the way to 'peer' (UCX 1.13 says "Endpoint timeout" when a
- * shared-memory peer died). The control plane usually knows why within milliseconds (the
- * dead process's socket closes): wait up to 500 ms for its verdict, which names the rank and
- * says "died"; else blame the peer with UCX's words. Returns the comm's failure code. */
+ * shared-memory peer died). */
 static int peer_error(wf_comm *c, int peer, const char *what, ucs_status_t st)
 {
+    char why[96];
+    snprintf(why, sizeof why, "UCX: %s", c->api.ucs_status_string(st));
+    return wf__peer_fail(c, peer, what, why);
+}
+
+int wf__peer_fail(wf_comm *c, int peer, const char *what, const char *why)
+{
+    /* The control plane usually knows why within milliseconds (the dead process's socket
+     * closes): wait up to 500 ms for its verdict, which names the rank and says "died";
+     * else blame the peer with the transport's words. */
     uint64_t end = wf__net_now_ns() + 500000000u;
     pthread_mutex_lock(&c->mu);
     while (!atomic_load(&c->failed) && wf__net_now_ns() < end) {
@@ -256,9 +274,8 @@ static int peer_error(wf_comm *c, int peer, const char *what, ucs_status_t st)
     }
     pthread_mutex_unlock(&c->mu);
     if (!atomic_load(&c->failed))
-        wf__comm_fail(
-            c, WF_EPEER, peer, "rank %d (host %s, pid %u) unreachable: rank %d: %s: UCX: %s", peer,
-            c->peers[peer].host, c->peers[peer].pid, c->rank, what, c->api.ucs_status_string(st));
+        wf__comm_fail(c, WF_EPEER, peer, "rank %d (host %s, pid %u) unreachable: rank %d: %s: %s",
+                      peer, c->peers[peer].host, c->peers[peer].pid, c->rank, what, why);
     return wf__comm_failed(c);
 }
 
@@ -365,12 +382,44 @@ static void give_up(wf_comm_req *r)
         free_req(r);
 }
 
+void wf__busy_begin(wf_comm *c)
+{
+    atomic_fetch_add(&c->busy, 1);
+}
+
+void wf__busy_end(wf_comm *c)
+{
+    atomic_fetch_sub(&c->busy, 1);
+}
+
 int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
 {
     wf_comm *c = r->c;
     uint64_t start = wf__net_now_ns();
     uint64_t spin_ns = c->spin_us == UINT32_MAX ? UINT64_MAX : (uint64_t)c->spin_us * 1000u;
+    /* Busy mode: poll without sleeping for up to WF__BUSY_NS (a wake-up through the event
+     * fd, "weft-net" and the condition variable costs tens of microseconds, more than a
+     * small all-reduce). Past it, leave busy mode for the rest of this wait, so that
+     * "weft-net" watches the event fd again and this thread may sleep. */
+    bool busy = atomic_load_explicit(&c->busy, memory_order_relaxed) > 0;
+    if (busy && spin_ns < WF__BUSY_NS)
+        spin_ns = WF__BUSY_NS;
+    bool left_busy = false;
+    unsigned idle = 0;
     while (!atomic_load_explicit(&r->done, memory_order_acquire)) {
+        if (busy) {
+            /* The hot path: one progress call per check, and a yield every few idle ones
+             * so that a peer sharing this core (an oversubscribed host) gets to send: else
+             * each exchange waits for the end of a time slice (measured: 30-60 us instead
+             * of 2 us per 4 KiB all-reduce on a loaded 2-core machine). */
+            if (c->api.ucp_worker_progress(c->worker) != 0) {
+                idle = 0;
+                continue;
+            }
+            if (++idle % 16 != 0)
+                continue;
+            sched_yield();
+        }
         if (atomic_load(&c->failed))
             break;
         uint64_t now = wf__net_now_ns();
@@ -388,8 +437,14 @@ int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
          * whose receiver is busy elsewhere must not burn a core). Receives raise events. */
         bool sending = atomic_load(&c->sends_in_flight) > 0;
         if (now - start < spin_ns || (sending && now - start < spin_ns + 2000000u)) {
-            c->api.ucp_worker_progress(c->worker);
+            if (!busy)
+                c->api.ucp_worker_progress(c->worker);
             continue;
+        }
+        if (busy) {
+            busy = false;
+            left_busy = true;
+            wf__busy_end(c);
         }
         /* Arm before sleeping: BUSY means events are pending, so progress again. Once armed,
          * "weft-net" (asleep in epoll on the event fd) drains whatever arrives. */
@@ -411,6 +466,8 @@ int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
         pthread_mutex_unlock(&c->mu);
         c->api.ucp_worker_progress(c->worker);
     }
+    if (left_busy)
+        wf__busy_begin(c); /* left busy mode above: back in it for the caller's next wait */
     if (!atomic_load_explicit(&r->done, memory_order_acquire)) {
         int rc = wf__comm_failed(c);
         give_up(r);
@@ -526,5 +583,10 @@ int wf_comm_recv(wf_comm *c, int peer, uint64_t key, void *buf, size_t bytes)
 {
     wf_comm_req *r;
     int rc = wf_comm_irecv(c, peer, key, buf, bytes, &r);
-    return rc < 0 ? rc : wf_comm_wait(r);
+    if (rc < 0)
+        return rc;
+    wf__busy_begin(c); /* a blocking receive polls for itself (internal.h, busy mode) */
+    rc = wf_comm_wait(r);
+    wf__busy_end(c);
+    return rc;
 }

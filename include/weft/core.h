@@ -192,6 +192,21 @@ WF_API int wf_node_line(const wf_node *n);
 /* Renames a node. Returns 0, WF_EINVAL (NULL, empty, or a name another node has). */
 WF_API WF_NODISCARD int wf_node_set_name(wf_node *n, const char *name);
 
+/* Places a node on device 'device' of the runtime (weft/devices.h: 0 is the CPU, 1 .. n the
+ * CUDA GPUs), or -1: let the session's placement decide (the default; see
+ * wf_session_opts.device). Static graphs only: sessions compiled after the call see it;
+ * nodes of an eager graph run on the CPU as they are created. Sources (placeholders,
+ * constants, variables) hold host values; placing them only says where their readers are
+ * expected. Checked when a session compiles a plan that needs the node: a device the
+ * runtime does not have is WF_EINVAL, an op without a kernel for the device's kind is
+ * WF_ENODEV, both naming the node and the device.
+ * Returns 0, or WF_EINVAL (NULL node, device < -1) with wf_last_errmsg().
+ * Threads: not while a session of the graph compiles. */
+WF_API WF_NODISCARD int wf_node_set_device(wf_node *n, int device);
+
+/* The device set with wf_node_set_device(), or -1 (none; also for NULL). */
+WF_API int wf_node_device(const wf_node *n);
+
 /* In an eager graph: the node's value (borrowed; valid while the graph lives). In a static
  * graph: the value of a constant, else NULL. */
 WF_API wf_tensor *wf_node_value(const wf_node *n);

@@ -1,7 +1,9 @@
 /* weft/devices.h: the devices a runtime can run kernels on.
- * Owns: the public contract of devices/: enumerating devices (the CPU, and CUDA GPUs once
- * weft is built with CUDA), their descriptions, and opening one to get its memory pools.
- * This build has no CUDA device: CUDA support is a later issue, so the CUDA count is 0.
+ * Owns: the public contract of devices/: enumerating devices (the CPU, then the CUDA GPUs
+ * when weft is built with CUDA and the machine has a driver and a GPU), their descriptions,
+ * and opening one to get its memory pools.
+ * No GPU is a normal case: the CUDA count is then 0 (not an error), whether weft was built
+ * without CUDA or the machine has no driver or no device.
  * Not here: the device interface that kernels and the executor use (devices/device.h,
  * internal to weft), host pools (weft/memory.h). */
 #ifndef WEFT_DEVICES_H
@@ -17,13 +19,13 @@ extern "C" {
 
 typedef enum wf_device_kind {
     WF_DEVICE_CPU = 0,  /* the host: kernels run on the runtime's workers */
-    WF_DEVICE_CUDA = 1, /* an NVIDIA GPU (none in this build) */
+    WF_DEVICE_CUDA = 1, /* an NVIDIA GPU */
 } wf_device_kind;
 
 typedef struct wf_device_info {
     wf_device_kind kind;
     int index;             /* among the devices of its kind: "cpu:0", "cuda:1" */
-    char name[64];         /* "cpu:0", or the GPU's product name */
+    char name[64];         /* "cpu:0", or "cuda:N (<the GPU's product name>)" */
     uint64_t memory_bytes; /* the host's physical memory, or the GPU's global memory */
     int numa;              /* the NUMA node the device is nearest to; -1 for a CPU device
                               that spans several nodes (its pools are per node) */
@@ -35,8 +37,10 @@ typedef struct wf_device_info {
  * Threads: any. */
 WF_API int wf_device_count(wf_runtime *rt);
 
-/* Returns the number of devices of one kind: 1 for WF_DEVICE_CPU; 0 for WF_DEVICE_CUDA in
- * this build (no CUDA support yet). WF_EINVAL for a NULL runtime or an unknown kind. */
+/* Returns the number of devices of one kind: 1 for WF_DEVICE_CPU; for WF_DEVICE_CUDA the
+ * GPUs the CUDA driver shows (device ids 1 .. n, in the driver's order: id 1 + k is
+ * "cuda:k"), 0 when weft is built without CUDA or there is no driver or GPU. WF_EINVAL for a
+ * NULL runtime or an unknown kind. Threads: any. */
 WF_API int wf_device_count_kind(wf_runtime *rt, wf_device_kind kind);
 
 /* Describes device 'id' (0 .. wf_device_count()-1).
@@ -48,14 +52,17 @@ typedef struct wf_device wf_device; /* opaque: an open device */
 
 typedef struct wf_device_opts {
     size_t limit_bytes; /* 0: no limit. Else the limit of each of the device's pools (for
-                           the CPU: one pool per NUMA node; see wf_pool_opts.limit_bytes) */
+                           the CPU: one pool per NUMA node; see wf_pool_opts.limit_bytes; for
+                           a GPU: its caching pool, cached blocks included) */
     int64_t fail_after; /* 0: never. Passed to the device's pools (tests) */
 } wf_device_opts;
 
 /* Opens device 'id' of 'rt': its memory pools (the CPU's are bound one per NUMA node), its
- * events and its kernel queue, for the executor and for kernels.
- * Returns 0, WF_EINVAL (NULL argument), WF_ENODEV (no such device) or WF_ENOMEM, with the
- * reason in wf_last_errmsg().
+ * events and its kernel queue, for the executor and for kernels. A GPU gets its streams
+ * (compute, host-to-device, device-to-host), cuBLAS/cuBLASLt/cuDNN handles, a caching
+ * stream-ordered pool and an actor bound to its NUMA node.
+ * Returns 0, WF_EINVAL (NULL argument), WF_ENODEV (no such device), WF_ENOMEM or WF_EDEVICE
+ * (a CUDA call failed), with the reason in wf_last_errmsg().
  * Ownership: on success the caller owns '*out' (wf_device_close()); 'o' may be NULL and
  *   is not kept; 'rt' must outlive the device.
  * Threads: any. */

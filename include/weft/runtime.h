@@ -29,6 +29,15 @@ typedef struct wf_session_opts {
                         slot holds a task graph and the value slots of one run; slots are
                         made on first use. At most 1024. */
     uint32_t flags;  /* WF_SESSION_* bits (0: every compile pass on) */
+    int device;      /* placement of nodes not placed with wf_node_set_device() (runtime/
+                        pass_place.c): 0: the rule: a node goes where its inputs are, and a
+                        node whose op has a kernel for a GPU goes on the GPU (the first one)
+                        unless the plan is small enough to run inline or the node updates
+                        variables, allocates its own output or computes in f64 (those stay
+                        on the CPU);
+                        -1: every such node on the CPU; D >= 1: on device D where its op has
+                        a kernel for it, else on the CPU. Without a GPU every value is the
+                        CPU. Edges between devices get copies. */
 } wf_session_opts;
 
 /* Flags of wf_session_opts: each switches one compile pass off. The passes run in this
@@ -44,7 +53,38 @@ typedef struct wf_session_opts {
  *   equal constants) become one; never stateful nodes, updates or nodes with control edges.
  * Algebraic simplification: x*1, 1*x, x/1, x+(-0.0), x-0 (exact identities only: x+(+0.0)
  *   would turn -0.0 into +0.0), neg(neg(x)), transpose(transpose(x)), chains of reshapes,
- *   cast to the same dtype, and a sum over the axes a broadcast_to added (f32). */
+ *   cast to the same dtype, and a sum over the axes a broadcast_to added (f32).
+ * GEMM epilogue fusion: matmul, then an add of a bias row ([N] or [1, N] over an [M, N] or
+ *   batched product), then an activation (relu, leaky_relu, gelu in both forms, tanh,
+ *   sigmoid, silu), either tail optional, becomes one node ("matmul_epilogue" in dumps) that
+ *   adds the bias and applies the activation to each output tile right after its GEMM, in
+ *   the same task, with the elementwise kernels' own per-element code (same bits). Only
+ *   when the matmul (and the add, when an activation follows) has no other reader and is
+ *   not fetched. In a training graph the gradients of leaky_relu, gelu and silu read the
+ *   add, so there only matmul + bias fuse; relu's gradient is made to read relu's output
+ *   instead (x > 0 exactly when relu(x) > 0: the same bits), so relu layers fuse whole.
+ *   Statistics: n_epilogue (chains fused), nodes_after_epilogue.
+ * Elementwise fusion: a chain or tree of two or more elementwise nodes (unary math and
+ *   activations, binary arithmetic with broadcasting, comparisons, where, cast, activation
+ *   gradients; f32, f64 and integer dtypes, not bf16 or f16; never dropout) becomes one node
+ *   ("fused(add, mul, relu)" in dumps) that reads the chain's inputs once, computes every
+ *   member per block of elements with the members' own loops, each rounding to its own
+ *   dtype (same bits), and writes the result once, in tiles across the workers. A node is
+ *   fused into its readers only when they are all in the group, it has the group's output
+ *   shape, it is not fetched or targeted, and nothing is ordered after it (control edges);
+ *   at most 24 members and 4 distinct inputs per group; integer division stays a node of
+ *   its own (its zero-divisor error names it); off in sessions that may place nodes on a
+ *   GPU (no CUDA twin yet). Statistics: n_fused, n_fused_members, nodes_after_fuse.
+ * Optimizer fusion (last): the update nodes of one wf_minimize()/wf_apply_gradients() call
+ *   (same update rule, step counter, hyperparameters and dtype) become one multi-tensor
+ *   update ("multi_update" in dumps) that updates every variable and its state in place, in
+ *   tiles of 64K elements across all of them (one task per tile), with the per-variable
+ *   loops (same bits). Not for an update that is fetched or read as data, or that writes a
+ *   variable another member writes or reads. Statistics: n_optim_fused, nodes_after_optim_fuse.
+ * Critical-path priority (not a rewrite): each node's priority is its estimated time (the
+ *   op's flops and bytes) plus the highest priority among the nodes after it; a worker that
+ *   finishes a node goes on with its most critical ready successor and offers the others
+ *   to idle workers most critical first. Off: successors in plan order. */
 enum {
     WF_SESSION_NO_FOLD = 1u << 0,       /* no constant folding */
     WF_SESSION_NO_CSE = 1u << 1,        /* no common subexpression elimination */

@@ -5,8 +5,10 @@
  * processes (ranks) that found each other through rank 0's rendezvous server; its control
  * connections stay open as the health channel, so a dead or silent rank becomes an error
  * (WF_EPEER, naming the rank and its host) on every other rank instead of a hang.
- * Not here: send/recv nodes of graphs and distribution strategies (runtime/), NCCL for
- * device memory (later), the launcher's own code (tools/weft-run.c). */
+ * Gradient buckets (wf_comm_bucket) pack small tensors into one all-reduce that runs in the
+ * background.
+ * Not here: send/recv nodes of graphs and distribution strategies (runtime/), the
+ * launcher's own code (tools/weft-run.c). */
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
 
@@ -53,7 +55,9 @@ typedef struct wf_comm_opts {
                                       sleeps; UINT32_MAX: busy-poll (lowest latency, one core). */
     size_t small_bytes;            /* 0: 65536. All-reduces up to this size use recursive
                                       doubling (latency); larger ones a pipelined ring. */
-    size_t chunk_bytes;            /* 0: 262144. Pipeline chunk of the ring algorithms. */
+    size_t chunk_bytes;            /* 0: 262144 when every rank is on one host (the ring
+                                      copies from its neighbour's memory), else 1 MiB.
+                                      Pipeline chunk of the ring algorithms. */
 } wf_comm_opts;
 
 /* Fills 'opts' (rank, size, addr, token, incarnation) from the environment, for tools,
@@ -143,7 +147,16 @@ WF_API WF_NODISCARD int wf_comm_recv(wf_comm *c, int peer, uint64_t key, void *b
  * and root; one collective at a time per comm (from any thread). Results are bitwise equal
  * on every rank. Each returns 0, WF_EINVAL (NULL buffer, bad dtype/op/root, a count that
  * overflows), WF_EPEER or WF_ETIMEDOUT (the message names the rank that failed or was
- * late, and the collective), WF_ENOMEM or WF_EDEVICE. */
+ * late, and the collective), WF_ENOMEM or WF_EDEVICE.
+ * The calling thread polls the network itself while a collective runs (no sleep for up to
+ * 200 ms per wait, yielding its core now and then), so a collective costs a core for its
+ * duration, and little latency.
+ * Device memory: in builds with CUDA and NCCL, all-reduce, reduce-scatter, all-gather and
+ * broadcast of buffers on a CUDA device (all of a call's buffers on the same device, ready
+ * when called) go through NCCL on that device; the first such call makes the NCCL
+ * communicator (rank 0's id travels by a host broadcast). A dead rank or a passed deadline
+ * aborts it, so the call returns the comm's error instead of hanging. Integer means and
+ * host/device mixes are refused (WF_EINVAL). Without NCCL, pass host memory only. */
 
 typedef enum wf_reduce_op {
     WF_REDUCE_SUM = 1,
@@ -172,6 +185,58 @@ WF_API WF_NODISCARD int wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, i
 
 /* Returns once every rank has called it (a dissemination barrier over UCX). */
 WF_API WF_NODISCARD int wf_comm_barrier(wf_comm *c);
+
+/* ---- Gradient buckets ---------------------------------------------------------------------
+ * A bucket packs many small tensors (host memory, one dtype) into one buffer and all-reduces
+ * each full buffer in the background, so that a data-parallel step can all-reduce the
+ * gradients backward has finished while it computes the others: add each gradient as it is
+ * ready, then wait once. Every rank adds the same tensors (counts) in the same order.
+ * Buckets run in the order they fill, one all-reduce at a time, on a thread of the bucket
+ * object ("weft-bucket"); while any is in flight, the caller makes no other collective on
+ * the comm (one collective at a time per comm). */
+
+typedef struct wf_comm_bucket wf_comm_bucket; /* opaque */
+
+typedef struct wf_bucket_opts {
+    wf_dtype dtype;      /* f32, f64, bf16, i32 or i64 */
+    wf_reduce_op op;     /* 0: WF_REDUCE_SUM */
+    size_t bucket_bytes; /* 0: 25 MiB (PyTorch DDP's default). A buffer is all-reduced as soon
+                            as the next tensor would not fit; a tensor larger than this is
+                            all-reduced alone, in place, without a copy. */
+} wf_bucket_opts;
+
+/* Makes a bucket over 'c' (borrowed: it must outlive the bucket). Returns 0, WF_EINVAL (NULL
+ * comm or out, a dtype that cannot be reduced, an unknown op), WF_ENOMEM or WF_ESYS (no
+ * thread). Ownership: '*out' is owned (wf_comm_bucket_destroy()). Threads: any. */
+WF_API WF_NODISCARD int wf_comm_bucket_create(wf_comm *c, const wf_bucket_opts *opts,
+                                              wf_comm_bucket **out);
+
+/* Adds 'count' elements at 'data' to the current buffer (copied at once); when they would
+ * not fit, the buffer is first handed to the background all-reduce. The result is written
+ * back to 'data' before wf_comm_bucket_wait() returns. Does not block on the network.
+ * Returns 0, WF_EINVAL (NULL bucket, NULL data with count > 0, a count that overflows), or
+ * the error that failed an earlier bucket (WF_EPEER, WF_ETIMEDOUT: the message names the
+ * rank and the all-reduce; nothing more is sent), or WF_ENOMEM.
+ * Ownership: 'data' is borrowed until wf_comm_bucket_wait() returns: do not touch it. */
+WF_API WF_NODISCARD int wf_comm_bucket_add(wf_comm_bucket *b, void *data, size_t count);
+
+/* Hands the current buffer, however full, to the background all-reduce (no-op when empty).
+ * Returns as wf_comm_bucket_add(). */
+WF_API WF_NODISCARD int wf_comm_bucket_flush(wf_comm_bucket *b);
+
+/* Flushes, then waits until every buffer handed over is all-reduced and written back to its
+ * tensors; the bucket is then empty and may be used for the next step. Returns 0, or the
+ * first error of any bucket (WF_EPEER naming the dead rank, WF_ETIMEDOUT, ...; the comm has
+ * then failed and the tensors of the failed buckets are left as they were) or WF_EINVAL. */
+WF_API WF_NODISCARD int wf_comm_bucket_wait(wf_comm_bucket *b);
+
+/* Returns 1 when nothing handed over is still in flight, 0 otherwise, WF_EINVAL for NULL. */
+WF_API WF_NODISCARD int wf_comm_bucket_test(wf_comm_bucket *b);
+
+/* Waits for what was handed over (ignoring errors; tensors added since the last flush or
+ * wait are dropped, not all-reduced), stops the thread and frees the bucket. NULL is a no-op.
+ * Threads: one call, when no other call on 'b' runs. */
+WF_API void wf_comm_bucket_destroy(wf_comm_bucket *b);
 
 #ifdef __cplusplus
 }

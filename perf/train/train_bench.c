@@ -13,8 +13,13 @@
  * Synthetic data; the step is a session run of wf_minimize's target (gpt: gpt_train_step's
  * two AdamW targets) for weft, or zero_grad/forward/backward/(clip)/step for PyTorch; median
  * of --reps timed steps after --warmup.
+ * Each pass's contribution: '--passes-off NAME[,NAME...]' (repeatable) adds, for every case,
+ * one more weft line per NAME with that compile pass switched off (WF_SESSION_NO_*; "all":
+ * every pass; "a+b": both), marked '"passes_off": "NAME"'; '--ablate' does it for every
+ * pass and "all".
+ * The default run (no option) is unchanged.
  * Usage: train_bench [--json] [--reps N] [--warmup N] [--only a,b] [--threads N]
- *        [--python /usr/bin/python3] [--quick]
+ *        [--python /usr/bin/python3] [--quick] [--passes-off NAME[,NAME...]]... [--ablate]
  * Compare the ratio within one run: these machines are shared and noisy. */
 #include "../bench_util.h"
 
@@ -33,6 +38,21 @@
 #endif
 
 static const char *const cases[] = { "mlp_adam_b256", "cnn_sgdm_b64", "gpt_adamw_b32" };
+
+/* The passes '--passes-off' names, in the pipeline's order (runtime/plan.c), and "all". */
+static const struct {
+    const char *name;
+    uint32_t flag;
+} pass_names[] = {
+    { "fold", WF_SESSION_NO_FOLD },         { "cse", WF_SESSION_NO_CSE },
+    { "simplify", WF_SESSION_NO_SIMPLIFY }, { "epilogue", WF_SESSION_NO_EPILOGUE },
+    { "fuse", WF_SESSION_NO_FUSE },         { "optim_fuse", WF_SESSION_NO_OPTIM_FUSE },
+    { "memplan", WF_SESSION_NO_MEMPLAN },   { "priority", WF_SESSION_NO_PRIORITY },
+    { "all", WF_SESSION_NO_PASSES },
+};
+
+#define N_PASS_NAMES  (int)(sizeof pass_names / sizeof pass_names[0])
+#define MAX_ABLATIONS 32
 
 static wf_node *linear(wf_graph *g, wf_node *h, const char *name, int in, int out, uint64_t seed)
 {
@@ -78,8 +98,10 @@ static wf_node *gpt_case(wf_graph *g, wf_node **x, wf_node **y, wf_node *targets
     return loss && gpt_train_step(g, &m, loss, &o, targets) == 0 ? loss : NULL;
 }
 
-/* Runs one case in this process and prints its JSON line. */
-static int child(const char *name, int warmup, int reps, int threads)
+/* Runs one case in this process with session flags 'flags' and prints its JSON line
+ * (with '"passes_off": off' unless 'off' is NULL). */
+static int child(const char *name, int warmup, int reps, int threads, uint32_t flags,
+                 const char *off)
 {
     wf_runtime *rt;
     wf_runtime_opts ro = { .n_workers = threads };
@@ -115,7 +137,7 @@ static int child(const char *name, int warmup, int reps, int threads)
         train[0] = wf_minimize(g, mlp ? wf_adam(1e-3) : wf_momentum(0.01, 0.9, false), loss);
     }
     wf_session *s = NULL;
-    if (!train[0] || wf_session_create(g, NULL, &s) < 0) {
+    if (!train[0] || wf_session_create(g, &(wf_session_opts){ .flags = flags }, &s) < 0) {
         fprintf(stderr, "train_bench: %s\n", wf_graph_errmsg(g));
         return 1;
     }
@@ -148,9 +170,12 @@ static int child(const char *name, int warmup, int reps, int threads)
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"threads\": %d, \"median_s\": %.6g, "
+    char offs[96] = "";
+    if (off)
+        snprintf(offs, sizeof offs, ", \"passes_off\": \"%s\"", off);
+    printf("{\"bench\": \"%s\", \"impl\": \"weft\"%s, \"threads\": %d, \"median_s\": %.6g, "
            "\"reps\": %d, \"peak_rss_mb\": %.1f, \"final_loss\": %.5g}\n",
-           name, wf_runtime_worker_count(rt), bench_median(t, reps), reps,
+           name, offs, wf_runtime_worker_count(rt), bench_median(t, reps), reps,
            (double)ru.ru_maxrss / 1024.0, last);
     wf_tensor_release(tx);
     wf_tensor_release(ty);
@@ -189,14 +214,67 @@ static double field(const char *json, const char *key)
     return at ? strtod(at + strlen(pat), NULL) : NAN;
 }
 
+/* The flags of 'name': one pass, or several joined by '+' ("memplan+priority"); 0 with a
+ * message for an unknown one. */
+static uint32_t pass_flag(const char *name)
+{
+    char buf[128];
+    uint32_t flags = 0;
+    snprintf(buf, sizeof buf, "%s", name);
+    for (char *save = NULL, *tok = strtok_r(buf, "+", &save); tok;
+         tok = strtok_r(NULL, "+", &save)) {
+        int k = 0;
+        while (k < N_PASS_NAMES && strcmp(pass_names[k].name, tok) != 0)
+            k++;
+        if (k == N_PASS_NAMES) {
+            fprintf(stderr, "train_bench: --passes-off: unknown pass '%s' (", tok);
+            for (int j = 0; j < N_PASS_NAMES; j++)
+                fprintf(stderr, "%s%s", j ? ", " : "", pass_names[j].name);
+            fprintf(stderr, ")\n");
+            return 0;
+        }
+        flags |= pass_names[k].flag;
+    }
+    return flags;
+}
+
+/* Adds each entry of the comma-separated 'list' to 'abl' (at most MAX_ABLATIONS, no
+ * duplicates). Returns 0, or -1 with a message for an unknown pass. */
+static int add_ablations(const char *list, char (*abl)[64], int *n)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (strlen(tok) >= 64 || !pass_flag(tok))
+            return -1;
+        bool dup = false;
+        for (int j = 0; j < *n; j++)
+            dup = dup || strcmp(abl[j], tok) == 0;
+        if (!dup && *n < MAX_ABLATIONS)
+            snprintf(abl[(*n)++], 64, "%s", tok);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int reps = 20, warmup = 5, threads = 0;
+    int reps = 20, warmup = 5, threads = 0, n_abl = 0;
     bool json = false;
-    const char *only = NULL, *python = "/usr/bin/python3", *child_case = NULL;
+    const char *only = NULL, *python = "/usr/bin/python3", *child_case = NULL, *child_off = NULL;
+    char abl[MAX_ABLATIONS][64];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = true;
+        else if (strcmp(argv[i], "--ablate") == 0) {
+            for (int k = 0; k < N_PASS_NAMES; k++)
+                if (add_ablations(pass_names[k].name, abl, &n_abl) < 0)
+                    return 2;
+        } else if (i + 1 < argc && strcmp(argv[i], "--passes-off") == 0) {
+            if (add_ablations(argv[++i], abl, &n_abl) < 0)
+                return 2;
+        } else if (i + 1 < argc && strcmp(argv[i], "--child-passes-off") == 0)
+            child_off = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0)
             reps = 2, warmup = 1;
         else if (i + 1 < argc && strcmp(argv[i], "--reps") == 0)
@@ -213,7 +291,8 @@ int main(int argc, char **argv)
             child_case = argv[++i];
         else {
             fprintf(stderr, "usage: train_bench [--json] [--reps N] [--warmup N] [--only a,b] "
-                            "[--threads N] [--python PATH] [--quick]\n");
+                            "[--threads N] [--python PATH] [--quick] "
+                            "[--passes-off NAME[,NAME...]]... [--ablate]\n");
             return 2;
         }
     }
@@ -222,11 +301,14 @@ int main(int argc, char **argv)
         return 2;
     }
     if (child_case)
-        return child(child_case, warmup, reps, threads);
+        return child(child_case, warmup, reps, threads, child_off ? pass_flag(child_off) : 0,
+                     child_off);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int th = threads > 0 ? threads : (int)cores;
+    int iw = n_abl ? 20 : 8; /* the impl column: "weft -optim_fuse" needs room */
     if (!json)
-        printf("%-15s %-8s %10s %12s %10s\n", "case", "impl", "step ms", "peak RSS MB", "ratio");
+        printf("%-15s %-*s %10s %12s %10s\n", "case", iw, "impl", "step ms", "peak RSS MB",
+               "ratio");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         if (only && !strstr(only, cases[c]))
             continue;
@@ -241,9 +323,19 @@ int main(int argc, char **argv)
         snprintf(cmd, sizeof cmd, "'%s' '%s/%s' %s %d %d %d 2>/dev/null", python, TB_SCRIPT_DIR,
                  TB_TORCH_SCRIPT, cases[c], warmup, reps, th);
         run_line(cmd, p, sizeof p);
+        char ab[MAX_ABLATIONS][2048];
+        for (int a = 0; a < n_abl; a++) { /* weft with one pass (or all) off */
+            snprintf(cmd, sizeof cmd,
+                     "'%s' --child %s --reps %d --warmup %d --threads %d --child-passes-off %s",
+                     self, cases[c], reps, warmup, threads, abl[a]);
+            run_line(cmd, ab[a], sizeof ab[a]);
+        }
         if (json) {
             if (w[0])
                 printf("%s\n", w);
+            for (int a = 0; a < n_abl; a++)
+                if (ab[a][0])
+                    printf("%s\n", ab[a]);
             if (p[0] && !strstr(p, "\"skip\""))
                 printf("%s\n", p);
             else
@@ -253,11 +345,19 @@ int main(int argc, char **argv)
             continue;
         }
         double wm = field(w, "median_s"), pm = field(p, "median_s");
-        printf("%-15s %-8s %10.2f %12.1f\n", cases[c], "weft", 1e3 * wm, field(w, "peak_rss_mb"));
+        printf("%-15s %-*s %10.2f %12.1f\n", cases[c], iw, "weft", 1e3 * wm,
+               field(w, "peak_rss_mb"));
+        for (int a = 0; a < n_abl; a++) { /* the ratio here: to weft with every pass on */
+            char label[64];
+            snprintf(label, sizeof label, "weft -%s", abl[a]);
+            printf("%-15s %-*s %10.2f %12.1f %9.2fx (vs weft)\n", cases[c], iw, label,
+                   1e3 * field(ab[a], "median_s"), field(ab[a], "peak_rss_mb"),
+                   field(ab[a], "median_s") / wm);
+        }
         if (isnan(pm))
-            printf("%-15s %-8s   skipped (python3-torch not found)\n", cases[c], "pytorch");
+            printf("%-15s %-*s   skipped (python3-torch not found)\n", cases[c], iw, "pytorch");
         else
-            printf("%-15s %-8s %10.2f %12.1f %9.2fx\n", cases[c], "pytorch", 1e3 * pm,
+            printf("%-15s %-*s %10.2f %12.1f %9.2fx\n", cases[c], iw, "pytorch", 1e3 * pm,
                    field(p, "peak_rss_mb"), wm / pm);
     }
     return 0;

@@ -39,7 +39,7 @@ static const wf_kctx serial = { .rt = NULL };
 
 Test(core_internal_alloc, new_tensor_data_is_64_byte_aligned_for_every_size)
 {
-    for (int64_t n = 0; n < 400; n += 7) /* values above 1 KiB take the other path */
+    for (int64_t n = 0; n < 1100; n += 7) /* values above 4 KiB take the other path */
         for (int value = 0; value < 2; value++) {
             wf_tensor *t = value ? wf__tensor_alloc_value(WF_F32, WF_SHAPE(n))
                                  : wf__tensor_alloc(WF_F32, WF_SHAPE(n));
@@ -129,8 +129,8 @@ Test(core_internal_alloc, eager_values_outlive_their_graph)
             kept[i / 250] = wf_tensor_retain(wf_node_value(x));
     }
     cr_assert_eq(wf_tensor_get(wf_node_value(x), 0), N + 1.0);
-    /* A big output (over 1 KiB) has its data apart; mixing it in must not matter. */
-    wf_tensor *big = wf_tensor_from(WF_F64, WF_SHAPE(500), NULL);
+    /* A big output (over 4 KiB) has its data apart; mixing it in must not matter. */
+    wf_tensor *big = wf_tensor_from(WF_F64, WF_SHAPE(600), NULL);
     wf_node *b = wf_constant(g, big);
     wf_node *b2 = wf_add(g, b, b);
     cr_assert_not_null(b2, "%s", wf_graph_errmsg(g));
@@ -138,7 +138,7 @@ Test(core_internal_alloc, eager_values_outlive_their_graph)
     wf_graph_destroy(g);
     for (int k = 0; k < 4; k++)
         cr_assert_eq(wf_tensor_get(kept[k], 0), 250.0 * k + 2.0, "kept %d", k);
-    cr_assert_eq(wf_tensor_get(kept_big, 499), 0.0);
+    cr_assert_eq(wf_tensor_get(kept_big, 599), 0.0);
     for (int k = 0; k < 4; k++)
         wf_tensor_release(kept[k]);
     wf_tensor_release(kept_big);

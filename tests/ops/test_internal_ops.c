@@ -42,7 +42,11 @@ Test(ops_internal_ops, table_is_valid_and_every_entry_has_a_cpu_kernel_and_a_cos
     for (size_t i = 0; i < wf__ops_table_len; i++) {
         const wf_op_def *op = wf__ops_table[i];
         cr_assert_not_null(op->kernel[WF_KERNEL_CPU], "%s has no CPU kernel", op->name);
-        cr_assert_null(op->kernel[WF_KERNEL_CUDA], "%s: no CUDA kernels yet", op->name);
+#ifdef WF_HAVE_CUDA /* every op has a CUDA twin (ops/cuda_kernels.h) */
+        cr_assert_not_null(op->kernel[WF_KERNEL_CUDA], "%s has no CUDA kernel", op->name);
+#else
+        cr_assert_null(op->kernel[WF_KERNEL_CUDA], "%s: built without CUDA", op->name);
+#endif
         cr_assert_not_null(op->cost, "%s has no cost", op->name);
         cr_assert_null(op->grad, "%s: gradients are grad/'s", op->name);
         /* dropout alone is stateful: its mask changes from run to run (weft/nn.h) */

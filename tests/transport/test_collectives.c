@@ -198,6 +198,21 @@ Test(transport_collectives, allreduce_matches_the_reference_on_four_ranks)
     tu_run_all(4, &ring_opts, allreduce_body, &r, sizeof r, 60);
 }
 
+static int others_body(wf_comm *c, int rank, int size, void *arg);
+
+/* On one host the ring reads its neighbour's memory (process_vm_readv); over TCP (as between
+ * hosts) it sends the chunks: both paths must give the reference, on 2 and 3 ranks. */
+Test(transport_collectives, the_copying_ring_over_tcp_matches_the_reference_too)
+{
+    wf_comm_opts o = ring_opts;
+    o.tls = "tcp,self";
+    ar_case r = { { 37, 4099 }, 2, 1 };
+    tu_run_all(2, &o, allreduce_body, &r, sizeof r, 60);
+    tu_run_all(3, &o, allreduce_body, &r, sizeof r, 60);
+    tu_run_all(3, &(wf_comm_opts){ .chunk_bytes = 64, .tls = "tcp,self" }, others_body, NULL, 0,
+               60);
+}
+
 /* A large all-reduce with the default options: 8 MiB + 3 floats through the ring. */
 static int big_allreduce(wf_comm *c, int rank, int size, void *arg)
 {

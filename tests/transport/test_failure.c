@@ -12,6 +12,7 @@ TestSuite(transport_failure, .timeout = WF_TEST_TIMEOUT(60), .fini = wf_test_fin
 typedef struct victim {
     int rank;
     bool recv_only; /* the others wait in a receive from the victim, not a collective */
+    bool bucket;    /* the others wait on a gradient bucket (wf_comm_bucket_wait) */
     int ready_fd;   /* each rank writes a byte here once it is in its loop */
 } victim;
 
@@ -56,9 +57,19 @@ static int until_error(wf_comm *c, int rank, int size, void *arg)
     float *x = calloc(n, sizeof *x);
     TU_CHECK(x, "malloc");
     int rc = 0;
+    wf_comm_bucket *b = NULL;
+    if (v->bucket)
+        TU_OK(wf_comm_bucket_create(
+            c, &(wf_bucket_opts){ .dtype = WF_F32, .bucket_bytes = 1 << 16 }, &b));
     say_ready(v);
     for (long i = 0; rc == 0; i++) {
-        if (v->recv_only && rank != v->rank)
+        if (v->bucket) {
+            /* 64 tensors of 16 KiB: 16 buckets, all-reduced while the next are added. */
+            for (size_t t = 0; t < 64 && rc == 0; t++)
+                rc = wf_comm_bucket_add(b, x + t * 4096, 4096);
+            if (rc == 0)
+                rc = wf_comm_bucket_wait(b);
+        } else if (v->recv_only && rank != v->rank)
             rc = wf_comm_recv(c, v->rank, 1, x, 16);
         else if (v->recv_only)
             wf_test_sleep_us(10000);
@@ -74,6 +85,11 @@ static int until_error(wf_comm *c, int rank, int size, void *arg)
     TU_CHECK(wf_comm_status(c) == WF_EPEER, "the comm stays failed");
     /* Later calls fail at once with the same error. */
     TU_CHECK(wf_comm_barrier(c) == WF_EPEER, "barrier after the failure");
+    if (b) {
+        TU_CHECK(wf_comm_bucket_add(b, x, 4) == WF_EPEER, "a bucket stays failed");
+        TU_CHECK(strstr(wf_last_errmsg(), victim_name), "%s", wf_last_errmsg());
+        wf_comm_bucket_destroy(b);
+    }
     free(x);
     return 0;
 }
@@ -126,6 +142,12 @@ Test(transport_failure, killing_the_sender_fails_a_pending_receive)
 {
     kill_one(2, &(victim){ .rank = 1, .recv_only = true }, NULL, 5);
     kill_one(4, &(victim){ .rank = 3, .recv_only = true }, NULL, 5);
+}
+
+Test(transport_failure, killing_a_rank_fails_the_others_gradient_buckets_within_2_s)
+{
+    kill_one(3, &(victim){ .rank = 2, .bucket = true }, NULL, 2);
+    kill_one(2, &(victim){ .rank = 0, .bucket = true }, &(wf_comm_opts){ .tls = "tcp,self" }, 2);
 }
 
 Test(transport_failure, killing_a_rank_over_tcp_fails_the_others_too)
@@ -216,7 +238,8 @@ Test(transport_failure, a_rank_that_never_joins_a_collective_times_out_everywher
 }
 
 /* An idle comm: the caller sleeps 1 s; the whole process (its weft-net thread, UCX)
- * burns less than 5% of a core. */
+ * burns less than 5% of a core, also after collectives that polled in busy mode (recursive
+ * doubling, the ring, a gradient bucket's thread): "weft-net" watches the event fd again. */
 static double cpu_s(void)
 {
     struct rusage u;
@@ -229,12 +252,24 @@ static int idle_body(wf_comm *c, int rank, int size, void *arg)
 {
     float x[8] = { 0 };
     TU_OK(wf_comm_allreduce(c, x, x, 8, WF_F32, WF_REDUCE_SUM));
+    size_t n = 1u << 18; /* 1 MiB: the ring */
+    float *big = calloc(n, sizeof *big);
+    TU_CHECK(big, "calloc");
+    TU_OK(wf_comm_allreduce(c, big, big, n, WF_F32, WF_REDUCE_SUM));
+    wf_comm_bucket *b;
+    TU_OK(wf_comm_bucket_create(c, &(wf_bucket_opts){ .dtype = WF_F32, .bucket_bytes = 4096 }, &b));
+    for (int i = 0; i < 16; i++)
+        TU_OK(wf_comm_bucket_add(b, big + i * 1000, 1000));
+    TU_OK(wf_comm_bucket_wait(b));
+    wf_test_sleep_us(20000); /* "weft-net" looks again within a millisecond */
     double t0 = cpu_s();
     uint64_t w0 = wf_test_now_ns();
     wf_test_sleep_us(1000000);
     double used = cpu_s() - t0, wall = (double)(wf_test_now_ns() - w0) / 1e9;
     TU_CHECK(used < 0.05 * wall, "rank %d burned %.3f s of CPU in %.3f s idle", rank, used, wall);
     TU_OK(wf_comm_barrier(c));
+    wf_comm_bucket_destroy(b);
+    free(big);
     return 0;
 }
 TU_REGISTER(idle_body)

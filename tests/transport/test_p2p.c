@@ -258,3 +258,41 @@ Test(transport_p2p, dist_opts_come_from_weft_then_mpi_then_slurm)
     cr_assert_eq(o.rank, 5);
     cr_assert_eq(o.size, 6);
 }
+
+/* A blocking receive polls for itself (busy mode), but only for a while: waiting 1.2 s for a
+ * late sender, it gets the message intact and uses well under the whole wait of CPU (it
+ * polls 200 ms, then sleeps until the event fd says the message came). */
+static double thread_cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static int late_sender(wf_comm *c, int rank, int size, void *arg)
+{
+    uint8_t buf[4096];
+    uint64_t key = WF_COMM_KEY(9, 9);
+    if (rank == 1) {
+        wf_test_sleep_us(1200000);
+        for (size_t i = 0; i < sizeof buf; i++)
+            buf[i] = pattern(1, 0, i, key);
+        TU_OK(wf_comm_send(c, 0, key, buf, sizeof buf));
+    } else {
+        double cpu0 = thread_cpu_s();
+        uint64_t t0 = wf_test_now_ns();
+        TU_OK(wf_comm_recv(c, 1, key, buf, sizeof buf));
+        double wall = (double)(wf_test_now_ns() - t0) / 1e9, cpu = thread_cpu_s() - cpu0;
+        TU_CHECK(check_buf(buf, sizeof buf, 1, 0, key) == 0, "payload");
+        TU_CHECK(wall > 1.0, "the receive returned after %.3f s, before the send", wall);
+        TU_CHECK(cpu < 0.6 * wall, "the receive burned %.3f s of CPU in %.3f s", cpu, wall);
+    }
+    TU_OK(wf_comm_barrier(c));
+    return 0;
+}
+TU_REGISTER(late_sender)
+
+Test(transport_p2p, a_blocking_receive_polls_briefly_then_sleeps_until_the_message)
+{
+    tu_run_all(2, NULL, late_sender, NULL, 0, 30);
+}

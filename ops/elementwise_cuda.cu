@@ -1,0 +1,790 @@
+/* ops/elementwise_cuda.cu: CUDA twins of ops/elementwise_cpu.c: unary math and activations,
+ * binary arithmetic and comparisons with NumPy broadcasting, the activations' gradients,
+ * where, and cast; and the kernel slots (wf__cuda_kernel_<id>) of those ops.
+ * Owns: one grid-stride kernel per family and (storage, compute) type pair, with the op a
+ *   warp-uniform switch (an op code, as the CPU twin's tables, not one kernel per op), reading
+ *   every input through the strided index map of ops/cuda_common.h (broadcast axes at stride
+ *   0, any strides, merged axes) into a contiguous output.
+ * Invariants: element i of the output is computed by one thread from element i of each input
+ *   alone, so 'out' may be input 0 (in place) and the bits never depend on the launch shape;
+ *   bf16 and f16 compute in f32 and round once on store; integer ops wrap as the CPU's (no
+ *   undefined behaviour: negation and products go through the unsigned type); integer
+ *   division by zero is found on the device and fails the call (the entry waits for it).
+ * Not here: reductions (reduce_cuda.cu), GEMM (matmul_cuda.cu), the op defs (elementwise.c). */
+#include "cuda_common.h"
+
+#include <type_traits>
+
+/* ---- Device maths: the CPU twin's formulas --------------------------------------------------- */
+
+template <class T> __device__ __forceinline__ T sigmoid_f(T v)
+{
+    T e = exp(-fabs(v)), r = (T)1 / ((T)1 + e);
+    return v >= 0 ? r : e * r;
+}
+
+template <class T> __device__ __forceinline__ T gelu_tanh_f(T v)
+{
+    return (T)0.5 * v * ((T)1 + tanh((T)0.7978845608028654 * (v + (T)0.044715 * v * v * v)));
+}
+
+template <class T> __device__ __forceinline__ T gelu_erf_f(T v)
+{
+    return (T)0.5 * v * ((T)1 + erf(v * (T)0.7071067811865476));
+}
+
+template <class T> __device__ __forceinline__ T dgelu_erf_f(T v)
+{
+    T cdf = (T)0.5 * ((T)1 + erf(v * (T)0.7071067811865476));
+    return cdf + v * (T)0.3989422804014327 * exp((T)-0.5 * v * v);
+}
+
+template <class T> __device__ __forceinline__ T dgelu_tanh_f(T v)
+{
+    const T k = (T)0.7978845608028654, c = (T)0.044715;
+    T t = tanh(k * (v + c * v * v * v));
+    return (T)0.5 * ((T)1 + t) + (T)0.5 * v * ((T)1 - t * t) * k * ((T)1 + (T)3 * c * v * v);
+}
+
+template <class T> __device__ __forceinline__ T dsilu_f(T v)
+{
+    T sg = sigmoid_f(v);
+    return sg * ((T)1 + v * ((T)1 - sg));
+}
+
+/* Unary op 'op' of compute type T (floating, or the integer ops of the CPU twin). */
+template <class T> __device__ __forceinline__ T unary_f(int op, T v, T alpha)
+{
+    if constexpr (std::is_floating_point<T>::value) {
+        switch (op) {
+        case WF_UNARY_NEG:
+            return -v;
+        case WF_UNARY_ABS:
+            return fabs(v);
+        case WF_UNARY_EXP:
+            return exp(v);
+        case WF_UNARY_LOG:
+            return log(v);
+        case WF_UNARY_SQRT:
+            return sqrt(v);
+        case WF_UNARY_RSQRT:
+            return (T)1 / sqrt(v);
+        case WF_UNARY_SQUARE:
+            return v * v;
+        case WF_UNARY_TANH:
+            return tanh(v);
+        case WF_UNARY_SIGMOID:
+            return sigmoid_f(v);
+        case WF_UNARY_RELU:
+            return v < 0 ? (T)0 : v;
+        case WF_UNARY_LEAKY_RELU:
+            return v < 0 ? alpha * v : v;
+        case WF_UNARY_GELU_TANH:
+            return gelu_tanh_f(v);
+        case WF_UNARY_GELU_ERF:
+            return gelu_erf_f(v);
+        case WF_UNARY_SILU:
+            return v * sigmoid_f(v);
+        default: /* WF_UNARY_SIGN */
+            return v > 0 ? (T)1 : v < 0 ? (T)-1 : v;
+        }
+    } else {
+        typedef typename std::make_unsigned<T>::type U;
+        switch (op) {
+        case WF_UNARY_NEG:
+            return (T)((U)0 - (U)v);
+        case WF_UNARY_ABS:
+            return v < 0 ? (T)((U)0 - (U)v) : v;
+        case WF_UNARY_SQUARE:
+            return (T)((U)v * (U)v);
+        case WF_UNARY_RELU:
+            return v < 0 ? (T)0 : v;
+        default: /* WF_UNARY_SIGN */
+            return (T)((v > 0) - (v < 0));
+        }
+    }
+}
+
+/* Binary arithmetic op 'op' (WF_BINARY_ADD .. MINIMUM), or an activation gradient (op
+ * ACT_BASE + wf_act_grad_op; a is x or y, b is dy). Integer division is done by the kernel. */
+#define ACT_BASE 100
+
+template <class T> __device__ __forceinline__ T binary_f(int op, T a, T b, T alpha)
+{
+    if constexpr (std::is_floating_point<T>::value) {
+        switch (op) {
+        case WF_BINARY_ADD:
+            return a + b;
+        case WF_BINARY_SUB:
+            return a - b;
+        case WF_BINARY_MUL:
+            return a * b;
+        case WF_BINARY_DIV:
+            return a / b;
+        case WF_BINARY_POW:
+            return pow(a, b);
+        case WF_BINARY_MAXIMUM:
+            return a > b || a != a ? a : b;
+        case WF_BINARY_MINIMUM:
+            return a < b || a != a ? a : b;
+        case ACT_BASE + WF_ACT_GRAD_RELU:
+            return a > 0 ? b : (T)0;
+        case ACT_BASE + WF_ACT_GRAD_LEAKY_RELU:
+            return a < 0 ? alpha * b : b;
+        case ACT_BASE + WF_ACT_GRAD_GELU_ERF:
+            return b * dgelu_erf_f(a);
+        case ACT_BASE + WF_ACT_GRAD_GELU_TANH:
+            return b * dgelu_tanh_f(a);
+        case ACT_BASE + WF_ACT_GRAD_SILU:
+            return b * dsilu_f(a);
+        case ACT_BASE + WF_ACT_GRAD_SIGMOID:
+            return b * a * ((T)1 - a);
+        default: /* ACT_BASE + WF_ACT_GRAD_TANH */
+            return b * ((T)1 - a * a);
+        }
+    } else {
+        typedef typename std::make_unsigned<T>::type U;
+        switch (op) {
+        case WF_BINARY_ADD:
+            return (T)((U)a + (U)b);
+        case WF_BINARY_SUB:
+            return (T)((U)a - (U)b);
+        case WF_BINARY_MUL:
+            return (T)((U)a * (U)b);
+        case WF_BINARY_MAXIMUM:
+            return a > b ? a : b;
+        default: /* WF_BINARY_MINIMUM */
+            return a < b ? a : b;
+        }
+    }
+}
+
+template <class T> __device__ __forceinline__ bool compare_f(int op, T a, T b)
+{
+    switch (op) {
+    case WF_BINARY_EQ:
+        return a == b;
+    case WF_BINARY_NE:
+        return a != b;
+    case WF_BINARY_LT:
+        return a < b;
+    case WF_BINARY_LE:
+        return a <= b;
+    case WF_BINARY_GT:
+        return a > b;
+    default: /* WF_BINARY_GE */
+        return a >= b;
+    }
+}
+
+/* ---- Kernels --------------------------------------------------------------------------------- */
+
+#define GRID_STRIDE(i, n)                                                     \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+template <class S, class T>
+static __global__ void unary_k(int op, T alpha, wf_cu_map m, S *out, const S *x, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        int64_t off[WF_CU_MAX_IN];
+        wf_cu_offsets(m, i, off);
+        out[i] = wf_cu_st<S>(unary_f<T>(op, wf_cu_ld<T>(x[off[0]]), alpha));
+    }
+}
+
+template <class S, class T>
+static __global__ void binary_k(int op, T alpha, wf_cu_map m, S *out, const S *a, const S *b,
+                                int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        int64_t off[WF_CU_MAX_IN];
+        wf_cu_offsets(m, i, off);
+        T x = wf_cu_ld<T>(a[off[0]]), y = wf_cu_ld<T>(b[off[1]]);
+        out[i] = wf_cu_st<S>(binary_f<T>(op, x, y, alpha));
+    }
+}
+
+/* Integer division: truncates toward zero, INT_MIN / -1 wraps; a zero divisor records the
+ * smallest such element in '*bad' (all ones when none) and writes 0 there. */
+template <class T>
+static __global__ void idiv_k(wf_cu_map m, T *out, const T *a, const T *b, int64_t n,
+                              unsigned long long *bad)
+{
+    typedef typename std::make_unsigned<T>::type U;
+    GRID_STRIDE(i, n)
+    {
+        int64_t off[WF_CU_MAX_IN];
+        wf_cu_offsets(m, i, off);
+        T x = a[off[0]], y = b[off[1]];
+        if (y == 0) {
+            atomicMin(bad, (unsigned long long)i);
+            out[i] = 0;
+        } else {
+            out[i] = y == -1 ? (T)((U)0 - (U)x) : x / y;
+        }
+    }
+}
+
+template <class S, class T>
+static __global__ void compare_k(int op, wf_cu_map m, uint8_t *out, const S *a, const S *b,
+                                 int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        int64_t off[WF_CU_MAX_IN];
+        wf_cu_offsets(m, i, off);
+        out[i] = compare_f<T>(op, wf_cu_ld<T>(a[off[0]]), wf_cu_ld<T>(b[off[1]])) ? 1 : 0;
+    }
+}
+
+/* where copies bits: by element size. */
+template <class E>
+static __global__ void where_k(wf_cu_map m, E *out, const uint8_t *c, const E *a, const E *b,
+                               int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        int64_t off[WF_CU_MAX_IN];
+        wf_cu_offsets(m, i, off);
+        out[i] = c[off[0]] ? a[off[1]] : b[off[2]];
+    }
+}
+
+/* ---- cast: the CPU twin's conversions -------------------------------------------------------- */
+
+/* A bool element, stored as a byte; any non-zero byte reads as true. */
+struct wf_cu_bool {
+    uint8_t v;
+};
+
+/* Floating to integer: truncate toward zero, saturate, NaN gives 0. */
+template <class D> __device__ __forceinline__ D f2i(double v)
+{
+    if (v != v)
+        return 0;
+    if constexpr (std::is_same<D, int32_t>::value)
+        return v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : (int32_t)v;
+    else if constexpr (std::is_same<D, int64_t>::value)
+        return v >= 9.2233720368547758e18    ? INT64_MAX
+               : v <= -9.2233720368547758e18 ? INT64_MIN
+                                             : (int64_t)v;
+    else
+        return v <= 0 ? 0 : v >= 255 ? 255 : (uint8_t)v;
+}
+
+/* One element from S to D. bf16 and f16 sources read as f32, destinations are the f32 value
+ * rounded once (as the CPU, which stages them through f32). */
+template <class D, class S> __device__ __forceinline__ D cast_f(S s)
+{
+    if constexpr (std::is_same<S, __nv_bfloat16>::value || std::is_same<S, __half>::value) {
+        return cast_f<D, float>(wf_cu_ld<float>(s));
+    } else if constexpr (std::is_same<S, wf_cu_bool>::value) {
+        return cast_f<D, uint8_t>((uint8_t)(s.v != 0));
+    } else if constexpr (std::is_same<D, wf_cu_bool>::value) {
+        return wf_cu_bool{ (uint8_t)(s != 0) };
+    } else if constexpr (std::is_same<D, __nv_bfloat16>::value || std::is_same<D, __half>::value) {
+        return wf_cu_st<D>(cast_f<float, S>(s));
+    } else if constexpr (std::is_floating_point<S>::value && std::is_integral<D>::value) {
+        return f2i<D>((double)s);
+    } else {
+        return (D)s; /* float <-> float, int -> float, int -> int (wraps) */
+    }
+}
+
+template <class S, class D>
+static __global__ void cast_k(wf_cu_map m, D *out, const S *x, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        int64_t off[WF_CU_MAX_IN];
+        wf_cu_offsets(m, i, off);
+        out[i] = cast_f<D, S>(x[off[0]]);
+    }
+}
+
+/* ---- Launchers ------------------------------------------------------------------------------- */
+
+template <class K, class... A>
+static int launch(const char *op, cudaStream_t s, int64_t n, K kernel, A... args)
+{
+    if (n == 0)
+        return 0;
+    kernel<<<wf__cuda_blocks(n, WF_CU_THREADS), WF_CU_THREADS, 0, s>>>(args...);
+    WF_CU_LAUNCHED(op);
+    return 0;
+}
+
+/* Calls BODY with 'S' the storage type of any dtype weft's kernels compute in (floating, i32,
+ * i64, u8, bool as u8); ELSE otherwise. */
+#define ANY_SWITCH(dt, BODY, ELSE)         \
+    switch (dt) {                          \
+    case WF_I32: {                         \
+        typedef int32_t S;                 \
+        BODY;                              \
+    } break;                               \
+    case WF_I64: {                         \
+        typedef int64_t S;                 \
+        BODY;                              \
+    } break;                               \
+    case WF_U8:                            \
+    case WF_BOOL: {                        \
+        typedef uint8_t S;                 \
+        BODY;                              \
+    } break;                               \
+    default:                               \
+        WF_CU_FLOAT_SWITCH(dt, BODY, ELSE) \
+    }
+
+static const char *const unary_names[WF_UNARY_COUNT] = {
+    "neg",     "abs",  "exp",        "log",       "sqrt",     "rsqrt", "square", "tanh",
+    "sigmoid", "relu", "leaky_relu", "gelu_tanh", "gelu_erf", "silu",  "sign",
+};
+
+static bool unary_int_op(wf_unary_op op)
+{
+    return op == WF_UNARY_NEG || op == WF_UNARY_ABS || op == WF_UNARY_SQUARE ||
+           op == WF_UNARY_RELU || op == WF_UNARY_SIGN;
+}
+
+int wf__unary_cuda(const wf_kernel_ctx *ctx, wf_unary_op op, double alpha, const wf_tensor *x,
+                   wf_tensor *out)
+{
+    if ((unsigned)op >= WF_UNARY_COUNT)
+        return wf__err(WF_EINVAL, "unary: op %d is not a wf_unary_op", (int)op);
+    const char *name = unary_names[op];
+    if (!x)
+        return wf__err(WF_EINVAL, "%s: x is NULL", name);
+    bool ok = wf_dtype_is_float(x->dtype) ||
+              ((x->dtype == WF_I32 || x->dtype == WF_I64) && unary_int_op(op));
+    if (!ok)
+        return wf__err(WF_EDTYPE, "%s: x is %s, which %s does not support", name,
+                       wf_dtype_name(x->dtype), name);
+    int rc = wf__kernel_check_out(name, out, x->dtype, x->shape);
+    const wf__cuda_queue *q;
+    if (rc < 0 || (rc = wf__cuda_enter(ctx, name, &q)) < 0)
+        return rc;
+    cudaStream_t s = q->stream;
+    wf_cu_map m;
+    wf__cuda_map_init(&m, out->shape, &x, 1);
+    int64_t n = out->numel;
+    switch (x->dtype) {
+    case WF_I32:
+        return launch(name, s, n, unary_k<int32_t, int32_t>, (int)op, (int32_t)0, m,
+                      (int32_t *)out->data, (const int32_t *)x->data, n);
+    case WF_I64:
+        return launch(name, s, n, unary_k<int64_t, int64_t>, (int)op, (int64_t)0, m,
+                      (int64_t *)out->data, (const int64_t *)x->data, n);
+    default:
+        WF_CU_FLOAT_SWITCH(
+            x->dtype,
+            {
+                typedef typename wf_cu_compute<S>::type T;
+                return launch(name, s, n, unary_k<S, T>, (int)op, (T)alpha, m, (S *)out->data,
+                              (const S *)x->data, n);
+            },
+            break)
+    }
+    return wf__err(WF_EDTYPE, "%s: x is %s", name, wf_dtype_name(x->dtype));
+}
+
+static const char *const binary_names[WF_BINARY_COUNT] = {
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+};
+
+/* The broadcast shape of 'in[0..n)' or WF_ESHAPE naming both shapes. */
+static int broadcast_shapes(const char *op, const wf_tensor *const *in, const char *const *names,
+                            int n, wf_shape *res)
+{
+    wf_shape r = in[0]->shape;
+    for (int i = 1; i < n; i++) {
+        wf_shape t;
+        if (wf_shape_broadcast(r, in[i]->shape, &t) < 0) {
+            char s1[160], s2[160];
+            return wf__err(WF_ESHAPE, "%s: %s is %s and %s is %s: they do not broadcast", op,
+                           names[i - 1], wf_shape_str(in[i - 1]->shape, s1, sizeof s1), names[i],
+                           wf_shape_str(in[i]->shape, s2, sizeof s2));
+        }
+        r = t;
+    }
+    *res = r;
+    return 0;
+}
+
+static int integer_div(const char *name, cudaStream_t s, const wf_cu_map &m, const wf_tensor *a,
+                       const wf_tensor *b, wf_tensor *out)
+{
+    int64_t n = out->numel;
+    if (n == 0)
+        return 0;
+    void *flag;
+    int rc = wf__cuda_tmp(s, sizeof(int64_t), name, &flag);
+    if (rc < 0)
+        return rc;
+    cudaError_t e = cudaMemsetAsync(flag, 0xff, sizeof(int64_t), s);
+    if (e != cudaSuccess)
+        rc = wf__cuda_fail(e, name, "cudaMemsetAsync");
+    if (rc == 0 && a->dtype == WF_I32)
+        rc = launch(name, s, n, idiv_k<int32_t>, m, (int32_t *)out->data, (const int32_t *)a->data,
+                    (const int32_t *)b->data, n, (unsigned long long *)flag);
+    else if (rc == 0)
+        rc = launch(name, s, n, idiv_k<int64_t>, m, (int64_t *)out->data, (const int64_t *)a->data,
+                    (const int64_t *)b->data, n, (unsigned long long *)flag);
+    int64_t bad = -1;
+    if (rc == 0)
+        rc = wf__cuda_read_flag(s, (const int64_t *)flag, name, &bad);
+    wf__cuda_tmp_free(s, flag);
+    if (rc == 0 && bad != -1)
+        rc = wf__err(WF_EINVAL, "div: integer division by zero at element %lld", (long long)bad);
+    return rc;
+}
+
+int wf__binary_cuda(const wf_kernel_ctx *ctx, wf_binary_op op, const wf_tensor *a,
+                    const wf_tensor *b, wf_tensor *out)
+{
+    if ((unsigned)op >= WF_BINARY_COUNT)
+        return wf__err(WF_EINVAL, "binary: op %d is not a wf_binary_op", (int)op);
+    const char *name = binary_names[op];
+    if (!a || !b)
+        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !a ? "a" : "b");
+    if (a->dtype != b->dtype)
+        return wf__err(WF_EDTYPE, "%s: a is %s but b is %s", name, wf_dtype_name(a->dtype),
+                       wf_dtype_name(b->dtype));
+    bool cmp = op >= WF_BINARY_EQ;
+    wf_dtype dt = a->dtype;
+    bool ok = wf_dtype_is_float(dt) || ((dt == WF_I32 || dt == WF_I64) && op != WF_BINARY_POW) ||
+              (cmp && (dt == WF_U8 || dt == WF_BOOL));
+    if (!ok)
+        return wf__err(WF_EDTYPE, "%s: a and b are %s, which %s does not support", name,
+                       wf_dtype_name(dt), name);
+    const wf_tensor *in[2] = { a, b };
+    const char *const names[2] = { "a", "b" };
+    wf_shape shape;
+    int rc = broadcast_shapes(name, in, names, 2, &shape);
+    if (rc < 0)
+        return rc;
+    rc = wf__kernel_check_out(name, out, cmp ? WF_BOOL : dt, shape);
+    const wf__cuda_queue *q;
+    if (rc < 0 || (rc = wf__cuda_enter(ctx, name, &q)) < 0)
+        return rc;
+    cudaStream_t s = q->stream;
+    wf_cu_map m;
+    wf__cuda_map_init(&m, out->shape, in, 2);
+    int64_t n = out->numel;
+    if (cmp) {
+        ANY_SWITCH(
+            dt,
+            {
+                typedef typename wf_cu_compute<S>::type T;
+                return launch(name, s, n, compare_k<S, T>, (int)op, m, (uint8_t *)out->data,
+                              (const S *)a->data, (const S *)b->data, n);
+            },
+            break)
+        return wf__err(WF_EDTYPE, "%s: a and b are %s", name, wf_dtype_name(dt));
+    }
+    if (op == WF_BINARY_DIV && (dt == WF_I32 || dt == WF_I64))
+        return integer_div(name, s, m, a, b, out);
+    switch (dt) {
+    case WF_I32:
+        return launch(name, s, n, binary_k<int32_t, int32_t>, (int)op, (int32_t)0, m,
+                      (int32_t *)out->data, (const int32_t *)a->data, (const int32_t *)b->data, n);
+    case WF_I64:
+        return launch(name, s, n, binary_k<int64_t, int64_t>, (int)op, (int64_t)0, m,
+                      (int64_t *)out->data, (const int64_t *)a->data, (const int64_t *)b->data, n);
+    default:
+        WF_CU_FLOAT_SWITCH(
+            dt,
+            {
+                typedef typename wf_cu_compute<S>::type T;
+                return launch(name, s, n, binary_k<S, T>, (int)op, (T)0, m, (S *)out->data,
+                              (const S *)a->data, (const S *)b->data, n);
+            },
+            break)
+    }
+    return wf__err(WF_EDTYPE, "%s: a and b are %s", name, wf_dtype_name(dt));
+}
+
+static const char *const act_grad_names[WF_ACT_GRAD_COUNT] = {
+    "relu_grad", "leaky_relu_grad", "gelu_grad", "gelu_tanh_grad",
+    "silu_grad", "sigmoid_grad",    "tanh_grad",
+};
+
+int wf__activation_grad_cuda(const wf_kernel_ctx *ctx, wf_act_grad_op op, double alpha,
+                             const wf_tensor *x, const wf_tensor *dy, wf_tensor *out)
+{
+    if ((unsigned)op >= WF_ACT_GRAD_COUNT)
+        return wf__err(WF_EINVAL, "activation_grad: op %d is not a wf_act_grad_op", (int)op);
+    const char *name = act_grad_names[op];
+    char s1[160], s2[160];
+    if (!x || !dy)
+        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !x ? "x" : "dy");
+    if (x->dtype != dy->dtype)
+        return wf__err(WF_EDTYPE, "%s: x is %s but dy is %s", name, wf_dtype_name(x->dtype),
+                       wf_dtype_name(dy->dtype));
+    if (!wf_shape_equal(x->shape, dy->shape))
+        return wf__err(WF_ESHAPE, "%s: x is %s but dy is %s (no broadcasting)", name,
+                       wf_shape_str(x->shape, s1, sizeof s1),
+                       wf_shape_str(dy->shape, s2, sizeof s2));
+    if (!wf_dtype_is_float(x->dtype))
+        return wf__err(WF_EDTYPE, "%s: x and dy are %s; %s takes f32, f64, bf16 or f16", name,
+                       wf_dtype_name(x->dtype), name);
+    int rc = wf__kernel_check_out(name, out, x->dtype, x->shape);
+    const wf__cuda_queue *q;
+    if (rc < 0 || (rc = wf__cuda_enter(ctx, name, &q)) < 0)
+        return rc;
+    cudaStream_t s = q->stream;
+    const wf_tensor *in[2] = { x, dy };
+    wf_cu_map m;
+    wf__cuda_map_init(&m, out->shape, in, 2);
+    int64_t n = out->numel;
+    WF_CU_FLOAT_SWITCH(
+        x->dtype,
+        {
+            typedef typename wf_cu_compute<S>::type T;
+            return launch(name, s, n, binary_k<S, T>, ACT_BASE + (int)op, (T)alpha, m,
+                          (S *)out->data, (const S *)x->data, (const S *)dy->data, n);
+        },
+        break)
+    return wf__err(WF_EDTYPE, "%s: x is %s", name, wf_dtype_name(x->dtype));
+}
+
+int wf__where_cuda(const wf_kernel_ctx *ctx, const wf_tensor *cond, const wf_tensor *a,
+                   const wf_tensor *b, wf_tensor *out)
+{
+    if (!cond || !a || !b)
+        return wf__err(WF_EINVAL, "where: %s is NULL", !cond ? "cond" : !a ? "a" : "b");
+    if (cond->dtype != WF_BOOL)
+        return wf__err(WF_EDTYPE, "where: cond is %s but must be bool", wf_dtype_name(cond->dtype));
+    if (a->dtype != b->dtype)
+        return wf__err(WF_EDTYPE, "where: a is %s but b is %s", wf_dtype_name(a->dtype),
+                       wf_dtype_name(b->dtype));
+    const wf_tensor *in[3] = { cond, a, b };
+    const char *const names[3] = { "cond", "a", "b" };
+    wf_shape shape;
+    int rc = broadcast_shapes("where", in, names, 3, &shape);
+    if (rc < 0)
+        return rc;
+    rc = wf__kernel_check_out("where", out, a->dtype, shape);
+    const wf__cuda_queue *q;
+    if (rc < 0 || (rc = wf__cuda_enter(ctx, "where", &q)) < 0)
+        return rc;
+    cudaStream_t s = q->stream;
+    wf_cu_map m;
+    wf__cuda_map_init(&m, out->shape, in, 3);
+    int64_t n = out->numel;
+    const uint8_t *c = (const uint8_t *)cond->data;
+    switch (wf_dtype_size(a->dtype)) {
+    case 1:
+        return launch("where", s, n, where_k<uint8_t>, m, (uint8_t *)out->data, c,
+                      (const uint8_t *)a->data, (const uint8_t *)b->data, n);
+    case 2:
+        return launch("where", s, n, where_k<uint16_t>, m, (uint16_t *)out->data, c,
+                      (const uint16_t *)a->data, (const uint16_t *)b->data, n);
+    case 4:
+        return launch("where", s, n, where_k<uint32_t>, m, (uint32_t *)out->data, c,
+                      (const uint32_t *)a->data, (const uint32_t *)b->data, n);
+    case 8:
+        return launch("where", s, n, where_k<uint64_t>, m, (uint64_t *)out->data, c,
+                      (const uint64_t *)a->data, (const uint64_t *)b->data, n);
+    default:
+        return wf__err(WF_EDTYPE, "where: dtype %s is not supported", wf_dtype_name(a->dtype));
+    }
+}
+
+/* Calls BODY with 'D' the element type of cast destination 'dt' (bool as wf_cu_bool). */
+#define CAST_DST_SWITCH(dt, BODY, ELSE) \
+    switch (dt) {                       \
+    case WF_F32: {                      \
+        typedef float D;                \
+        BODY;                           \
+    } break;                            \
+    case WF_F64: {                      \
+        typedef double D;               \
+        BODY;                           \
+    } break;                            \
+    case WF_BF16: {                     \
+        typedef __nv_bfloat16 D;        \
+        BODY;                           \
+    } break;                            \
+    case WF_F16: {                      \
+        typedef __half D;               \
+        BODY;                           \
+    } break;                            \
+    case WF_I32: {                      \
+        typedef int32_t D;              \
+        BODY;                           \
+    } break;                            \
+    case WF_I64: {                      \
+        typedef int64_t D;              \
+        BODY;                           \
+    } break;                            \
+    case WF_U8: {                       \
+        typedef uint8_t D;              \
+        BODY;                           \
+    } break;                            \
+    case WF_BOOL: {                     \
+        typedef wf_cu_bool D;           \
+        BODY;                           \
+    } break;                            \
+    default:                            \
+        ELSE;                           \
+    }
+
+/* The source side: 'S' as the destination's D (the same list). */
+#define CAST_SRC_SWITCH(dt, BODY, ELSE) \
+    switch (dt) {                       \
+    case WF_F32: {                      \
+        typedef float S;                \
+        BODY;                           \
+    } break;                            \
+    case WF_F64: {                      \
+        typedef double S;               \
+        BODY;                           \
+    } break;                            \
+    case WF_BF16: {                     \
+        typedef __nv_bfloat16 S;        \
+        BODY;                           \
+    } break;                            \
+    case WF_F16: {                      \
+        typedef __half S;               \
+        BODY;                           \
+    } break;                            \
+    case WF_I32: {                      \
+        typedef int32_t S;              \
+        BODY;                           \
+    } break;                            \
+    case WF_I64: {                      \
+        typedef int64_t S;              \
+        BODY;                           \
+    } break;                            \
+    case WF_U8: {                       \
+        typedef uint8_t S;              \
+        BODY;                           \
+    } break;                            \
+    case WF_BOOL: {                     \
+        typedef wf_cu_bool S;           \
+        BODY;                           \
+    } break;                            \
+    default:                            \
+        ELSE;                           \
+    }
+
+int wf__cast_cuda(const wf_kernel_ctx *ctx, const wf_tensor *x, wf_tensor *out)
+{
+    if (!x || !out)
+        return wf__err(WF_EINVAL, "cast: %s is NULL", !x ? "x" : "out");
+    int rc = wf__kernel_check_out("cast", out, out->dtype, x->shape);
+    if (rc < 0)
+        return rc;
+    const wf__cuda_queue *q;
+    if ((rc = wf__cuda_enter(ctx, "cast", &q)) < 0)
+        return rc;
+    cudaStream_t s = q->stream;
+    wf_cu_map m;
+    wf__cuda_map_init(&m, out->shape, &x, 1);
+    int64_t n = out->numel;
+    /* Same-dtype halves are a bit copy, as the CPU's (no f32 round trip). */
+    if (x->dtype == out->dtype && (x->dtype == WF_BF16 || x->dtype == WF_F16))
+        return launch("cast", s, n, cast_k<uint16_t, uint16_t>, m, (uint16_t *)out->data,
+                      (const uint16_t *)x->data, n);
+    bool known = false;
+    CAST_SRC_SWITCH(x->dtype,
+                    { CAST_DST_SWITCH(
+                        out->dtype,
+                        {
+                            known = true;
+                            rc = launch("cast", s, n, cast_k<S, D>, m, (D *)out->data,
+                                        (const S *)x->data, n);
+                        },
+                        break) },
+                    break)
+    if (!known)
+        return wf__err(WF_EDTYPE, "cast: from %s to %s is not supported", wf_dtype_name(x->dtype),
+                       wf_dtype_name(out->dtype));
+    return rc;
+}
+
+/* ---- The op defs' CUDA slots (elementwise.c's kernels, with their attributes) ---------------- */
+
+#define UNARY_SLOTS(X)        \
+    X(neg, NEG)               \
+    X(abs, ABS)               \
+    X(exp, EXP)               \
+    X(log, LOG)               \
+    X(sqrt, SQRT)             \
+    X(rsqrt, RSQRT)           \
+    X(square, SQUARE)         \
+    X(tanh, TANH)             \
+    X(sigmoid, SIGMOID)       \
+    X(relu, RELU)             \
+    X(leaky_relu, LEAKY_RELU) \
+    X(gelu, GELU_ERF)         \
+    X(gelu_tanh, GELU_TANH)   \
+    X(silu, SILU)             \
+    X(sign, SIGN)
+
+#define UNARY_SLOT(id, OP)                                                                     \
+    int wf__cuda_kernel_##id(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in, \
+                             wf_tensor **out)                                                  \
+    {                                                                                          \
+        return wf__unary_cuda(ctx, WF_UNARY_##OP, n->attrs->alpha, in[0], *out);               \
+    }
+UNARY_SLOTS(UNARY_SLOT)
+
+#define BINARY_SLOTS(X) \
+    X(add, ADD)         \
+    X(sub, SUB)         \
+    X(mul, MUL)         \
+    X(div, DIV)         \
+    X(pow, POW)         \
+    X(maximum, MAXIMUM) \
+    X(minimum, MINIMUM) \
+    X(eq, EQ)           \
+    X(ne, NE)           \
+    X(lt, LT)           \
+    X(le, LE)           \
+    X(gt, GT)           \
+    X(ge, GE)
+
+#define BINARY_SLOT(id, OP)                                                                    \
+    int wf__cuda_kernel_##id(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in, \
+                             wf_tensor **out)                                                  \
+    {                                                                                          \
+        (void)n;                                                                               \
+        return wf__binary_cuda(ctx, WF_BINARY_##OP, in[0], in[1], *out);                       \
+    }
+BINARY_SLOTS(BINARY_SLOT)
+
+#define ACT_GRAD_SLOTS(X)          \
+    X(relu_grad, RELU)             \
+    X(leaky_relu_grad, LEAKY_RELU) \
+    X(gelu_grad, GELU_ERF)         \
+    X(gelu_tanh_grad, GELU_TANH)   \
+    X(silu_grad, SILU)             \
+    X(sigmoid_grad, SIGMOID)       \
+    X(tanh_grad, TANH)
+
+#define ACT_GRAD_SLOT(id, OP)                                                                  \
+    int wf__cuda_kernel_##id(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in, \
+                             wf_tensor **out)                                                  \
+    {                                                                                          \
+        return wf__activation_grad_cuda(ctx, WF_ACT_GRAD_##OP, n->attrs->alpha, in[0], in[1],  \
+                                        *out);                                                 \
+    }
+ACT_GRAD_SLOTS(ACT_GRAD_SLOT)
+
+int wf__cuda_kernel_cast(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                         wf_tensor **out)
+{
+    (void)n;
+    return wf__cast_cuda(ctx, in[0], *out);
+}
+
+int wf__cuda_kernel_where(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                          wf_tensor **out)
+{
+    (void)n;
+    return wf__where_cuda(ctx, in[0], in[1], in[2], *out);
+}
