@@ -168,6 +168,8 @@ static const char *kind_name(int kind)
         return "fused";
     if (kind == WF__RW_EPILOGUE)
         return "epilogue";
+    if (kind == WF__RW_OPTIM_FUSED)
+        return "optim_fused";
     return kind == WF__RW_FOLDED ? "folded" : kind == WF__RW_CSE ? "cse" : "simplified";
 }
 

@@ -9,6 +9,8 @@
  * Not here: compiling plans (plan.c), running them (exec.c). */
 #include "internal.h"
 
+#include <weft/devices.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +69,11 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     if (o.flags & ~(uint32_t)WF_SESSION_NO_PASSES)
         return wf__graph_fail(g, WF_EINVAL, "wf_session_create: unknown flags 0x%x",
                               (unsigned)(o.flags & ~(uint32_t)WF_SESSION_NO_PASSES));
+    if (o.device < -1 || (o.device > 0 && o.device >= wf_device_count(wf_graph_runtime(g))))
+        return wf__graph_fail(g, WF_EINVAL,
+                              "wf_session_create: device %d: the runtime has devices 0 .. %d "
+                              "(-1: the CPU only, 0: the placement rule)",
+                              o.device, wf_device_count(wf_graph_runtime(g)) - 1);
     if (wf_graph_status(g) < 0) {
         /* The graph keeps its first error; say it here too. */
         int code = wf_graph_status(g);
@@ -81,6 +88,7 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     s->n_nodes = wf_graph_node_count(g);
     s->max_slots = o.n_run_slots ? o.n_run_slots : DEFAULT_SLOTS;
     s->flags = o.flags;
+    s->device = o.device;
     pthread_rwlock_init(&s->var_lock, NULL);
     pthread_mutex_init(&s->plans_mu, NULL);
     int rc = wf_pool_create(s->rt, NULL, &s->pool);

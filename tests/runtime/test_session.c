@@ -79,8 +79,24 @@ Test(runtime_session, create_rejects_bad_options_with_einval)
     wf_session *s;
     cr_assert_eq(wf_session_create(g, &(wf_session_opts){ .n_run_slots = -1 }, &s), WF_EINVAL);
     cr_assert_null(s);
+    wf_graph_clear_error(g);
     cr_assert_eq(wf_session_create(g, &(wf_session_opts){ .n_run_slots = 5000 }, &s), WF_EINVAL);
-    cr_assert_eq(wf_session_create(g, &(wf_session_opts){ .flags = 0x80 }, &s), WF_EINVAL);
+    wf_graph_clear_error(g);
+    cr_assert_eq(wf_session_create(g, &(wf_session_opts){ .flags = 0x100 }, &s), WF_EINVAL);
+    cr_assert(strstr(wf_last_errmsg(), "unknown flags 0x100"), "%s", wf_last_errmsg());
+    wf_graph_clear_error(g);
+    /* Devices: -1 (CPU only) and 0 (the rule) always exist; one past the last does not. */
+    int n_dev = wf_device_count(rt);
+    cr_assert_eq(wf_session_create(g, &(wf_session_opts){ .device = n_dev }, &s), WF_EINVAL);
+    cr_assert(strstr(wf_last_errmsg(), "device"), "%s", wf_last_errmsg());
+    wf_graph_clear_error(g);
+    cr_assert_eq(wf_session_create(g, &(wf_session_opts){ .device = -2 }, &s), WF_EINVAL);
+    wf_graph_clear_error(g);
+    for (int d = -1; d <= 0; d++) {
+        cr_assert_eq(wf_session_create(g, &(wf_session_opts){ .device = d }, &s), 0,
+                     "device %d: %s", d, wf_last_errmsg());
+        wf_session_destroy(s);
+    }
     cr_assert_eq(wf_session_create(NULL, NULL, &s), WF_EINVAL);
     cr_assert_eq(wf_session_create(g, NULL, NULL), WF_EINVAL);
     wf_graph_clear_error(g);
