@@ -294,8 +294,10 @@ static void cuda_free(wf_device *d, wf_buffer *b)
     wf__buffer_release(b);
 }
 
+/* Checks a staged copy's arguments: the buffer range, the host pointer and 'done' (which must
+ * belong to this device). */
 static int check_range(cuda_dev *d, const char *what, const wf_buffer *b, size_t off, size_t n,
-                       const void *host)
+                       const void *host, const wf_event *done)
 {
     if (!b || (!host && n))
         return wf__err(WF_EINVAL, "%s %s: %s is NULL", d->base.info.name, what,
@@ -303,6 +305,9 @@ static int check_range(cuda_dev *d, const char *what, const wf_buffer *b, size_t
     if (off > b->bytes || n > b->bytes - off)
         return wf__err(WF_EINVAL, "%s %s: bytes [%zu, %zu) are outside the %zu-byte buffer",
                        d->base.info.name, what, off, off + n, b->bytes);
+    if (done && done->dev != &d->base)
+        return wf__err(WF_EINVAL, "%s %s: 'done' belongs to another device", d->base.info.name,
+                       what);
     return 0;
 }
 
@@ -337,22 +342,29 @@ static int take_stage(cuda_dev *d, stage **out)
     return 0;
 }
 
+/* Takes the run lock and makes stream 'which' of 'd' current for 'what'.
+ * Returns 0 with 'run_mu' held, or a status with it released. */
+static int lock_stream(cuda_dev *d, int which, const char *what)
+{
+    pthread_mutex_lock(&d->run_mu);
+    int rc = set_device(d);
+    if (rc >= 0)
+        rc = use_stream(d, which, what);
+    if (rc < 0)
+        pthread_mutex_unlock(&d->run_mu);
+    return rc;
+}
+
 static int cuda_copy_from_host(wf_device *dv, wf_buffer *dst, size_t off, const void *src, size_t n,
                                wf_event *done)
 {
     cuda_dev *d = (cuda_dev *)dv;
-    int rc = check_range(d, "copy_from_host", dst, off, n, src);
-    if (rc < 0)
+    int rc = check_range(d, "copy_from_host", dst, off, n, src, done);
+    if (rc < 0 || (rc = lock_stream(d, S_H2D, "copy_from_host")) < 0)
         return rc;
-    if (done && done->dev != dv)
-        return wf__err(WF_EINVAL, "%s copy_from_host: 'done' belongs to another device",
-                       d->base.info.name);
-    pthread_mutex_lock(&d->run_mu);
-    if ((rc = set_device(d)) < 0 || (rc = use_stream(d, S_H2D, "copy_from_host")) < 0)
-        goto out;
     for (size_t pos = 0; pos < n;) {
         size_t len = n - pos < STAGE_BYTES ? n - pos : STAGE_BYTES;
-        stage *s;
+        stage *s = NULL;
         if ((rc = take_stage(d, &s)) < 0)
             goto out;
         memcpy(s->host, (const char *)src + pos, len);
@@ -378,18 +390,12 @@ static int cuda_copy_to_host(wf_device *dv, const wf_buffer *src, size_t off, vo
                              wf_event *done)
 {
     cuda_dev *d = (cuda_dev *)dv;
-    int rc = check_range(d, "copy_to_host", src, off, n, dst);
-    if (rc < 0)
+    int rc = check_range(d, "copy_to_host", src, off, n, dst, done);
+    if (rc < 0 || (rc = lock_stream(d, S_D2H, "copy_to_host")) < 0)
         return rc;
-    if (done && done->dev != dv)
-        return wf__err(WF_EINVAL, "%s copy_to_host: 'done' belongs to another device",
-                       d->base.info.name);
-    pthread_mutex_lock(&d->run_mu);
-    if ((rc = set_device(d)) < 0 || (rc = use_stream(d, S_D2H, "copy_to_host")) < 0)
-        goto out;
     for (size_t pos = 0; pos < n;) {
         size_t len = n - pos < STAGE_BYTES ? n - pos : STAGE_BYTES;
-        stage *s;
+        stage *s = NULL;
         if ((rc = take_stage(d, &s)) < 0)
             goto out;
         callback *c = calloc(1, sizeof *c);

@@ -10,26 +10,22 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
+#include "layout.h"
 
 #include <stdio.h>
 #include <string.h>
 
-int wf__slice_backward_cpu(const wf_kctx *ctx, const int64_t *begin, const int64_t *end,
-                           const int64_t *step, const wf_tensor *dy, wf_tensor *out)
+int wf__ops_slice_backward_layout(const int64_t *begin, const int64_t *end, const int64_t *step,
+                                  const wf_tensor *dy, const wf_tensor *out, int64_t *ds,
+                                  int64_t *off)
 {
-    (void)ctx;
     char s1[160], s2[160];
-    if (!dy || !out || !begin || !end || !step)
-        return wf__err(WF_EINVAL, "slice_backward: NULL argument");
-    int rc = wf__kernel_check_out("slice_backward", out, dy->dtype, out->shape);
-    if (rc < 0)
-        return rc;
     int r = out->shape.rank;
     if (dy->shape.rank != r)
         return wf__err(WF_ESHAPE, "slice_backward: dy is %s but x is %s",
                        wf_shape_str(dy->shape, s1, sizeof s1),
                        wf_shape_str(out->shape, s2, sizeof s2));
-    int64_t ds[WF_MAX_RANK], off = 0;
+    *off = 0;
     for (int d = 0; d < r; d++) {
         int64_t start, len;
         if (wf__slice_dim(out->shape.dims[d], begin[d], end[d], step[d], &start, &len) < 0)
@@ -41,8 +37,25 @@ int wf__slice_backward_cpu(const wf_kctx *ctx, const int64_t *begin, const int64
                            wf_shape_str(out->shape, s1, sizeof s1), (long long)len, d,
                            wf_shape_str(dy->shape, s2, sizeof s2));
         ds[d] = out->strides[d] * step[d];
-        off += start * out->strides[d];
+        if (len > 0)
+            *off += start * out->strides[d];
     }
+    return 0;
+}
+
+int wf__slice_backward_cpu(const wf_kctx *ctx, const int64_t *begin, const int64_t *end,
+                           const int64_t *step, const wf_tensor *dy, wf_tensor *out)
+{
+    (void)ctx;
+    if (!dy || !out || !begin || !end || !step)
+        return wf__err(WF_EINVAL, "slice_backward: NULL argument");
+    int rc = wf__kernel_check_out("slice_backward", out, dy->dtype, out->shape);
+    if (rc < 0)
+        return rc;
+    int r = out->shape.rank;
+    int64_t ds[WF_MAX_RANK], off;
+    if ((rc = wf__ops_slice_backward_layout(begin, end, step, dy, out, ds, &off)) < 0)
+        return rc;
     size_t es = wf_dtype_size(out->dtype);
     memset(out->data, 0, (size_t)out->numel * es);
     if (dy->numel == 0)

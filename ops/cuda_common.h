@@ -48,6 +48,7 @@ extern "C" {
 #include "../devices/cuda.h"
 #include "cuda_kernels.h"
 #include "kernels.h"
+#include "layout.h"
 }
 #undef _Atomic
 

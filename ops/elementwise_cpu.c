@@ -19,6 +19,7 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
+#include "layout.h"
 #include "scalar.h"
 
 #include <stdio.h>
@@ -65,44 +66,52 @@ static void plan_init(ew_plan *pl, wf_tensor *out, const wf_tensor *const *in, i
     pl->arg = arg;
     for (int k = 0; k < n_ops; k++) {
         const wf_tensor *t = k ? in[k - 1] : out;
-        int64_t es = (int64_t)wf_dtype_size(t->dtype);
         pl->base[k] = t->data;
         pl->stage[k] = stage_halves && is_half(t->dtype) ? t->dtype : WF_DTYPE_INVALID;
         pl->any_stage |= pl->stage[k] != WF_DTYPE_INVALID;
-        for (int d = 0; d < r; d++) {
-            int td = d - (r - t->shape.rank);
-            st[k][d] = td < 0 || t->shape.dims[td] == 1 ? 0 : t->strides[td] * es;
-        }
+        wf__ops_bcast_strides(t, r, (int64_t)wf_dtype_size(t->dtype), st[k]);
     }
-    /* Drop size-1 axes; merge an axis into the one before it when, in every operand, the
-     * outer stride is the inner stride times the inner size. */
-    int n = 0;
+    pl->rank = wf__ops_merge_axes(out->shape, n_ops, st, pl->dims, pl->st);
+    pl->numel = out->numel;
+}
+
+void wf__ops_bcast_strides(const wf_tensor *t, int r, int64_t unit, int64_t *st)
+{
     for (int d = 0; d < r; d++) {
-        int64_t dim = out->shape.dims[d];
+        int td = d - (r - t->shape.rank);
+        st[d] = td < 0 || t->shape.dims[td] == 1 ? 0 : t->strides[td] * unit;
+    }
+}
+
+int wf__ops_merge_axes(wf_shape shape, int n_ops, int64_t (*full)[WF_MAX_RANK], int64_t *dims,
+                       int64_t (*st)[WF_MAX_RANK])
+{
+    int n = 0;
+    for (int d = 0; d < shape.rank; d++) {
+        int64_t dim = shape.dims[d];
         if (dim == 1)
             continue;
         bool merge = n > 0;
         for (int k = 0; k < n_ops && merge; k++)
-            merge = pl->st[k][n - 1] == st[k][d] * dim;
+            merge = st[k][n - 1] == full[k][d] * dim;
         if (merge) {
-            pl->dims[n - 1] *= dim;
+            dims[n - 1] *= dim;
             for (int k = 0; k < n_ops; k++)
-                pl->st[k][n - 1] = st[k][d];
+                st[k][n - 1] = full[k][d];
         } else {
-            pl->dims[n] = dim;
+            dims[n] = dim;
             for (int k = 0; k < n_ops; k++)
-                pl->st[k][n] = st[k][d];
+                st[k][n] = full[k][d];
             n++;
         }
     }
     if (n == 0) { /* a scalar, or all axes of size 1 */
-        pl->dims[0] = 1;
+        dims[0] = 1;
         for (int k = 0; k < n_ops; k++)
-            pl->st[k][0] = 0;
+            st[k][0] = 0;
         n = 1;
     }
-    pl->rank = n;
-    pl->numel = out->numel;
+    return n;
 }
 
 static void load_half(wf_dtype dt, float *dst, const char *src, int64_t stride, int64_t n)

@@ -16,6 +16,7 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "fused.h"
+#include "layout.h"
 #include "scalar.h"
 
 #include <stdio.h>
@@ -47,39 +48,10 @@ static void plan_layout(fu_plan *pl, wf_tensor *out, const wf_tensor *const *in)
     int64_t st[WF__FUSED_MAX_INPUTS + 1][WF_MAX_RANK];
     for (int k = 0; k < n_ops; k++) {
         const wf_tensor *t = k ? in[k - 1] : out;
-        int64_t es = (int64_t)wf_dtype_size(t->dtype);
         pl->base[k] = t->data;
-        for (int d = 0; d < r; d++) {
-            int td = d - (r - t->shape.rank);
-            st[k][d] = td < 0 || t->shape.dims[td] == 1 ? 0 : t->strides[td] * es;
-        }
+        wf__ops_bcast_strides(t, r, (int64_t)wf_dtype_size(t->dtype), st[k]);
     }
-    int n = 0;
-    for (int d = 0; d < r; d++) {
-        int64_t dim = out->shape.dims[d];
-        if (dim == 1)
-            continue;
-        bool merge = n > 0;
-        for (int k = 0; k < n_ops && merge; k++)
-            merge = pl->st[k][n - 1] == st[k][d] * dim;
-        if (merge) {
-            pl->dims[n - 1] *= dim;
-            for (int k = 0; k < n_ops; k++)
-                pl->st[k][n - 1] = st[k][d];
-        } else {
-            pl->dims[n] = dim;
-            for (int k = 0; k < n_ops; k++)
-                pl->st[k][n] = st[k][d];
-            n++;
-        }
-    }
-    if (n == 0) {
-        pl->dims[0] = 1;
-        for (int k = 0; k < n_ops; k++)
-            pl->st[k][0] = 0;
-        n = 1;
-    }
-    pl->rank = n;
+    pl->rank = wf__ops_merge_axes(out->shape, n_ops, st, pl->dims, pl->st);
     pl->numel = out->numel;
 }
 

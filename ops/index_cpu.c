@@ -12,6 +12,7 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
+#include "layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +32,11 @@ static int64_t index_at(const wf_tensor *t, int64_t i)
     return ((const int64_t *)(const void *)t->data)[off];
 }
 
-int wf__gather_cpu(const wf_kctx *ctx, int axis, const wf_tensor *params, const wf_tensor *indices,
-                   wf_tensor *out)
+/* ---- Checks shared with the CUDA kernels (ops/layout.h) ------------------------------------ */
+
+int wf__ops_gather_check(int axis, const wf_tensor *params, const wf_tensor *indices,
+                         const wf_tensor *out)
 {
-    (void)ctx;
     char s1[160], s2[160];
     if (!params || !indices || !out)
         return wf__err(WF_EINVAL, "gather: NULL tensor");
@@ -53,9 +55,36 @@ int wf__gather_cpu(const wf_kctx *ctx, int axis, const wf_tensor *params, const 
         s.dims[axis + d] = indices->shape.dims[d];
     for (int d = axis + 1; d < pr; d++)
         s.dims[ir + d - 1] = params->shape.dims[d];
-    int rc = wf__kernel_check_out("gather", out, params->dtype, s);
+    return wf__kernel_check_out("gather", out, params->dtype, s);
+}
+
+int wf__ops_one_hot_check(const wf_tensor *indices, const wf_tensor *out)
+{
+    char s1[160], s2[160];
+    if (!indices || !out)
+        return wf__err(WF_EINVAL, "one_hot: NULL tensor");
+    if (indices->dtype != WF_I32 && indices->dtype != WF_I64)
+        return wf__err(WF_EDTYPE, "one_hot: indices are %s %s but must be i32 or i64",
+                       wf_dtype_name(indices->dtype), wf_shape_str(indices->shape, s1, sizeof s1));
+    bool ok = out->contiguous && out->shape.rank == indices->shape.rank + 1;
+    for (int d = 0; ok && d < indices->shape.rank; d++)
+        ok = out->shape.dims[d] == indices->shape.dims[d];
+    if (!ok)
+        return wf__err(WF_ESHAPE, "one_hot: indices are %s but out is %s",
+                       wf_shape_str(indices->shape, s1, sizeof s1),
+                       wf_shape_str(out->shape, s2, sizeof s2));
+    return 0;
+}
+
+int wf__gather_cpu(const wf_kctx *ctx, int axis, const wf_tensor *params, const wf_tensor *indices,
+                   wf_tensor *out)
+{
+    (void)ctx;
+    char s1[160], s2[160];
+    int rc = wf__ops_gather_check(axis, params, indices, out);
     if (rc < 0)
         return rc;
+    int pr = params->shape.rank;
     int64_t outer = 1, inner = 1, dim = params->shape.dims[axis];
     for (int d = 0; d < axis; d++)
         outer *= params->shape.dims[d];
@@ -117,19 +146,9 @@ int wf__gather_cpu(const wf_kctx *ctx, int axis, const wf_tensor *params, const 
 int wf__one_hot_cpu(const wf_kctx *ctx, const wf_tensor *indices, wf_tensor *out)
 {
     (void)ctx;
-    char s1[160], s2[160];
-    if (!indices || !out)
-        return wf__err(WF_EINVAL, "one_hot: NULL tensor");
-    if (indices->dtype != WF_I32 && indices->dtype != WF_I64)
-        return wf__err(WF_EDTYPE, "one_hot: indices are %s %s but must be i32 or i64",
-                       wf_dtype_name(indices->dtype), wf_shape_str(indices->shape, s1, sizeof s1));
-    bool ok = out->contiguous && out->shape.rank == indices->shape.rank + 1;
-    for (int d = 0; ok && d < indices->shape.rank; d++)
-        ok = out->shape.dims[d] == indices->shape.dims[d];
-    if (!ok)
-        return wf__err(WF_ESHAPE, "one_hot: indices are %s but out is %s",
-                       wf_shape_str(indices->shape, s1, sizeof s1),
-                       wf_shape_str(out->shape, s2, sizeof s2));
+    int rc = wf__ops_one_hot_check(indices, out);
+    if (rc < 0)
+        return rc;
     int64_t depth = out->shape.dims[out->shape.rank - 1];
     size_t es = wf_dtype_size(out->dtype);
     char one[16];
@@ -182,8 +201,8 @@ SA_PIECES(sa_f64, double, double)
 SA_PIECES(sa_i32, int32_t, uint32_t)
 SA_PIECES(sa_i64, int64_t, uint64_t)
 
-/* Checks the dtypes and that updates are out[:axis] + indices + out[axis+1:]. */
-static int sa_check(int axis, const wf_tensor *u, const wf_tensor *indices, const wf_tensor *out)
+int wf__ops_scatter_add_check(int axis, const wf_tensor *u, const wf_tensor *indices,
+                              const wf_tensor *out)
 {
     char s1[160], s2[160], s3[160];
     if (!u || !indices || !out)
@@ -217,7 +236,7 @@ static int sa_check(int axis, const wf_tensor *u, const wf_tensor *indices, cons
 int wf__scatter_add_cpu(const wf_kctx *ctx, int axis, const wf_tensor *updates,
                         const wf_tensor *indices, wf_tensor *out)
 {
-    int rc = sa_check(axis, updates, indices, out);
+    int rc = wf__ops_scatter_add_check(axis, updates, indices, out);
     if (rc < 0)
         return rc;
     char s1[160], s2[160];

@@ -147,29 +147,11 @@ static void launch_gather(cudaStream_t s, const ix_plan &p, bool l64, const void
 int wf__gather_cuda(const wf_kernel_ctx *ctx, int axis, const wf_tensor *params,
                     const wf_tensor *indices, wf_tensor *out)
 {
-    char s1[160], s2[160];
-    if (!params || !indices || !out)
-        return wf__err(WF_EINVAL, "gather: NULL tensor");
-    if (indices->dtype != WF_I32 && indices->dtype != WF_I64)
-        return wf__err(WF_EDTYPE, "gather: indices are %s %s but must be i32 or i64",
-                       wf_dtype_name(indices->dtype), wf_shape_str(indices->shape, s1, sizeof s1));
-    int pr = params->shape.rank, ir = indices->shape.rank;
-    if (axis < 0 || axis >= pr || pr + ir - 1 > WF_MAX_RANK)
-        return wf__err(WF_EINVAL, "gather: axis %d does not fit params %s and indices %s", axis,
-                       wf_shape_str(params->shape, s1, sizeof s1),
-                       wf_shape_str(indices->shape, s2, sizeof s2));
-    wf_shape sh;
-    sh.rank = pr + ir - 1;
-    for (int d = 0; d < axis; d++)
-        sh.dims[d] = params->shape.dims[d];
-    for (int d = 0; d < ir; d++)
-        sh.dims[axis + d] = indices->shape.dims[d];
-    for (int d = axis + 1; d < pr; d++)
-        sh.dims[ir + d - 1] = params->shape.dims[d];
-    int rc = wf__kernel_check_out("gather", out, params->dtype, sh);
     const wf__cuda_queue *q;
+    int rc = wf__ops_gather_check(axis, params, indices, out);
     if (rc < 0 || (rc = wf__cuda_enter(ctx, "gather", &q)) < 0)
         return rc;
+    int pr = params->shape.rank;
     ix_plan p;
     p.pr = pr;
     p.axis = axis;
@@ -216,38 +198,6 @@ int wf__gather_cuda(const wf_kernel_ctx *ctx, int axis, const wf_tensor *params,
     return rc;
 }
 
-/* The CPU twin's checks. */
-static int sa_check(int axis, const wf_tensor *u, const wf_tensor *indices, const wf_tensor *out)
-{
-    char s1[160], s2[160], s3[160];
-    if (!u || !indices || !out)
-        return wf__err(WF_EINVAL, "scatter_add: NULL tensor");
-    if (indices->dtype != WF_I32 && indices->dtype != WF_I64)
-        return wf__err(WF_EDTYPE, "scatter_add: indices are %s %s but must be i32 or i64",
-                       wf_dtype_name(indices->dtype), wf_shape_str(indices->shape, s1, sizeof s1));
-    wf_dtype dt = u->dtype;
-    if (!wf_dtype_is_float(dt) && dt != WF_I32 && dt != WF_I64)
-        return wf__err(WF_EDTYPE,
-                       "scatter_add: updates are %s; scatter_add takes f32, f64, "
-                       "bf16, f16, i32 or i64",
-                       wf_dtype_name(dt));
-    int r = out->shape.rank, ir = indices->shape.rank;
-    bool ok = axis >= 0 && axis < r && u->shape.rank == r - 1 + ir;
-    for (int d = 0; ok && d < u->shape.rank; d++) {
-        int64_t want = d < axis        ? out->shape.dims[d]
-                       : d < axis + ir ? indices->shape.dims[d - axis]
-                                       : out->shape.dims[d - ir + 1];
-        ok = u->shape.dims[d] == want;
-    }
-    if (!ok || out->dtype != dt)
-        return wf__err(out->dtype != dt ? WF_EDTYPE : WF_ESHAPE,
-                       "scatter_add: updates %s %s, indices %s and out %s %s do not fit at axis %d",
-                       wf_dtype_name(dt), wf_shape_str(u->shape, s1, sizeof s1),
-                       wf_shape_str(indices->shape, s2, sizeof s2), wf_dtype_name(out->dtype),
-                       wf_shape_str(out->shape, s3, sizeof s3), axis);
-    return wf__kernel_check_out("scatter_add", out, dt, out->shape);
-}
-
 template <class S, class A>
 static void launch_scatter(cudaStream_t s, const ix_plan &p, const wf_cu_map &m, bool l64,
                            const void *upd, const void *idx, void *acc, void *flag)
@@ -264,7 +214,7 @@ static void launch_scatter(cudaStream_t s, const ix_plan &p, const wf_cu_map &m,
 int wf__scatter_add_cuda(const wf_kernel_ctx *ctx, int axis, const wf_tensor *updates,
                          const wf_tensor *indices, wf_tensor *out)
 {
-    int rc = sa_check(axis, updates, indices, out);
+    int rc = wf__ops_scatter_add_check(axis, updates, indices, out);
     const wf__cuda_queue *q;
     if (rc < 0 || (rc = wf__cuda_enter(ctx, "scatter_add", &q)) < 0)
         return rc;

@@ -24,6 +24,7 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
+#include "layout.h"
 #include "scalar.h"
 
 #include <limits.h>
@@ -56,22 +57,27 @@ typedef struct mm_plan {
     int64_t bias_st;       /* its stride in elements along N (0: one value for every column) */
 } mm_plan;
 
-/* Places a (rows x cols) matrix with strides (sr, sc) for BLAS with the user's 'trans'.
- * Returns false when it has no unit stride (it must be packed). */
-static bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool trans,
-                        mm_operand *op)
+bool wf__ops_blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool trans,
+                         bool *trans_out, int64_t *ld)
 {
     int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
     if ((cols <= 1 || sc == 1) && (rows <= 1 || sr >= c1)) { /* row-major */
-        op->trans = trans;
-        op->ld = rows <= 1 ? c1 : sr;
+        *trans_out = trans;
+        *ld = rows <= 1 ? c1 : sr;
     } else if ((rows <= 1 || sr == 1) && (cols <= 1 || sc >= r1)) { /* column-major */
-        op->trans = !trans;
-        op->ld = cols <= 1 ? r1 : sc;
+        *trans_out = !trans;
+        *ld = cols <= 1 ? r1 : sc;
     } else {
         return false;
     }
-    return op->ld <= INT_MAX;
+    return *ld <= INT_MAX;
+}
+
+/* wf__ops_blas_layout() into 'op'. */
+static bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool trans,
+                        mm_operand *op)
+{
+    return wf__ops_blas_layout(rows, cols, sr, sc, trans, &op->trans, &op->ld);
 }
 
 /* The epilogue of the mt x nt tile at 'c' (row stride N, first column n0): per row, the bias
@@ -163,7 +169,7 @@ static bool epilogue_act(int act)
 }
 
 /* Checks 'bias' against out's shape 'os' (kernels.h: wf__matmul_epilogue_cpu). */
-static int check_bias(const char *name, const wf_tensor *bias, wf_dtype dt, wf_shape os)
+int wf__ops_matmul_check_bias(const char *name, const wf_tensor *bias, wf_dtype dt, wf_shape os)
 {
     char s1[160], s2[160];
     int r = bias->shape.rank;
@@ -183,10 +189,9 @@ static int check_bias(const char *name, const wf_tensor *bias, wf_dtype dt, wf_s
     return 0;
 }
 
-/* matmul, with the epilogue 'ep' (NULL: none) and 'bias' (NULL: none); 'name' for messages. */
-static int product(const wf_kctx *ctx, const char *name, bool trans_a, bool trans_b,
-                   const wf_epilogue *ep, const wf_tensor *a, const wf_tensor *b,
-                   const wf_tensor *bias, wf_tensor *out)
+int wf__ops_matmul_shape(const char *name, bool trans_a, bool trans_b, const wf_tensor *a,
+                         const wf_tensor *b, const wf_tensor *out, int64_t *M, int64_t *N,
+                         int64_t *K, wf_shape *oshape)
 {
     char sa[160], sb[160];
     if (!a || !b || !out)
@@ -203,18 +208,17 @@ static int product(const wf_kctx *ctx, const char *name, bool trans_a, bool tran
         return wf__err(WF_ESHAPE, "%s: a is %s and b is %s; both need rank >= 2", name,
                        wf_shape_str(a->shape, sa, sizeof sa),
                        wf_shape_str(b->shape, sb, sizeof sb));
-    int64_t M = a->shape.dims[ra - (trans_a ? 1 : 2)], K = a->shape.dims[ra - (trans_a ? 2 : 1)];
-    int64_t Kb = b->shape.dims[rb - (trans_b ? 1 : 2)], N = b->shape.dims[rb - (trans_b ? 2 : 1)];
-    if (K != Kb)
+    int64_t m = a->shape.dims[ra - (trans_a ? 1 : 2)], k = a->shape.dims[ra - (trans_a ? 2 : 1)];
+    int64_t Kb = b->shape.dims[rb - (trans_b ? 1 : 2)], n = b->shape.dims[rb - (trans_b ? 2 : 1)];
+    if (k != Kb)
         return wf__err(WF_ESHAPE,
                        "%s: a is %s%s but b is %s%s: inner dimensions %lld and %lld differ", name,
                        wf_shape_str(a->shape, sa, sizeof sa), trans_a ? " (transposed)" : "",
                        wf_shape_str(b->shape, sb, sizeof sb), trans_b ? " (transposed)" : "",
-                       (long long)K, (long long)Kb);
+                       (long long)k, (long long)Kb);
     /* Batch axes: NumPy broadcasting of a's and b's leading axes. */
-    mm_plan pl = { .dt = dt, .M = M, .N = N, .K = K };
     int na = ra - 2, nbb = rb - 2, nb = na > nbb ? na : nbb;
-    wf_shape oshape = { .rank = nb + 2 };
+    wf_shape os = { .rank = nb + 2 };
     for (int d = 0; d < nb; d++) {
         int ia = d - (nb - na), ib = d - (nb - nbb);
         int64_t x = ia >= 0 ? a->shape.dims[ia] : 1, y = ib >= 0 ? b->shape.dims[ib] : 1;
@@ -222,13 +226,34 @@ static int product(const wf_kctx *ctx, const char *name, bool trans_a, bool tran
             return wf__err(WF_ESHAPE, "%s: a is %s and b is %s: batch axes do not broadcast", name,
                            wf_shape_str(a->shape, sa, sizeof sa),
                            wf_shape_str(b->shape, sb, sizeof sb));
-        oshape.dims[d] = pl.bdims[d] = x == 1 ? y : x;
+        os.dims[d] = x == 1 ? y : x;
     }
-    oshape.dims[nb] = M;
-    oshape.dims[nb + 1] = N;
-    int rc = wf__kernel_check_out(name, out, dt, oshape);
+    os.dims[nb] = *M = m;
+    os.dims[nb + 1] = *N = n;
+    *K = k;
+    *oshape = os;
+    return 0;
+}
+
+/* matmul, with the epilogue 'ep' (NULL: none) and 'bias' (NULL: none); 'name' for messages. */
+static int product(const wf_kctx *ctx, const char *name, bool trans_a, bool trans_b,
+                   const wf_epilogue *ep, const wf_tensor *a, const wf_tensor *b,
+                   const wf_tensor *bias, wf_tensor *out)
+{
+    char sa[160], sb[160];
+    int64_t M, N, K;
+    wf_shape oshape;
+    int rc = wf__ops_matmul_shape(name, trans_a, trans_b, a, b, out, &M, &N, &K, &oshape);
+    if (rc < 0)
+        return rc;
+    wf_dtype dt = a->dtype;
+    mm_plan pl = { .dt = dt, .M = M, .N = N, .K = K };
+    int nb = oshape.rank - 2;
+    for (int d = 0; d < nb; d++)
+        pl.bdims[d] = oshape.dims[d];
+    rc = wf__kernel_check_out(name, out, dt, oshape);
     if (rc == 0 && bias)
-        rc = check_bias(name, bias, dt, oshape);
+        rc = wf__ops_matmul_check_bias(name, bias, dt, oshape);
     if (rc < 0)
         return rc;
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX)

@@ -37,22 +37,11 @@ typedef struct mm_operand {
     void *packed; /* a temporary to free, or NULL */
 } mm_operand;
 
-/* Places a (rows x cols) matrix with strides (sr, sc) for BLAS with the user's 'trans'.
- * Returns false when it has no unit stride (it must be packed). As matmul_cpu.c. */
+/* wf__ops_blas_layout() (matmul_cpu.c) into 'op'. */
 static bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool trans,
                         mm_operand *op)
 {
-    int64_t r1 = rows > 1 ? rows : 1, c1 = cols > 1 ? cols : 1;
-    if ((cols <= 1 || sc == 1) && (rows <= 1 || sr >= c1)) { /* row-major */
-        op->trans = trans;
-        op->ld = rows <= 1 ? c1 : sr;
-    } else if ((rows <= 1 || sr == 1) && (cols <= 1 || sc >= r1)) { /* column-major */
-        op->trans = !trans;
-        op->ld = cols <= 1 ? r1 : sc;
-    } else {
-        return false;
-    }
-    return op->ld <= INT_MAX;
+    return wf__ops_blas_layout(rows, cols, sr, sc, trans, &op->trans, &op->ld);
 }
 
 /* Fills 'op' for tensor 't' (its last two axes a rows x cols matrix as stored) against out's
@@ -119,42 +108,12 @@ static int check_product(const char *name, bool trans_a, bool trans_b, const wf_
                          const wf_tensor *b, const wf_tensor *out, int64_t *M, int64_t *N,
                          int64_t *K, int *nb)
 {
-    char sa[160], sb[160];
-    if (!a || !b || !out)
-        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !a ? "a" : !b ? "b" : "out");
-    if (a->dtype != b->dtype)
-        return wf__err(WF_EDTYPE, "%s: a is %s but b is %s", name, wf_dtype_name(a->dtype),
-                       wf_dtype_name(b->dtype));
+    wf_shape os;
+    int rc = wf__ops_matmul_shape(name, trans_a, trans_b, a, b, out, M, N, K, &os);
+    if (rc < 0)
+        return rc;
     wf_dtype dt = a->dtype;
-    if (dt != WF_F32 && dt != WF_F64 && dt != WF_BF16 && dt != WF_F16)
-        return wf__err(WF_EDTYPE, "%s: a and b are %s; %s takes f32, f64, bf16, f16", name,
-                       wf_dtype_name(dt), name);
-    int ra = a->shape.rank, rb = b->shape.rank;
-    if (ra < 2 || rb < 2)
-        return wf__err(WF_ESHAPE, "%s: a is %s and b is %s; both need rank >= 2", name,
-                       wf_shape_str(a->shape, sa, sizeof sa),
-                       wf_shape_str(b->shape, sb, sizeof sb));
-    *M = a->shape.dims[ra - (trans_a ? 1 : 2)];
-    *K = a->shape.dims[ra - (trans_a ? 2 : 1)];
-    int64_t Kb = b->shape.dims[rb - (trans_b ? 1 : 2)];
-    *N = b->shape.dims[rb - (trans_b ? 2 : 1)];
-    if (*K != Kb)
-        return wf__err(WF_ESHAPE,
-                       "%s: a is %s%s and b is %s%s: inner dimensions %lld and %lld differ", name,
-                       wf_shape_str(a->shape, sa, sizeof sa), trans_a ? " (transposed)" : "",
-                       wf_shape_str(b->shape, sb, sizeof sb), trans_b ? " (transposed)" : "",
-                       (long long)*K, (long long)Kb);
-    wf_shape ba = a->shape, bb = b->shape, bo;
-    ba.rank -= 2;
-    bb.rank -= 2;
-    if (wf_shape_broadcast(ba, bb, &bo) < 0)
-        return wf__err(WF_ESHAPE, "%s: the batch axes of a %s and b %s do not broadcast", name,
-                       wf_shape_str(a->shape, sa, sizeof sa),
-                       wf_shape_str(b->shape, sb, sizeof sb));
-    wf_shape os = bo;
-    os.dims[os.rank++] = *M;
-    os.dims[os.rank++] = *N;
-    *nb = bo.rank;
+    *nb = os.rank - 2;
     if (*M > INT_MAX || *N > INT_MAX || *K > INT_MAX)
         return wf__err(WF_EINVAL, "%s: M %lld, N %lld, K %lld: cuBLAS takes at most %d", name,
                        (long long)*M, (long long)*N, (long long)*K, INT_MAX);
@@ -279,27 +238,6 @@ static bool epilogue_act(int act)
     return act == -1 || act == WF_UNARY_RELU || act == WF_UNARY_LEAKY_RELU ||
            act == WF_UNARY_GELU_ERF || act == WF_UNARY_GELU_TANH || act == WF_UNARY_TANH ||
            act == WF_UNARY_SIGMOID || act == WF_UNARY_SILU;
-}
-
-/* The CPU twin's bias check. */
-static int check_bias(const char *name, const wf_tensor *bias, wf_dtype dt, wf_shape os)
-{
-    char s1[160], s2[160];
-    int r = bias->shape.rank;
-    bool ok = r >= 1 && r <= os.rank;
-    for (int d = 0; ok && d < r - 1; d++)
-        ok = bias->shape.dims[d] == 1;
-    ok = ok && (bias->shape.dims[r - 1] == os.dims[os.rank - 1] || bias->shape.dims[r - 1] == 1);
-    if (bias->dtype != dt)
-        return wf__err(WF_EDTYPE, "%s: the bias is %s but the product is %s", name,
-                       wf_dtype_name(bias->dtype), wf_dtype_name(dt));
-    if (!ok)
-        return wf__err(WF_ESHAPE,
-                       "%s: the bias is %s but the product is %s: a bias is one row ([N], or 1 "
-                       "in every dimension but the last, which is N or 1)",
-                       name, wf_shape_str(bias->shape, s1, sizeof s1),
-                       wf_shape_str(os, s2, sizeof s2));
-    return 0;
 }
 
 /* cuBLASLt descriptors of one fused call, destroyed together. */
@@ -442,7 +380,7 @@ int wf__matmul_epilogue_cuda(const wf_kernel_ctx *ctx, bool trans_a, bool trans_
     int nb;
     int rc = check_product(name, trans_a, trans_b, a, b, out, &M, &N, &K, &nb);
     if (rc == 0 && bias)
-        rc = check_bias(name, bias, out->dtype, out->shape);
+        rc = wf__ops_matmul_check_bias(name, bias, out->dtype, out->shape);
     const wf__cuda_queue *q;
     if (rc < 0 || (rc = wf__cuda_enter(ctx, name, &q)) < 0)
         return rc;

@@ -13,6 +13,7 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
+#include "layout.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -163,11 +164,11 @@ static int param_f64(const wf_kctx *ctx, const wf_tensor *p, int64_t n, double *
     return 0;
 }
 
-/* The checks both entries share: x floating with rank > begin_axis, the others x's dtype,
- * gamma/dy shapes, out. */
-static int check_args(const char *op, int begin_axis, double eps, const wf_tensor *x,
-                      const wf_tensor *gamma, const wf_tensor *beta, const wf_tensor *dy,
-                      const wf_tensor *out)
+/* The checks both entries share, and norm_cuda.cu's (ops/layout.h): x floating with rank >
+ * begin_axis, the others x's dtype, gamma/dy shapes, out. */
+int wf__ops_layer_norm_check(const char *op, int begin_axis, double eps, const wf_tensor *x,
+                             const wf_tensor *gamma, const wf_tensor *beta, const wf_tensor *dy,
+                             const wf_tensor *out)
 {
     char s1[160], s2[160];
     if (!x)
@@ -206,7 +207,7 @@ static int layer_norm_run(const wf_kctx *ctx, const char *op, int begin_axis, do
                           const wf_tensor *x, const wf_tensor *gamma, const wf_tensor *beta,
                           const wf_tensor *dy, wf_tensor *out)
 {
-    int rc = check_args(op, begin_axis, eps, x, gamma, beta, dy, out);
+    int rc = wf__ops_layer_norm_check(op, begin_axis, eps, x, gamma, beta, dy, out);
     if (rc < 0 || out->numel == 0)
         return rc;
     int64_t n = 1;

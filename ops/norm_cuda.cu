@@ -65,45 +65,6 @@ static __global__ void layer_norm_k(const S *x, const S *gamma, const S *beta, c
     }
 }
 
-/* The CPU twin's checks. */
-static int check_args(const char *op, int begin_axis, double eps, const wf_tensor *x,
-                      const wf_tensor *gamma, const wf_tensor *beta, const wf_tensor *dy,
-                      const wf_tensor *out)
-{
-    char s1[160], s2[160];
-    if (!x)
-        return wf__err(WF_EINVAL, "%s: x is NULL", op);
-    if (!wf_dtype_is_float(x->dtype))
-        return wf__err(WF_EDTYPE, "%s: x is %s %s; %s takes f32, f64, bf16 or f16", op,
-                       wf_dtype_name(x->dtype), wf_shape_str(x->shape, s1, sizeof s1), op);
-    if (begin_axis < 0 || begin_axis >= x->shape.rank)
-        return wf__err(WF_EINVAL, "%s: x is %s; begin axis %d is outside [0, %d)", op,
-                       wf_shape_str(x->shape, s1, sizeof s1), begin_axis, (int)x->shape.rank);
-    if (!(eps >= 0) || !isfinite(eps))
-        return wf__err(WF_EINVAL, "%s: eps %g must be finite and >= 0", op, eps);
-    wf_shape norm;
-    norm.rank = x->shape.rank - begin_axis;
-    for (int d = 0; d < norm.rank; d++)
-        norm.dims[d] = x->shape.dims[begin_axis + d];
-    const wf_tensor *ps[2] = { gamma, beta };
-    const char *const names[2] = { "gamma", "beta" };
-    for (int k = 0; k < 2; k++) {
-        const wf_tensor *p = ps[k];
-        if (p && (p->dtype != x->dtype || !wf_shape_equal(p->shape, norm)))
-            return wf__err(p->dtype != x->dtype ? WF_EDTYPE : WF_ESHAPE,
-                           "%s: x is %s %s, so %s must be %s %s, not %s %s", op,
-                           wf_dtype_name(x->dtype), wf_shape_str(x->shape, s1, sizeof s1), names[k],
-                           wf_dtype_name(x->dtype), wf_shape_str(norm, s2, sizeof s2),
-                           wf_dtype_name(p->dtype), wf_shape_str(p->shape, s1, sizeof s1));
-    }
-    if (dy && (dy->dtype != x->dtype || !wf_shape_equal(dy->shape, x->shape)))
-        return wf__err(dy->dtype != x->dtype ? WF_EDTYPE : WF_ESHAPE,
-                       "%s: x is %s %s but dy is %s %s", op, wf_dtype_name(x->dtype),
-                       wf_shape_str(x->shape, s1, sizeof s1), wf_dtype_name(dy->dtype),
-                       wf_shape_str(dy->shape, s2, sizeof s2));
-    return wf__kernel_check_out(op, out, x->dtype, x->shape);
-}
-
 /* t's data when contiguous, else a packed temporary in '*tmp' (NULL t: NULL). */
 static int contiguous(cudaStream_t s, const char *op, const wf_tensor *t, const void **data,
                       void **tmp)
@@ -123,7 +84,7 @@ static int layer_norm_run(const wf_kernel_ctx *ctx, const char *op, int begin_ax
                           const wf_tensor *x, const wf_tensor *gamma, const wf_tensor *beta,
                           const wf_tensor *dy, wf_tensor *out)
 {
-    int rc = check_args(op, begin_axis, eps, x, gamma, beta, dy, out);
+    int rc = wf__ops_layer_norm_check(op, begin_axis, eps, x, gamma, beta, dy, out);
     const wf__cuda_queue *q;
     if (rc < 0 || (rc = wf__cuda_enter(ctx, op, &q)) < 0)
         return rc;

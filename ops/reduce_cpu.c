@@ -16,6 +16,7 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
+#include "layout.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -253,6 +254,33 @@ static int axes_mask(const char *op, wf_shape s, const int *axes, int n_axes, bo
     return 0;
 }
 
+int wf__ops_reduce_check(wf__reduce_kind op, const int *axes, int n_axes, bool keepdims,
+                         const wf_tensor *x, const wf_tensor *out, bool *mask)
+{
+    if ((unsigned)op >= WF__REDUCE_COUNT)
+        return wf__err(WF_EINVAL, "reduce: op %d is not a wf__reduce_kind", (int)op);
+    const char *name = reduce_names[op];
+    if (!x)
+        return wf__err(WF_EINVAL, "%s: x is NULL", name);
+    bool is_int = x->dtype == WF_I32 || x->dtype == WF_I64;
+    if (dtype_index(x->dtype) < 0 ||
+        (is_int && (op == WF__REDUCE_MEAN || op == WF__REDUCE_LOGSUMEXP)))
+        return wf__err(WF_EDTYPE, "%s: x is %s, which %s does not support", name,
+                       wf_dtype_name(x->dtype), name);
+    wf_shape oshape;
+    int rc = axes_mask(name, x->shape, axes, n_axes, mask);
+    if (rc == 0)
+        rc = wf__reduce_shape(x->shape, axes, n_axes, keepdims, &oshape);
+    if (rc == 0)
+        rc = wf__kernel_check_out(name, out, op == WF__REDUCE_ARGMAX ? WF_I64 : x->dtype, oshape);
+    return rc;
+}
+
+const char *wf__ops_reduce_name(wf__reduce_kind op)
+{
+    return (unsigned)op < WF__REDUCE_COUNT ? reduce_names[op] : "reduce";
+}
+
 int wf__reduce_shape(wf_shape x_shape, const int *axes, int n_axes, bool keepdims, wf_shape *out)
 {
     bool mask[WF_MAX_RANK];
@@ -453,27 +481,13 @@ static int col_items(void *ctx, int64_t lo, int64_t hi)
 int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int n_axes,
                    bool keepdims, const wf_tensor *x, wf_tensor *out)
 {
-    if ((unsigned)op >= WF__REDUCE_COUNT)
-        return wf__err(WF_EINVAL, "reduce: op %d is not a wf__reduce_kind", (int)op);
+    bool mask[WF_MAX_RANK];
+    int rc = wf__ops_reduce_check(op, axes, n_axes, keepdims, x, out, mask);
+    if (rc < 0)
+        return rc;
     const char *name = reduce_names[op];
-    if (!x)
-        return wf__err(WF_EINVAL, "%s: x is NULL", name);
     int di = dtype_index(x->dtype);
     bool is_int = x->dtype == WF_I32 || x->dtype == WF_I64;
-    if (di < 0 || (is_int && (op == WF__REDUCE_MEAN || op == WF__REDUCE_LOGSUMEXP)))
-        return wf__err(WF_EDTYPE, "%s: x is %s, which %s does not support", name,
-                       wf_dtype_name(x->dtype), name);
-    bool mask[WF_MAX_RANK];
-    wf_shape oshape;
-    int rc = axes_mask(name, x->shape, axes, n_axes, mask);
-    if (rc < 0)
-        return rc;
-    rc = wf__reduce_shape(x->shape, axes, n_axes, keepdims, &oshape);
-    if (rc < 0)
-        return rc;
-    rc = wf__kernel_check_out(name, out, op == WF__REDUCE_ARGMAX ? WF_I64 : x->dtype, oshape);
-    if (rc < 0)
-        return rc;
 
     rd_plan pl = { .op = op, .is_int = is_int, .base = x->data, .out = out };
     pl.es = (int64_t)wf_dtype_size(x->dtype);

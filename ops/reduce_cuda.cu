@@ -301,33 +301,6 @@ template <class S, class R> static __global__ void reduce_cols_k(rd_plan p, cons
 
 /* ---- The entry ------------------------------------------------------------------------------- */
 
-static const char *const reduce_names[WF__REDUCE_COUNT] = {
-    "sum", "mean", "max", "min", "prod", "argmax", "logsumexp",
-};
-
-static int axes_mask(const char *op, wf_shape s, const int *axes, int n_axes, bool *mask)
-{
-    for (int d = 0; d < s.rank; d++)
-        mask[d] = axes == NULL;
-    if (!axes)
-        return 0;
-    char sb[160];
-    if (n_axes < 0 || n_axes > s.rank)
-        return wf__err(WF_EINVAL, "%s: %d axes given for a tensor of shape %s", op, n_axes,
-                       wf_shape_str(s, sb, sizeof sb));
-    for (int i = 0; i < n_axes; i++) {
-        int a = axes[i] < 0 ? axes[i] + s.rank : axes[i];
-        if (a < 0 || a >= s.rank)
-            return wf__err(WF_EINVAL, "%s: axis %d is out of range for shape %s", op, axes[i],
-                           wf_shape_str(s, sb, sizeof sb));
-        if (mask[a])
-            return wf__err(WF_EINVAL, "%s: axis %d is given twice for shape %s", op, axes[i],
-                           wf_shape_str(s, sb, sizeof sb));
-        mask[a] = true;
-    }
-    return 0;
-}
-
 template <class S, class R>
 static int launch_reduce(const char *name, cudaStream_t s, const rd_plan &p, bool cols,
                          const void *x, void *out)
@@ -360,25 +333,11 @@ static int launch_reduce(const char *name, cudaStream_t s, const rd_plan &p, boo
 int wf__reduce_cuda(const wf_kernel_ctx *ctx, wf__reduce_kind op, const int *axes, int n_axes,
                     bool keepdims, const wf_tensor *x, wf_tensor *out)
 {
-    if ((unsigned)op >= WF__REDUCE_COUNT)
-        return wf__err(WF_EINVAL, "reduce: op %d is not a wf__reduce_kind", (int)op);
-    const char *name = reduce_names[op];
-    if (!x)
-        return wf__err(WF_EINVAL, "%s: x is NULL", name);
-    bool is_int = x->dtype == WF_I32 || x->dtype == WF_I64;
-    if (!(wf_dtype_is_float(x->dtype) || is_int) ||
-        (is_int && (op == WF__REDUCE_MEAN || op == WF__REDUCE_LOGSUMEXP)))
-        return wf__err(WF_EDTYPE, "%s: x is %s, which %s does not support", name,
-                       wf_dtype_name(x->dtype), name);
     bool mask[WF_MAX_RANK];
-    wf_shape oshape;
-    int rc = axes_mask(name, x->shape, axes, n_axes, mask);
-    if (rc == 0)
-        rc = wf__reduce_shape(x->shape, axes, n_axes, keepdims, &oshape);
-    if (rc == 0)
-        rc = wf__kernel_check_out(name, out, op == WF__REDUCE_ARGMAX ? WF_I64 : x->dtype, oshape);
+    int rc = wf__ops_reduce_check(op, axes, n_axes, keepdims, x, out, mask);
     if (rc < 0)
         return rc;
+    const char *name = wf__ops_reduce_name(op);
     rd_plan p;
     p.op = op;
     p.kr = p.rr = 0;

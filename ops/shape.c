@@ -18,6 +18,7 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "internal.h"
+#include "layout.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -352,18 +353,15 @@ static int infer_split(wf_node *n, char *err, size_t errlen)
     return 0;
 }
 
-static int kernel_split(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
-                        wf_tensor **out)
+int wf__ops_split_box(const wf_node *n, const wf_tensor *x, int64_t *begin, int64_t *end,
+                      int64_t *step)
 {
-    wf_kctx k = wf__ops_kctx(ctx);
-    const wf_tensor *x = in[0];
     int r = x->shape.rank, ax = n->attrs->axis, parts = n->attrs->groups;
     if (ax < 0)
         ax += r;
     if (ax < 0 || ax >= r || parts < 1)
         return wf__err(WF_EINVAL, "split: axis %d or %d parts do not fit rank %d", n->attrs->axis,
                        parts, r);
-    int64_t begin[WF_MAX_RANK], end[WF_MAX_RANK], step[WF_MAX_RANK];
     for (int d = 0; d < r; d++) {
         begin[d] = 0;
         end[d] = x->shape.dims[d];
@@ -372,6 +370,18 @@ static int kernel_split(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *c
     int64_t w = x->shape.dims[ax] / parts;
     begin[ax] = w * n->attrs->depth;
     end[ax] = begin[ax] + w;
+    return 0;
+}
+
+static int kernel_split(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                        wf_tensor **out)
+{
+    wf_kctx k = wf__ops_kctx(ctx);
+    const wf_tensor *x = in[0];
+    int64_t begin[WF_MAX_RANK], end[WF_MAX_RANK], step[WF_MAX_RANK];
+    int rc = wf__ops_split_box(n, x, begin, end, step);
+    if (rc < 0)
+        return rc;
     return wf__slice_cpu(&k, begin, end, step, x, *out);
 }
 

@@ -10,6 +10,7 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
+#include "layout.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -68,7 +69,7 @@ static void copy_nd(size_t es, int rank, const int64_t *dims, char *dst, const i
     }
 }
 
-static int check_dtype(const char *op, const wf_tensor *x, const wf_tensor *out)
+int wf__ops_shape_check(const char *op, const wf_tensor *x, const wf_tensor *out)
 {
     char s1[160], s2[160];
     if (!x || !out)
@@ -80,34 +81,23 @@ static int check_dtype(const char *op, const wf_tensor *x, const wf_tensor *out)
     return 0;
 }
 
-int wf__reshape_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out)
+/* ---- Argument checks and layouts, shared with shape_cuda.cu (ops/layout.h) ----------------- */
+
+int wf__ops_reshape_check(const wf_tensor *x, const wf_tensor *out)
 {
-    (void)ctx;
-    int rc = check_dtype("reshape", x, out);
-    if (rc < 0)
-        return rc;
     if (x->numel != out->numel) {
         char s1[160], s2[160];
         return wf__err(WF_ESHAPE, "reshape: x is %s (%lld elements) but out is %s (%lld)",
                        wf_shape_str(x->shape, s1, sizeof s1), (long long)x->numel,
                        wf_shape_str(out->shape, s2, sizeof s2), (long long)out->numel);
     }
-    int64_t ds[WF_MAX_RANK];
-    wf__contiguous_strides(x->shape, ds);
-    copy_nd(wf_dtype_size(x->dtype), x->shape.rank, x->shape.dims, out->data, ds, x->data,
-            x->strides);
     return 0;
 }
 
-int wf__transpose_cpu(const wf_kctx *ctx, const int *perm, int n, const wf_tensor *x,
-                      wf_tensor *out)
+int wf__ops_transpose_layout(const int *perm, int n, const wf_tensor *x, const wf_tensor *out,
+                             wf_shape *sh, int64_t *ss)
 {
-    (void)ctx;
-    int rc = check_dtype("transpose", x, out);
-    if (rc < 0)
-        return rc;
     wf_shape s = x->shape;
-    int64_t ss[WF_MAX_RANK];
     bool seen[WF_MAX_RANK] = { false };
     bool ok = n == x->shape.rank;
     for (int d = 0; ok && d < n; d++) {
@@ -121,8 +111,119 @@ int wf__transpose_cpu(const wf_kctx *ctx, const int *perm, int n, const wf_tenso
     if (!ok)
         return wf__err(WF_EINVAL, "transpose: the permutation does not fit x's rank %d",
                        x->shape.rank);
-    rc = wf__kernel_check_out("transpose", out, x->dtype, s);
+    *sh = s;
+    return wf__kernel_check_out("transpose", out, x->dtype, s);
+}
+
+int wf__ops_slice_layout(const int64_t *begin, const int64_t *end, const int64_t *step,
+                         const wf_tensor *x, const wf_tensor *out, wf_shape *sh, int64_t *ss,
+                         int64_t *off)
+{
+    wf_shape s = x->shape;
+    *off = 0;
+    for (int d = 0; d < s.rank; d++) {
+        int64_t st = step[d], start, len;
+        if (wf__slice_dim(x->shape.dims[d], begin[d], end[d], st, &start, &len) < 0)
+            return wf__err(WF_EINVAL, "slice: step 0 on axis %d", d);
+        s.dims[d] = len;
+        ss[d] = x->strides[d] * st;
+        if (len > 0)
+            *off += start * x->strides[d];
+    }
+    *sh = s;
+    return wf__kernel_check_out("slice", out, x->dtype, s);
+}
+
+int wf__ops_broadcast_layout(const wf_tensor *x, const wf_tensor *out, int64_t *ss)
+{
+    int r = out->shape.rank, k = r - x->shape.rank;
+    bool ok = k >= 0;
+    for (int d = 0; ok && d < r; d++) {
+        int xd = d - k;
+        if (xd < 0) {
+            ss[d] = 0;
+            continue;
+        }
+        int64_t xs = x->shape.dims[xd];
+        ok = xs == out->shape.dims[d] || xs == 1;
+        ss[d] = xs == 1 ? 0 : x->strides[xd];
+    }
+    if (!ok) {
+        char s1[160], s2[160];
+        return wf__err(WF_ESHAPE, "broadcast_to: x is %s and does not broadcast to %s",
+                       wf_shape_str(x->shape, s1, sizeof s1),
+                       wf_shape_str(out->shape, s2, sizeof s2));
+    }
+    return 0;
+}
+
+int wf__ops_join_layout(const char *op, bool stack, int axis, int i, const wf_tensor *x,
+                        const wf_tensor *out, int64_t pos, int64_t *dims, int64_t *ss, int *rank)
+{
+    int r = 0;
+    for (int d = 0; d < x->shape.rank + (stack ? 1 : 0) && r < WF_MAX_RANK; d++) {
+        if (stack && d == axis) {
+            dims[r] = 1;
+            ss[r++] = 0;
+        }
+        if (d < x->shape.rank && r < WF_MAX_RANK) {
+            dims[r] = x->shape.dims[d];
+            ss[r++] = x->strides[d];
+        }
+    }
+    bool ok = r == out->shape.rank && axis >= 0 && axis < r;
+    for (int d = 0; ok && d < r; d++)
+        ok = d == axis || dims[d] == out->shape.dims[d];
+    ok = ok && pos + dims[axis] <= out->shape.dims[axis];
+    if (!ok) {
+        char s1[160], s2[160];
+        return wf__err(WF_ESHAPE, "%s: input %d is %s but out is %s (axis %d)", op, i,
+                       wf_shape_str(x->shape, s1, sizeof s1),
+                       wf_shape_str(out->shape, s2, sizeof s2), axis);
+    }
+    *rank = r;
+    return 0;
+}
+
+int wf__ops_pad_layout(const int64_t *before, const int64_t *after, const wf_tensor *x,
+                       const wf_tensor *out, int64_t *off)
+{
+    wf_shape s = x->shape;
+    for (int d = 0; d < s.rank; d++) {
+        if (before[d] < 0 || after[d] < 0)
+            return wf__err(WF_EINVAL, "pad: negative padding on axis %d", d);
+        s.dims[d] += before[d] + after[d];
+    }
+    int rc = wf__kernel_check_out("pad", out, x->dtype, s);
     if (rc < 0)
+        return rc;
+    *off = 0;
+    for (int d = 0; d < s.rank; d++)
+        *off += before[d] * out->strides[d];
+    return 0;
+}
+
+int wf__reshape_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out)
+{
+    (void)ctx;
+    int rc = wf__ops_shape_check("reshape", x, out);
+    if (rc < 0 || (rc = wf__ops_reshape_check(x, out)) < 0)
+        return rc;
+    int64_t ds[WF_MAX_RANK];
+    wf__contiguous_strides(x->shape, ds);
+    copy_nd(wf_dtype_size(x->dtype), x->shape.rank, x->shape.dims, out->data, ds, x->data,
+            x->strides);
+    return 0;
+}
+
+int wf__transpose_cpu(const wf_kctx *ctx, const int *perm, int n, const wf_tensor *x,
+                      wf_tensor *out)
+{
+    (void)ctx;
+    wf_shape s;
+    int64_t ss[WF_MAX_RANK];
+    int rc = wf__ops_shape_check("transpose", x, out);
+    if (rc < 0 || (rc = wf__ops_transpose_layout(perm, n, x, out, &s, ss)) < 0)
         return rc;
     copy_nd(wf_dtype_size(x->dtype), s.rank, s.dims, out->data, out->strides, x->data, ss);
     return 0;
@@ -164,22 +265,10 @@ int wf__slice_cpu(const wf_kctx *ctx, const int64_t *begin, const int64_t *end, 
                   const wf_tensor *x, wf_tensor *out)
 {
     (void)ctx;
-    int rc = check_dtype("slice", x, out);
-    if (rc < 0)
-        return rc;
-    wf_shape s = x->shape;
-    int64_t ss[WF_MAX_RANK], off = 0;
-    for (int d = 0; d < s.rank; d++) {
-        int64_t st = step[d], start, len;
-        if (wf__slice_dim(x->shape.dims[d], begin[d], end[d], st, &start, &len) < 0)
-            return wf__err(WF_EINVAL, "slice: step 0 on axis %d", d);
-        s.dims[d] = len;
-        ss[d] = x->strides[d] * st;
-        if (len > 0)
-            off += start * x->strides[d];
-    }
-    rc = wf__kernel_check_out("slice", out, x->dtype, s);
-    if (rc < 0)
+    wf_shape s;
+    int64_t ss[WF_MAX_RANK], off;
+    int rc = wf__ops_shape_check("slice", x, out);
+    if (rc < 0 || (rc = wf__ops_slice_layout(begin, end, step, x, out, &s, ss, &off)) < 0)
         return rc;
     if (out->numel == 0)
         return 0;
@@ -191,29 +280,12 @@ int wf__slice_cpu(const wf_kctx *ctx, const int64_t *begin, const int64_t *end, 
 int wf__broadcast_to_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out)
 {
     (void)ctx;
-    int rc = check_dtype("broadcast_to", x, out);
-    if (rc < 0)
-        return rc;
-    int r = out->shape.rank, k = r - x->shape.rank;
     int64_t ss[WF_MAX_RANK];
-    bool ok = k >= 0;
-    for (int d = 0; ok && d < r; d++) {
-        int xd = d - k;
-        if (xd < 0) {
-            ss[d] = 0;
-            continue;
-        }
-        int64_t xs = x->shape.dims[xd];
-        ok = xs == out->shape.dims[d] || xs == 1;
-        ss[d] = xs == 1 ? 0 : x->strides[xd];
-    }
-    if (!ok) {
-        char s1[160], s2[160];
-        return wf__err(WF_ESHAPE, "broadcast_to: x is %s and does not broadcast to %s",
-                       wf_shape_str(x->shape, s1, sizeof s1),
-                       wf_shape_str(out->shape, s2, sizeof s2));
-    }
-    copy_nd(wf_dtype_size(x->dtype), r, out->shape.dims, out->data, out->strides, x->data, ss);
+    int rc = wf__ops_shape_check("broadcast_to", x, out);
+    if (rc < 0 || (rc = wf__ops_broadcast_layout(x, out, ss)) < 0)
+        return rc;
+    copy_nd(wf_dtype_size(x->dtype), out->shape.rank, out->shape.dims, out->data, out->strides,
+            x->data, ss);
     return 0;
 }
 
@@ -228,31 +300,11 @@ static int join(const char *op, bool stack, int axis, const wf_tensor *const *xs
     size_t es = wf_dtype_size(out->dtype);
     for (int i = 0; i < n; i++) {
         const wf_tensor *x = xs[i];
-        int rc = check_dtype(op, x, out);
-        if (rc < 0)
-            return rc;
         int64_t dims[WF_MAX_RANK], ss[WF_MAX_RANK];
-        int r = 0;
-        for (int d = 0; d < x->shape.rank + (stack ? 1 : 0); d++) {
-            if (stack && d == axis) {
-                dims[r] = 1;
-                ss[r++] = 0;
-            }
-            if (d < x->shape.rank) {
-                dims[r] = x->shape.dims[d];
-                ss[r++] = x->strides[d];
-            }
-        }
-        bool ok = r == out->shape.rank && axis >= 0 && axis < r;
-        for (int d = 0; ok && d < r; d++)
-            ok = d == axis || dims[d] == out->shape.dims[d];
-        ok = ok && pos + dims[axis] <= out->shape.dims[axis];
-        if (!ok) {
-            char s1[160], s2[160];
-            return wf__err(WF_ESHAPE, "%s: input %d is %s but out is %s (axis %d)", op, i,
-                           wf_shape_str(x->shape, s1, sizeof s1),
-                           wf_shape_str(out->shape, s2, sizeof s2), axis);
-        }
+        int r;
+        int rc = wf__ops_shape_check(op, x, out);
+        if (rc < 0 || (rc = wf__ops_join_layout(op, stack, axis, i, x, out, pos, dims, ss, &r)) < 0)
+            return rc;
         copy_nd(es, r, dims, out->data + pos * out->strides[axis] * (int64_t)es, out->strides,
                 x->data, ss);
         pos += dims[axis];
@@ -279,18 +331,9 @@ int wf__pad_cpu(const wf_kctx *ctx, const int64_t *before, const int64_t *after,
                 const wf_tensor *x, wf_tensor *out)
 {
     (void)ctx;
-    int rc = check_dtype("pad", x, out);
-    if (rc < 0)
-        return rc;
-    wf_shape s = x->shape;
-    int64_t off = 0;
-    for (int d = 0; d < s.rank; d++) {
-        if (before[d] < 0 || after[d] < 0)
-            return wf__err(WF_EINVAL, "pad: negative padding on axis %d", d);
-        s.dims[d] += before[d] + after[d];
-    }
-    rc = wf__kernel_check_out("pad", out, x->dtype, s);
-    if (rc < 0)
+    int64_t off;
+    int rc = wf__ops_shape_check("pad", x, out);
+    if (rc < 0 || (rc = wf__ops_pad_layout(before, after, x, out, &off)) < 0)
         return rc;
     size_t es = wf_dtype_size(x->dtype);
     if (out->numel > 0) {
@@ -299,9 +342,7 @@ int wf__pad_cpu(const wf_kctx *ctx, const int64_t *before, const int64_t *after,
         for (int64_t i = 0; i < out->numel; i++)
             memcpy(out->data + i * (int64_t)es, one, es);
     }
-    for (int d = 0; d < s.rank; d++)
-        off += before[d] * out->strides[d];
-    copy_nd(es, s.rank, x->shape.dims, out->data + off * (int64_t)es, out->strides, x->data,
+    copy_nd(es, x->shape.rank, x->shape.dims, out->data + off * (int64_t)es, out->strides, x->data,
             x->strides);
     return 0;
 }

@@ -135,15 +135,11 @@ static int fill(cudaStream_t s, const char *op, wf_tensor *out, double value)
 static int enter(const wf_kernel_ctx *ctx, const char *op, const wf_tensor *x, const wf_tensor *out,
                  cudaStream_t *s)
 {
-    char s1[160], s2[160];
-    if (!x || !out)
-        return wf__err(WF_EINVAL, "%s: NULL tensor", op);
-    if (x->dtype != out->dtype || !out->contiguous)
-        return wf__err(WF_EDTYPE, "%s: x is %s %s but out is %s %s (contiguous, same dtype)", op,
-                       wf_dtype_name(x->dtype), wf_shape_str(x->shape, s1, sizeof s1),
-                       wf_dtype_name(out->dtype), wf_shape_str(out->shape, s2, sizeof s2));
     const wf__cuda_queue *q;
-    int rc = wf__cuda_enter(ctx, op, &q);
+    *s = NULL;
+    int rc = wf__ops_shape_check(op, x, out);
+    if (rc == 0)
+        rc = wf__cuda_enter(ctx, op, &q);
     if (rc == 0)
         *s = q->stream;
     return rc;
@@ -156,14 +152,8 @@ int wf__reshape_cuda(const wf_kernel_ctx *ctx, const wf_tensor *x, wf_tensor *ou
 {
     cudaStream_t s;
     int rc = enter(ctx, "reshape", x, out, &s);
-    if (rc < 0)
+    if (rc < 0 || (rc = wf__ops_reshape_check(x, out)) < 0)
         return rc;
-    if (x->numel != out->numel) {
-        char s1[160], s2[160];
-        return wf__err(WF_ESHAPE, "reshape: x is %s (%lld elements) but out is %s (%lld)",
-                       wf_shape_str(x->shape, s1, sizeof s1), (long long)x->numel,
-                       wf_shape_str(out->shape, s2, sizeof s2), (long long)out->numel);
-    }
     int64_t ds[WF_MAX_RANK];
     wf__contiguous_strides(x->shape, ds);
     return wf__cuda_copy_nd(s, "reshape", x->dtype, x->shape.rank, x->shape.dims, out->data, ds,
@@ -174,26 +164,10 @@ int wf__transpose_cuda(const wf_kernel_ctx *ctx, const int *perm, int n, const w
                        wf_tensor *out)
 {
     cudaStream_t s;
-    int rc = enter(ctx, "transpose", x, out, &s);
-    if (rc < 0)
-        return rc;
-    wf_shape sh = x->shape;
+    wf_shape sh;
     int64_t ss[WF_MAX_RANK];
-    bool seen[WF_MAX_RANK] = { false };
-    bool ok = n == x->shape.rank;
-    for (int d = 0; ok && d < n; d++) {
-        ok = perm[d] >= 0 && perm[d] < n && !seen[perm[d]];
-        if (ok) {
-            seen[perm[d]] = true;
-            sh.dims[d] = x->shape.dims[perm[d]];
-            ss[d] = x->strides[perm[d]];
-        }
-    }
-    if (!ok)
-        return wf__err(WF_EINVAL, "transpose: the permutation does not fit x's rank %d",
-                       x->shape.rank);
-    rc = wf__kernel_check_out("transpose", out, x->dtype, sh);
-    if (rc < 0)
+    int rc = enter(ctx, "transpose", x, out, &s);
+    if (rc < 0 || (rc = wf__ops_transpose_layout(perm, n, x, out, &sh, ss)) < 0)
         return rc;
     return wf__cuda_copy_nd(s, "transpose", x->dtype, sh.rank, sh.dims, out->data, out->strides,
                             x->data, ss);
@@ -203,22 +177,11 @@ int wf__slice_cuda(const wf_kernel_ctx *ctx, const int64_t *begin, const int64_t
                    const int64_t *step, const wf_tensor *x, wf_tensor *out)
 {
     cudaStream_t s;
+    wf_shape sh;
+    int64_t ss[WF_MAX_RANK], off;
     int rc = enter(ctx, "slice", x, out, &s);
-    if (rc < 0)
-        return rc;
-    wf_shape sh = x->shape;
-    int64_t ss[WF_MAX_RANK], off = 0;
-    for (int d = 0; d < sh.rank; d++) {
-        int64_t start, len;
-        if (wf__slice_dim(x->shape.dims[d], begin[d], end[d], step[d], &start, &len) < 0)
-            return wf__err(WF_EINVAL, "slice: step 0 on axis %d", d);
-        sh.dims[d] = len;
-        ss[d] = x->strides[d] * step[d];
-        if (len > 0)
-            off += start * x->strides[d];
-    }
-    rc = wf__kernel_check_out("slice", out, x->dtype, sh);
-    if (rc < 0 || out->numel == 0)
+    if (rc < 0 || (rc = wf__ops_slice_layout(begin, end, step, x, out, &sh, ss, &off)) < 0 ||
+        out->numel == 0)
         return rc;
     return wf__cuda_copy_nd(s, "slice", x->dtype, sh.rank, sh.dims, out->data, out->strides,
                             x->data + off * (int64_t)wf_dtype_size(x->dtype), ss);
@@ -227,30 +190,12 @@ int wf__slice_cuda(const wf_kernel_ctx *ctx, const int64_t *begin, const int64_t
 int wf__broadcast_to_cuda(const wf_kernel_ctx *ctx, const wf_tensor *x, wf_tensor *out)
 {
     cudaStream_t s;
-    int rc = enter(ctx, "broadcast_to", x, out, &s);
-    if (rc < 0)
-        return rc;
-    int r = out->shape.rank, k = r - x->shape.rank;
     int64_t ss[WF_MAX_RANK];
-    bool ok = k >= 0;
-    for (int d = 0; ok && d < r; d++) {
-        int xd = d - k;
-        if (xd < 0) {
-            ss[d] = 0;
-            continue;
-        }
-        int64_t xs = x->shape.dims[xd];
-        ok = xs == out->shape.dims[d] || xs == 1;
-        ss[d] = xs == 1 ? 0 : x->strides[xd];
-    }
-    if (!ok) {
-        char s1[160], s2[160];
-        return wf__err(WF_ESHAPE, "broadcast_to: x is %s and does not broadcast to %s",
-                       wf_shape_str(x->shape, s1, sizeof s1),
-                       wf_shape_str(out->shape, s2, sizeof s2));
-    }
-    return wf__cuda_copy_nd(s, "broadcast_to", x->dtype, r, out->shape.dims, out->data,
-                            out->strides, x->data, ss);
+    int rc = enter(ctx, "broadcast_to", x, out, &s);
+    if (rc < 0 || (rc = wf__ops_broadcast_layout(x, out, ss)) < 0)
+        return rc;
+    return wf__cuda_copy_nd(s, "broadcast_to", x->dtype, out->shape.rank, out->shape.dims,
+                            out->data, out->strides, x->data, ss);
 }
 
 /* concat and stack: input i goes to the box of 'out' that starts at 'pos' along 'axis';
@@ -265,31 +210,11 @@ static int join(const wf_kernel_ctx *ctx, const char *op, bool stack, int axis,
     for (int i = 0; i < n; i++) {
         const wf_tensor *x = xs[i];
         cudaStream_t s;
-        int rc = enter(ctx, op, x, out, &s);
-        if (rc < 0)
-            return rc;
         int64_t dims[WF_MAX_RANK], ss[WF_MAX_RANK];
-        int r = 0;
-        for (int d = 0; d < x->shape.rank + (stack ? 1 : 0) && r < WF_MAX_RANK; d++) {
-            if (stack && d == axis) {
-                dims[r] = 1;
-                ss[r++] = 0;
-            }
-            if (d < x->shape.rank && r < WF_MAX_RANK) {
-                dims[r] = x->shape.dims[d];
-                ss[r++] = x->strides[d];
-            }
-        }
-        bool ok = r == out->shape.rank && axis >= 0 && axis < r;
-        for (int d = 0; ok && d < r; d++)
-            ok = d == axis || dims[d] == out->shape.dims[d];
-        ok = ok && pos + dims[axis] <= out->shape.dims[axis];
-        if (!ok) {
-            char s1[160], s2[160];
-            return wf__err(WF_ESHAPE, "%s: input %d is %s but out is %s (axis %d)", op, i,
-                           wf_shape_str(x->shape, s1, sizeof s1),
-                           wf_shape_str(out->shape, s2, sizeof s2), axis);
-        }
+        int r;
+        int rc = enter(ctx, op, x, out, &s);
+        if (rc < 0 || (rc = wf__ops_join_layout(op, stack, axis, i, x, out, pos, dims, ss, &r)) < 0)
+            return rc;
         rc = wf__cuda_copy_nd(s, op, x->dtype, r, dims,
                               out->data + pos * out->strides[axis] * (int64_t)es, out->strides,
                               x->data, ss);
@@ -319,24 +244,12 @@ int wf__pad_cuda(const wf_kernel_ctx *ctx, const int64_t *before, const int64_t 
                  double value, const wf_tensor *x, wf_tensor *out)
 {
     cudaStream_t s;
+    int64_t off;
     int rc = enter(ctx, "pad", x, out, &s);
-    if (rc < 0)
+    if (rc < 0 || (rc = wf__ops_pad_layout(before, after, x, out, &off)) < 0 ||
+        (rc = fill(s, "pad", out, value)) < 0)
         return rc;
-    wf_shape sh = x->shape;
-    for (int d = 0; d < sh.rank; d++) {
-        if (before[d] < 0 || after[d] < 0)
-            return wf__err(WF_EINVAL, "pad: negative padding on axis %d", d);
-        sh.dims[d] += before[d] + after[d];
-    }
-    rc = wf__kernel_check_out("pad", out, x->dtype, sh);
-    if (rc == 0)
-        rc = fill(s, "pad", out, value);
-    if (rc < 0)
-        return rc;
-    int64_t off = 0;
-    for (int d = 0; d < sh.rank; d++)
-        off += before[d] * out->strides[d];
-    return wf__cuda_copy_nd(s, "pad", x->dtype, sh.rank, x->shape.dims,
+    return wf__cuda_copy_nd(s, "pad", x->dtype, x->shape.rank, x->shape.dims,
                             out->data + off * (int64_t)wf_dtype_size(x->dtype), out->strides,
                             x->data, x->strides);
 }
@@ -344,7 +257,6 @@ int wf__pad_cuda(const wf_kernel_ctx *ctx, const int64_t *before, const int64_t 
 int wf__slice_backward_cuda(const wf_kernel_ctx *ctx, const int64_t *begin, const int64_t *end,
                             const int64_t *step, const wf_tensor *dy, wf_tensor *out)
 {
-    char s1[160], s2[160];
     if (!dy || !out || !begin || !end || !step)
         return wf__err(WF_EINVAL, "slice_backward: NULL argument");
     cudaStream_t s;
@@ -352,25 +264,9 @@ int wf__slice_backward_cuda(const wf_kernel_ctx *ctx, const int64_t *begin, cons
     if (rc < 0)
         return rc;
     int r = out->shape.rank;
-    if (dy->shape.rank != r)
-        return wf__err(WF_ESHAPE, "slice_backward: dy is %s but x is %s",
-                       wf_shape_str(dy->shape, s1, sizeof s1),
-                       wf_shape_str(out->shape, s2, sizeof s2));
-    int64_t ds[WF_MAX_RANK], off = 0;
-    for (int d = 0; d < r; d++) {
-        int64_t start, len;
-        if (wf__slice_dim(out->shape.dims[d], begin[d], end[d], step[d], &start, &len) < 0)
-            return wf__err(WF_EINVAL, "slice_backward: step 0 on axis %d", d);
-        if (len != dy->shape.dims[d])
-            return wf__err(WF_ESHAPE,
-                           "slice_backward: x is %s, whose slice has %lld elements on axis %d, "
-                           "but dy is %s",
-                           wf_shape_str(out->shape, s1, sizeof s1), (long long)len, d,
-                           wf_shape_str(dy->shape, s2, sizeof s2));
-        ds[d] = out->strides[d] * step[d];
-        if (len > 0)
-            off += start * out->strides[d];
-    }
+    int64_t ds[WF_MAX_RANK], off;
+    if ((rc = wf__ops_slice_backward_layout(begin, end, step, dy, out, ds, &off)) < 0)
+        return rc;
     if (out->numel > 0)
         WF_CU_TRY(cudaMemsetAsync(out->data, 0, (size_t)out->numel * wf_dtype_size(out->dtype), s),
                   "slice_backward", "zeroing the output");
@@ -437,21 +333,10 @@ static int launch_one_hot(cudaStream_t s, const void *idx, wf_tensor *out, int64
 
 int wf__one_hot_cuda(const wf_kernel_ctx *ctx, const wf_tensor *indices, wf_tensor *out)
 {
-    char s1[160], s2[160];
-    if (!indices || !out)
-        return wf__err(WF_EINVAL, "one_hot: NULL tensor");
-    if (indices->dtype != WF_I32 && indices->dtype != WF_I64)
-        return wf__err(WF_EDTYPE, "one_hot: indices are %s %s but must be i32 or i64",
-                       wf_dtype_name(indices->dtype), wf_shape_str(indices->shape, s1, sizeof s1));
-    bool ok = out->contiguous && out->shape.rank == indices->shape.rank + 1;
-    for (int d = 0; ok && d < indices->shape.rank; d++)
-        ok = out->shape.dims[d] == indices->shape.dims[d];
-    if (!ok)
-        return wf__err(WF_ESHAPE, "one_hot: indices are %s but out is %s",
-                       wf_shape_str(indices->shape, s1, sizeof s1),
-                       wf_shape_str(out->shape, s2, sizeof s2));
     const wf__cuda_queue *q;
-    int rc = wf__cuda_enter(ctx, "one_hot", &q);
+    int rc = wf__ops_one_hot_check(indices, out);
+    if (rc == 0)
+        rc = wf__cuda_enter(ctx, "one_hot", &q);
     if (rc < 0 || out->numel == 0)
         return rc;
     cudaStream_t s = q->stream;
@@ -518,21 +403,10 @@ int wf__cuda_kernel_split(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor 
                           wf_tensor **out)
 {
     const wf_tensor *x = in[0];
-    int r = x->shape.rank, ax = n->attrs->axis, parts = n->attrs->groups;
-    if (ax < 0)
-        ax += r;
-    if (ax < 0 || ax >= r || parts < 1)
-        return wf__err(WF_EINVAL, "split: axis %d or %d parts do not fit rank %d", n->attrs->axis,
-                       parts, r);
     int64_t begin[WF_MAX_RANK], end[WF_MAX_RANK], step[WF_MAX_RANK];
-    for (int d = 0; d < r; d++) {
-        begin[d] = 0;
-        end[d] = x->shape.dims[d];
-        step[d] = 1;
-    }
-    int64_t w = x->shape.dims[ax] / parts;
-    begin[ax] = w * n->attrs->depth;
-    end[ax] = begin[ax] + w;
+    int rc = wf__ops_split_box(n, x, begin, end, step);
+    if (rc < 0)
+        return rc;
     return wf__slice_cuda(ctx, begin, end, step, x, *out);
 }
 

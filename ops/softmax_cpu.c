@@ -9,6 +9,7 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 #include "kernels.h"
+#include "layout.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -120,15 +121,11 @@ static int rows(void *ctx, int64_t lo, int64_t hi)
     return rc;
 }
 
-static const char *const sm_names[] = { "softmax", "log_softmax", "softmax_cross_entropy" };
-
-static int run(const wf_kctx *ctx, int kind, int axis, const wf_tensor *x, const wf_tensor *labels,
-               wf_tensor *out)
+/* Shared with softmax_cuda.cu (ops/layout.h). */
+int wf__ops_softmax_check(const char *name, int axis, const wf_tensor *x, const wf_tensor *labels,
+                          int *axis_out, wf_shape *lshape)
 {
-    const char *name = sm_names[kind];
     char s1[160], s2[160], s3[160];
-    if (!x || !out || (kind == SM_XENT && !labels))
-        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !x ? "x" : !out ? "out" : "labels");
     if (!wf_dtype_is_float(x->dtype))
         return wf__err(WF_EDTYPE, "%s: x is %s; %s takes f32, f64, bf16 or f16", name,
                        wf_dtype_name(x->dtype), name);
@@ -139,25 +136,41 @@ static int run(const wf_kctx *ctx, int kind, int axis, const wf_tensor *x, const
     if (a < 0 || a >= rank)
         return wf__err(WF_EINVAL, "%s: axis %d is out of range for shape %s", name, axis,
                        wf_shape_str(x->shape, s1, sizeof s1));
-    sm_plan pl = { .kind = kind, .x = x, .labels = labels, .out = out, .axis = a };
-    pl.C = x->shape.dims[a];
-    pl.x_axis_st = x->strides[a];
-    wf_shape oshape = x->shape, lshape = { .rank = 0 };
+    *axis_out = a;
+    lshape->rank = 0;
     for (int d = 0; d < rank; d++)
         if (d != a)
-            lshape.dims[lshape.rank++] = x->shape.dims[d];
-    if (kind == SM_XENT) {
+            lshape->dims[lshape->rank++] = x->shape.dims[d];
+    if (labels) {
         if (labels->dtype != WF_I32 && labels->dtype != WF_I64)
             return wf__err(WF_EDTYPE, "%s: labels are %s but must be i32 or i64", name,
                            wf_dtype_name(labels->dtype));
-        if (!wf_shape_equal(labels->shape, lshape))
+        if (!wf_shape_equal(labels->shape, *lshape))
             return wf__err(WF_ESHAPE, "%s: logits are %s, so labels must be %s, not %s", name,
                            wf_shape_str(x->shape, s1, sizeof s1),
-                           wf_shape_str(lshape, s2, sizeof s2),
+                           wf_shape_str(*lshape, s2, sizeof s2),
                            wf_shape_str(labels->shape, s3, sizeof s3));
-        oshape = lshape;
     }
-    int rc = wf__kernel_check_out(name, out, x->dtype, oshape);
+    return 0;
+}
+
+static const char *const sm_names[] = { "softmax", "log_softmax", "softmax_cross_entropy" };
+
+static int run(const wf_kctx *ctx, int kind, int axis, const wf_tensor *x, const wf_tensor *labels,
+               wf_tensor *out)
+{
+    const char *name = sm_names[kind];
+    if (!x || !out || (kind == SM_XENT && !labels))
+        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !x ? "x" : !out ? "out" : "labels");
+    int a, rank = x->shape.rank;
+    wf_shape lshape;
+    int rc = wf__ops_softmax_check(name, axis, x, kind == SM_XENT ? labels : NULL, &a, &lshape);
+    if (rc < 0)
+        return rc;
+    sm_plan pl = { .kind = kind, .x = x, .labels = labels, .out = out, .axis = a };
+    pl.C = x->shape.dims[a];
+    pl.x_axis_st = x->strides[a];
+    rc = wf__kernel_check_out(name, out, x->dtype, kind == SM_XENT ? lshape : x->shape);
     if (rc < 0)
         return rc;
     /* The other axes, with the strides of x, out and labels along them. */

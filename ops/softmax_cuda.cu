@@ -117,37 +117,16 @@ static int run(const wf_kernel_ctx *ctx, int kind, int axis, const wf_tensor *x,
                        : !out    ? "out"
                        : !labels ? "labels"
                                  : "dloss");
-    if (!wf_dtype_is_float(x->dtype))
-        return wf__err(WF_EDTYPE, "%s: x is %s; %s takes f32, f64, bf16 or f16", name,
-                       wf_dtype_name(x->dtype), name);
-    int rank = x->shape.rank;
-    if (rank == 0)
-        return wf__err(WF_ESHAPE, "%s: x is a scalar; it needs an axis", name);
-    int a = axis < 0 ? axis + rank : axis;
-    if (a < 0 || a >= rank)
-        return wf__err(WF_EINVAL, "%s: axis %d is out of range for shape %s", name, axis,
-                       wf_shape_str(x->shape, s1, sizeof s1));
+    int a, rank = x->shape.rank;
+    wf_shape lshape;
+    int rc = wf__ops_softmax_check(name, axis, x, xent ? labels : NULL, &a, &lshape);
+    if (rc < 0)
+        return rc;
     sm_plan p;
     p.kind = kind;
     p.C = x->shape.dims[a];
     p.x_axis_st = x->strides[a];
-    wf_shape oshape = x->shape, lshape;
-    lshape.rank = 0;
-    for (int d = 0; d < rank; d++)
-        if (d != a)
-            lshape.dims[lshape.rank++] = x->shape.dims[d];
-    if (xent) {
-        if (labels->dtype != WF_I32 && labels->dtype != WF_I64)
-            return wf__err(WF_EDTYPE, "%s: labels are %s but must be i32 or i64", name,
-                           wf_dtype_name(labels->dtype));
-        if (!wf_shape_equal(labels->shape, lshape))
-            return wf__err(WF_ESHAPE, "%s: logits are %s, so labels must be %s, not %s", name,
-                           wf_shape_str(x->shape, s1, sizeof s1),
-                           wf_shape_str(lshape, s2, sizeof s2),
-                           wf_shape_str(labels->shape, s3, sizeof s3));
-        if (kind == SM_XENT)
-            oshape = lshape;
-    }
+    wf_shape oshape = kind == SM_XENT ? lshape : x->shape;
     if (kind == SM_XENT_BACKWARD) {
         if (dloss->dtype != x->dtype)
             return wf__err(WF_EDTYPE, "%s: dloss is %s but the logits are %s", name,
@@ -158,7 +137,7 @@ static int run(const wf_kernel_ctx *ctx, int kind, int axis, const wf_tensor *x,
                            wf_shape_str(lshape, s2, sizeof s2),
                            wf_shape_str(dloss->shape, s3, sizeof s3));
     }
-    int rc = wf__kernel_check_out(name, out, x->dtype, oshape);
+    rc = wf__kernel_check_out(name, out, x->dtype, oshape);
     if (rc < 0)
         return rc;
     int64_t ostr[WF_MAX_RANK];

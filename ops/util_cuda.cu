@@ -99,39 +99,10 @@ void wf__cuda_map_init(wf_cu_map *m, wf_shape out_shape, const wf_tensor *const 
             m->scalar |= 1u << k;
         else if (!(t->contiguous && same))
             m->flat = false;
-        for (int d = 0; d < r; d++) {
-            int td = d - (r - t->shape.rank);
-            st[k][d] = td < 0 || t->shape.dims[td] == 1 ? 0 : t->strides[td];
-        }
+        wf__ops_bcast_strides(t, r, 1, st[k]);
     }
-    /* As the CPU iterator (elementwise_cpu.c): drop size-1 axes, merge an axis into the one
-     * before it when every operand is contiguous across the two. */
-    int n = 0;
-    for (int d = 0; d < r; d++) {
-        int64_t dim = out_shape.dims[d];
-        if (dim == 1)
-            continue;
-        bool merge = n > 0;
-        for (int k = 0; k < n_in && merge; k++)
-            merge = m->st[k][n - 1] == st[k][d] * dim;
-        if (merge) {
-            m->dims[n - 1] *= dim;
-            for (int k = 0; k < n_in; k++)
-                m->st[k][n - 1] = st[k][d];
-        } else {
-            m->dims[n] = dim;
-            for (int k = 0; k < n_in; k++)
-                m->st[k][n] = st[k][d];
-            n++;
-        }
-    }
-    if (n == 0) {
-        m->dims[0] = 1;
-        for (int k = 0; k < n_in; k++)
-            m->st[k][0] = 0;
-        n = 1;
-    }
-    m->rank = n;
+    /* As the CPU iterator (elementwise_cpu.c), with element strides. */
+    m->rank = wf__ops_merge_axes(out_shape, n_in, st, m->dims, m->st);
 }
 
 /* ---- Packing --------------------------------------------------------------------------------- */

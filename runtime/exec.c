@@ -26,9 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Records the first failure of the run (later ones are consequences or races) and returns
- * 'code' for the task graph, which then skips the nodes that had not started. */
-static int fail(wf__slot *sl, const wf_node *n, int code, const char *why)
+int wf__slot_fail(wf__slot *sl, const wf_node *n, int code, const char *why)
 {
     if (!wf__status_known(code) || code >= 0)
         code = WF_ETASK;
@@ -92,7 +90,8 @@ static int take_writable(wf__slot *sl, int i, wf_tensor **in)
     for (; k < n->op->n_assign; k++) {
         int32_t j = idx[k], v = p->var[j];
         if (v < 0) {
-            rc = fail(sl, n, WF_EINVAL, "an assigned input is not a variable of the session");
+            rc = wf__slot_fail(sl, n, WF_EINVAL,
+                               "an assigned input is not a variable of the session");
             break;
         }
         pthread_rwlock_wrlock(&s->var_lock);
@@ -106,7 +105,7 @@ static int take_writable(wf__slot *sl, int i, wf_tensor **in)
             in[k] = wf_tensor_retain(w);
         pthread_rwlock_unlock(&s->var_lock);
         if (rc < 0) {
-            rc = fail(sl, n, rc, wf_last_errmsg());
+            rc = wf__slot_fail(sl, n, rc, wf_last_errmsg());
             break;
         }
     }
@@ -136,6 +135,44 @@ static inline void drop_use(wf__slot *sl, int32_t j)
     }
 }
 
+int wf__slot_reinfer(wf__slot *sl, const wf_node *n, wf_tensor *const *in, wf_dtype *dts,
+                     wf_shape *shapes, wf_dtype *dt, wf_shape *shape)
+{
+    for (int k = 0; k < n->n_inputs; k++) {
+        dts[k] = in[k]->dtype;
+        shapes[k] = in[k]->shape;
+    }
+    int rc = wf__op_infer(n, dts, shapes, dt, shape);
+    if (rc < 0) {
+        /* wf__op_infer()'s message already names the node: keep it whole. */
+        char why[WF_ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", wf_last_errmsg());
+        if (!atomic_exchange_explicit(&sl->failed, 1, memory_order_acq_rel)) {
+            sl->err = rc;
+            snprintf(sl->errmsg, sizeof sl->errmsg, "%s", why);
+        }
+    }
+    return rc;
+}
+
+int wf__slot_check_out(wf__slot *sl, const wf_node *n, const char *kernel, const wf_tensor *out,
+                       wf_dtype dt, wf_shape shape, bool dynamic)
+{
+    bool fits = out && out->dtype == dt && out->shape.rank == shape.rank;
+    for (int d = 0; fits && d < shape.rank; d++)
+        fits = out->shape.dims[d] == shape.dims[d] || (dynamic && shape.dims[d] < 0);
+    if (fits)
+        return 0;
+    char a[160], b[160], why[WF_ERRMSG_MAX];
+    if (out)
+        snprintf(why, sizeof why, "the %s kernel gave %s %s but inference said %s %s", kernel,
+                 wf_dtype_name(out->dtype), wf_shape_str(out->shape, a, sizeof a),
+                 wf_dtype_name(dt), wf_shape_str(shape, b, sizeof b));
+    else
+        snprintf(why, sizeof why, "the %s kernel returned no tensor", kernel);
+    return wf__slot_fail(sl, n, WF_EINVAL, why);
+}
+
 #define STACK_INPUTS 8
 
 static int run_kernel(wf__slot *sl, int i)
@@ -155,35 +192,20 @@ static int run_kernel(wf__slot *sl, int i)
     int rc = 0;
     wf_tensor *out = NULL;
     if (!in || !dts || !shapes) {
-        rc = fail(sl, n, WF_ENOMEM, "no memory for the inputs");
+        rc = wf__slot_fail(sl, n, WF_ENOMEM, "no memory for the inputs");
         goto done;
     }
     for (int k = 0; k < n_in; k++) {
         in[k] = sl->vals[idx[k]];
         if (!in[k]) { /* an internal error: a value released too early or never made */
-            rc = fail(sl, n, WF_EINVAL, "an input has no value");
+            rc = wf__slot_fail(sl, n, WF_EINVAL, "an input has no value");
             goto done;
         }
     }
     wf_dtype dt = n->dtype;
     wf_shape shape = n->shape;
-    if (p->reinfer[i]) {
-        for (int k = 0; k < n_in; k++) {
-            dts[k] = in[k]->dtype;
-            shapes[k] = in[k]->shape;
-        }
-        rc = wf__op_infer(n, dts, shapes, &dt, &shape);
-        if (rc < 0) {
-            /* wf__op_infer()'s message already names the node: keep it whole. */
-            char why[WF_ERRMSG_MAX];
-            snprintf(why, sizeof why, "%s", wf_last_errmsg());
-            if (!atomic_exchange_explicit(&sl->failed, 1, memory_order_acq_rel)) {
-                sl->err = rc;
-                snprintf(sl->errmsg, sizeof sl->errmsg, "%s", why);
-            }
-            goto done;
-        }
-    }
+    if (p->reinfer[i] && (rc = wf__slot_reinfer(sl, n, in, dts, shapes, &dt, &shape)) < 0)
+        goto done;
     int n_assign = n->op->n_assign;
     bool dynamic = n->op->flags & WF_OP_DYNAMIC_SHAPE;
     if (n_assign > 0) {
@@ -192,7 +214,7 @@ static int run_kernel(wf__slot *sl, int i)
     } else if (!dynamic && !(out = wf__memplan_out(sl, i, dt, shape)) &&
                !(sl->n_spare && (out = spare_take(sl, dt, shape))) &&
                !(out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, shape))) {
-        rc = fail(sl, n, WF_ENOMEM, wf_last_errmsg());
+        rc = wf__slot_fail(sl, n, WF_ENOMEM, wf_last_errmsg());
         goto done;
     }
     wf_kernel_ctx ctx = { .rt = sl->plan->sess->rt, .step = sl->step };
@@ -202,23 +224,11 @@ static int run_kernel(wf__slot *sl, int i)
     for (int k = 0; k < n_assign; k++)
         wf_tensor_release(in[k]); /* take_writable()'s references */
     if (rc < 0) {
-        rc = fail(sl, n, rc, wf_last_errmsg());
+        rc = wf__slot_fail(sl, n, rc, wf_last_errmsg());
         goto done;
     }
-    bool fits = out && out->dtype == dt && out->shape.rank == shape.rank;
-    for (int d = 0; fits && d < shape.rank; d++)
-        fits = out->shape.dims[d] == shape.dims[d] || (dynamic && shape.dims[d] < 0);
-    if (!fits) {
-        char a[160], b[160], why[WF_ERRMSG_MAX];
-        if (out)
-            snprintf(why, sizeof why, "the CPU kernel gave %s %s but inference said %s %s",
-                     wf_dtype_name(out->dtype), wf_shape_str(out->shape, a, sizeof a),
-                     wf_dtype_name(dt), wf_shape_str(shape, b, sizeof b));
-        else
-            snprintf(why, sizeof why, "the CPU kernel returned no tensor");
-        rc = fail(sl, n, WF_EINVAL, why);
+    if ((rc = wf__slot_check_out(sl, n, "CPU", out, dt, shape, dynamic)) < 0)
         goto done;
-    }
     sl->vals[i] = out;
     out = NULL;
 done:

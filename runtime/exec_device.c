@@ -41,20 +41,6 @@ typedef struct wf__slot_dev {
     int n_devices;
 } wf__slot_dev;
 
-/* Records the first failure of the run, as exec.c's fail() does. */
-static int fail(wf__slot *sl, const wf_node *n, int code, const char *why)
-{
-    if (!wf__status_known(code) || code >= 0)
-        code = WF_ETASK;
-    if (!atomic_exchange_explicit(&sl->failed, 1, memory_order_acq_rel)) {
-        char desc[WF_ERRMSG_MAX];
-        sl->err = code;
-        snprintf(sl->errmsg, sizeof sl->errmsg, "%s: %s", wf__rt_node_desc(n, desc, sizeof desc),
-                 why);
-    }
-    return code;
-}
-
 int wf__slot_dev_init(wf__slot *sl)
 {
     const wf__plan_dev *pd = sl->plan->dev;
@@ -135,7 +121,7 @@ static int to_host(wf__slot *sl, int i, wf_device *d, int id, wf_tensor *t)
     wf_shape hs = whole ? WF_SHAPE((int64_t)(t->buf->bytes / esize)) : t->shape;
     wf_tensor *h = wf__pool_tensor_alloc(sl->plan->sess->pool, t->dtype, hs);
     if (!h)
-        return fail(sl, n, WF_ENOMEM, wf_last_errmsg());
+        return wf__slot_fail(sl, n, WF_ENOMEM, wf_last_errmsg());
     size_t elem_off = (size_t)(t->data - (char *)t->buf->data);
     size_t bytes = whole ? (size_t)h->numel * esize : (size_t)t->numel * esize;
     size_t off = whole ? 0 : elem_off;
@@ -148,13 +134,13 @@ static int to_host(wf__slot *sl, int i, wf_device *d, int id, wf_tensor *t)
         snprintf(why, sizeof why, "copying its value from %s to the host: %s", d->info.name,
                  wf_last_errmsg());
         wf_tensor_release(h);
-        return fail(sl, n, rc, why);
+        return wf__slot_fail(sl, n, rc, why);
     }
     if (whole) {
         wf_tensor *v = wf__tensor_alias(h, t->shape, t->strides, (int64_t)(elem_off / esize));
         wf_tensor_release(h); /* the view retains it */
         if (!v)
-            return fail(sl, n, WF_ENOMEM, wf_last_errmsg());
+            return wf__slot_fail(sl, n, WF_ENOMEM, wf_last_errmsg());
         h = v;
     }
     sl->vals[i] = h;
@@ -180,7 +166,7 @@ int wf__exec_device_node(wf__slot *sl, int i)
         dts = malloc((size_t)n_in * sizeof *dts);
         shapes = malloc((size_t)n_in * sizeof *shapes);
         if (!in || !dts || !shapes) {
-            rc = fail(sl, n, WF_ENOMEM, "no memory for the inputs");
+            rc = wf__slot_fail(sl, n, WF_ENOMEM, "no memory for the inputs");
             goto done;
         }
     }
@@ -189,32 +175,19 @@ int wf__exec_device_node(wf__slot *sl, int i)
         if (!in[k]) { /* an internal error: a copy not made, or dropped too early */
             char why[128];
             snprintf(why, sizeof why, "input %d has no value on %s", k, d->info.name);
-            rc = fail(sl, n, WF_EINVAL, why);
+            rc = wf__slot_fail(sl, n, WF_EINVAL, why);
             goto done;
         }
     }
     wf_dtype dt = n->dtype;
     wf_shape shape = n->shape;
-    if (p->reinfer[i]) {
-        for (int k = 0; k < n_in; k++) {
-            dts[k] = in[k]->dtype;
-            shapes[k] = in[k]->shape;
-        }
-        if ((rc = wf__op_infer(n, dts, shapes, &dt, &shape)) < 0) {
-            char why[WF_ERRMSG_MAX];
-            snprintf(why, sizeof why, "%s", wf_last_errmsg());
-            if (!atomic_exchange_explicit(&sl->failed, 1, memory_order_acq_rel)) {
-                sl->err = rc;
-                snprintf(sl->errmsg, sizeof sl->errmsg, "%s", why);
-            }
-            goto done;
-        }
-    }
+    if (p->reinfer[i] && (rc = wf__slot_reinfer(sl, n, in, dts, shapes, &dt, &shape)) < 0)
+        goto done;
     bool dynamic = n->op->flags & WF_OP_DYNAMIC_SHAPE;
     if (!dynamic && !(out = device_tensor(d, dt, shape))) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "its output on %s: %s", d->info.name, wf_last_errmsg());
-        rc = fail(sl, n, WF_ENOMEM, why);
+        rc = wf__slot_fail(sl, n, WF_ENOMEM, why);
         goto done;
     }
     wf_kernel_ctx ctx = {
@@ -227,30 +200,19 @@ int wf__exec_device_node(wf__slot *sl, int i)
 #endif
     kernel_call call = { n->op->kernel[d->info.kind], &ctx, n, in, &out };
     if (!call.fn) { /* placement checked it; a pass's node may lack it */
-        rc = fail(sl, n, WF_ENODEV, "its op has no kernel for the device it was placed on");
+        rc =
+            wf__slot_fail(sl, n, WF_ENODEV, "its op has no kernel for the device it was placed on");
         goto done;
     }
     rc = d->ops->run(d, call_kernel, &call, n->name, NULL);
     if (rc < 0) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "on %s: %s", d->info.name, wf_last_errmsg());
-        rc = fail(sl, n, rc, why);
+        rc = wf__slot_fail(sl, n, rc, why);
         goto done;
     }
-    bool fits = out && out->dtype == dt && out->shape.rank == shape.rank;
-    for (int k = 0; fits && k < shape.rank; k++)
-        fits = out->shape.dims[k] == shape.dims[k] || (dynamic && shape.dims[k] < 0);
-    if (!fits) {
-        char a[160], b[160], why[WF_ERRMSG_MAX];
-        if (out)
-            snprintf(why, sizeof why, "the %s kernel gave %s %s but inference said %s %s",
-                     d->info.name, wf_dtype_name(out->dtype), wf_shape_str(out->shape, a, sizeof a),
-                     wf_dtype_name(dt), wf_shape_str(shape, b, sizeof b));
-        else
-            snprintf(why, sizeof why, "the %s kernel returned no tensor", d->info.name);
-        rc = fail(sl, n, WF_EINVAL, why);
+    if ((rc = wf__slot_check_out(sl, n, d->info.name, out, dt, shape, dynamic)) < 0)
         goto done;
-    }
     sl->dev->dvals[i] = out;
     out = NULL;
     if (pd->to_host[i])
@@ -279,10 +241,11 @@ int wf__exec_device_after(wf__slot *sl, int i)
     void *tmp = NULL;
     if (!h->contiguous && bytes) { /* a strided feed or view: gather it first */
         if (!(tmp = malloc(bytes)))
-            return fail(sl, n, WF_ENOMEM, "no memory to gather a strided value for a copy");
+            return wf__slot_fail(sl, n, WF_ENOMEM,
+                                 "no memory to gather a strided value for a copy");
         if (wf_tensor_read(h, h->dtype, tmp, bytes) < 0) {
             free(tmp);
-            return fail(sl, n, WF_EINVAL, wf_last_errmsg());
+            return wf__slot_fail(sl, n, WF_EINVAL, wf_last_errmsg());
         }
         src = tmp;
     }
@@ -296,7 +259,7 @@ int wf__exec_device_after(wf__slot *sl, int i)
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "copying its value to %s: %s", d->info.name, wf_last_errmsg());
         wf_tensor_release(t);
-        return fail(sl, n, rc, why);
+        return wf__slot_fail(sl, n, rc, why);
     }
     sl->dev->dvals[i] = t;
     return 0;

@@ -258,6 +258,26 @@ void wf__plan_priority(wf__plan *p);
 /* "<op> '<name>' (<file>:<line>)" of a node, into 'buf'. */
 const char *wf__rt_node_desc(const wf_node *n, char *buf, size_t size);
 
+/* exec.c, shared with exec_device.c: the steps of a node's task that do not depend on its
+ * device. */
+
+/* Records the first failure of the run (later ones are consequences or races) as
+ * "<node>: <why>" and returns 'code' (WF_ETASK for an unknown or non-negative one) for the
+ * task graph, which then skips the nodes that had not started. */
+int wf__slot_fail(wf__slot *sl, const wf_node *n, int code, const char *why);
+
+/* Infers the concrete dtype and shape of node 'n' from its input values 'in' (its
+ * 'n_inputs' of them; 'dts' and 'shapes' are scratch of that length). Returns 0, or the
+ * failure of wf__op_infer(), recorded in 'sl' with its message kept whole. */
+int wf__slot_reinfer(wf__slot *sl, const wf_node *n, wf_tensor *const *in, wf_dtype *dts,
+                     wf_shape *shapes, wf_dtype *dt, wf_shape *shape);
+
+/* Checks that the output 'out' of the '<kernel>' kernel (a device name) of 'n' has the
+ * inferred 'dt' and 'shape' (a -1 dimension matches any size when 'dynamic'). Returns 0, or
+ * WF_EINVAL recorded in 'sl'. */
+int wf__slot_check_out(wf__slot *sl, const wf_node *n, const char *kernel, const wf_tensor *out,
+                       wf_dtype dt, wf_shape shape, bool dynamic);
+
 /* pass_place.c and exec_device.c: nodes on GPUs (DESIGN.md, "Devices"). */
 
 /* Where a plan's nodes run, when some run on a GPU. Every value lives where its node ran;

@@ -241,6 +241,26 @@ static int rd_allreduce(wf_comm *c, uint8_t *buf, size_t count, size_t bytes, wf
 /* ---- Ring --------------------------------------------------------------------------------------
  */
 
+/* A ring's failure 'rc' (message in wf_last_errmsg()): fails the comm first (if this error
+ * did not already), so that what is still posted ('rest', 'recvs', 'sends') is canceled
+ * instead of waited for, then waits for those, frees 'recvs' and 'sends' and returns 'rc'
+ * with the message. */
+static int abandon(wf_comm *c, int rc, wf_comm_req **rest, size_t nrest, wf_comm_req **recvs,
+                   size_t nch, wf_comm_req **sends, size_t nsend, uint64_t dl, const char *what)
+{
+    char msg[WF_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", wf_last_errmsg());
+    if (!atomic_load(&c->failed))
+        wf__comm_fail(c, rc, c->rank, "rank %d: %s", c->rank, msg);
+    if (nrest)
+        (void)wf__wait_all(rest, nrest, dl, what);
+    (void)wf__wait_all(recvs, nch, dl, what);
+    (void)wf__wait_all(sends, nsend, dl, what);
+    free(sends);
+    free(recvs);
+    return wf__err(rc, "%s", msg);
+}
+
 /* A ring over N blocks of 'buf' (block v: elements off[v] .. off[v] + len[v]). With 'rs',
  * N-1 reduce-scatter steps (steps 0 .. N-2) leave rank r with block r+1 reduced over every
  * rank; with 'ag', N-1 all-gather steps (N-1 .. 2N-3) give every rank every block, starting
@@ -301,19 +321,8 @@ static int ring(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, const si
             if (s < last)
                 rc = wf__isend(c, right, coll_tag(seq, s + 1), mine, cl * es, &sends[nsend++]);
         }
-        if (rc < 0) {
-            /* Fail the comm first (if this error did not already), so that what is still
-             * posted is canceled instead of waited for. */
-            char msg[WF_ERRMSG_MAX];
-            snprintf(msg, sizeof msg, "%s", wf_last_errmsg());
-            if (!atomic_load(&c->failed))
-                wf__comm_fail(c, rc, c->rank, "rank %d: %s", c->rank, msg);
-            (void)wf__wait_all(recvs, nch, dl, what);
-            (void)wf__wait_all(sends, nsend, dl, what);
-            free(sends);
-            free(recvs);
-            return wf__err(rc, "%s", msg);
-        }
+        if (rc < 0)
+            return abandon(c, rc, NULL, 0, recvs, nch, sends, nsend, dl, what);
     }
     int rc2 = wf__wait_all(sends, nsend, dl, what);
     free(sends);
@@ -432,17 +441,8 @@ static int ring_cma(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, cons
         done_rq = NULL;
     }
     if (rc < 0) {
-        char msg[WF_ERRMSG_MAX];
-        snprintf(msg, sizeof msg, "%s", wf_last_errmsg());
-        if (!atomic_load(&c->failed))
-            wf__comm_fail(c, rc, c->rank, "rank %d: %s", c->rank, msg);
         wf_comm_req *rest[2] = { addr_rq, done_rq };
-        (void)wf__wait_all(rest, 2, dl, what);
-        (void)wf__wait_all(recvs, nch, dl, what);
-        (void)wf__wait_all(sends, nsend, dl, what);
-        free(sends);
-        free(recvs);
-        return wf__err(rc, "%s", msg);
+        return abandon(c, rc, rest, 2, recvs, nch, sends, nsend, dl, what);
     }
     int rc2 = wf__wait_all(sends, nsend, dl, what);
     free(sends);
@@ -460,25 +460,51 @@ static void split(size_t count, int n, size_t *off, size_t *len)
     }
 }
 
+/* Blocks of 'len' elements, one per rank, for a ring that leaves virtual block r+1 on rank r:
+ * virtual block v is block v-1. */
+static void shifted_blocks(int n, size_t len, size_t *off, size_t *lens)
+{
+    for (int v = 0; v < n; v++) {
+        off[v] = (size_t)((v + n - 1) % n) * len;
+        lens[v] = len;
+    }
+}
+
+#if WF_HAVE_NCCL
+/* Where collective 'fn' runs: sets '*dev' to the CUDA device that holds both 'send' and 'recv',
+ * or to -1 when both are host memory or 'empty' is true.
+ * Returns 0, or WF_EINVAL when one buffer is on a CUDA device and the other is not on it. */
+static int nccl_route(wf_comm *c, const char *fn, const void *send, const void *recv, bool empty,
+                      int *dev)
+{
+    int d = empty ? -1 : wf__nccl_device_of(c, recv);
+    *dev = -1;
+    if (d < 0 && (empty || wf__nccl_device_of(c, send) < 0))
+        return 0;
+    if (d < 0 || wf__nccl_device_of(c, send) != d)
+        return wf__err(WF_EINVAL,
+                       "%s: send and recv must both be on CUDA device %d, or both in host memory",
+                       fn, d);
+    *dev = d;
+    return 0;
+}
+#endif
+
 /* ---- Public collectives ---------------------------------------------------------------------- */
 
 static int allreduce_impl(wf_comm *c, const void *send, void *recv, size_t count, wf_dtype dt,
                           wf_reduce_op op)
 {
-    size_t bytes;
+    size_t bytes = 0;
     int rc = check_reduce("wf_comm_allreduce", c, send, recv, count, dt, op, 1, &bytes);
     if (rc < 0)
         return rc;
 #if WF_HAVE_NCCL
-    int dev = count ? wf__nccl_device_of(c, recv) : -1;
-    if (dev >= 0 || (count && wf__nccl_device_of(c, send) >= 0)) {
-        if (dev < 0 || wf__nccl_device_of(c, send) != dev)
-            return wf__err(WF_EINVAL,
-                           "wf_comm_allreduce: send and recv must both be on CUDA "
-                           "device %d, or both in host memory",
-                           dev);
+    int dev;
+    if ((rc = nccl_route(c, "wf_comm_allreduce", send, recv, count == 0, &dev)) < 0)
+        return rc;
+    if (dev >= 0)
         return wf__nccl_allreduce(c, dev, send, recv, count, dt, op);
-    }
 #endif
     uint32_t seq = ++c->coll_seq;
     if (count && send != recv)
@@ -507,21 +533,17 @@ static int allreduce_impl(wf_comm *c, const void *send, void *recv, size_t count
 static int reduce_scatter_impl(wf_comm *c, const void *send, void *recv, size_t count, wf_dtype dt,
                                wf_reduce_op op)
 {
-    size_t bytes;
+    size_t bytes = 0;
     int rc = check_reduce("wf_comm_reduce_scatter", c, send, recv, count, dt, op,
                           c ? (size_t)c->size : 1, &bytes);
     if (rc < 0)
         return rc;
 #if WF_HAVE_NCCL
-    int dev = count ? wf__nccl_device_of(c, recv) : -1;
-    if (dev >= 0 || (count && wf__nccl_device_of(c, send) >= 0)) {
-        if (dev < 0 || wf__nccl_device_of(c, send) != dev)
-            return wf__err(WF_EINVAL,
-                           "wf_comm_reduce_scatter: send and recv must both be on "
-                           "CUDA device %d, or both in host memory",
-                           dev);
+    int dev;
+    if ((rc = nccl_route(c, "wf_comm_reduce_scatter", send, recv, count == 0, &dev)) < 0)
+        return rc;
+    if (dev >= 0)
         return wf__nccl_reduce_scatter(c, dev, send, recv, count, dt, op);
-    }
 #endif
     uint32_t seq = ++c->coll_seq;
     int n = c->size;
@@ -537,11 +559,7 @@ static int reduce_scatter_impl(wf_comm *c, const void *send, void *recv, size_t 
     }
     if (count)
         memcpy(work, send, bytes * (size_t)n);
-    /* The ring leaves virtual block r+1 on rank r: virtual block v is block v-1. */
-    for (int v = 0; v < n; v++) {
-        ol[v] = (size_t)((v + n - 1) % n) * count;
-        ol[n + v] = count;
-    }
+    shifted_blocks(n, count, ol, ol + n);
     if (n > 1 && count)
         rc = ring(c, work, wf_dtype_size(dt), ol, ol + n, dt, op, true, false, seq, what);
     if (rc == 0 && count) {
@@ -565,15 +583,11 @@ static int allgather_impl(wf_comm *c, const void *send, void *recv, size_t bytes
     if (bytes && (!send || !recv))
         return wf__err(WF_EINVAL, "wf_comm_allgather: NULL buffer for %zu bytes", bytes);
 #if WF_HAVE_NCCL
-    int dev = bytes ? wf__nccl_device_of(c, recv) : -1;
-    if (dev >= 0 || (bytes && wf__nccl_device_of(c, send) >= 0)) {
-        if (dev < 0 || wf__nccl_device_of(c, send) != dev)
-            return wf__err(WF_EINVAL,
-                           "wf_comm_allgather: send and recv must both be on CUDA "
-                           "device %d, or both in host memory",
-                           dev);
+    int dev;
+    if ((rc = nccl_route(c, "wf_comm_allgather", send, recv, bytes == 0, &dev)) < 0)
+        return rc;
+    if (dev >= 0)
         return wf__nccl_allgather(c, dev, send, recv, bytes);
-    }
 #endif
     uint32_t seq = ++c->coll_seq;
     if (!bytes)
@@ -584,10 +598,7 @@ static int allgather_impl(wf_comm *c, const void *send, void *recv, size_t bytes
     size_t *ol = malloc(2 * (size_t)n * sizeof *ol);
     if (!ol)
         return wf__err(WF_ENOMEM, "%s: out of memory", what);
-    for (int v = 0; v < n; v++) {
-        ol[v] = (size_t)((v + n - 1) % n) * bytes;
-        ol[n + v] = bytes;
-    }
+    shifted_blocks(n, bytes, ol, ol + n);
     if (n > 1)
         rc = ring(c, recv, 1, ol, ol + n, WF_U8, WF_REDUCE_SUM, false, true, seq, what);
     free(ol);

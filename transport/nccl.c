@@ -192,10 +192,11 @@ static int nccl_type(wf_dtype dt, ncclDataType_t *t)
     }
 }
 
-/* Maps dtype and op; integer means are refused (ncclAvg rounds differently from the host
+/* Maps dtype and op, then readies the communicator for 'device' (the prologue of every
+ * reducing collective); integer means are refused (ncclAvg rounds differently from the host
  * path's truncation, and weft has no device kernel to divide afterwards). */
-static int nccl_args(const char *what, wf_dtype dt, wf_reduce_op op, ncclDataType_t *t,
-                     ncclRedOp_t *o)
+static int nccl_args(wf_comm *c, int device, const char *what, wf_dtype dt, wf_reduce_op op,
+                     ncclDataType_t *t, ncclRedOp_t *o)
 {
     if (nccl_type(dt, t) < 0)
         return wf__err(WF_EINVAL, "%s: dtype %s on a CUDA device", what, wf_dtype_name(dt));
@@ -203,7 +204,7 @@ static int nccl_args(const char *what, wf_dtype dt, wf_reduce_op op, ncclDataTyp
         return wf__err(WF_EINVAL, "%s: the mean of %s is not supported on CUDA devices", what,
                        wf_dtype_name(dt));
     *o = op == WF_REDUCE_MAX ? ncclMax : op == WF_REDUCE_MEAN ? ncclAvg : ncclSum;
-    return 0;
+    return nccl_ready(c, device, what);
 }
 
 static int launched(wf_comm *c, ncclResult_t st, const char *what)
@@ -222,11 +223,9 @@ int wf__nccl_allreduce(wf_comm *c, int device, const void *send, void *recv, siz
     char what[128];
     snprintf(what, sizeof what, "allreduce #%u (NCCL, %zu x %s)", ++c->coll_seq, count,
              wf_dtype_name(dt));
-    ncclDataType_t t;
-    ncclRedOp_t o;
-    int rc = nccl_args(what, dt, op, &t, &o);
-    if (rc == 0)
-        rc = nccl_ready(c, device, what);
+    ncclDataType_t t = ncclFloat32;
+    ncclRedOp_t o = ncclSum;
+    int rc = nccl_args(c, device, what, dt, op, &t, &o);
     if (rc < 0)
         return rc;
     return launched(
@@ -241,11 +240,9 @@ int wf__nccl_reduce_scatter(wf_comm *c, int device, const void *send, void *recv
     char what[128];
     snprintf(what, sizeof what, "reduce_scatter #%u (NCCL, %zu x %s per rank)", ++c->coll_seq,
              count, wf_dtype_name(dt));
-    ncclDataType_t t;
-    ncclRedOp_t o;
-    int rc = nccl_args(what, dt, op, &t, &o);
-    if (rc == 0)
-        rc = nccl_ready(c, device, what);
+    ncclDataType_t t = ncclFloat32;
+    ncclRedOp_t o = ncclSum;
+    int rc = nccl_args(c, device, what, dt, op, &t, &o);
     if (rc < 0)
         return rc;
     return launched(c,

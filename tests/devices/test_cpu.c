@@ -2,7 +2,7 @@
  * 0 and the only CPU device (CUDA GPUs, if any, follow it: tests/devices/test_cuda.c), its
  * description, WF_ENODEV for ids past the last device, opening and closing it, and its
  * memory statistics. */
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -11,21 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static wf_runtime *rt;
-
-static void setup(void)
-{
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
-}
-
-static void teardown(void)
-{
-    wf_runtime_destroy(rt);
-    rt = NULL;
-    wf_test_fini();
-}
-
-TestSuite(devices_cpu, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(30));
+TestSuite(devices_cpu, .init = wf_test_rt_setup_pinned, .fini = wf_test_rt_teardown,
+          .timeout = WF_TEST_TIMEOUT(30));
 
 Test(devices_cpu, the_cpu_is_device_0_and_the_gpus_follow_it)
 {

@@ -3,7 +3,7 @@
  * an open GPU, placement of nodes (wf_node_set_device(): its checks and its errors run
  * everywhere), and a graph whose values go CPU -> GPU -> CPU giving the CPU's result.
  * The parts that need a GPU skip with "no CUDA device" on machines without one. */
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -13,21 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static wf_runtime *rt;
-
-static void setup(void)
-{
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
-}
-
-static void teardown(void)
-{
-    wf_runtime_destroy(rt);
-    rt = NULL;
-    wf_test_fini();
-}
-
-TestSuite(devices_cuda, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(60));
+TestSuite(devices_cuda, .init = wf_test_rt_setup_pinned, .fini = wf_test_rt_teardown,
+          .timeout = WF_TEST_TIMEOUT(60));
 
 static int n_gpus(void)
 {

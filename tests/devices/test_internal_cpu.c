@@ -4,7 +4,7 @@
  * fail_after hook passed to its pools, and buffers that outlive the device.
  * Only calls through the device's vtable: the library exports no internal symbols. */
 #include "../../devices/device.h"
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -12,12 +12,11 @@
 
 #include <string.h>
 
-static wf_runtime *rt;
 static wf_device *dev;
 
 static void setup(void)
 {
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    wf_test_rt_setup_pinned();
     int rc = wf_device_open(rt, 0, NULL, &dev);
     cr_assert_eq(rc, 0, "wf_device_open: %s", wf_last_errmsg());
 }
@@ -26,9 +25,7 @@ static void teardown(void)
 {
     wf_device_close(dev);
     dev = NULL;
-    wf_runtime_destroy(rt);
-    rt = NULL;
-    wf_test_fini();
+    wf_test_rt_teardown();
 }
 
 TestSuite(devices_internal_cpu, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(60));

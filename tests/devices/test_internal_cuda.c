@@ -7,7 +7,7 @@
  * it), and buffers that outlive the device.
  * Every test needs a GPU and skips with "no CUDA device" without one. */
 #include "../../devices/device.h"
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -16,24 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static wf_runtime *rt;
 static wf_device *dev;
-
-static void setup(void)
-{
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
-}
 
 static void teardown(void)
 {
     wf_device_close(dev);
     dev = NULL;
-    wf_runtime_destroy(rt);
-    rt = NULL;
-    wf_test_fini();
+    wf_test_rt_teardown();
 }
 
-TestSuite(devices_internal_cuda, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(60));
+TestSuite(devices_internal_cuda, .init = wf_test_rt_setup_pinned, .fini = teardown,
+          .timeout = WF_TEST_TIMEOUT(60));
 
 /* Opens GPU 0 as 'dev' with 'o', or skips. */
 static void open_gpu(const wf_device_opts *o)

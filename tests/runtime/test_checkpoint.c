@@ -8,7 +8,7 @@
  * unexpected tensors and the flags that allow them; an atomic save that fails mid-write
  * (RLIMIT_FSIZE) and leaves the old file and no temporary; a [out, in] model restored into
  * a fresh session; and loads racing saves and runs: every save holds the values of one load. */
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -29,12 +29,11 @@
 
 #define PYTHON "/usr/bin/python3"
 
-static wf_runtime *rt;
 static char dir[64];
 
 static void setup(void)
 {
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
+    wf_test_rt_setup();
     snprintf(dir, sizeof dir, "/tmp/wf-ckpt-XXXXXX");
     cr_assert_not_null(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
 }
@@ -42,9 +41,7 @@ static void setup(void)
 static void teardown(void)
 {
     wf_test_rm_dir(dir);
-    wf_runtime_destroy(rt);
-    rt = NULL;
-    wf_test_fini();
+    wf_test_rt_teardown();
 }
 
 TestSuite(runtime_checkpoint, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(120));
@@ -105,13 +102,6 @@ static wf_tensor *value(wf_session *s, wf_node *v)
     return t;
 }
 
-static bool same_bits(const wf_tensor *a, const wf_tensor *b)
-{
-    return wf_tensor_dtype(a) == wf_tensor_dtype(b) &&
-           wf_shape_equal(wf_tensor_shape(a), wf_tensor_shape(b)) &&
-           memcmp(wf_tensor_data(a), wf_tensor_data(b), nbytes(a)) == 0;
-}
-
 /* Every variable of the graph in 's' has the same bits as in 'ref'. */
 static void assert_vars_equal(wf_graph *g, wf_session *s, wf_session *ref, const char *when)
 {
@@ -120,7 +110,7 @@ static void assert_vars_equal(wf_graph *g, wf_session *s, wf_session *ref, const
         if (strcmp(wf_node_op(n), "variable") != 0)
             continue;
         wf_tensor *a = value(s, n), *b = value(ref, n);
-        cr_assert(same_bits(a, b), "%s: variable '%s' differs", when, wf_node_name(n));
+        cr_assert(wf_test_same_bits(a, b), "%s: variable '%s' differs", when, wf_node_name(n));
         wf_tensor_release(a);
         wf_tensor_release(b);
     }
@@ -149,7 +139,7 @@ static void assert_unchanged(wf_session *s, const snapshot *sn, const char *when
 {
     for (int i = 0; i < sn->n; i++) {
         wf_tensor *now = value(s, sn->nodes[i]);
-        cr_assert(same_bits(now, sn->vals[i]), "%s: variable '%s' changed", when,
+        cr_assert(wf_test_same_bits(now, sn->vals[i]), "%s: variable '%s' changed", when,
                   wf_node_name(sn->nodes[i]));
         wf_tensor_release(now);
     }
@@ -261,12 +251,12 @@ Test(runtime_checkpoint, save_then_load_restores_every_dtype_bitwise)
     /* dst starts from zeros: the load must change it. */
     wf_node *w = wf_graph_find(g, "fc1.weight");
     wf_tensor *before = value(dst, w), *want = value(src, w);
-    cr_assert(!same_bits(before, want));
+    cr_assert(!wf_test_same_bits(before, want));
     rc = wf_checkpoint_load(dst, p, 0);
     cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(dst));
     assert_vars_equal(g, dst, src, "after load");
     /* The value read before the load is immutable: the load replaced it. */
-    cr_assert(!same_bits(before, want));
+    cr_assert(!wf_test_same_bits(before, want));
     wf_tensor_release(before);
     wf_tensor_release(want);
     /* A second save of the loaded session gives the same bytes. */
@@ -341,7 +331,7 @@ Test(runtime_checkpoint, safetensors_write_and_read_round_trip_every_dtype_and_s
             j++;
         cr_assert_lt(j, n, "'%s' not read back", ts[i].name);
         if (i < 10)
-            cr_assert(same_bits(got[j].tensor, ts[i].tensor), "'%s' differs", ts[i].name);
+            cr_assert(wf_test_same_bits(got[j].tensor, ts[i].tensor), "'%s' differs", ts[i].name);
     }
     int j = 0;
     while (strcmp(got[j].name, "view") != 0)
@@ -943,8 +933,8 @@ Test(runtime_checkpoint, missing_unexpected_and_mismatched_tensors_and_the_flags
     cr_assert_eq(wf_checkpoint_load(s, part, WF_CHECKPOINT_ALLOW_MISSING), 0, "%s",
                  wf_session_errmsg(s));
     wf_tensor *va = value(s, a), *vb = value(s, b), *vm = value(s, m);
-    cr_assert(same_bits(va, ta) && same_bits(vb, tb));
-    cr_assert(same_bits(vm, sn.vals[2]), "m changed in a partial load");
+    cr_assert(wf_test_same_bits(va, ta) && wf_test_same_bits(vb, tb));
+    cr_assert(wf_test_same_bits(vm, sn.vals[2]), "m changed in a partial load");
     wf_tensor_release(va);
     wf_tensor_release(vb);
     wf_tensor_release(vm);
@@ -952,7 +942,7 @@ Test(runtime_checkpoint, missing_unexpected_and_mismatched_tensors_and_the_flags
     cr_assert_eq(wf_checkpoint_load(s, extra, WF_CHECKPOINT_ALLOW_UNEXPECTED), 0, "%s",
                  wf_session_errmsg(s));
     vm = value(s, m);
-    cr_assert(same_bits(vm, tm));
+    cr_assert(wf_test_same_bits(vm, tm));
     wf_tensor_release(vm);
 
     /* Dtype and shape mismatches. */
@@ -1083,7 +1073,7 @@ Test(runtime_checkpoint, a_model_restored_into_a_fresh_session_computes_the_same
         xv[i] = (float)(i % 7) * 0.25f - 0.5f;
     wf_tensor *xs = wf_tensor_from(WF_F32, WF_SHAPE(5, 3), xv);
     wf_tensor *o1 = forward(s1, x1, y1, xs), *o2 = forward(s2, x2, y2, xs);
-    cr_assert(!same_bits(o1, o2), "different seeds gave the same model");
+    cr_assert(!wf_test_same_bits(o1, o2), "different seeds gave the same model");
     wf_tensor_release(o2);
 
     /* Weights changed after creation are what is saved (not the initializers). */
@@ -1102,8 +1092,8 @@ Test(runtime_checkpoint, a_model_restored_into_a_fresh_session_computes_the_same
     cr_assert_eq(wf_checkpoint_load(s1b, p, 0), 0, "%s", wf_session_errmsg(s1b));
     o2 = forward(s2, x2, y2, xs);
     wf_tensor *o1b = forward(s1b, x1, y1, xs);
-    cr_assert(same_bits(o1, o2), "the restored model computes something else");
-    cr_assert(same_bits(o1, o1b), "the restored session computes something else");
+    cr_assert(wf_test_same_bits(o1, o2), "the restored model computes something else");
+    cr_assert(wf_test_same_bits(o1, o1b), "the restored session computes something else");
     /* Against a naive f64 reference of x w1^T + b, then w2^T: tolerance 1e-5 relative. */
     wf_tensor *w1 = value(s2, wf_graph_find(g2, "fc1.weight"));
     wf_tensor *b1 = value(s2, wf_graph_find(g2, "fc1.bias"));

@@ -11,7 +11,7 @@
  * output, sigmoid layers too; optimizer updates are ordered after the fused nodes): an MLP
  * trained for several steps with the pass on and off gives bitwise equal losses and
  * variables; and the dump. */
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -23,59 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static wf_runtime *rt, *rt1; /* 2 workers, 1 worker */
-
-static void setup(void)
-{
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
-    rt1 = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1, .flags = WF_RT_NO_PIN });
-}
-
-static void teardown(void)
-{
-    wf_runtime_destroy(rt);
-    wf_runtime_destroy(rt1);
-    rt = rt1 = NULL;
-    wf_test_fini();
-}
-
-TestSuite(runtime_epilogue, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(240));
+TestSuite(runtime_epilogue, .init = wf_test_rt_setup_both, .fini = wf_test_rt_teardown,
+          .timeout = WF_TEST_TIMEOUT(240));
 
 /* Only the epilogue pass (the reference for it is every pass off). */
 #define ONLY_EPILOGUE (WF_SESSION_NO_PASSES & ~(uint32_t)WF_SESSION_NO_EPILOGUE)
-
-static wf_session *session(wf_graph *g, uint32_t flags)
-{
-    wf_session *s = NULL;
-    int rc = wf_session_create(g, &(wf_session_opts){ .flags = flags }, &s);
-    cr_assert_eq(rc, 0, "wf_session_create: %s: %s", wf_err_name(rc), wf_graph_errmsg(g));
-    return s;
-}
-
-static wf_plan_stats plan_stats(wf_session *s, wf_node *const *fetches, int n,
-                                wf_node *const *targets, int n_targets)
-{
-    wf_plan_stats st;
-    int rc = wf_session_plan_stats(s, fetches, n, targets, n_targets, &st);
-    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
-    return st;
-}
-
-static void run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches, int n,
-                wf_tensor **outs, wf_node *const *targets, int n_targets)
-{
-    int rc = wf_session_run(s, feeds, n_feeds, fetches, n, outs, targets, n_targets);
-    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
-}
-
-static bool same_bits(const wf_tensor *a, const wf_tensor *b)
-{
-    if (wf_tensor_dtype(a) != wf_tensor_dtype(b) ||
-        !wf_shape_equal(wf_tensor_shape(a), wf_tensor_shape(b)))
-        return false;
-    size_t bytes = (size_t)wf_tensor_numel(a) * wf_dtype_size(wf_tensor_dtype(a));
-    return memcmp(wf_tensor_data(a), wf_tensor_data(b), bytes) == 0;
-}
 
 /* A tensor of 'dt' (f32 or f64) and 'shape' with values in [-2, 2) from 'seed', and a few
  * special values (NaN with a payload of its own, +-inf, -0.0) when 'specials'. */
@@ -208,24 +160,25 @@ static void check_case(wf_runtime *r, const ep_case *c)
     }
     y = activation(g, c->act, y);
     cr_assert_not_null(y, "%s: %s", name, wf_graph_errmsg(g));
-    wf_session *on = session(g, ONLY_EPILOGUE), *off = session(g, WF_SESSION_NO_EPILOGUE),
-               *none = session(g, WF_SESSION_NO_PASSES);
-    wf_plan_stats st = plan_stats(on, &y, 1, NULL, 0);
+    wf_session *on = wf_test_session(g, ONLY_EPILOGUE),
+               *off = wf_test_session(g, WF_SESSION_NO_EPILOGUE),
+               *none = wf_test_session(g, WF_SESSION_NO_PASSES);
+    wf_plan_stats st = wf_test_plan_stats_targets(on, &y, 1, NULL, 0);
     int members = 1 + (c->bias != 0) + (c->act >= 0);
     cr_assert_eq(st.n_epilogue, 1, "%s: %d epilogues", name, st.n_epilogue);
     cr_assert_eq(st.nodes_after_epilogue, st.nodes_after_simplify - (members - 1),
                  "%s: %d nodes before, %d after", name, st.nodes_after_simplify,
                  st.nodes_after_epilogue);
-    cr_assert_eq(plan_stats(off, &y, 1, NULL, 0).n_epilogue, 0, "%s", name);
+    cr_assert_eq(wf_test_plan_stats_targets(off, &y, 1, NULL, 0).n_epilogue, 0, "%s", name);
     wf_tensor *xt = random_tensor(tdt, xs, 1, c->specials);
     wf_feed feed = { x, xt };
     for (int rep = 0; rep < 2; rep++) { /* the second run replays the plans */
         wf_tensor *r_on, *r_off, *r_none;
-        run(on, &feed, 1, &y, 1, &r_on, NULL, 0);
-        run(off, &feed, 1, &y, 1, &r_off, NULL, 0);
-        run(none, &feed, 1, &y, 1, &r_none, NULL, 0);
-        cr_assert(same_bits(r_on, r_none), "%s: fused and unfused results differ", name);
-        cr_assert(same_bits(r_off, r_none), "%s: the other passes changed bits", name);
+        wf_test_run(on, &feed, 1, &y, 1, &r_on, NULL, 0);
+        wf_test_run(off, &feed, 1, &y, 1, &r_off, NULL, 0);
+        wf_test_run(none, &feed, 1, &y, 1, &r_none, NULL, 0);
+        cr_assert(wf_test_same_bits(r_on, r_none), "%s: fused and unfused results differ", name);
+        cr_assert(wf_test_same_bits(r_off, r_none), "%s: the other passes changed bits", name);
         wf_tensor_release(r_on);
         wf_tensor_release(r_off);
         wf_tensor_release(r_none);
@@ -363,11 +316,11 @@ Test(runtime_epilogue, the_fused_result_matches_an_f64_reference)
     cr_assert_not_null(xt);
     wf_node *y = wf_relu(g, wf_add(g, wf_matmul(g, x, wf_constant(g, wt)), wf_constant(g, bt)));
     cr_assert_not_null(y, "%s", wf_graph_errmsg(g));
-    wf_session *s = session(g, 0);
-    cr_assert_eq(plan_stats(s, &y, 1, NULL, 0).n_epilogue, 1);
+    wf_session *s = wf_test_session(g, 0);
+    cr_assert_eq(wf_test_plan_stats_targets(s, &y, 1, NULL, 0).n_epilogue, 1);
     wf_feed feed = { x, xt };
     wf_tensor *out;
-    run(s, &feed, 1, &y, 1, &out, NULL, 0);
+    wf_test_run(s, &feed, 1, &y, 1, &out, NULL, 0);
     const float *xv = wf_tensor_data_f32(xt), *wv = wf_tensor_data_f32(wt),
                 *bv = wf_tensor_data_f32(bt), *ov = wf_tensor_data_f32(out);
     for (int i = 0; i < M; i++)
@@ -407,7 +360,7 @@ static void *conc_main(void *p)
             a->failed++;
             continue;
         }
-        a->bad += !same_bits(out, a->want);
+        a->bad += !wf_test_same_bits(out, a->want);
         wf_tensor_release(out);
     }
     return NULL;
@@ -425,11 +378,11 @@ Test(runtime_epilogue, concurrent_runs_of_a_fused_plan_give_the_same_bits)
     wf_tensor_release(wt);
     wf_tensor_release(bt);
     cr_assert_not_null(y, "%s", wf_graph_errmsg(g));
-    wf_session *on = session(g, 0), *none = session(g, WF_SESSION_NO_PASSES);
-    cr_assert_eq(plan_stats(on, &y, 1, NULL, 0).n_epilogue, 1);
+    wf_session *on = wf_test_session(g, 0), *none = wf_test_session(g, WF_SESSION_NO_PASSES);
+    cr_assert_eq(wf_test_plan_stats_targets(on, &y, 1, NULL, 0).n_epilogue, 1);
     wf_tensor *xt = random_tensor(WF_F32, WF_SHAPE(300, 64), 43, true), *want;
     wf_feed feed = { x, xt };
-    run(none, &feed, 1, &y, 1, &want, NULL, 0);
+    wf_test_run(none, &feed, 1, &y, 1, &want, NULL, 0);
     conc_arg args[3];
     pthread_t th[3];
     for (int i = 0; i < 3; i++) {
@@ -485,14 +438,15 @@ static void small_free(small *m)
 /* Runs 'fetches' with the pass and without any; asserts equal bits; returns the stats. */
 static wf_plan_stats small_check(small *m, wf_node *const *fetches, int n)
 {
-    wf_session *on = session(m->g, ONLY_EPILOGUE), *none = session(m->g, WF_SESSION_NO_PASSES);
-    wf_plan_stats st = plan_stats(on, fetches, n, NULL, 0);
+    wf_session *on = wf_test_session(m->g, ONLY_EPILOGUE),
+               *none = wf_test_session(m->g, WF_SESSION_NO_PASSES);
+    wf_plan_stats st = wf_test_plan_stats_targets(on, fetches, n, NULL, 0);
     wf_tensor *r_on[4], *r_none[4];
     wf_feed feed = { m->x, m->xt };
-    run(on, &feed, 1, fetches, n, r_on, NULL, 0);
-    run(none, &feed, 1, fetches, n, r_none, NULL, 0);
+    wf_test_run(on, &feed, 1, fetches, n, r_on, NULL, 0);
+    wf_test_run(none, &feed, 1, fetches, n, r_none, NULL, 0);
     for (int k = 0; k < n; k++) {
-        cr_assert(same_bits(r_on[k], r_none[k]), "fetch %d differs", k);
+        cr_assert(wf_test_same_bits(r_on[k], r_none[k]), "fetch %d differs", k);
         wf_tensor_release(r_on[k]);
         wf_tensor_release(r_none[k]);
     }
@@ -604,8 +558,8 @@ static mlp mlp_make(wf_runtime *r, int in, int hidden, int classes, int act)
 static void mlp_train(const mlp *m, uint32_t flags, int steps, int batch, int in, int classes,
                       wf_tensor **losses, wf_tensor **vals, wf_plan_stats *st)
 {
-    wf_session *s = session(m->g, flags);
-    *st = plan_stats(s, &m->loss, 1, &m->train, 1);
+    wf_session *s = wf_test_session(m->g, flags);
+    *st = wf_test_plan_stats_targets(s, &m->loss, 1, &m->train, 1);
     for (int step = 0; step < steps; step++) {
         wf_tensor *xt = random_tensor(WF_F32, WF_SHAPE(batch, in), 1000 + (uint64_t)step, false);
         int32_t *labels = malloc((size_t)batch * sizeof *labels);
@@ -614,7 +568,7 @@ static void mlp_train(const mlp *m, uint32_t flags, int steps, int batch, int in
         wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(batch), labels);
         free(labels);
         wf_feed feeds[2] = { { m->x, xt }, { m->y, yt } };
-        run(s, feeds, 2, &m->loss, 1, &losses[step], &m->train, 1);
+        wf_test_run(s, feeds, 2, &m->loss, 1, &losses[step], &m->train, 1);
         wf_tensor_release(xt);
         wf_tensor_release(yt);
     }
@@ -636,13 +590,14 @@ static void mlp_compare(wf_runtime *r, int act, int expect_epilogues, int expect
                  "%d -> %d nodes", s_on.nodes_after_simplify, s_on.nodes_after_epilogue);
     cr_assert_eq(s_off.n_epilogue, 0);
     for (int k = 0; k < steps; k++) {
-        cr_assert(same_bits(l_on[k], l_off[k]), "step %d: loss %.9g with the pass, %.9g without", k,
+        cr_assert(wf_test_same_bits(l_on[k], l_off[k]),
+                  "step %d: loss %.9g with the pass, %.9g without", k,
                   wf_tensor_data_f32(l_on[k])[0], wf_tensor_data_f32(l_off[k])[0]);
         wf_tensor_release(l_on[k]);
         wf_tensor_release(l_off[k]);
     }
     for (int v = 0; v < 6; v++) {
-        cr_assert(same_bits(v_on[v], v_off[v]), "variable %d differs after training", v);
+        cr_assert(wf_test_same_bits(v_on[v], v_off[v]), "variable %d differs after training", v);
         wf_tensor_release(v_on[v]);
         wf_tensor_release(v_off[v]);
     }
@@ -678,7 +633,7 @@ Test(runtime_epilogue, gelu_layers_fuse_only_matmul_and_bias_in_training)
 Test(runtime_epilogue, the_dump_names_the_fused_node_and_its_members)
 {
     small m = small_make();
-    wf_session *s = session(m.g, 0);
+    wf_session *s = wf_test_session(m.g, 0);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);

@@ -8,7 +8,7 @@
  * group, a fetched node and a node an update is ordered after (a control edge) are never
  * folded into a group's interior. Fusion does not reorder floating-point work (each member
  * runs its own loop and rounds to its dtype), so bitwise equality is the right check. */
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -19,55 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static wf_runtime *rt, *rt1;
-
-static void setup(void)
-{
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
-    rt1 = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1, .flags = WF_RT_NO_PIN });
-}
-
-static void teardown(void)
-{
-    wf_runtime_destroy(rt);
-    wf_runtime_destroy(rt1);
-    rt = rt1 = NULL;
-    wf_test_fini();
-}
-
-TestSuite(runtime_fuse, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(240));
-
-static wf_session *session(wf_graph *g, uint32_t flags)
-{
-    wf_session *s = NULL;
-    int rc = wf_session_create(g, &(wf_session_opts){ .flags = flags }, &s);
-    cr_assert_eq(rc, 0, "wf_session_create: %s: %s", wf_err_name(rc), wf_graph_errmsg(g));
-    return s;
-}
-
-static void run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches, int n,
-                wf_tensor **outs, wf_node *const *targets, int n_targets)
-{
-    int rc = wf_session_run(s, feeds, n_feeds, fetches, n, outs, targets, n_targets);
-    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
-}
-
-static wf_plan_stats plan_stats(wf_session *s, wf_node *const *fetches, int n)
-{
-    wf_plan_stats st;
-    int rc = wf_session_plan_stats(s, fetches, n, NULL, 0, &st);
-    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
-    return st;
-}
-
-static bool same_bits(const wf_tensor *a, const wf_tensor *b)
-{
-    if (wf_tensor_dtype(a) != wf_tensor_dtype(b) ||
-        !wf_shape_equal(wf_tensor_shape(a), wf_tensor_shape(b)))
-        return false;
-    size_t bytes = (size_t)wf_tensor_numel(a) * wf_dtype_size(wf_tensor_dtype(a));
-    return memcmp(wf_tensor_data(a), wf_tensor_data(b), bytes) == 0;
-}
+TestSuite(runtime_fuse, .init = wf_test_rt_setup_both, .fini = wf_test_rt_teardown,
+          .timeout = WF_TEST_TIMEOUT(240));
 
 /* A contiguous tensor of 'shape' with values in [lo, hi) (f32 or f64). */
 static wf_tensor *rand_tensor(wf_dtype dt, wf_shape shape, uint64_t seed, double lo, double hi)
@@ -129,9 +82,9 @@ static wf_tensor *chain5(wf_runtime *r, wf_dtype dt, wf_shape shape, bool stride
         xt = xv;
         xv = back;
     }
-    wf_session *s = session(g, flags);
+    wf_session *s = wf_test_session(g, flags);
     if (check_stats && !(flags & WF_SESSION_NO_FUSE)) {
-        wf_plan_stats st = plan_stats(s, &y, 1);
+        wf_plan_stats st = wf_test_plan_stats(s, &y, 1);
         cr_assert_eq(st.n_fused, 1);
         cr_assert_eq(st.n_fused_members, 5);
         cr_assert_eq(st.nodes_after_fuse, 4, "x, w, b and the fused node (%d)",
@@ -147,7 +100,7 @@ static wf_tensor *chain5(wf_runtime *r, wf_dtype dt, wf_shape shape, bool stride
     }
     wf_feed feeds[3] = { { x, xt }, { w, wt }, { b, bt } };
     wf_tensor *out = NULL;
-    run(s, feeds, 3, &y, 1, &out, NULL, 0);
+    wf_test_run(s, feeds, 3, &y, 1, &out, NULL, 0);
     wf_session_destroy(s);
     wf_graph_destroy(g);
     wf_tensor_release(xt);
@@ -176,8 +129,8 @@ Test(runtime_fuse, a_five_op_chain_becomes_one_fused_node_with_the_unfused_bits)
             wf_runtime *rts[2] = { rt1, rt };
             for (int k = 0; k < 2; k++) {
                 wf_tensor *got = chain5(rts[k], dts[d], cases[i].shape, cases[i].strided, 0, true);
-                cr_assert(same_bits(got, want), "case %zu, %s, %d worker(s): bits differ", i,
-                          wf_dtype_name(dts[d]), k + 1);
+                cr_assert(wf_test_same_bits(got, want), "case %zu, %s, %d worker(s): bits differ",
+                          i, wf_dtype_name(dts[d]), k + 1);
                 wf_tensor_release(got);
             }
             wf_tensor_release(want);
@@ -188,12 +141,7 @@ Test(runtime_fuse, a_five_op_chain_becomes_one_fused_node_with_the_unfused_bits)
 
 enum { RG_R = 9, RG_C = 13, RG_OPS = 40, RG_FETCH = 5 };
 
-typedef struct rgraph {
-    wf_graph *g;
-    wf_node *ph[3];
-    wf_tensor *feed[3];
-    wf_node *fetch[RG_FETCH];
-} rgraph;
+typedef wf_test_rgraph rgraph;
 
 /* Placeholders [R, C], [C] and [R, 1] (f32) and random elementwise ops over them and over
  * earlier results: unary math, activations, binary ops with broadcasting, comparisons and
@@ -206,6 +154,7 @@ static void random_graph(rgraph *r, uint64_t seed)
     const wf_shape shapes[3] = { WF_SHAPE(RG_R, RG_C), WF_SHAPE(RG_C), WF_SHAPE(RG_R, 1) };
     wf_node *pool[RG_OPS + 8];
     int n = 0;
+    r->n_ph = 3;
     for (int i = 0; i < 3; i++) {
         char name[8];
         snprintf(name, sizeof name, "p%d", i);
@@ -283,13 +232,6 @@ static void random_graph(rgraph *r, uint64_t seed)
     cr_assert_not_null(r->fetch[2], "%s", wf_graph_errmsg(g));
 }
 
-static void free_graph(rgraph *r)
-{
-    for (int i = 0; i < 3; i++)
-        wf_tensor_release(r->feed[i]);
-    wf_graph_destroy(r->g);
-}
-
 Test(runtime_fuse, random_elementwise_graphs_give_the_same_bits_with_fusion_on_and_off)
 {
     long n = wf_test_scaled(60, 15);
@@ -300,17 +242,18 @@ Test(runtime_fuse, random_elementwise_graphs_give_the_same_bits_with_fusion_on_a
         wf_feed feeds[3] = { { r.ph[0], r.feed[0] },
                              { r.ph[1], r.feed[1] },
                              { r.ph[2], r.feed[2] } };
-        wf_session *off = session(r.g, WF_SESSION_NO_FUSE), *on = session(r.g, 0);
+        wf_session *off = wf_test_session(r.g, WF_SESSION_NO_FUSE), *on = wf_test_session(r.g, 0);
         wf_tensor *want[RG_FETCH], *got[RG_FETCH];
-        run(off, feeds, 3, r.fetch, RG_FETCH, want, NULL, 0);
+        wf_test_run(off, feeds, 3, r.fetch, RG_FETCH, want, NULL, 0);
         for (int rep = 0; rep < 2; rep++) {
-            run(on, feeds, 3, r.fetch, RG_FETCH, got, NULL, 0);
+            wf_test_run(on, feeds, 3, r.fetch, RG_FETCH, got, NULL, 0);
             for (int k = 0; k < RG_FETCH; k++) {
-                cr_assert(same_bits(got[k], want[k]), "seed %ld, output %d differs", seed, k);
+                cr_assert(wf_test_same_bits(got[k], want[k]), "seed %ld, output %d differs", seed,
+                          k);
                 wf_tensor_release(got[k]);
             }
         }
-        wf_plan_stats st = plan_stats(on, r.fetch, RG_FETCH);
+        wf_plan_stats st = wf_test_plan_stats(on, r.fetch, RG_FETCH);
         cr_assert_leq(st.nodes_after_fuse, st.nodes_after_simplify);
         cr_assert_eq(st.nodes_after_simplify - st.nodes_after_fuse, st.n_fused_members - st.n_fused,
                      "seed %ld: each group of k nodes is 1", seed);
@@ -320,7 +263,7 @@ Test(runtime_fuse, random_elementwise_graphs_give_the_same_bits_with_fusion_on_a
             wf_tensor_release(want[k]);
         wf_session_destroy(on);
         wf_session_destroy(off);
-        free_graph(&r);
+        wf_test_rg_free(&r);
     }
     cr_assert_gt(fused, n, "fused %d groups of %d members in %ld graphs", fused, members, n);
 }
@@ -341,31 +284,31 @@ Test(runtime_fuse, outside_readers_and_fetched_nodes_stay_outside_a_group)
     wf_tensor *xt = rand_tensor(WF_F32, WF_SHAPE(4, 5), 1, -2, 2);
     wf_tensor *yt = rand_tensor(WF_F32, WF_SHAPE(5), 2, -2, 2);
     wf_feed feeds[2] = { { x, xt }, { y, yt } };
-    wf_session *on = session(g, 0), *off = session(g, WF_SESSION_NO_FUSE);
-    wf_plan_stats st = plan_stats(on, fetch, 2);
+    wf_session *on = wf_test_session(g, 0), *off = wf_test_session(g, WF_SESSION_NO_FUSE);
+    wf_plan_stats st = wf_test_plan_stats(on, fetch, 2);
     cr_assert_eq(st.n_fused, 2, "{mul, tanh} and {add, relu}: tanh has a reader outside");
     cr_assert_eq(st.n_fused_members, 4);
     wf_tensor *got[2], *want[2];
-    run(on, feeds, 2, fetch, 2, got, NULL, 0);
-    run(off, feeds, 2, fetch, 2, want, NULL, 0);
+    wf_test_run(on, feeds, 2, fetch, 2, got, NULL, 0);
+    wf_test_run(off, feeds, 2, fetch, 2, want, NULL, 0);
     for (int k = 0; k < 2; k++) {
-        cr_assert(same_bits(got[k], want[k]), "output %d", k);
+        cr_assert(wf_test_same_bits(got[k], want[k]), "output %d", k);
         wf_tensor_release(got[k]);
         wf_tensor_release(want[k]);
     }
     /* 't' fetched too: it is computed (a group root), and u's group starts after it */
-    st = plan_stats(on, fetch3, 3);
+    st = wf_test_plan_stats(on, fetch3, 3);
     cr_assert_eq(st.n_fused, 1, "only {add, relu}: tanh and mul are fetched");
     wf_tensor *got3[3], *want3[3];
-    run(on, feeds, 2, fetch3, 3, got3, NULL, 0);
-    run(off, feeds, 2, fetch3, 3, want3, NULL, 0);
+    wf_test_run(on, feeds, 2, fetch3, 3, got3, NULL, 0);
+    wf_test_run(off, feeds, 2, fetch3, 3, want3, NULL, 0);
     for (int k = 0; k < 3; k++) {
-        cr_assert(same_bits(got3[k], want3[k]), "output %d", k);
+        cr_assert(wf_test_same_bits(got3[k], want3[k]), "output %d", k);
         wf_tensor_release(got3[k]);
         wf_tensor_release(want3[k]);
     }
     /* one node alone is never "fused" */
-    st = plan_stats(on, &lone, 1);
+    st = wf_test_plan_stats(on, &lone, 1);
     cr_assert_eq(st.n_fused, 0);
     wf_session_destroy(on);
     wf_session_destroy(off);
@@ -431,14 +374,14 @@ Test(runtime_fuse, an_mlps_gradients_give_the_same_bits_with_fusion_on_and_off)
     batch(&st, &xt, &yt);
     wf_feed feeds[2] = { { m.x, xt }, { m.y, yt } };
     wf_node *fetch[4] = { m.loss, m.grads[0], m.grads[1], m.grads[2] };
-    wf_session *on = session(m.g, 0), *off = session(m.g, WF_SESSION_NO_FUSE);
-    wf_plan_stats ps = plan_stats(on, fetch, 4);
+    wf_session *on = wf_test_session(m.g, 0), *off = wf_test_session(m.g, WF_SESSION_NO_FUSE);
+    wf_plan_stats ps = wf_test_plan_stats(on, fetch, 4);
     cr_assert_gt(ps.n_fused, 0, "the backward of tanh * 1.5 and of gelu has chains to fuse");
     wf_tensor *got[4], *want[4];
-    run(on, feeds, 2, fetch, 4, got, NULL, 0);
-    run(off, feeds, 2, fetch, 4, want, NULL, 0);
+    wf_test_run(on, feeds, 2, fetch, 4, got, NULL, 0);
+    wf_test_run(off, feeds, 2, fetch, 4, want, NULL, 0);
     for (int k = 0; k < 4; k++) {
-        cr_assert(same_bits(got[k], want[k]), "output %d differs", k);
+        cr_assert(wf_test_same_bits(got[k], want[k]), "output %d differs", k);
         wf_tensor_release(got[k]);
         wf_tensor_release(want[k]);
     }
@@ -454,13 +397,13 @@ static void train(uint32_t flags, int steps, double *losses, wf_tensor **vals)
 {
     mlp m;
     mlp_build(&m, true);
-    wf_session *s = session(m.g, flags);
+    wf_session *s = wf_test_session(m.g, flags);
     for (int it = 0; it < steps; it++) {
         wf_tensor *xt, *yt, *l;
         uint64_t st = 77; /* one batch, so the loss falls step by step */
         batch(&st, &xt, &yt);
         wf_feed feeds[2] = { { m.x, xt }, { m.y, yt } };
-        run(s, feeds, 2, &m.loss, 1, &l, &m.step, 1);
+        wf_test_run(s, feeds, 2, &m.loss, 1, &l, &m.step, 1);
         losses[it] = wf_tensor_data_f32(l)[0];
         wf_tensor_release(l);
         wf_tensor_release(xt);
@@ -491,7 +434,7 @@ Test(runtime_fuse, adam_training_gives_the_same_bits_with_fusion_on_and_off)
     for (int it = 0; it < STEPS; it++)
         cr_assert_eq(loss[it], want_loss[it], "step %d", it);
     for (int k = 0; k < 3; k++) {
-        cr_assert(same_bits(got[k], want[k]), "variable %d differs", k);
+        cr_assert(wf_test_same_bits(got[k], want[k]), "variable %d differs", k);
         wf_tensor_release(got[k]);
         wf_tensor_release(want[k]);
     }

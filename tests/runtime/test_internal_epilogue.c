@@ -5,7 +5,7 @@
  * earlier (the plan's order would stop being topological). Results bitwise equal to the
  * graph compiled with no pass. */
 #include "../../core/graph.h"
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -15,32 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static wf_runtime *rt;
-
-static void setup(void)
-{
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
-}
-
-static void teardown(void)
-{
-    wf_runtime_destroy(rt);
-    rt = NULL;
-    wf_test_fini();
-}
-
-TestSuite(runtime_internal_epilogue, .init = setup, .fini = teardown,
+TestSuite(runtime_internal_epilogue, .init = wf_test_rt_setup, .fini = wf_test_rt_teardown,
           .timeout = WF_TEST_TIMEOUT(60));
 
 #define ONLY_EPILOGUE (WF_SESSION_NO_PASSES & ~(uint32_t)WF_SESSION_NO_EPILOGUE)
-
-static wf_session *session(wf_graph *g, uint32_t flags)
-{
-    wf_session *s = NULL;
-    int rc = wf_session_create(g, &(wf_session_opts){ .flags = flags }, &s);
-    cr_assert_eq(rc, 0, "wf_session_create: %s: %s", wf_err_name(rc), wf_graph_errmsg(g));
-    return s;
-}
 
 static wf_node *const_f32(wf_graph *g, wf_shape shape, float base)
 {
@@ -75,7 +53,8 @@ static wf_plan_stats run_case(int where, char **dump)
         z = wf_exp(g, k);
     cr_assert_not_null(z, "%s", wf_graph_errmsg(g));
     cr_assert_eq(wf__node_add_control(z, mm), 0, "%s", wf_graph_errmsg(g));
-    wf_session *on = session(g, ONLY_EPILOGUE), *none = session(g, WF_SESSION_NO_PASSES);
+    wf_session *on = wf_test_session(g, ONLY_EPILOGUE),
+               *none = wf_test_session(g, WF_SESSION_NO_PASSES);
     wf_node *f[2] = { y, z };
     wf_plan_stats st;
     cr_assert_eq(wf_session_plan_stats(on, f, 2, NULL, 0, &st), 0, "%s", wf_session_errmsg(on));

@@ -13,7 +13,7 @@
 #include "../../core/op.h"
 #include "../../core/tensor.h"
 #include "../../runtime/internal.h"
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -25,45 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static wf_runtime *rt;
-
-static void setup(void)
-{
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
-}
-
-static void teardown(void)
-{
-    wf_runtime_destroy(rt);
-    rt = NULL;
-    wf_test_fini();
-}
-
-TestSuite(runtime_memplan, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(240));
-
-static wf_session *session(wf_graph *g, uint32_t flags)
-{
-    wf_session *s = NULL;
-    int rc = wf_session_create(g, &(wf_session_opts){ .flags = flags }, &s);
-    cr_assert_eq(rc, 0, "wf_session_create: %s: %s", wf_err_name(rc), wf_graph_errmsg(g));
-    return s;
-}
-
-static void run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches, int n,
-                wf_tensor **outs, wf_node *const *targets, int n_targets)
-{
-    int rc = wf_session_run(s, feeds, n_feeds, fetches, n, outs, targets, n_targets);
-    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
-}
-
-static bool same_bits(const wf_tensor *a, const wf_tensor *b)
-{
-    if (wf_tensor_dtype(a) != wf_tensor_dtype(b) ||
-        !wf_shape_equal(wf_tensor_shape(a), wf_tensor_shape(b)))
-        return false;
-    size_t bytes = (size_t)wf_tensor_numel(a) * wf_dtype_size(wf_tensor_dtype(a));
-    return memcmp(wf_tensor_data(a), wf_tensor_data(b), bytes) == 0;
-}
+TestSuite(runtime_memplan, .init = wf_test_rt_setup, .fini = wf_test_rt_teardown,
+          .timeout = WF_TEST_TIMEOUT(240));
 
 static wf_tensor *copy_of(const wf_tensor *t)
 {
@@ -104,24 +67,7 @@ static int check_plans(wf_session *s)
 
 enum { RG_OPS = 28, RG_FETCH = 5 };
 
-typedef struct rgraph {
-    wf_graph *g;
-    wf_node *ph[2], *var[2];
-    wf_node *fetch[RG_FETCH];
-    wf_tensor *feed[2];
-} rgraph;
-
-static wf_tensor *rand_tensor(uint64_t *st, wf_shape shape)
-{
-    int64_t n = wf_shape_numel(shape);
-    float *data = malloc((size_t)n * sizeof *data);
-    for (int64_t k = 0; k < n; k++)
-        data[k] = (float)((double)wf_test_rand_below(st, 2000) / 1000.0 - 1.0);
-    wf_tensor *t = wf_tensor_from(WF_F32, shape, data);
-    free(data);
-    cr_assert_not_null(t, "%s", wf_last_errmsg());
-    return t;
-}
+typedef wf_test_rgraph rgraph;
 
 /* A random graph of [d, d] values (d 6: every value is tiny and the plan runs inline; d 24:
  * the task-graph executor) with wide fan-out, so that many values are live at once and
@@ -133,18 +79,10 @@ static void random_graph(rgraph *r, uint64_t seed, int d)
     wf_graph *g = r->g = wf_graph_create(rt, WF_STATIC);
     wf_node *pool[RG_OPS + 8];
     int n = 0;
-    wf_tensor *c = rand_tensor(&st, WF_SHAPE(d, d));
+    wf_tensor *c = wf_test_rand_f32(&st, WF_SHAPE(d, d));
     pool[n++] = wf_constant(g, c);
     wf_tensor_release(c);
-    for (int i = 0; i < 2; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "p%d", i);
-        pool[n++] = r->ph[i] = wf_placeholder(g, name, WF_F32, WF_SHAPE(d, d));
-        snprintf(name, sizeof name, "v%d", i);
-        pool[n++] = r->var[i] = wf_variable(g, name, WF_F32, WF_SHAPE(d, d),
-                                            wf_init_uniform(seed + (uint64_t)i, -1, 1));
-        r->feed[i] = rand_tensor(&st, WF_SHAPE(d, d));
-    }
+    wf_test_rg_inputs(r, pool, &n, seed, d, &st);
     int perm[2] = { 1, 0 };
     for (int i = 0; i < RG_OPS; i++) {
         /* Mostly recent values (chains that can reuse memory), sometimes old ones (long
@@ -196,22 +134,13 @@ static void random_graph(rgraph *r, uint64_t seed, int d)
         cr_assert_not_null(o, "seed %llu: %s", (unsigned long long)seed, wf_graph_errmsg(g));
         pool[n++] = o;
     }
-    wf_node *loss = wf_add(g, wf_sum(g, wf_tanh(g, pool[n - 1])), wf_mean(g, pool[n - 2]));
-    wf_node *grads[2] = { NULL, NULL };
-    int rc = wf_gradients(g, loss, r->var, 2, grads);
-    cr_assert_eq(rc, 0, "seed %llu: %s", (unsigned long long)seed, wf_graph_errmsg(g));
+    wf_node *grads[2];
+    wf_node *loss = wf_test_rg_loss(r, pool, n, seed, grads);
     r->fetch[0] = pool[n - 1];
     r->fetch[1] = wf_sum(g, pool[n - 5]);
     r->fetch[2] = loss;
     r->fetch[3] = grads[0];
     r->fetch[4] = grads[1];
-}
-
-static void free_graph(rgraph *r)
-{
-    wf_tensor_release(r->feed[0]);
-    wf_tensor_release(r->feed[1]);
-    wf_graph_destroy(r->g);
 }
 
 /* Runs 'r' without a memory plan, then with one (three runs, so slots are replayed), and
@@ -222,18 +151,19 @@ static wf_plan_stats check_random(uint64_t seed, int d)
     random_graph(&r, seed, d);
     wf_feed feeds[2] = { { r.ph[0], r.feed[0] }, { r.ph[1], r.feed[1] } };
     wf_tensor *want[RG_FETCH];
-    wf_session *base = session(r.g, WF_SESSION_NO_MEMPLAN);
-    run(base, feeds, 2, r.fetch, RG_FETCH, want, NULL, 0);
+    wf_session *base = wf_test_session(r.g, WF_SESSION_NO_MEMPLAN);
+    wf_test_run(base, feeds, 2, r.fetch, RG_FETCH, want, NULL, 0);
     wf_plan_stats st;
     cr_assert_eq(wf_session_stats(base, &st), 0);
     cr_assert_eq(st.bytes_planned, 0, "no plan with WF_SESSION_NO_MEMPLAN");
-    wf_session *s = session(r.g, 0);
+    wf_session *s = wf_test_session(r.g, 0);
     for (int rep = 0; rep < 3; rep++) {
         wf_tensor *got[RG_FETCH];
-        run(s, feeds, 2, r.fetch, RG_FETCH, got, NULL, 0);
+        wf_test_run(s, feeds, 2, r.fetch, RG_FETCH, got, NULL, 0);
         for (int k = 0; k < RG_FETCH; k++) {
-            cr_assert(same_bits(got[k], want[k]), "seed %llu, d %d, run %d: output %d differs",
-                      (unsigned long long)seed, d, rep, k);
+            cr_assert(wf_test_same_bits(got[k], want[k]),
+                      "seed %llu, d %d, run %d: output %d differs", (unsigned long long)seed, d,
+                      rep, k);
             wf_tensor_release(got[k]);
         }
     }
@@ -245,7 +175,7 @@ static wf_plan_stats check_random(uint64_t seed, int d)
         wf_tensor_release(want[k]);
     wf_session_destroy(s);
     wf_session_destroy(base);
-    free_graph(&r);
+    wf_test_rg_free(&r);
     return st;
 }
 
@@ -285,7 +215,7 @@ Test(runtime_memplan, the_checker_finds_outputs_that_overlap_while_both_may_be_l
 {
     rgraph r;
     random_graph(&r, 3, 24);
-    wf_session *s = session(r.g, 0);
+    wf_session *s = wf_test_session(r.g, 0);
     wf_plan_stats st;
     cr_assert_eq(wf_session_plan_stats(s, r.fetch, RG_FETCH, NULL, 0, &st), 0);
     wf__plan *p = s->plans;
@@ -313,7 +243,7 @@ Test(runtime_memplan, the_checker_finds_outputs_that_overlap_while_both_may_be_l
     p->mp->offset[v] = keep;
     cr_assert_eq(wf__memplan_check(p, p->mp), 0);
     wf_session_destroy(s);
-    free_graph(&r);
+    wf_test_rg_free(&r);
 }
 
 /* ---- Threads ---------------------------------------------------------------------------- */
@@ -337,7 +267,7 @@ static void *conc_thread(void *arg)
             continue;
         }
         for (int k = 0; k < RG_FETCH; k++) {
-            if (!same_bits(got[k], c->want[k]))
+            if (!wf_test_same_bits(got[k], c->want[k]))
                 atomic_fetch_add(&c->bad, 1);
             wf_tensor_release(got[k]);
         }
@@ -352,10 +282,10 @@ Test(runtime_memplan, two_threads_run_one_session_at_once_each_slot_with_its_are
         random_graph(&r, seed, 24);
         wf_feed feeds[2] = { { r.ph[0], r.feed[0] }, { r.ph[1], r.feed[1] } };
         wf_tensor *want[RG_FETCH];
-        wf_session *base = session(r.g, WF_SESSION_NO_MEMPLAN);
-        run(base, feeds, 2, r.fetch, RG_FETCH, want, NULL, 0);
+        wf_session *base = wf_test_session(r.g, WF_SESSION_NO_MEMPLAN);
+        wf_test_run(base, feeds, 2, r.fetch, RG_FETCH, want, NULL, 0);
         conc c = {
-            .s = session(r.g, 0), .r = &r, .want = want, .reps = (int)wf_test_scaled(30, 5)
+            .s = wf_test_session(r.g, 0), .r = &r, .want = want, .reps = (int)wf_test_scaled(30, 5)
         };
         pthread_t th[2];
         for (int t = 0; t < 2; t++)
@@ -380,7 +310,7 @@ Test(runtime_memplan, two_threads_run_one_session_at_once_each_slot_with_its_are
             wf_tensor_release(want[k]);
         wf_session_destroy(c.s);
         wf_session_destroy(base);
-        free_graph(&r);
+        wf_test_rg_free(&r);
     }
 }
 
@@ -450,7 +380,7 @@ static void batch_of(const model *m, int64_t batch, uint64_t *st, wf_feed feeds[
     int32_t *yd = malloc((size_t)batch * sizeof *yd);
     for (int64_t k = 0; k < batch; k++)
         yd[k] = (int32_t)wf_test_rand_below(st, (uint64_t)m->classes);
-    feeds[0] = (wf_feed){ m->x, rand_tensor(st, xs) };
+    feeds[0] = (wf_feed){ m->x, wf_test_rand_f32(st, xs) };
     feeds[1] = (wf_feed){ m->y, wf_tensor_from(WF_I32, WF_SHAPE(batch), yd) };
     free(yd);
 }
@@ -459,14 +389,14 @@ static void batch_of(const model *m, int64_t batch, uint64_t *st, wf_feed feeds[
  * With 'allocs', the pool allocations of each step after the second go there. */
 static void train(const model *m, uint32_t flags, int steps, float *losses, uint64_t *allocs)
 {
-    wf_session *s = session(m->g, flags);
+    wf_session *s = wf_test_session(m->g, flags);
     uint64_t st = 5;
     for (int it = 0; it < steps; it++) {
         wf_feed feeds[2];
         batch_of(m, m->xs.dims[0] < 0 ? 16 : m->xs.dims[0], &st, feeds);
         uint64_t before = pool_allocs(s);
         wf_tensor *l;
-        run(s, feeds, 2, &m->loss, 1, &l, &m->step, 1);
+        wf_test_run(s, feeds, 2, &m->loss, 1, &l, &m->step, 1);
         if (allocs)
             allocs[it] = pool_allocs(s) - before;
         losses[it] = wf_tensor_data_f32(l)[0];
@@ -516,8 +446,8 @@ Test(runtime_memplan, a_cnn_training_step_takes_only_the_fetched_loss_from_the_p
 Test(runtime_memplan, a_batch_of_another_size_plans_again_and_keeps_the_results)
 {
     model m = mlp(-1, 12, 40);
-    wf_session *base = session(m.g, WF_SESSION_NO_MEMPLAN | WF_SESSION_NO_FOLD);
-    wf_session *s = session(m.g, WF_SESSION_NO_FOLD);
+    wf_session *base = wf_test_session(m.g, WF_SESSION_NO_MEMPLAN | WF_SESSION_NO_FOLD);
+    wf_session *s = wf_test_session(m.g, WF_SESSION_NO_FOLD);
     const int64_t batches[] = { 16, 16, 7, 7, 33, 16 };
     uint64_t st1 = 11, st2 = 11;
     int64_t arena_16 = -1;
@@ -527,12 +457,12 @@ Test(runtime_memplan, a_batch_of_another_size_plans_again_and_keeps_the_results)
         batch_of(&m, batches[k], &st2, f2);
         wf_node *fetch[2] = { m.loss, m.hidden };
         wf_tensor *want[2], *got[2];
-        run(base, f1, 2, fetch, 2, want, &m.step, 1);
+        wf_test_run(base, f1, 2, fetch, 2, want, &m.step, 1);
         uint64_t before = pool_allocs(s);
-        run(s, f2, 2, fetch, 2, got, &m.step, 1);
+        wf_test_run(s, f2, 2, fetch, 2, got, &m.step, 1);
         uint64_t took = pool_allocs(s) - before;
         for (int j = 0; j < 2; j++) {
-            cr_assert(same_bits(got[j], want[j]), "batch %lld: output %d differs",
+            cr_assert(wf_test_same_bits(got[j], want[j]), "batch %lld: output %d differs",
                       (long long)batches[k], j);
             wf_tensor_release(got[j]);
             wf_tensor_release(want[j]);
@@ -568,7 +498,7 @@ Test(runtime_memplan, a_batch_of_another_size_plans_again_and_keeps_the_results)
 Test(runtime_memplan, fetched_values_keep_their_values_after_later_runs)
 {
     model m = mlp(16, 12, 40);
-    wf_session *s = session(m.g, 0);
+    wf_session *s = wf_test_session(m.g, 0);
     uint64_t st = 3;
     wf_node *fetch[2] = { m.loss, m.hidden };
     wf_tensor *first[2], *copy[2];
@@ -576,7 +506,7 @@ Test(runtime_memplan, fetched_values_keep_their_values_after_later_runs)
         wf_feed f[2];
         batch_of(&m, 16, &st, f);
         wf_tensor *got[2];
-        run(s, f, 2, fetch, 2, got, &m.step, 1);
+        wf_test_run(s, f, 2, fetch, 2, got, &m.step, 1);
         for (int j = 0; j < 2; j++) {
             cr_assert(!wf__memplan_aliases(got[j]), "a fetched value in the arena");
             if (it == 0) {
@@ -590,7 +520,8 @@ Test(runtime_memplan, fetched_values_keep_their_values_after_later_runs)
         wf_tensor_release(f[1].value);
     }
     for (int j = 0; j < 2; j++) {
-        cr_assert(same_bits(first[j], copy[j]), "fetched value %d changed under the caller", j);
+        cr_assert(wf_test_same_bits(first[j], copy[j]), "fetched value %d changed under the caller",
+                  j);
         wf_tensor_release(first[j]);
         wf_tensor_release(copy[j]);
     }
@@ -603,7 +534,7 @@ Test(runtime_memplan, fetched_values_keep_their_values_after_later_runs)
 Test(runtime_memplan, the_mlp_of_train_bench_fits_within_1_25x_of_the_liveness_minimum)
 {
     model m = mlp(256, 784, 1024); /* perf/train's mlp_adam_b256: 784-1024-1024-10 */
-    wf_session *s = session(m.g, 0);
+    wf_session *s = wf_test_session(m.g, 0);
     wf_plan_stats st;
     uint64_t t0 = wf_test_now_ns();
     cr_assert_eq(wf_session_plan_stats(s, &m.loss, 1, &m.step, 1, &st), 0);
@@ -641,7 +572,7 @@ Test(runtime_memplan, dumps_show_arena_offsets_and_no_memplan_switches_it_off)
 {
     model m = mlp(16, 12, 40);
     for (int off = 0; off < 2; off++) {
-        wf_session *s = session(m.g, off ? WF_SESSION_NO_MEMPLAN : 0);
+        wf_session *s = wf_test_session(m.g, off ? WF_SESSION_NO_MEMPLAN : 0);
         for (int format = WF_DUMP_TEXT; format <= WF_DUMP_DOT; format++) {
             char *buf = NULL;
             size_t len = 0;
@@ -670,15 +601,6 @@ Test(runtime_memplan, dumps_show_arena_offsets_and_no_memplan_switches_it_off)
 
 /* ---- A kernel that breaks the rules --------------------------------------------------------- */
 
-static int infer_same(wf_node *n, char *err, size_t len)
-{
-    (void)err;
-    (void)len;
-    n->dtype = n->inputs[0]->dtype;
-    n->shape = n->inputs[0]->shape;
-    return 0;
-}
-
 /* "passthrough": returns its input itself instead of filling its output (core/op.h says a
  * kernel writes '*out'; this one hands back an arena value of the run). */
 static int passthrough_cpu(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
@@ -695,7 +617,7 @@ static const wf_op_def op_passthrough = {
     .name = "test_passthrough",
     .min_inputs = 1,
     .max_inputs = 1,
-    .infer = infer_same,
+    .infer = wf_test_infer_same,
     .kernel = { [WF_KERNEL_CPU] = passthrough_cpu },
 };
 
@@ -707,13 +629,13 @@ Test(runtime_memplan, a_fetched_value_that_is_an_arena_value_is_copied_out)
     wf_node *in[1] = { h };
     wf_node *o = wf__node_add(g, &op_passthrough, in, 1, NULL);
     cr_assert_not_null(o, "%s", wf_graph_errmsg(g));
-    wf_session *s = session(g, 0);
+    wf_session *s = wf_test_session(g, 0);
     uint64_t st = 8;
     wf_tensor *first = NULL, *copy = NULL;
     for (int it = 0; it < 4; it++) {
-        wf_tensor *xt = rand_tensor(&st, WF_SHAPE(32, 32)), *got;
+        wf_tensor *xt = wf_test_rand_f32(&st, WF_SHAPE(32, 32)), *got;
         wf_feed f = { x, xt };
-        run(s, &f, 1, &o, 1, &got, NULL, 0);
+        wf_test_run(s, &f, 1, &o, 1, &got, NULL, 0);
         cr_assert(!wf__memplan_aliases(got), "the caller got arena memory");
         const float *xd = wf_tensor_data_f32(xt), *gd = wf_tensor_data_f32(got);
         for (int k = 0; k < 32 * 32; k++)
@@ -726,7 +648,7 @@ Test(runtime_memplan, a_fetched_value_that_is_an_arena_value_is_copied_out)
         }
         wf_tensor_release(xt);
     }
-    cr_assert(same_bits(first, copy), "a fetched value changed under the caller");
+    cr_assert(wf_test_same_bits(first, copy), "a fetched value changed under the caller");
     wf_tensor_release(first);
     wf_tensor_release(copy);
     wf_session_destroy(s);

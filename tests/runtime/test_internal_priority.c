@@ -10,7 +10,7 @@
 #include "../../core/op.h"
 #include "../../core/tensor.h"
 #include "../../runtime/internal.h"
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -34,15 +34,6 @@ static void teardown(void)
 
 TestSuite(runtime_internal_priority, .fini = teardown, .timeout = WF_TEST_TIMEOUT(120));
 
-static int infer_same(wf_node *n, char *err, size_t len)
-{
-    (void)err;
-    (void)len;
-    n->dtype = n->inputs[0]->dtype;
-    n->shape = n->inputs[0]->shape;
-    return 0;
-}
-
 /* "test_rec": y = x + 1, recording when it started. */
 static int rec_cpu(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
                    wf_tensor **out)
@@ -61,7 +52,7 @@ static const wf_op_def op_rec = {
     .name = "test_rec",
     .min_inputs = 1,
     .max_inputs = 1,
-    .infer = infer_same,
+    .infer = wf_test_infer_same,
     .kernel = { [WF_KERNEL_CPU] = rec_cpu },
     .flags = WF_OP_STATEFUL,
 };
@@ -126,20 +117,12 @@ static long run_once(shape_graph *sg, wf_session *s, bool *chain_first)
     return started[sg->chain[0]->id];
 }
 
-static wf_session *session(wf_graph *g, uint32_t flags)
-{
-    wf_session *s = NULL;
-    int rc = wf_session_create(g, &(wf_session_opts){ .flags = flags }, &s);
-    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_graph_errmsg(g));
-    return s;
-}
-
 Test(runtime_internal_priority, one_worker_runs_the_critical_chain_first)
 {
     wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1, .flags = WF_RT_NO_PIN });
     shape_graph sg;
     build(rt, &sg);
-    wf_session *on = session(sg.g, 0), *off = session(sg.g, WF_SESSION_NO_PRIORITY);
+    wf_session *on = wf_test_session(sg.g, 0), *off = wf_test_session(sg.g, WF_SESSION_NO_PRIORITY);
     for (int rep = 0; rep < 20; rep++) {
         bool first = false;
         long head = run_once(&sg, on, &first);
@@ -167,7 +150,7 @@ Test(runtime_internal_priority, two_workers_start_the_chain_early)
     wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
     shape_graph sg;
     build(rt, &sg);
-    wf_session *on = session(sg.g, 0), *off = session(sg.g, WF_SESSION_NO_PRIORITY);
+    wf_session *on = wf_test_session(sg.g, 0), *off = wf_test_session(sg.g, WF_SESSION_NO_PRIORITY);
 
     enum { REPS = 31 };
 
@@ -194,7 +177,7 @@ Test(runtime_internal_priority, the_order_is_by_longest_path_and_off_means_none)
     wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1, .flags = WF_RT_NO_PIN });
     shape_graph sg;
     build(rt, &sg);
-    wf_session *on = session(sg.g, 0), *off = session(sg.g, WF_SESSION_NO_PRIORITY);
+    wf_session *on = wf_test_session(sg.g, 0), *off = wf_test_session(sg.g, WF_SESSION_NO_PRIORITY);
     bool first;
     run_once(&sg, on, &first); /* compiles */
     run_once(&sg, off, &first);

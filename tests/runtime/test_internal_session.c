@@ -6,7 +6,7 @@
 #include "../../core/graph.h"
 #include "../../core/op.h"
 #include "../../core/tensor.h"
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -16,33 +16,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static wf_runtime *rt;
 static atomic_long freed; /* buffers of "tracked" outputs freed so far */
 static atomic_long seq;   /* the next "stamp" */
 
 static void setup(void)
 {
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
+    wf_test_rt_setup();
     atomic_store(&freed, 0);
     atomic_store(&seq, 0);
 }
 
-static void teardown(void)
-{
-    wf_runtime_destroy(rt);
-    rt = NULL;
-    wf_test_fini();
-}
-
-TestSuite(runtime_internal_session, .init = setup, .fini = teardown,
+TestSuite(runtime_internal_session, .init = setup, .fini = wf_test_rt_teardown,
           .timeout = WF_TEST_TIMEOUT(60));
-
-static int infer_same(wf_node *n, char *err, size_t len)
-{
-    n->dtype = n->inputs[0]->dtype;
-    n->shape = n->inputs[0]->shape;
-    return 0;
-}
 
 static int infer_scalar_f32(wf_node *n, char *err, size_t len)
 {
@@ -99,7 +84,7 @@ static const wf_op_def op_tracked = {
     .name = "test_tracked",
     .min_inputs = 1,
     .max_inputs = 1,
-    .infer = infer_same,
+    .infer = wf_test_infer_same,
     .kernel = { [WF_KERNEL_CPU] = tracked_cpu },
     .flags = WF_OP_DYNAMIC_SHAPE,
 };

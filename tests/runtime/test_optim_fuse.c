@@ -10,7 +10,7 @@
  * saved after fused steps loads into an unfused session with the same bits, a variable
  * listed twice in one optimizer (its second update stays apart, ordered after the fused
  * node), and the plan dump. */
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -22,23 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static wf_runtime *rt1, *rt2;
-
-static void setup(void)
-{
-    rt1 = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1, .flags = WF_RT_NO_PIN });
-    rt2 = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
-}
-
-static void teardown(void)
-{
-    wf_runtime_destroy(rt1);
-    wf_runtime_destroy(rt2);
-    rt1 = rt2 = NULL;
-    wf_test_fini();
-}
-
-TestSuite(runtime_optim_fuse, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(240));
+TestSuite(runtime_optim_fuse, .init = wf_test_rt_setup_both, .fini = wf_test_rt_teardown,
+          .timeout = WF_TEST_TIMEOUT(240));
 
 typedef struct model {
     wf_graph *g;
@@ -99,10 +84,7 @@ static void minimize(model *m, wf_optimizer opt)
 
 static wf_session *session(const model *m, uint32_t flags)
 {
-    wf_session *s = NULL;
-    int rc = wf_session_create(m->g, &(wf_session_opts){ .flags = flags }, &s);
-    cr_assert_eq(rc, 0, "wf_session_create: %s: %s", wf_err_name(rc), wf_graph_errmsg(m->g));
-    return s;
+    return wf_test_session(m->g, flags);
 }
 
 /* Runs 'steps' training steps with batch 'k' of a fixed pseudo-random sequence. */
@@ -160,10 +142,7 @@ static int same_variables(const model *ma, wf_session *a, const model *mb, wf_se
 
 static wf_plan_stats stats(const model *m, wf_session *s)
 {
-    wf_plan_stats st;
-    int rc = wf_session_plan_stats(s, &m->loss, 1, m->targets, m->n_targets, &st);
-    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
-    return st;
+    return wf_test_plan_stats_targets(s, &m->loss, 1, m->targets, m->n_targets);
 }
 
 typedef void (*build_fn)(wf_runtime *rt, model *m);
@@ -173,8 +152,8 @@ static void check_bitwise(build_fn build, wf_optimizer opt, const char *what, in
 {
     model mf1, mf2, mu;
     build(rt1, &mf1);
-    build(rt2, &mf2);
-    build(rt2, &mu);
+    build(rt, &mf2);
+    build(rt, &mu);
     minimize(&mf1, opt);
     minimize(&mf2, opt);
     minimize(&mu, opt);
@@ -249,8 +228,8 @@ static void two_optimizers(model *m)
 Test(runtime_optim_fuse, a_variable_updated_by_two_optimizers)
 {
     model mf, mu;
-    mlp(rt2, &mf);
-    mlp(rt2, &mu);
+    mlp(rt, &mf);
+    mlp(rt, &mu);
     two_optimizers(&mf);
     two_optimizers(&mu);
     wf_session *f = session(&mf, 0), *u = session(&mu, WF_SESSION_NO_OPTIM_FUSE);
@@ -281,8 +260,8 @@ static void listed_twice(model *m)
 Test(runtime_optim_fuse, a_variable_listed_twice_in_one_optimizer)
 {
     model mf, mu;
-    mlp(rt2, &mf);
-    mlp(rt2, &mu);
+    mlp(rt, &mf);
+    mlp(rt, &mu);
     listed_twice(&mf);
     listed_twice(&mu);
     wf_session *f = session(&mf, 0), *u = session(&mu, WF_SESSION_NO_OPTIM_FUSE);
@@ -304,9 +283,9 @@ Test(runtime_optim_fuse, a_checkpoint_after_fused_steps_loads_into_an_unfused_se
     cr_assert_not_null(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/step.safetensors", dir);
     model mf, mu, mr;
-    mlp(rt2, &mf);
-    mlp(rt2, &mu);
-    mlp(rt2, &mr);
+    mlp(rt, &mf);
+    mlp(rt, &mu);
+    mlp(rt, &mr);
     minimize(&mf, wf_adam(1e-3));
     minimize(&mu, wf_adam(1e-3));
     minimize(&mr, wf_adam(1e-3));
@@ -335,7 +314,7 @@ Test(runtime_optim_fuse, a_checkpoint_after_fused_steps_loads_into_an_unfused_se
 Test(runtime_optim_fuse, the_dump_shows_the_fused_update)
 {
     model m;
-    mlp(rt2, &m);
+    mlp(rt, &m);
     minimize(&m, wf_adam(1e-3));
     wf_session *s = session(&m, 0);
     char *buf = NULL;

@@ -8,7 +8,7 @@
  * identical bits with every pass on, each pass off, and all off. The passes do not reorder
  * floating-point work (runtime/passes.h), so bitwise equality is the right check. Also the
  * graph and plan dumps (text and DOT), the statistics, bad flags, and concurrent runs. */
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -20,69 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static wf_runtime *rt;
-
-static void setup(void)
-{
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
-}
-
-static void teardown(void)
-{
-    wf_runtime_destroy(rt);
-    rt = NULL;
-    wf_test_fini();
-}
-
-TestSuite(runtime_passes, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(240));
-
-static wf_session *session(wf_graph *g, uint32_t flags)
-{
-    wf_session *s = NULL;
-    int rc = wf_session_create(g, &(wf_session_opts){ .flags = flags }, &s);
-    cr_assert_eq(rc, 0, "wf_session_create: %s: %s", wf_err_name(rc), wf_graph_errmsg(g));
-    return s;
-}
-
-static wf_tensor *f32(wf_shape shape, const float *data)
-{
-    wf_tensor *t = wf_tensor_from(WF_F32, shape, data);
-    cr_assert_not_null(t, "%s", wf_last_errmsg());
-    return t;
-}
-
-static wf_node *const_f32(wf_graph *g, wf_shape shape, const float *data)
-{
-    wf_tensor *t = f32(shape, data);
-    wf_node *n = wf_constant(g, t);
-    wf_tensor_release(t);
-    cr_assert_not_null(n, "%s", wf_graph_errmsg(g));
-    return n;
-}
-
-static wf_plan_stats plan_stats(wf_session *s, wf_node *const *fetches, int n)
-{
-    wf_plan_stats st;
-    int rc = wf_session_plan_stats(s, fetches, n, NULL, 0, &st);
-    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
-    return st;
-}
-
-static void run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches, int n,
-                wf_tensor **outs, wf_node *const *targets, int n_targets)
-{
-    int rc = wf_session_run(s, feeds, n_feeds, fetches, n, outs, targets, n_targets);
-    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
-}
-
-static bool same_bits(const wf_tensor *a, const wf_tensor *b)
-{
-    if (wf_tensor_dtype(a) != wf_tensor_dtype(b) ||
-        !wf_shape_equal(wf_tensor_shape(a), wf_tensor_shape(b)))
-        return false;
-    size_t bytes = (size_t)wf_tensor_numel(a) * wf_dtype_size(wf_tensor_dtype(a));
-    return memcmp(wf_tensor_data(a), wf_tensor_data(b), bytes) == 0;
-}
+TestSuite(runtime_passes, .init = wf_test_rt_setup, .fini = wf_test_rt_teardown,
+          .timeout = WF_TEST_TIMEOUT(240));
 
 /* ---- Each pass does its job ------------------------------------------------------------ */
 
@@ -90,7 +29,8 @@ Test(runtime_passes, folding_replaces_a_constant_subgraph_by_one_constant)
 {
     wf_graph *g = wf_graph_create(rt, WF_STATIC);
     const float a[6] = { 1, 2, 3, 4, 5, 6 }, b[3] = { 0.5f, -1, 2 };
-    wf_node *ca = const_f32(g, WF_SHAPE(2, 3), a), *cb = const_f32(g, WF_SHAPE(3), b);
+    wf_node *ca = wf_test_const_f32(g, WF_SHAPE(2, 3), a),
+            *cb = wf_test_const_f32(g, WF_SHAPE(3), b);
     /* exp(reshape(transpose(a)) * b): five nodes of constants only. */
     int perm[2] = { 1, 0 };
     wf_node *k =
@@ -98,21 +38,21 @@ Test(runtime_passes, folding_replaces_a_constant_subgraph_by_one_constant)
     wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, 3));
     wf_node *y = wf_add(g, x, k);
     cr_assert_not_null(y, "%s", wf_graph_errmsg(g));
-    wf_session *on = session(g, 0), *off = session(g, WF_SESSION_NO_PASSES);
-    wf_plan_stats st = plan_stats(on, &y, 1);
+    wf_session *on = wf_test_session(g, 0), *off = wf_test_session(g, WF_SESSION_NO_PASSES);
+    wf_plan_stats st = wf_test_plan_stats(on, &y, 1);
     cr_assert_eq(st.nodes_after_prune, 8, "needed: a, b, transpose, reshape, mul, exp, x, add");
     cr_assert_eq(st.nodes_after_fold, 3, "x, the folded constant and add; got %d",
                  st.nodes_after_fold);
     cr_assert_eq(st.nodes_after_simplify, 3);
     cr_assert_geq(st.n_folded, 4);
-    cr_assert_eq(plan_stats(off, &y, 1).nodes_after_simplify, 8);
+    cr_assert_eq(wf_test_plan_stats(off, &y, 1).nodes_after_simplify, 8);
     const float xs[6] = { 0.25f, -3, 7, 1e-3f, 0, -0.0f };
-    wf_tensor *xt = f32(WF_SHAPE(2, 3), xs), *r1, *r2;
+    wf_tensor *xt = wf_test_f32(WF_SHAPE(2, 3), xs), *r1, *r2;
     wf_feed feed = { x, xt };
     for (int rep = 0; rep < 2; rep++) { /* the second run replays the plan */
-        run(on, &feed, 1, &y, 1, &r1, NULL, 0);
-        run(off, &feed, 1, &y, 1, &r2, NULL, 0);
-        cr_assert(same_bits(r1, r2), "folded and unfolded results differ");
+        wf_test_run(on, &feed, 1, &y, 1, &r1, NULL, 0);
+        wf_test_run(off, &feed, 1, &y, 1, &r2, NULL, 0);
+        cr_assert(wf_test_same_bits(r1, r2), "folded and unfolded results differ");
         wf_tensor_release(r1);
         wf_tensor_release(r2);
     }
@@ -137,18 +77,18 @@ Test(runtime_passes, folding_uses_shapes_known_statically_and_caps_the_size)
     /* A broadcast of a scalar to 2^21 elements is above the cap: it stays a node. */
     wf_node *big = wf_broadcast_to(g, wf_scalar(g, WF_F32, 2.0), WF_SHAPE(2048, 1024));
     cr_assert_not_null(big, "%s", wf_graph_errmsg(g));
-    wf_session *on = session(g, 0), *off = session(g, WF_SESSION_NO_PASSES);
-    wf_plan_stats st = plan_stats(on, &grad, 1);
+    wf_session *on = wf_test_session(g, 0), *off = wf_test_session(g, WF_SESSION_NO_PASSES);
+    wf_plan_stats st = wf_test_plan_stats(on, &grad, 1);
     cr_assert_eq(st.nodes_after_simplify, 1, "the gradient is one constant, got %d nodes",
                  st.nodes_after_simplify);
     wf_tensor *r1, *r2;
-    run(on, NULL, 0, &grad, 1, &r1, NULL, 0);
-    run(off, NULL, 0, &grad, 1, &r2, NULL, 0);
-    cr_assert(same_bits(r1, r2));
+    wf_test_run(on, NULL, 0, &grad, 1, &r1, NULL, 0);
+    wf_test_run(off, NULL, 0, &grad, 1, &r2, NULL, 0);
+    cr_assert(wf_test_same_bits(r1, r2));
     cr_assert_float_eq(wf_tensor_data_f32(r1)[5], 1.0f / 12, 1e-7);
     wf_tensor_release(r1);
     wf_tensor_release(r2);
-    st = plan_stats(on, &big, 1);
+    st = wf_test_plan_stats(on, &big, 1);
     cr_assert_eq(st.n_folded, 0);
     cr_assert_eq(st.nodes_after_simplify, 2, "the scalar and the broadcast");
     wf_session_destroy(on);
@@ -162,16 +102,16 @@ Test(runtime_passes, a_node_with_many_constant_inputs_folds_too)
     wf_node *parts[6];
     for (int i = 0; i < 6; i++) {
         const float d[2] = { (float)i, (float)i + 0.5f };
-        parts[i] = const_f32(g, WF_SHAPE(2), d);
+        parts[i] = wf_test_const_f32(g, WF_SHAPE(2), d);
     }
     wf_node *cat = wf_concat(g, parts, 6, 0);
     cr_assert_not_null(cat, "%s", wf_graph_errmsg(g));
-    wf_session *on = session(g, 0);
-    wf_plan_stats st = plan_stats(on, &cat, 1);
+    wf_session *on = wf_test_session(g, 0);
+    wf_plan_stats st = wf_test_plan_stats(on, &cat, 1);
     cr_assert_eq(st.nodes_after_prune, 7);
     cr_assert_eq(st.nodes_after_fold, 1);
     wf_tensor *r;
-    run(on, NULL, 0, &cat, 1, &r, NULL, 0);
+    wf_test_run(on, NULL, 0, &cat, 1, &r, NULL, 0);
     cr_assert_eq(wf_tensor_numel(r), 12);
     cr_assert_eq(wf_tensor_data_f32(r)[11], 5.5f);
     wf_tensor_release(r);
@@ -187,10 +127,10 @@ Test(runtime_passes, a_constant_node_whose_kernel_fails_is_not_folded_and_fails_
     wf_tensor *it = wf_tensor_from(WF_I32, WF_SHAPE(2), idx);
     wf_node *gi = wf_constant(g, it);
     wf_tensor_release(it);
-    wf_node *bad = wf_exp(g, wf_gather(g, const_f32(g, WF_SHAPE(3), p), gi, 0));
+    wf_node *bad = wf_exp(g, wf_gather(g, wf_test_const_f32(g, WF_SHAPE(3), p), gi, 0));
     cr_assert_not_null(bad, "%s", wf_graph_errmsg(g));
-    wf_session *on = session(g, 0);
-    wf_plan_stats st = plan_stats(on, &bad, 1);
+    wf_session *on = wf_test_session(g, 0);
+    wf_plan_stats st = wf_test_plan_stats(on, &bad, 1);
     cr_assert_eq(st.n_folded, 0);
     wf_tensor *r = NULL;
     int rc = wf_session_run(on, NULL, 0, &bad, 1, &r, NULL, 0);
@@ -213,8 +153,8 @@ Test(runtime_passes, cse_merges_duplicate_subexpressions_into_one_node)
     wf_node *s1 = wf_reduce_sum(g, t1, &axis, 1, true), *s2 = wf_reduce_sum(g, t2, &axis, 1, true);
     wf_node *out = wf_mul(g, wf_mul(g, t1, t2), wf_sub(g, s1, s2));
     cr_assert_not_null(out, "%s", wf_graph_errmsg(g));
-    wf_session *on = session(g, 0), *off = session(g, WF_SESSION_NO_PASSES);
-    wf_plan_stats st = plan_stats(on, &out, 1);
+    wf_session *on = wf_test_session(g, 0), *off = wf_test_session(g, WF_SESSION_NO_PASSES);
+    wf_plan_stats st = wf_test_plan_stats(on, &out, 1);
     cr_assert_eq(st.nodes_after_prune, 11);
     cr_assert_eq(st.n_merged, 3, "add, tanh and sum merge; got %d", st.n_merged);
     cr_assert_eq(st.nodes_after_cse, 8);
@@ -223,11 +163,12 @@ Test(runtime_passes, cse_merges_duplicate_subexpressions_into_one_node)
         xs[i] = (float)i / 3 - 1;
         ys[i] = (float)(7 - i) / 5;
     }
-    wf_tensor *xt = f32(WF_SHAPE(2, 4), xs), *yt = f32(WF_SHAPE(2, 4), ys), *r1, *r2;
+    wf_tensor *xt = wf_test_f32(WF_SHAPE(2, 4), xs), *yt = wf_test_f32(WF_SHAPE(2, 4), ys), *r1,
+              *r2;
     wf_feed feeds[2] = { { x, xt }, { y, yt } };
-    run(on, feeds, 2, &out, 1, &r1, NULL, 0);
-    run(off, feeds, 2, &out, 1, &r2, NULL, 0);
-    cr_assert(same_bits(r1, r2));
+    wf_test_run(on, feeds, 2, &out, 1, &r1, NULL, 0);
+    wf_test_run(off, feeds, 2, &out, 1, &r2, NULL, 0);
+    cr_assert(wf_test_same_bits(r1, r2));
     wf_tensor_release(r1);
     wf_tensor_release(r2);
     wf_tensor_release(xt);
@@ -242,22 +183,22 @@ Test(runtime_passes, simplify_removes_mul_by_one_neg_neg_and_a_double_transpose)
     wf_graph *g = wf_graph_create(rt, WF_STATIC);
     wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, 3));
     const float ones[3] = { 1, 1, 1 };
-    wf_node *one = const_f32(g, WF_SHAPE(3), ones);
+    wf_node *one = wf_test_const_f32(g, WF_SHAPE(3), ones);
     int perm[2] = { 1, 0 };
     wf_node *y = wf_mul(g, one, wf_neg(g, wf_neg(g, wf_div(g, x, wf_scalar(g, WF_F32, 1.0)))));
     wf_node *z = wf_transpose(g, wf_transpose(g, y, perm, 2), perm, 2);
     cr_assert_not_null(z, "%s", wf_graph_errmsg(g));
-    wf_session *on = session(g, 0), *off = session(g, WF_SESSION_NO_PASSES);
-    wf_plan_stats st = plan_stats(on, &z, 1);
+    wf_session *on = wf_test_session(g, 0), *off = wf_test_session(g, WF_SESSION_NO_PASSES);
+    wf_plan_stats st = wf_test_plan_stats(on, &z, 1);
     cr_assert_eq(st.nodes_after_simplify, 1, "only x is left, got %d", st.nodes_after_simplify);
-    cr_assert_eq(plan_stats(off, &z, 1).nodes_after_simplify, 9);
+    cr_assert_eq(wf_test_plan_stats(off, &z, 1).nodes_after_simplify, 9);
     const float xs[6] = { 1.5f, -0.0f, NAN, INFINITY, -2e-40f, 3 };
-    wf_tensor *xt = f32(WF_SHAPE(2, 3), xs), *r1, *r2;
+    wf_tensor *xt = wf_test_f32(WF_SHAPE(2, 3), xs), *r1, *r2;
     wf_feed feed = { x, xt };
-    run(on, &feed, 1, &z, 1, &r1, NULL, 0);
-    run(off, &feed, 1, &z, 1, &r2, NULL, 0);
-    cr_assert(same_bits(r1, r2));
-    cr_assert(same_bits(r1, xt));
+    wf_test_run(on, &feed, 1, &z, 1, &r1, NULL, 0);
+    wf_test_run(off, &feed, 1, &z, 1, &r2, NULL, 0);
+    cr_assert(wf_test_same_bits(r1, r2));
+    cr_assert(wf_test_same_bits(r1, xt));
     wf_tensor_release(r1);
     wf_tensor_release(r2);
     wf_tensor_release(xt);
@@ -273,7 +214,7 @@ Test(runtime_passes, simplify_keeps_what_is_not_exact_or_changes_the_shape)
     const float ones[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
     /* x + (+0.0) turns -0.0 into +0.0: kept. x * ones[2, 4] broadcasts: kept. */
     wf_node *p = wf_add(g, x, wf_scalar(g, WF_F32, 0.0));
-    wf_node *b = wf_mul(g, x, const_f32(g, WF_SHAPE(2, 4), ones));
+    wf_node *b = wf_mul(g, x, wf_test_const_f32(g, WF_SHAPE(2, 4), ones));
     /* x + (-0.0) and x - (+0.0) are exact: gone. */
     wf_node *m = wf_sub(g, wf_add(g, x, wf_scalar(g, WF_F32, -0.0)), wf_scalar(g, WF_F32, 0.0));
     cr_assert_not_null(m, "%s", wf_graph_errmsg(g));
@@ -282,18 +223,19 @@ Test(runtime_passes, simplify_keeps_what_is_not_exact_or_changes_the_shape)
     wf_node *i = wf_placeholder(g, "i", WF_I32, WF_SHAPE(3));
     wf_node *iz = wf_add(g, wf_scalar(g, WF_I32, 0), wf_add(g, i, wf_scalar(g, WF_I32, 0)));
     cr_assert_not_null(iz, "%s", wf_graph_errmsg(g));
-    wf_session *on = session(g, WF_SESSION_NO_FOLD), *off = session(g, WF_SESSION_NO_PASSES);
-    cr_assert_eq(plan_stats(on, &p, 1).nodes_after_simplify, 3);
-    cr_assert_eq(plan_stats(on, &b, 1).nodes_after_simplify, 3);
-    cr_assert_eq(plan_stats(on, &m, 1).nodes_after_simplify, 1);
-    cr_assert_eq(plan_stats(on, &iz, 1).nodes_after_simplify, 1);
+    wf_session *on = wf_test_session(g, WF_SESSION_NO_FOLD),
+               *off = wf_test_session(g, WF_SESSION_NO_PASSES);
+    cr_assert_eq(wf_test_plan_stats(on, &p, 1).nodes_after_simplify, 3);
+    cr_assert_eq(wf_test_plan_stats(on, &b, 1).nodes_after_simplify, 3);
+    cr_assert_eq(wf_test_plan_stats(on, &m, 1).nodes_after_simplify, 1);
+    cr_assert_eq(wf_test_plan_stats(on, &iz, 1).nodes_after_simplify, 1);
     const float xs[4] = { -0.0f, 0.0f, 1, -1 };
-    wf_tensor *xt = f32(WF_SHAPE(4), xs), *r1[3], *r2[3];
+    wf_tensor *xt = wf_test_f32(WF_SHAPE(4), xs), *r1[3], *r2[3];
     wf_feed feed = { x, xt };
-    run(on, &feed, 1, fetch, 3, r1, NULL, 0);
-    run(off, &feed, 1, fetch, 3, r2, NULL, 0);
+    wf_test_run(on, &feed, 1, fetch, 3, r1, NULL, 0);
+    wf_test_run(off, &feed, 1, fetch, 3, r2, NULL, 0);
     for (int k = 0; k < 3; k++) {
-        cr_assert(same_bits(r1[k], r2[k]), "output %d", k);
+        cr_assert(wf_test_same_bits(r1[k], r2[k]), "output %d", k);
         wf_tensor_release(r1[k]);
         wf_tensor_release(r2[k]);
     }
@@ -315,26 +257,27 @@ Test(runtime_passes, reshape_chains_casts_and_sums_of_broadcasts_collapse_with_t
         g, wf_broadcast_to(g, wf_reshape(g, v, WF_SHAPE(5, 1)), WF_SHAPE(7, 5, 3)), axes, 2, false);
     cr_assert_not_null(s, "%s", wf_graph_errmsg(g));
     wf_node *fetch[2] = { r, s };
-    wf_session *on = session(g, 0), *off = session(g, WF_SESSION_NO_PASSES);
-    wf_plan_stats st = plan_stats(on, &r, 1);
+    wf_session *on = wf_test_session(g, 0), *off = wf_test_session(g, WF_SESSION_NO_PASSES);
+    wf_plan_stats st = wf_test_plan_stats(on, &r, 1);
     cr_assert_eq(st.nodes_after_simplify, 2, "x and one reshape, got %d", st.nodes_after_simplify);
-    st = plan_stats(on, &s, 1);
+    st = wf_test_plan_stats(on, &s, 1);
     cr_assert_geq(st.n_simplified, 1);
     cr_assert_eq(st.nodes_after_prune, 4);
     const float xs[24] = { 1, 2, 3, 4, 5, 6, -1, -2, -3, -4, -5, -6,
                            0, 0, 0, 0, 0, 0, 9,  8,  7,  6,  5,  4 };
     /* Values whose 21-fold sum rounds, -0.0 (the sum gives +0.0), a denormal, a huge value. */
     const float vs[5] = { 0.1f, -0.0f, 1.17549435e-39f, 3e37f, 16777215.0f };
-    wf_tensor *xt = f32(WF_SHAPE(4, 6), xs), *vt = f32(WF_SHAPE(5), vs), *r1[2], *r2[2];
+    wf_tensor *xt = wf_test_f32(WF_SHAPE(4, 6), xs), *vt = wf_test_f32(WF_SHAPE(5), vs), *r1[2],
+              *r2[2];
     wf_feed feeds[2] = { { x, xt }, { v, vt } };
-    run(on, feeds, 2, fetch, 2, r1, NULL, 0);
-    run(off, feeds, 2, fetch, 2, r2, NULL, 0);
+    wf_test_run(on, feeds, 2, fetch, 2, r1, NULL, 0);
+    wf_test_run(off, feeds, 2, fetch, 2, r2, NULL, 0);
     for (int k = 0; k < 2; k++) {
-        cr_assert(same_bits(r1[k], r2[k]), "output %d differs", k);
+        cr_assert(wf_test_same_bits(r1[k], r2[k]), "output %d differs", k);
         wf_tensor_release(r1[k]);
         wf_tensor_release(r2[k]);
     }
-    cr_assert_eq(plan_stats(on, fetch, 2).nodes_after_simplify, 2 + 1 + 1 + 5,
+    cr_assert_eq(wf_test_plan_stats(on, fetch, 2).nodes_after_simplify, 2 + 1 + 1 + 5,
                  "x, reshape; v, reshape, k, mul, +0, add");
     wf_tensor_release(xt);
     wf_tensor_release(vt);
@@ -349,7 +292,7 @@ Test(runtime_passes, stateful_nodes_are_never_folded_or_merged_and_variables_gai
     float ones[64];
     for (int i = 0; i < 64; i++)
         ones[i] = 1;
-    wf_node *c = const_f32(g, WF_SHAPE(64), ones);
+    wf_node *c = wf_test_const_f32(g, WF_SHAPE(64), ones);
     /* Two identical dropouts of a constant: each run draws new masks, and two nodes are two
      * masks. */
     wf_node *d1 = wf_dropout(g, c, 0.5, 7), *d2 = wf_dropout(g, c, 0.5, 7);
@@ -359,8 +302,8 @@ Test(runtime_passes, stateful_nodes_are_never_folded_or_merged_and_variables_gai
     wf_node *step = wf_minimize(g, wf_sgd(0.5), loss);
     cr_assert_not_null(step, "%s", wf_graph_errmsg(g));
     wf_node *fetch[3] = { d1, d2, vm };
-    wf_session *on = session(g, 0), *off = session(g, WF_SESSION_NO_PASSES);
-    wf_plan_stats a = plan_stats(on, fetch, 3), b = plan_stats(off, fetch, 3);
+    wf_session *on = wf_test_session(g, 0), *off = wf_test_session(g, WF_SESSION_NO_PASSES);
+    wf_plan_stats a = wf_test_plan_stats(on, fetch, 3), b = wf_test_plan_stats(off, fetch, 3);
     cr_assert_eq(a.n_folded + a.n_merged + a.n_simplified, 0);
     cr_assert_eq(a.nodes_after_simplify, b.nodes_after_simplify);
     /* Training steps: v read by v*1 before its update, in both sessions, same bits; the
@@ -368,13 +311,14 @@ Test(runtime_passes, stateful_nodes_are_never_folded_or_merged_and_variables_gai
     wf_tensor *prev = NULL;
     for (int it = 0; it < 3; it++) {
         wf_tensor *r1[3], *r2[3];
-        run(on, NULL, 0, fetch, 3, r1, &step, 1);
-        run(off, NULL, 0, fetch, 3, r2, &step, 1);
-        cr_assert(!prev || !same_bits(prev, r1[0]), "step %d: the dropout mask did not change", it);
+        wf_test_run(on, NULL, 0, fetch, 3, r1, &step, 1);
+        wf_test_run(off, NULL, 0, fetch, 3, r2, &step, 1);
+        cr_assert(!prev || !wf_test_same_bits(prev, r1[0]),
+                  "step %d: the dropout mask did not change", it);
         wf_tensor_release(prev);
         prev = wf_tensor_retain(r1[0]);
         for (int k = 0; k < 3; k++) {
-            cr_assert(same_bits(r1[k], r2[k]), "step %d output %d", it, k);
+            cr_assert(wf_test_same_bits(r1[k], r2[k]), "step %d output %d", it, k);
             wf_tensor_release(r1[k]);
             wf_tensor_release(r2[k]);
         }
@@ -383,7 +327,7 @@ Test(runtime_passes, stateful_nodes_are_never_folded_or_merged_and_variables_gai
     wf_tensor *v1, *v2;
     cr_assert_eq(wf_session_variable(on, v, &v1), 0);
     cr_assert_eq(wf_session_variable(off, v, &v2), 0);
-    cr_assert(same_bits(v1, v2));
+    cr_assert(wf_test_same_bits(v1, v2));
     wf_tensor_release(v1);
     wf_tensor_release(v2);
     wf_session_destroy(on);
@@ -400,20 +344,15 @@ static const uint32_t configs[] = { 0, WF_SESSION_NO_FOLD, WF_SESSION_NO_CSE,
 #define N_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
 #define RG_FETCH  6
 
-typedef struct rgraph {
-    wf_graph *g;
-    wf_node *ph[2], *var[2];
-    wf_node *fetch[RG_FETCH];
-    wf_tensor *feed[2];
-} rgraph;
+typedef wf_test_rgraph rgraph;
 
 static wf_node *rand_const(wf_graph *g, uint64_t *st, wf_shape shape)
 {
-    float data[RG_D * RG_D];
-    int64_t n = wf_shape_numel(shape);
-    for (int64_t k = 0; k < n; k++)
-        data[k] = (float)((double)wf_test_rand_below(st, 2000) / 1000.0 - 1.0);
-    return const_f32(g, shape, data);
+    wf_tensor *t = wf_test_rand_f32(st, shape);
+    wf_node *c = wf_constant(g, t);
+    wf_tensor_release(t);
+    cr_assert_not_null(c, "%s", wf_graph_errmsg(g));
+    return c;
 }
 
 /* A random graph over [D, D] values: constants, placeholders and variables, ops that give
@@ -428,18 +367,7 @@ static void random_graph(rgraph *r, uint64_t seed)
     int n = 0;
     pool[n++] = rand_const(g, &st, WF_SHAPE(RG_D, RG_D));
     pool[n++] = rand_const(g, &st, WF_SHAPE(RG_D, RG_D));
-    for (int i = 0; i < 2; i++) {
-        char name[16];
-        snprintf(name, sizeof name, "p%d", i);
-        pool[n++] = r->ph[i] = wf_placeholder(g, name, WF_F32, WF_SHAPE(RG_D, RG_D));
-        snprintf(name, sizeof name, "v%d", i);
-        pool[n++] = r->var[i] = wf_variable(g, name, WF_F32, WF_SHAPE(RG_D, RG_D),
-                                            wf_init_uniform(seed + (uint64_t)i, -1, 1));
-        float data[RG_D * RG_D];
-        for (int k = 0; k < RG_D * RG_D; k++)
-            data[k] = (float)((double)wf_test_rand_below(&st, 2000) / 1000.0 - 1.0);
-        r->feed[i] = f32(WF_SHAPE(RG_D, RG_D), data);
-    }
+    wf_test_rg_inputs(r, pool, &n, seed, RG_D, &st);
     const float ones[RG_D] = { 1, 1, 1, 1, 1, 1 };
     int perm[2] = { 1, 0 };
     for (int i = 0; i < RG_OPS; i++) {
@@ -464,7 +392,7 @@ static void random_graph(rgraph *r, uint64_t seed)
             o = wf_mul(g, wf_tanh(g, wf_add(g, a, b)), wf_tanh(g, wf_add(g, a, b)));
             break;
         case 5:
-            o = wf_mul(g, a, const_f32(g, WF_SHAPE(RG_D), ones));
+            o = wf_mul(g, a, wf_test_const_f32(g, WF_SHAPE(RG_D), ones));
             break;
         case 6:
             o = wf_neg(g, wf_neg(g, wf_relu(g, a)));
@@ -507,10 +435,8 @@ static void random_graph(rgraph *r, uint64_t seed)
         cr_assert_not_null(o, "seed %llu: %s", (unsigned long long)seed, wf_graph_errmsg(g));
         pool[n++] = o;
     }
-    wf_node *loss = wf_add(g, wf_sum(g, wf_tanh(g, pool[n - 1])), wf_mean(g, pool[n - 2]));
-    wf_node *grads[2] = { NULL, NULL };
-    int rc = wf_gradients(g, loss, r->var, 2, grads);
-    cr_assert_eq(rc, 0, "seed %llu: %s", (unsigned long long)seed, wf_graph_errmsg(g));
+    wf_node *grads[2];
+    wf_node *loss = wf_test_rg_loss(r, pool, n, seed, grads);
     r->fetch[0] = pool[n - 1];
     r->fetch[1] = wf_sum(g, pool[n - 3]);
     r->fetch[2] = wf_softmax(g, pool[n - 4], 1);
@@ -518,13 +444,6 @@ static void random_graph(rgraph *r, uint64_t seed)
     r->fetch[4] = grads[0];
     r->fetch[5] = grads[1];
     cr_assert_not_null(r->fetch[2], "%s", wf_graph_errmsg(g));
-}
-
-static void free_graph(rgraph *r)
-{
-    wf_tensor_release(r->feed[0]);
-    wf_tensor_release(r->feed[1]);
-    wf_graph_destroy(r->g);
 }
 
 /* Runs 'r' with every configuration, twice each, and checks every output against the
@@ -535,16 +454,17 @@ static void check_random(uint64_t seed)
     random_graph(&r, seed);
     wf_feed feeds[2] = { { r.ph[0], r.feed[0] }, { r.ph[1], r.feed[1] } };
     wf_tensor *want[RG_FETCH];
-    wf_session *base = session(r.g, WF_SESSION_NO_PASSES);
-    run(base, feeds, 2, r.fetch, RG_FETCH, want, NULL, 0);
+    wf_session *base = wf_test_session(r.g, WF_SESSION_NO_PASSES);
+    wf_test_run(base, feeds, 2, r.fetch, RG_FETCH, want, NULL, 0);
     for (int c = 0; c < N_CONFIGS - 1; c++) {
-        wf_session *s = session(r.g, configs[c]);
+        wf_session *s = wf_test_session(r.g, configs[c]);
         for (int rep = 0; rep < 2; rep++) {
             wf_tensor *got[RG_FETCH];
-            run(s, feeds, 2, r.fetch, RG_FETCH, got, NULL, 0);
+            wf_test_run(s, feeds, 2, r.fetch, RG_FETCH, got, NULL, 0);
             for (int k = 0; k < RG_FETCH; k++) {
-                cr_assert(same_bits(got[k], want[k]), "seed %llu, flags 0x%x, output %d differs",
-                          (unsigned long long)seed, configs[c], k);
+                cr_assert(wf_test_same_bits(got[k], want[k]),
+                          "seed %llu, flags 0x%x, output %d differs", (unsigned long long)seed,
+                          configs[c], k);
                 wf_tensor_release(got[k]);
             }
         }
@@ -553,7 +473,7 @@ static void check_random(uint64_t seed)
     for (int k = 0; k < RG_FETCH; k++)
         wf_tensor_release(want[k]);
     wf_session_destroy(base);
-    free_graph(&r);
+    wf_test_rg_free(&r);
 }
 
 Test(runtime_passes, random_graphs_and_their_gradients_give_identical_bits_with_passes_on_and_off)
@@ -569,14 +489,14 @@ Test(runtime_passes, random_graphs_have_work_for_every_pass)
     for (uint64_t seed = 1; seed <= 10; seed++) {
         rgraph r;
         random_graph(&r, seed);
-        wf_session *s = session(r.g, 0);
-        wf_plan_stats st = plan_stats(s, r.fetch, RG_FETCH);
+        wf_session *s = wf_test_session(r.g, 0);
+        wf_plan_stats st = wf_test_plan_stats(s, r.fetch, RG_FETCH);
         cr_assert_leq(st.nodes_after_simplify, st.nodes_after_prune);
         folded += st.n_folded;
         merged += st.n_merged;
         simplified += st.n_simplified;
         wf_session_destroy(s);
-        free_graph(&r);
+        wf_test_rg_free(&r);
     }
     cr_assert(folded > 0 && merged > 0 && simplified > 0, "folded %d, merged %d, simplified %d",
               folded, merged, simplified);
@@ -594,7 +514,8 @@ static void train(uint32_t flags, wf_optimizer opt, int steps, wf_tensor **vals,
     wf_node *b1 = wf_variable(g, "b1", WF_F32, WF_SHAPE(8), wf_init_zeros());
     wf_node *w2 = wf_variable(g, "w2", WF_F32, WF_SHAPE(8, 3), wf_init_glorot_uniform(2));
     const float sc[4] = { 0.5f, 1, 2, 4 };
-    wf_node *scale = wf_exp(g, wf_mul(g, const_f32(g, WF_SHAPE(4), sc), wf_scalar(g, WF_F32, 0.1)));
+    wf_node *scale =
+        wf_exp(g, wf_mul(g, wf_test_const_f32(g, WF_SHAPE(4), sc), wf_scalar(g, WF_F32, 0.1)));
     wf_node *xs = wf_mul(g, x, scale);
     wf_node *h = wf_relu(g, wf_add(g, wf_matmul(g, xs, w1), b1));
     wf_node *h2 = wf_relu(g, wf_add(g, wf_matmul(g, xs, w1), b1)); /* the same again */
@@ -602,7 +523,7 @@ static void train(uint32_t flags, wf_optimizer opt, int steps, wf_tensor **vals,
     wf_node *loss = wf_mean(g, wf_softmax_cross_entropy(g, logits, y));
     wf_node *step = wf_minimize(g, opt, loss);
     cr_assert_not_null(step, "%s", wf_graph_errmsg(g));
-    wf_session *s = session(g, flags);
+    wf_session *s = wf_test_session(g, flags);
     uint64_t st = 99;
     for (int it = 0; it < steps; it++) {
         float xd[16 * 4];
@@ -611,10 +532,11 @@ static void train(uint32_t flags, wf_optimizer opt, int steps, wf_tensor **vals,
             xd[k] = (float)((double)wf_test_rand_below(&st, 2000) / 1000.0 - 1.0);
         for (int k = 0; k < 16; k++)
             yd[k] = (int32_t)wf_test_rand_below(&st, 3);
-        wf_tensor *xt = f32(WF_SHAPE(16, 4), xd), *yt = wf_tensor_from(WF_I32, WF_SHAPE(16), yd);
+        wf_tensor *xt = wf_test_f32(WF_SHAPE(16, 4), xd),
+                  *yt = wf_tensor_from(WF_I32, WF_SHAPE(16), yd);
         wf_feed feeds[2] = { { x, xt }, { y, yt } };
         wf_tensor *l;
-        run(s, feeds, 2, &loss, 1, &l, &step, 1);
+        wf_test_run(s, feeds, 2, &loss, 1, &l, &step, 1);
         losses[it] = wf_tensor_data_f32(l)[0];
         wf_tensor_release(l);
         wf_tensor_release(xt);
@@ -647,7 +569,8 @@ static void check_training(wf_optimizer opt)
         for (int it = 0; it < STEPS; it++)
             cr_assert_eq(loss[it], want_loss[it], "flags 0x%x, step %d", configs[c], it);
         for (int k = 0; k < 3; k++) {
-            cr_assert(same_bits(got[k], want[k]), "flags 0x%x: variable %d differs", configs[c], k);
+            cr_assert(wf_test_same_bits(got[k], want[k]), "flags 0x%x: variable %d differs",
+                      configs[c], k);
             wf_tensor_release(got[k]);
         }
     }
@@ -681,12 +604,12 @@ Test(runtime_passes, dumps_show_the_graph_and_the_plan_after_the_passes)
     wf_graph *g = wf_graph_create(rt, WF_STATIC);
     wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, 2));
     const float c[2] = { 1, 2 };
-    wf_node *k = wf_exp(g, const_f32(g, WF_SHAPE(2), c));
+    wf_node *k = wf_exp(g, wf_test_const_f32(g, WF_SHAPE(2), c));
     wf_node *y = wf_mul(g, wf_tanh(g, wf_add(g, x, k)), wf_tanh(g, wf_add(g, x, k)));
     cr_assert_not_null(y, "%s", wf_graph_errmsg(g));
     /* Without elementwise fusion: it would take the merged tanh into one fused node, and the
      * "cse +1" mark with it (tests/runtime/test_fuse.c dumps fused nodes). */
-    wf_session *s = session(g, WF_SESSION_NO_FUSE);
+    wf_session *s = wf_test_session(g, WF_SESSION_NO_FUSE);
     char *text = dump_to_string(NULL, g, y, WF_DUMP_TEXT);
     cr_assert(strstr(text, "= exp(") && strstr(text, "on cpu @ test_passes.c:"), "%s", text);
     free(text);
@@ -728,7 +651,7 @@ Test(runtime_passes, stats_start_empty_and_bad_flags_are_refused)
     wf_graph_destroy(g);
     g = wf_graph_create(rt, WF_STATIC);
     x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(2));
-    s = session(g, WF_SESSION_NO_PASSES);
+    s = wf_test_session(g, WF_SESSION_NO_PASSES);
     wf_plan_stats st;
     cr_assert_eq(wf_session_stats(s, &st), 0);
     cr_assert_eq(st.nodes_graph, 1);
@@ -778,7 +701,7 @@ Test(runtime_passes, four_threads_compile_and_run_one_session_at_once)
         wf_node *k = wf_add(g, wf_scalar(g, WF_F32, 2.0), wf_scalar(g, WF_F32, 3.0));
         wf_node *y = wf_add(g, wf_mul(g, x, wf_scalar(g, WF_F32, 1.0)), k);
         cr_assert_not_null(y, "%s", wf_graph_errmsg(g));
-        wf_session *s = session(g, 0);
+        wf_session *s = wf_test_session(g, 0);
         _Atomic int bad = 0;
         pthread_t th[4];
         conc cs[4];

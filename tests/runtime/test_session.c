@@ -4,7 +4,7 @@
  * usable; variables (initial values, read, assign); one session run from 4 threads at once;
  * a 100,000-node chain; and the same bits from static and eager graphs and from 1 and 2
  * workers on random graphs of elementwise ops, matmuls and reductions. */
-#include "wf_test.h"
+#include "runtime_util.h"
 
 #include <weft/weft.h>
 
@@ -15,21 +15,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static wf_runtime *rt;
-
-static void setup(void)
-{
-    rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .flags = WF_RT_NO_PIN });
-}
-
-static void teardown(void)
-{
-    wf_runtime_destroy(rt);
-    rt = NULL;
-    wf_test_fini();
-}
-
-TestSuite(runtime_session, .init = setup, .fini = teardown, .timeout = WF_TEST_TIMEOUT(120));
+TestSuite(runtime_session, .init = wf_test_rt_setup, .fini = wf_test_rt_teardown,
+          .timeout = WF_TEST_TIMEOUT(120));
 
 static wf_session *session(wf_graph *g)
 {
@@ -37,13 +24,6 @@ static wf_session *session(wf_graph *g)
     int rc = wf_session_create(g, NULL, &s);
     cr_assert_eq(rc, 0, "wf_session_create: %s: %s", wf_err_name(rc), wf_graph_errmsg(g));
     return s;
-}
-
-static wf_tensor *f32(wf_shape shape, const float *data)
-{
-    wf_tensor *t = wf_tensor_from(WF_F32, shape, data);
-    cr_assert_not_null(t, "%s", wf_last_errmsg());
-    return t;
 }
 
 Test(runtime_session, create_and_destroy_with_default_options)
@@ -59,9 +39,9 @@ Test(runtime_session, create_and_destroy_with_default_options)
 Test(runtime_session, create_refuses_a_graph_with_an_error_and_keeps_its_message)
 {
     wf_graph *g = wf_graph_create(rt, WF_STATIC);
-    wf_node *a = wf_constant(g, f32(WF_SHAPE(2), (float[]){ 1, 2 }));
+    wf_node *a = wf_constant(g, wf_test_f32(WF_SHAPE(2), (float[]){ 1, 2 }));
     wf_tensor_release(wf_node_value(a)); /* the graph retains it; drop the test's reference */
-    wf_node *b = wf_constant(g, f32(WF_SHAPE(3), (float[]){ 1, 2, 3 }));
+    wf_node *b = wf_constant(g, wf_test_f32(WF_SHAPE(3), (float[]){ 1, 2, 3 }));
     wf_tensor_release(wf_node_value(b));
     cr_assert_null(wf_add(g, a, b));
     wf_session *s = (wf_session *)1;
@@ -107,7 +87,7 @@ Test(runtime_session, run_adds_a_fed_placeholder_and_a_constant)
 {
     wf_graph *g = wf_graph_create(rt, WF_STATIC);
     wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, 3));
-    wf_tensor *ct = f32(WF_SHAPE(3), (float[]){ 10, 20, 30 });
+    wf_tensor *ct = wf_test_f32(WF_SHAPE(3), (float[]){ 10, 20, 30 });
     wf_node *y = wf_add(g, x, wf_constant(g, ct));
     wf_tensor_release(ct);
     cr_assert_not_null(y, "%s", wf_graph_errmsg(g));
@@ -116,7 +96,7 @@ Test(runtime_session, run_adds_a_fed_placeholder_and_a_constant)
         float xs[12];
         for (int i = 0; i < batch * 3; i++)
             xs[i] = (float)i;
-        wf_tensor *xt = f32(WF_SHAPE(batch, 3), xs), *out = NULL;
+        wf_tensor *xt = wf_test_f32(WF_SHAPE(batch, 3), xs), *out = NULL;
         wf_feed feeds[] = { { x, xt } };
         int rc = wf_session_run(s, feeds, 1, &y, 1, &out, NULL, 0);
         cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
@@ -147,7 +127,7 @@ Test(runtime_session, matmul_with_a_variable_follows_each_batch_size)
         float xs[9 * 4];
         for (int i = 0; i < batch * 4; i++)
             xs[i] = (float)wf_test_rand_below(&seed, 9) - 4;
-        wf_tensor *xt = f32(WF_SHAPE(batch, 4), xs), *out = NULL;
+        wf_tensor *xt = wf_test_f32(WF_SHAPE(batch, 4), xs), *out = NULL;
         int rc = wf_session_run(s, &(wf_feed){ x, xt }, 1, &y, 1, &out, NULL, 0);
         cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
         cr_assert(wf_shape_equal(wf_tensor_shape(out), WF_SHAPE(batch, 3)));
@@ -192,8 +172,9 @@ Test(runtime_session, feeds_that_do_not_match_their_placeholder_are_refused)
     wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, 2));
     wf_node *y = wf_neg(g, x);
     wf_session *s = session(g);
-    wf_tensor *ok = f32(WF_SHAPE(5, 2), NULL), *bad_shape = f32(WF_SHAPE(5, 3), NULL),
-              *bad_rank = f32(WF_SHAPE(10), NULL);
+    wf_tensor *ok = wf_test_f32(WF_SHAPE(5, 2), NULL),
+              *bad_shape = wf_test_f32(WF_SHAPE(5, 3), NULL),
+              *bad_rank = wf_test_f32(WF_SHAPE(10), NULL);
     wf_tensor *bad_dtype = wf_tensor_from(WF_F64, WF_SHAPE(5, 2), NULL);
     wf_tensor *out = NULL;
     int rc = wf_session_run(s, &(wf_feed){ x, bad_shape }, 1, &y, 1, &out, NULL, 0);
@@ -234,7 +215,7 @@ Test(runtime_session, nodes_of_another_graph_or_made_after_the_session_are_refus
     wf_node *px = wf_placeholder(h, "px", WF_F32, WF_SCALAR);
     wf_session *s = session(g);
     wf_node *late = wf_neg(g, a);
-    wf_tensor *out = NULL, *v = f32(WF_SCALAR, (float[]){ 1 });
+    wf_tensor *out = NULL, *v = wf_test_f32(WF_SCALAR, (float[]){ 1 });
     int rc = wf_session_run(s, NULL, 0, &other, 1, &out, NULL, 0);
     cr_assert_eq(rc, WF_EINVAL, "got %s", wf_err_name(rc));
     cr_assert(strstr(wf_session_errmsg(s), "another graph"), "%s", wf_session_errmsg(s));
@@ -304,7 +285,8 @@ Test(runtime_session, shapes_that_only_clash_once_fed_fail_with_eshape)
     wf_node *z = wf_placeholder(g, "z", WF_F32, WF_SHAPE(-1, 3));
     wf_node *y = wf_sum(g, wf_add(g, x, z));
     wf_session *s = session(g);
-    wf_tensor *x2 = f32(WF_SHAPE(2, 3), NULL), *z4 = f32(WF_SHAPE(4, 3), NULL), *out = NULL;
+    wf_tensor *x2 = wf_test_f32(WF_SHAPE(2, 3), NULL), *z4 = wf_test_f32(WF_SHAPE(4, 3), NULL),
+              *out = NULL;
     wf_feed feeds[] = { { x, x2 }, { z, z4 } };
     int rc = wf_session_run(s, feeds, 2, &y, 1, &out, NULL, 0);
     cr_assert_eq(rc, WF_ESHAPE, "got %s: %s", wf_err_name(rc), wf_session_errmsg(s));
@@ -345,7 +327,7 @@ Test(runtime_session, targets_run_and_a_node_fetched_twice_gives_two_references)
     wf_node *y = wf_square(g, x);
     wf_node *t = wf_exp(g, y);
     wf_session *s = session(g);
-    wf_tensor *xt = f32(WF_SHAPE(2), (float[]){ 3, -2 });
+    wf_tensor *xt = wf_test_f32(WF_SHAPE(2), (float[]){ 3, -2 });
     wf_tensor *outs[3] = { 0 };
     wf_node *fetches[] = { y, x, y };
     int rc = wf_session_run(s, &(wf_feed){ x, xt }, 1, fetches, 3, outs, &t, 1);
@@ -381,7 +363,7 @@ Test(runtime_session, variables_start_from_their_init_and_take_assigned_values)
         cr_assert_eq(wf_tensor_data_f32(out)[i], wf_tensor_data_f32(want)[i] + 0.5f);
     wf_tensor_release(out);
 
-    wf_tensor *nb = f32(WF_SHAPE(3), (float[]){ 1, 2, 3 });
+    wf_tensor *nb = wf_test_f32(WF_SHAPE(3), (float[]){ 1, 2, 3 });
     cr_assert_eq(wf_session_assign(s, b, nb), 0, "%s", wf_session_errmsg(s));
     rc = wf_session_run(s, NULL, 0, &y, 1, &out, NULL, 0);
     cr_assert_eq(rc, 0, "%s", wf_session_errmsg(s));
@@ -397,7 +379,7 @@ Test(runtime_session, variables_start_from_their_init_and_take_assigned_values)
     wf_tensor_release(b2);
     wf_session_destroy(s2);
 
-    wf_tensor *wrong_shape = f32(WF_SHAPE(4), NULL);
+    wf_tensor *wrong_shape = wf_test_f32(WF_SHAPE(4), NULL);
     wf_tensor *wrong_dtype = wf_tensor_from(WF_F64, WF_SHAPE(3), NULL);
     cr_assert_eq(wf_session_assign(s, b, wrong_shape), WF_ESHAPE);
     cr_assert(strstr(wf_session_errmsg(s), "'b'"), "%s", wf_session_errmsg(s));
@@ -537,7 +519,7 @@ Test(runtime_session, a_chain_of_100000_nodes_builds_and_runs)
         v = wf_add(g, v, one);
     cr_assert_not_null(v, "%s", wf_graph_errmsg(g));
     wf_session *s = session(g);
-    wf_tensor *xt = f32(WF_SHAPE(4), (float[]){ 0, 1, 2, 3 });
+    wf_tensor *xt = wf_test_f32(WF_SHAPE(4), (float[]){ 0, 1, 2, 3 });
     for (int round = 0; round < 2; round++) {
         wf_tensor *out = NULL;
         int rc = wf_session_run(s, &(wf_feed){ x, xt }, 1, &v, 1, &out, NULL, 0);
