@@ -216,3 +216,26 @@ Test(devices_internal_cuda, a_buffer_outlives_its_device)
     b->free_fn(b->free_ctx, b->data, b->bytes);
     free(b);
 }
+
+#ifdef WF_HAVE_CUDA
+#    include <cublas_v2.h>
+
+#    include <dlfcn.h>
+#    include <stdio.h>
+
+/* devices/cuda_blas.c: cuBLAS(Lt) is not loaded with weft (libcublasLt alone costs ~150 MB
+ * of RSS at load) but on the first cuBLAS call, which then reaches the real library. Runs
+ * without a GPU: the status-string call needs no device. */
+Test(devices_internal_cuda, cublas_is_loaded_on_first_use_not_with_weft)
+{
+    char lt[64];
+    snprintf(lt, sizeof lt, "libcublasLt.so.%d", CUBLAS_VER_MAJOR);
+    cr_assert_null(dlopen(lt, RTLD_NOW | RTLD_NOLOAD), "%s is loaded before any cuBLAS call", lt);
+    const char *s = cublasGetStatusString(CUBLAS_STATUS_INVALID_VALUE);
+    cr_assert_not_null(s);
+    cr_assert_null(strstr(s, "could not be loaded"), "the real cuBLAS was not reached: %s", s);
+    void *h = dlopen(lt, RTLD_NOW | RTLD_NOLOAD);
+    cr_assert_not_null(h, "%s is still not loaded after a cuBLAS call", lt);
+    dlclose(h);
+}
+#endif
