@@ -80,15 +80,19 @@ int wf__ucx_init(wf_comm *c, const char *tls)
      * explicit 'tls', or UCX_TLS set by the user for UCX, wins. */
     const struct sockaddr_in *sin = (const struct sockaddr_in *)c->sa;
     bool local = sin && (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
-    if (st == UCS_OK && (tls || !getenv("UCX_TLS")))
-        st = c->api.ucp_config_modify(cfg, "TLS", tls ? tls : local ? "sysv,posix,self" : "^cma");
+    const char *user_tls = getenv("UCX_TLS");
+    const char *tls_used = tls ? tls : user_tls ? user_tls : local ? "sysv,posix,self" : "^cma";
+    if (st == UCS_OK && (tls || !user_tls))
+        st = c->api.ucp_config_modify(cfg, "TLS", tls_used);
     if (st == UCS_OK)
         st = c->api.ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "inf");
     /* No PUT zcopy over TCP: when a peer dies while one is waiting for its ack, UCX 1.13
      * asserts in the survivor (tcp_ep.c:939, UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK) and aborts
      * it: seen in 1 of 3 runs of test_failure.c's TCP kill under load. Rendezvous then uses
-     * the other protocols. */
-    if (st == UCS_OK)
+     * the other protocols. Only where TCP may be used: UCX warns "invalid configuration:
+     * TCP_PUT_ENABLE=n" on every comm whose transports leave TCP out. */
+    bool tcp_possible = strstr(tls_used, "tcp") || tls_used[0] == '^' || strstr(tls_used, "all");
+    if (st == UCS_OK && tcp_possible)
         st = c->api.ucp_config_modify(cfg, "TCP_PUT_ENABLE", "n");
     if (st != UCS_OK) {
         c->api.ucp_config_release(cfg);
