@@ -26,7 +26,7 @@
 #define LEN      1000 /* elements per value: above WF__INLINE_NUMEL, so a task graph runs */
 
 static atomic_long seq;
-static long started[1 << 12];          /* per node id: its kernel's start rank, -1 never */
+static long started[1 << 12];         /* per node id: its kernel's start rank, -1 never */
 static pthread_t started_on[1 << 12]; /* per node id: the thread that ran its kernel */
 
 static void teardown(void)
@@ -177,14 +177,18 @@ Test(runtime_internal_priority, two_workers_start_the_chain_early)
         bool first = false;
         run_once(&sg, on, &first);
         long before = same_thread_before_head(&sg);
-        cr_assert_eq(before, 0, "rep %d: with priority the chain head's worker started %ld branches "
-                     "before it", rep, before);
+        cr_assert_eq(before, 0,
+                     "rep %d: with priority the chain head's worker started %ld branches "
+                     "before it",
+                     rep, before);
         run_once(&sg, off, &first);
         h_off[rep] = same_thread_before_head(&sg);
     }
     qsort(h_off, REPS, sizeof *h_off, cmp_long);
-    cr_assert_geq(h_off[REPS / 2], 5, "in plan order the chain head's worker started %ld branches "
-                  "before it (median)", h_off[REPS / 2]);
+    cr_assert_geq(h_off[REPS / 2], 5,
+                  "in plan order the chain head's worker started %ld branches "
+                  "before it (median)",
+                  h_off[REPS / 2]);
     wf_session_destroy(on);
     wf_session_destroy(off);
     wf_graph_destroy(sg.g);
