@@ -212,26 +212,31 @@ template <> struct wf_cu_compute<__half> {
     typedef float type;
 };
 
+/* The case labels of the floating dtypes (f32, f64, bf16, f16), each calling BODY with 'T'
+ * its storage type: the shared part of the dtype switches below and in the kernel files. */
+#define WF_CU_FLOAT_CASES(T, BODY) \
+case WF_F32: {                     \
+    typedef float T;               \
+    BODY;                          \
+} break;                           \
+case WF_F64: {                     \
+    typedef double T;              \
+    BODY;                          \
+} break;                           \
+case WF_BF16: {                    \
+    typedef __nv_bfloat16 T;       \
+    BODY;                          \
+} break;                           \
+case WF_F16: {                     \
+    typedef __half T;              \
+    BODY;                          \
+} break;
+
 /* Calls BODY with 'S' the storage type of floating dtype 'dt' (f32, f64, bf16, f16); 'ELSE'
  * runs for any other dtype. */
 #define WF_CU_FLOAT_SWITCH(dt, BODY, ELSE) \
     switch (dt) {                          \
-    case WF_F32: {                         \
-        typedef float S;                   \
-        BODY;                              \
-    } break;                               \
-    case WF_F64: {                         \
-        typedef double S;                  \
-        BODY;                              \
-    } break;                               \
-    case WF_BF16: {                        \
-        typedef __nv_bfloat16 S;           \
-        BODY;                              \
-    } break;                               \
-    case WF_F16: {                         \
-        typedef __half S;                  \
-        BODY;                              \
-    } break;                               \
+        WF_CU_FLOAT_CASES(S, BODY)         \
     default:                               \
         ELSE;                              \
     }

@@ -593,82 +593,30 @@ int wf__where_cuda(const wf_kernel_ctx *ctx, const wf_tensor *cond, const wf_ten
     }
 }
 
-/* Calls BODY with 'D' the element type of cast destination 'dt' (bool as wf_cu_bool). */
-#define CAST_DST_SWITCH(dt, BODY, ELSE) \
-    switch (dt) {                       \
-    case WF_F32: {                      \
-        typedef float D;                \
-        BODY;                           \
-    } break;                            \
-    case WF_F64: {                      \
-        typedef double D;               \
-        BODY;                           \
-    } break;                            \
-    case WF_BF16: {                     \
-        typedef __nv_bfloat16 D;        \
-        BODY;                           \
-    } break;                            \
-    case WF_F16: {                      \
-        typedef __half D;               \
-        BODY;                           \
-    } break;                            \
-    case WF_I32: {                      \
-        typedef int32_t D;              \
-        BODY;                           \
-    } break;                            \
-    case WF_I64: {                      \
-        typedef int64_t D;              \
-        BODY;                           \
-    } break;                            \
-    case WF_U8: {                       \
-        typedef uint8_t D;              \
-        BODY;                           \
-    } break;                            \
-    case WF_BOOL: {                     \
-        typedef wf_cu_bool D;           \
-        BODY;                           \
-    } break;                            \
-    default:                            \
-        ELSE;                           \
-    }
-
-/* The source side: 'S' as the destination's D (the same list). */
-#define CAST_SRC_SWITCH(dt, BODY, ELSE) \
-    switch (dt) {                       \
-    case WF_F32: {                      \
-        typedef float S;                \
-        BODY;                           \
-    } break;                            \
-    case WF_F64: {                      \
-        typedef double S;               \
-        BODY;                           \
-    } break;                            \
-    case WF_BF16: {                     \
-        typedef __nv_bfloat16 S;        \
-        BODY;                           \
-    } break;                            \
-    case WF_F16: {                      \
-        typedef __half S;               \
-        BODY;                           \
-    } break;                            \
-    case WF_I32: {                      \
-        typedef int32_t S;              \
-        BODY;                           \
-    } break;                            \
-    case WF_I64: {                      \
-        typedef int64_t S;              \
-        BODY;                           \
-    } break;                            \
-    case WF_U8: {                       \
-        typedef uint8_t S;              \
-        BODY;                           \
-    } break;                            \
-    case WF_BOOL: {                     \
-        typedef wf_cu_bool S;           \
-        BODY;                           \
-    } break;                            \
-    default:                            \
-        ELSE;                           \
+/* Calls BODY with 'T' the element type of cast source or destination dtype 'dt' (every dtype
+ * cast supports; bool as wf_cu_bool); 'ELSE' runs for any other. Nests: the destination's
+ * switch goes in the source's BODY, with another name for T. */
+#define CAST_SWITCH(dt, T, BODY, ELSE) \
+    switch (dt) {                      \
+        WF_CU_FLOAT_CASES(T, BODY)     \
+    case WF_I32: {                     \
+        typedef int32_t T;             \
+        BODY;                          \
+    } break;                           \
+    case WF_I64: {                     \
+        typedef int64_t T;             \
+        BODY;                          \
+    } break;                           \
+    case WF_U8: {                      \
+        typedef uint8_t T;             \
+        BODY;                          \
+    } break;                           \
+    case WF_BOOL: {                    \
+        typedef wf_cu_bool T;          \
+        BODY;                          \
+    } break;                           \
+    default:                           \
+        ELSE;                          \
     }
 
 int wf__cast_cuda(const wf_kernel_ctx *ctx, const wf_tensor *x, wf_tensor *out)
@@ -690,16 +638,16 @@ int wf__cast_cuda(const wf_kernel_ctx *ctx, const wf_tensor *x, wf_tensor *out)
         return launch("cast", s, n, cast_k<uint16_t, uint16_t>, m, (uint16_t *)out->data,
                       (const uint16_t *)x->data, n);
     bool known = false;
-    CAST_SRC_SWITCH(x->dtype,
-                    { CAST_DST_SWITCH(
-                        out->dtype,
-                        {
-                            known = true;
-                            rc = launch("cast", s, n, cast_k<S, D>, m, (D *)out->data,
-                                        (const S *)x->data, n);
-                        },
-                        break) },
-                    break)
+    CAST_SWITCH(x->dtype, S,
+                { CAST_SWITCH(
+                    out->dtype, D,
+                    {
+                        known = true;
+                        rc = launch("cast", s, n, cast_k<S, D>, m, (D *)out->data,
+                                    (const S *)x->data, n);
+                    },
+                    break) },
+                break)
     if (!known)
         return wf__err(WF_EDTYPE, "cast: from %s to %s is not supported", wf_dtype_name(x->dtype),
                        wf_dtype_name(out->dtype));
