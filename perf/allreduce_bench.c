@@ -2,7 +2,7 @@
  * MPI's MPI_Allreduce under mpirun, in one run, over shared memory and over TCP loopback.
  *   allreduce_bench [--json] [--quick] [--reps N] [--min-bytes B] [--max-bytes B]
  *                   [--transport shm|tcp|both] [--spin-us US] [--chunk-bytes B]
- *                   [--shm-tls TLS] [--no-mpi]
+ *                   [--shm-tls TLS] [--no-mpi] [--no-bind]
  * Sizes 4 KiB .. 256 MiB (x4 steps; --quick: 4 KiB .. 1 MiB, 3 repetitions, a smoke test).
  * For each transport, weft runs first: this program again under 'weft-run -n 2' (the
  * launcher's rendezvous on loopback; shm: weft's default transports, which on one host are
@@ -17,12 +17,20 @@
  *    "bytes":4096,"median_s":...,"reps":N,"busbw_gbs":...}
  * The Open MPI peer is loaded with dlopen("libmpi.so.40") at run time, so the build needs no
  * MPI headers; without mpirun (or that library) it is skipped with a line saying so.
- * Default repetitions: 20 up to 1 MiB, 10 up to 16 MiB, 5 above (--reps sets all). */
+ * Default repetitions: 20 up to 1 MiB, 10 up to 16 MiB, 5 above (--reps sets all).
+ * Binding: mpirun binds each of 2 ranks to a core of its own by default (--report-bindings:
+ * rank 0 on core 0, rank 1 on core 1), so each weft rank binds itself the same way (to
+ * the rank-th core it may run on) before it makes its comm. Unbound on the loaded 2-core
+ * machine, the two ranks of either library often shared a core, and a polling wait then
+ * kept the partner off it for a time slice: 4 KiB medians of 33-233 us instead of 1.2 us
+ * (weft), and one of 23 ms (Open MPI with --bind-to none). --no-bind leaves both
+ * unbound (mpirun --bind-to none). */
 #include "bench_util.h"
 
 #include <weft/weft.h>
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,12 +38,23 @@
 #include <string.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_THREAD__)
+#    define AB_TSAN 1
+#elif defined(__has_feature)
+#    if __has_feature(thread_sanitizer)
+#        define AB_TSAN 1
+#    endif
+#endif
+#ifndef AB_TSAN
+#    define AB_TSAN 0
+#endif
+
 #ifndef WF_WEFT_RUN
 #    define WF_WEFT_RUN "weft-run"
 #endif
 
 typedef struct ab_opts {
-    bool json, quick, no_mpi, shm, tcp;
+    bool json, quick, no_mpi, shm, tcp, no_bind;
     int reps; /* 0: by size */
     long min_bytes, max_bytes;
     uint32_t spin_us;    /* wf_comm_opts.spin_us (0: default) */
@@ -74,6 +93,41 @@ static void report(FILE *f, const ab_opts *o, const char *impl, const char *tran
 
 /* ---- weft: one rank under weft-run ---------------------------------------------------- */
 
+/* Whether 'cpu' is the first hardware thread of its core (or its topology is unknown). */
+static bool first_thread(int cpu)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
+    FILE *f = fopen(path, "r");
+    int first = cpu;
+    if (f) {
+        if (fscanf(f, "%d", &first) != 1)
+            first = cpu;
+        fclose(f);
+    }
+    return first == cpu;
+}
+
+/* Binds this process to a core of its own, as mpirun does for its ranks (the header says
+ * why): the rank-th of the allowed CPUs that are their core's first hardware thread
+ * (modulo their count), so that two ranks never share a core through its siblings. */
+static void bind_rank(int rank)
+{
+    cpu_set_t allowed, one;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return;
+    int cores[CPU_SETSIZE], n = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &allowed) && first_thread(cpu))
+            cores[n++] = cpu;
+    if (n == 0)
+        return;
+    CPU_ZERO(&one);
+    CPU_SET(cores[rank % n], &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0)
+        perror("allreduce_bench: sched_setaffinity");
+}
+
 static int weft_rank(const ab_opts *o, const char *transport, const char *out_path)
 {
     wf_comm_opts co = { 0 };
@@ -83,6 +137,13 @@ static int weft_rank(const ab_opts *o, const char *transport, const char *out_pa
                 rc < 0 ? wf_last_errmsg() : "no WEFT_RANK/WEFT_SIZE, or not 2 ranks");
         return 1;
     }
+    if (!o->no_bind)
+        bind_rank(co.rank);
+#if AB_TSAN
+    /* As the transport tests do (tests/transport/transport_util.h): UCX's memory hooks crash
+     * exiting threads under ThreadSanitizer (both ranks: signal 11 at exit, every run). */
+    setenv("UCX_MEM_EVENTS", "no", 1);
+#endif
     co.tls = strcmp(transport, "tcp") ? o->shm_tls : "tcp,self";
     co.spin_us = o->spin_us;
     co.chunk_bytes = (size_t)o->chunk_bytes;
@@ -142,10 +203,11 @@ static int weft_rank(const ab_opts *o, const char *transport, const char *out_pa
 
 static void common_args(const ab_opts *o, char *s, size_t n)
 {
-    snprintf(
-        s, n, "%s%s--min-bytes %ld --max-bytes %ld --reps %d --spin-us %u --chunk-bytes %ld%s%s",
-        o->json ? "--json " : "", o->quick ? "--quick " : "", o->min_bytes, o->max_bytes, o->reps,
-        o->spin_us, o->chunk_bytes, o->shm_tls ? " --shm-tls " : "", o->shm_tls ? o->shm_tls : "");
+    snprintf(s, n,
+             "%s%s%s--min-bytes %ld --max-bytes %ld --reps %d --spin-us %u --chunk-bytes %ld%s%s",
+             o->json ? "--json " : "", o->quick ? "--quick " : "", o->no_bind ? "--no-bind " : "",
+             o->min_bytes, o->max_bytes, o->reps, o->spin_us, o->chunk_bytes,
+             o->shm_tls ? " --shm-tls " : "", o->shm_tls ? o->shm_tls : "");
 }
 
 /* Runs the weft side of 'transport' under weft-run and prints rank 0's lines. */
@@ -243,8 +305,9 @@ static void run_mpi(const ab_opts *o, const char *self, const char *transport)
     char args[512], cmd[8192];
     common_args(o, args, sizeof args);
     snprintf(cmd, sizeof cmd,
-             "mpirun --allow-run-as-root --oversubscribe -n 2 --mca btl %s "
+             "mpirun --allow-run-as-root --oversubscribe -n 2 %s--mca btl %s "
              "--mca oob_tcp_if_include lo --mca btl_tcp_if_include lo '%s' --mpi-peer %s %s",
+             o->no_bind ? "--bind-to none " : "",
              strcmp(transport, "tcp") ? "self,vader" : "self,tcp", self, transport, args);
     fflush(NULL);
     if (system(cmd) != 0)
@@ -297,6 +360,8 @@ int main(int argc, char **argv)
             o.shm_tls = argv[++i];
         } else if (!strcmp(argv[i], "--no-mpi")) {
             o.no_mpi = true;
+        } else if (!strcmp(argv[i], "--no-bind")) {
+            o.no_bind = true;
         } else if (!strcmp(argv[i], "--mpi-peer") && i + 1 < argc) {
             peer = argv[++i];
         } else if (!strcmp(argv[i], "--rank") && i + 1 < argc) {
@@ -334,6 +399,7 @@ int main(int argc, char **argv)
 usage:
     fprintf(stderr, "usage: allreduce_bench [--json] [--quick] [--reps N] [--min-bytes B] "
                     "[--max-bytes B] [--transport shm|tcp|both] [--spin-us US] [--chunk-bytes B] "
-                    "[--shm-tls TLS] [--no-mpi]\n  (sizes: powers of two from 4096 to 2^30)\n");
+                    "[--shm-tls TLS] [--no-mpi] [--no-bind]\n"
+                    "  (sizes: powers of two from 4096 to 2^30)\n");
     return 2;
 }

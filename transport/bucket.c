@@ -8,6 +8,11 @@
  * their buffers for the next step.
  * Failure: the first error (the comm failed: a rank died, a deadline passed) is kept with
  * its message; later jobs are not all-reduced, and every call returns that error.
+ * Waits: a caller waiting for the thread (wf_comm_bucket_wait, _destroy) returns only once
+ * the thread is done with every job handed over, since the thread writes into the caller's
+ * tensors. That ends because each all-reduce has the comm's deadline and returns once the
+ * comm fails; the caller's wait has a deadline of its own too (wait_idle): no job finished
+ * within op_timeout_ms and a second fails the comm, which stops the all-reduce at once.
  * Invariants: 'mu' guards the queue, 'in_flight', the free list and the error; 'cur' is the
  * caller's alone. Lock order: 'mu' is never held while calling the comm.
  * Not here: the collectives themselves (coll.c). */
@@ -16,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define DEFAULT_BUCKET_BYTES (25u << 20)
 
@@ -49,6 +55,7 @@ struct wf_comm_bucket {
     job *spare;       /* (mu) finished jobs, kept for reuse */
     int in_flight;    /* (mu) handed over and not finished */
     int err;          /* (mu) the first error, or 0 */
+    uint32_t running; /* (mu) the seq of the job being all-reduced, or 0 */
     char errmsg[WF_ERRMSG_MAX];
     bool stop; /* (mu) */
     pthread_t thread;
@@ -89,6 +96,7 @@ static void *bucket_main(void *arg)
         b->head = j->next;
         if (!b->head)
             b->tail = NULL;
+        b->running = j->seq;
         int rc = b->err;
         pthread_mutex_unlock(&b->mu);
 
@@ -114,6 +122,7 @@ static void *bucket_main(void *arg)
             b->err = rc;
             snprintf(b->errmsg, sizeof b->errmsg, "%s", msg);
         }
+        b->running = 0;
         j->n_ents = 0;
         j->count = 0;
         j->next = b->spare;
@@ -154,7 +163,11 @@ int wf_comm_bucket_create(wf_comm *c, const wf_bucket_opts *o, wf_comm_bucket **
     if (b->cap_bytes < b->es)
         b->cap_bytes = b->es;
     pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
+    pthread_condattr_t ca; /* wait_idle's slices are on CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b->cv, &ca);
+    pthread_condattr_destroy(&ca);
     int e = pthread_create(&b->thread, NULL, bucket_main, b);
     if (e != 0) {
         pthread_cond_destroy(&b->cv);
@@ -283,6 +296,39 @@ int wf_comm_bucket_test(wf_comm_bucket *b)
     return idle;
 }
 
+/* Waits (holding 'mu') until the thread has finished every job handed over; see "Waits" at
+ * the top. 'fn' names the caller in the message of a comm it fails. */
+static void wait_idle(wf_comm_bucket *b, const char *fn)
+{
+    wf_comm *c = b->c;
+    uint64_t limit = ((uint64_t)c->op_timeout_ms + 1000u) * 1000000u;
+    uint64_t last = wf__net_now_ns();
+    int left = b->in_flight;
+    bool failed_it = false;
+    while (b->in_flight > 0) {
+        uint64_t until = wf__net_now_ns() + 100000000u; /* a slice: check the deadline */
+        struct timespec ts = { .tv_sec = (time_t)(until / 1000000000u),
+                               .tv_nsec = (long)(until % 1000000000u) };
+        pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+        uint64_t now = wf__net_now_ns();
+        if (b->in_flight < left) { /* a job finished: the thread is moving */
+            left = b->in_flight;
+            last = now;
+        }
+        if (!failed_it && b->in_flight > 0 && now - last > limit) {
+            failed_it = true;
+            uint32_t seq = b->running;
+            int n = b->in_flight;
+            pthread_mutex_unlock(&b->mu); /* never held while calling the comm */
+            wf__comm_fail(c, WF_ETIMEDOUT, -1,
+                          "%s: rank %d: no bucket all-reduce finished within %llu ms (bucket %u "
+                          "running, %d in flight)",
+                          fn, c->rank, (unsigned long long)((now - last) / 1000000u), seq, n);
+            pthread_mutex_lock(&b->mu);
+        }
+    }
+}
+
 int wf_comm_bucket_wait(wf_comm_bucket *b)
 {
     if (!b)
@@ -291,8 +337,7 @@ int wf_comm_bucket_wait(wf_comm_bucket *b)
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&b->mu);
-    while (b->in_flight > 0)
-        pthread_cond_wait(&b->cv, &b->mu); /* every all-reduce has the comm's deadline */
+    wait_idle(b, "wf_comm_bucket_wait");
     pthread_mutex_unlock(&b->mu);
     return sticky(b);
 }
@@ -309,8 +354,7 @@ void wf_comm_bucket_destroy(wf_comm_bucket *b)
     /* What was added but not handed over is dropped; what is in flight finishes. */
     job_free(b->cur);
     pthread_mutex_lock(&b->mu);
-    while (b->in_flight > 0)
-        pthread_cond_wait(&b->cv, &b->mu);
+    wait_idle(b, "wf_comm_bucket_destroy");
     b->stop = true;
     pthread_cond_broadcast(&b->cv);
     pthread_mutex_unlock(&b->mu);

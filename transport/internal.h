@@ -164,6 +164,7 @@ typedef struct wf__peer {
     uint8_t *addr; /* UCX worker address (malloc) */
     size_t addr_len;
     ucp_ep_h ep;     /* created by the caller of wf_comm_create() after WELCOME */
+    void *close_req; /* wf__ucx_fini: its endpoint's close, while waited for */
     wf__conn *conn;  /* rank 0: the rank's control connection (net thread only) */
     bool said_bye;   /* rank 0: the rank sent BYE (net thread only) */
     bool registered; /* rank 0: the rank's HELLO was accepted (net thread only) */
@@ -253,6 +254,7 @@ struct wf_comm {
     _Atomic int busy;            /* callers driving progress themselves (wf__busy_begin) */
     _Atomic int failed;          /* 0 or the wf_status that failed the comm */
     int failed_rank;             /* (mu) the rank that failed, or -1 */
+    _Atomic uint64_t grace_end;  /* 0, or until when waiters giving up let transfers finish */
     char failmsg[WF_ERRMSG_MAX];
     wf_comm_req *orphans; /* (mu) */
 
@@ -289,8 +291,10 @@ uint64_t wf__net_now_ns(void);
 int wf__ucx_init(wf_comm *c, const char *tls);
 int wf__ucx_connect(wf_comm *c); /* endpoints to every rank, after WELCOME */
 void wf__ucx_fini(wf_comm *c);
-/* Drains the worker's progress and arms its event fd; how the net thread sleeps. */
-void wf__ucx_progress_arm(wf_comm *c);
+/* Drains the worker's progress and arms its event fd; how the net thread sleeps. Bounded:
+ * returns false when the worker still had events after a few rounds (it may stay BUSY for
+ * ever, e.g. with a send queued for a dead peer), and then the caller polls again later. */
+bool wf__ucx_progress_arm(wf_comm *c);
 
 /* Busy mode (a collective or a blocking receive in progress): the caller's waits poll the
  * worker themselves, without sleeping, for up to WF__BUSY_NS per wait, and "weft-net" stops
@@ -322,7 +326,8 @@ int wf__peer_fail(wf_comm *c, int peer, const char *what, const char *why);
 /* coll.c: single-copy transfers between ranks of one host (process_vm_readv): whether every
  * rank can read its ring neighbour's memory, decided by all ranks together at creation
  * (a collective call; sets c->cma). Skipped unless every rank is on this host and the UCX
- * transports chosen include shared memory. */
+ * transports chosen include shared memory; then it also warms UCX's shared-memory FIFOs
+ * with a few all-reduces (coll.c, shm_warmup). */
 int wf__cma_setup(wf_comm *c, const char *tls);
 
 #if WF_HAVE_NCCL

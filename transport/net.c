@@ -6,7 +6,10 @@
  * all); an actor would only run when a worker is free, so a compute-bound rank would look
  * dead to the others. The thread sleeps in epoll (libuv's backend) and wakes only for a
  * frame, a heartbeat tick (heartbeat_ms), a caller's request (uv_async) or the UCX
- * worker's event fd while a caller sleeps in a wait.
+ * worker's event fd while a caller sleeps in a wait (polling the worker every millisecond
+ * instead while a caller is busy or the worker cannot be armed: see on_rearm). No handler
+ * loops until UCX is quiet: this thread must always get back to its loop, which is where
+ * dead peers are seen.
  * Topology: a star. Rank 0 accepts one connection per rank; a failure seen by anyone is
  * sent to rank 0 as a FAIL frame and relayed by it to every rank, so every rank learns of
  * it within milliseconds (a killed process's socket is closed by its kernel).
@@ -667,15 +670,30 @@ static void start_heartbeats(wf_comm *c)
 }
 
 static void on_efd(uv_poll_t *p, int status, int events);
+static void on_rearm(uv_timer_t *t);
 
-/* The poll is paused while a caller is busy (wf__busy_begin): look every millisecond whether
- * it is done, then drain, arm and watch the event fd again. */
+/* Stops watching the event fd and looks at the worker every millisecond instead (on_rearm). */
+static void pause_poll(wf_comm *c)
+{
+    if (c->poll_paused)
+        return;
+    uv_poll_stop(&c->efd_poll);
+    c->poll_paused = true;
+    uv_timer_start(&c->rearm_timer, on_rearm, 1, 1);
+}
+
+/* The poll is paused while a caller is busy (wf__busy_begin), or while the worker cannot be
+ * armed (wf__ucx_progress_arm gave up: events keep coming, or a send to a dead peer keeps it
+ * BUSY): look every millisecond whether the caller is done, then drain, arm and watch the
+ * event fd again once arming works. Never loop here until it does: this thread must get
+ * back to its loop, which sees dead peers and stop requests. */
 static void on_rearm(uv_timer_t *t)
 {
     wf_comm *c = t->data;
     if (atomic_load(&c->busy) > 0 || !c->poll_paused)
         return;
-    wf__ucx_progress_arm(c);
+    if (!wf__ucx_progress_arm(c))
+        return; /* the timer looks again in a millisecond */
     c->poll_paused = false;
     uv_timer_stop(&c->rearm_timer);
     uv_poll_start(&c->efd_poll, UV_READABLE, on_efd);
@@ -684,16 +702,11 @@ static void on_rearm(uv_timer_t *t)
 static void on_efd(uv_poll_t *p, int status, int events)
 {
     wf_comm *c = p->data;
-    if (atomic_load(&c->busy) > 0) {
-        /* A caller polls the worker itself: waking up here for its completions would only
-         * cost it a core and the worker's lock. The fd stays readable (level triggered),
-         * so stop watching it until the caller is done. */
-        uv_poll_stop(&c->efd_poll);
-        c->poll_paused = true;
-        uv_timer_start(&c->rearm_timer, on_rearm, 1, 1);
-        return;
-    }
-    wf__ucx_progress_arm(c);
+    /* A caller busy polling the worker itself: waking up here for its completions would only
+     * cost it a core and the worker's lock. The fd stays readable (level triggered), so stop
+     * watching it until the caller is done. */
+    if (atomic_load(&c->busy) > 0 || !wf__ucx_progress_arm(c))
+        pause_poll(c);
 }
 
 /* ---- Requests from callers ------------------------------------------------------------------ */

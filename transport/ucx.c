@@ -7,15 +7,18 @@
  * Progress: a waiter polls the worker for spin_us (LESSONS.md: a wake-up costs 25-40 us),
  * then arms the worker's event fd and sleeps on the comm's condition variable; "weft-net"
  * sleeps in epoll on that fd and drains progress when it fires (wf__ucx_progress_arm), so
- * no thread spins while the network is idle. Collectives and blocking receives are in busy
- * mode (wf__busy_begin): their waits poll without sleeping for up to WF__BUSY_NS, and
- * "weft-net" leaves the event fd alone meanwhile (net.c, on_efd). The worker is
- * UCS_THREAD_MODE_MULTI because both threads make progress. UCX keepalive is off: with it,
- * ucp_worker_arm() kept returning BUSY on shared memory, a hidden spin (LESSONS.md). Failure:
- * endpoints use UCP_ERR_HANDLING_MODE_NONE, since PEER mode silently drops shared memory in
- * UCX 1.13; a dead peer is seen by the control plane (net.c), and a waiter that finds the comm
- * failed cancels its own request (ucp_request_cancel). Owns: the UCX handles, wf_comm_req, the
- * orphan list. Not here: collectives (coll.c), the control plane (net.c). */
+ * no thread spins while the network is idle; while the worker cannot be armed (its events
+ * keep coming, or a send to a dead peer keeps it BUSY) it polls every millisecond instead.
+ * Collectives and blocking receives are in busy mode (wf__busy_begin): their waits poll
+ * without sleeping for up to WF__BUSY_NS, and "weft-net" leaves the event fd alone
+ * meanwhile (net.c, on_efd). The worker is UCS_THREAD_MODE_MULTI because both threads make
+ * progress. UCX keepalive is off: with it, ucp_worker_arm() kept returning BUSY on shared
+ * memory, a hidden spin (LESSONS.md). Failure: endpoints use UCP_ERR_HANDLING_MODE_NONE,
+ * since PEER mode silently drops shared memory in UCX 1.13; a dead peer is seen by the
+ * control plane (net.c), and a waiter that finds the comm failed cancels its own request
+ * (ucp_request_cancel), or lets it finish first while UCX may still use its buffer
+ * (give_up). Owns: the UCX handles, wf_comm_req, the orphan list. Not here: collectives
+ * (coll.c), the control plane (net.c). */
 #include "internal.h"
 
 #include <arpa/inet.h>
@@ -29,6 +32,15 @@
 #define TAG_SRC_SHIFT 50
 #define TAG_INC_SHIFT 40
 #define TAG_KEY_MASK  ((1ull << WF_COMM_KEY_BITS) - 1)
+
+/* wf__ucx_progress_arm: arm attempts, and progress calls per drain, before it gives up and
+ * lets "weft-net" poll again a millisecond later. A healthy worker drains in a few calls. */
+#define ARM_ROUNDS 4
+#define ARM_DRAIN  256
+
+/* give_up: how long, per failure of a comm, waiters let transfers with live peers finish
+ * before leaving them as orphans (then UCX may still touch the caller's buffer). */
+#define GRACE_NS 250000000u
 
 static uint64_t make_tag(uint64_t body, int src, uint32_t incarnation)
 {
@@ -125,7 +137,7 @@ int wf__ucx_init(wf_comm *c, const char *tls)
     if (c->my_addr_len > WF__UCX_ADDR_MAX)
         return wf__err(WF_EDEVICE, "wf_comm_create: UCX worker address of %zu bytes, above %d",
                        c->my_addr_len, WF__UCX_ADDR_MAX);
-    wf__ucx_progress_arm(c);
+    (void)wf__ucx_progress_arm(c); /* no endpoint yet: nothing can keep it BUSY */
     return 0;
 }
 
@@ -145,15 +157,21 @@ int wf__ucx_connect(wf_comm *c)
     return 0;
 }
 
-void wf__ucx_progress_arm(wf_comm *c)
+bool wf__ucx_progress_arm(wf_comm *c)
 {
-    for (;;) {
-        while (c->api.ucp_worker_progress(c->worker) != 0) {
+    /* Bounded: the caller is "weft-net", which must get back to its loop (failure detection,
+     * stop requests). A send queued for a dead shared-memory peer, whose FIFO nobody drains
+     * any more, keeps the worker's arm BUSY for ever; draining to 0 and arming again in a
+     * loop until it is not BUSY held "weft-net" there, and wf_comm_destroy() hung joining it
+     * (test_failure.c, the bucket kill under TSan). */
+    for (int round = 0; round < ARM_ROUNDS; round++) {
+        for (int i = 0; i < ARM_DRAIN && c->api.ucp_worker_progress(c->worker) != 0; i++) {
         }
         ucs_status_t st = c->api.ucp_worker_arm(c->worker);
         if (st != UCS_ERR_BUSY)
-            return;
+            return st == UCS_OK;
     }
+    return false;
 }
 
 void wf__ucx_fini(wf_comm *c)
@@ -162,20 +180,28 @@ void wf__ucx_fini(wf_comm *c)
         goto ctx;
     /* FORCE: peers may be gone (and the goodbye round already ordered everything); it
      * completes every outstanding request of the endpoint with UCS_ERR_CANCELED, which frees
-     * the orphans waiting on them. */
+     * the orphans waiting on them. Every endpoint is closed first and then all are waited
+     * for, 1 s in all (not 1 s each: destroying a failed comm must stay quick). */
+    uint64_t end = wf__net_now_ns() + 1000000000u;
     for (int r = 0; c->peers && r < c->size; r++) {
+        c->peers[r].close_req = NULL;
         if (!c->peers[r].ep)
             continue;
         ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
                                     .flags = UCP_EP_CLOSE_FLAG_FORCE };
         ucs_status_ptr_t req = c->api.ucp_ep_close_nbx(c->peers[r].ep, &prm);
-        if (UCS_PTR_IS_PTR(req)) {
-            uint64_t end = wf__net_now_ns() + 1000000000u;
-            while (c->api.ucp_request_check_status(req) == UCS_INPROGRESS && wf__net_now_ns() < end)
-                c->api.ucp_worker_progress(c->worker);
-            c->api.ucp_request_free(req);
-        }
+        if (UCS_PTR_IS_PTR(req))
+            c->peers[r].close_req = req;
         c->peers[r].ep = NULL;
+    }
+    for (int r = 0; c->peers && r < c->size; r++) {
+        void *req = c->peers[r].close_req;
+        if (!req)
+            continue;
+        while (c->api.ucp_request_check_status(req) == UCS_INPROGRESS && wf__net_now_ns() < end)
+            c->api.ucp_worker_progress(c->worker);
+        c->api.ucp_request_free(req);
+        c->peers[r].close_req = NULL;
     }
     /* Orphaned receives belong to the worker: cancel them. */
     pthread_mutex_lock(&c->mu);
@@ -184,7 +210,8 @@ void wf__ucx_fini(wf_comm *c)
     for (; o; o = o->next_orphan)
         if (o->ureq && !atomic_load(&o->done))
             c->api.ucp_request_cancel(c->worker, o->ureq);
-    while (c->api.ucp_worker_progress(c->worker) != 0) {
+    /* Drain what the cancels completed; bounded, since a dead peer's events may not end. */
+    for (int i = 0; i < 4096 && c->api.ucp_worker_progress(c->worker) != 0; i++) {
     }
     if (c->my_addr)
         c->api.ucp_worker_release_address(c->worker, c->my_addr);
@@ -367,10 +394,31 @@ static void give_up(wf_comm_req *r)
 {
     wf_comm *c = r->c;
     if (!atomic_load_explicit(&r->done, memory_order_acquire) && r->ureq) {
-        /* An unmatched receive is canceled at once; a send to a dead peer never completes
-         * (FORCE-closing its endpoint in wf_comm_destroy() does it): wait only briefly. */
+        /* An unmatched receive is canceled at once. A matched one (a rendezvous under way)
+         * cannot be, and UCX writes into its buffer until the message is complete; a send
+         * under way still reads its buffer. Both buffers are the caller's, free to go once
+         * we return: seen under TSan, a bucket's buffer written by "weft-net" (rendezvous
+         * data of a live rank) after wf_comm_bucket_destroy() freed it. So while the peer
+         * is alive (not the rank that failed) let the transfer finish, within GRACE_NS per
+         * failure of the comm (shared: a ring has many chunks). From the failed rank only
+         * what it sent before it died can come: drain it for 2 ms. A send to the failed
+         * rank is not waited for: it never completes (FORCE-closing its endpoint in
+         * wf_comm_destroy() does it). */
         c->api.ucp_request_cancel(c->worker, r->ureq);
-        uint64_t end = wf__net_now_ns() + 2000000u; /* 2 ms */
+        uint64_t now = wf__net_now_ns(), end = now + 2000000u; /* 2 ms */
+        pthread_mutex_lock(&c->mu);
+        bool alive = c->failed_rank != r->peer;
+        pthread_mutex_unlock(&c->mu);
+        if (!alive && !r->is_recv)
+            end = now;
+        if (alive) {
+            uint64_t grace = 0, mine = now + GRACE_NS;
+            /* The first waiter to give up starts the grace; the others share it. */
+            if (atomic_compare_exchange_strong(&c->grace_end, &grace, mine))
+                grace = mine;
+            if (grace > end)
+                end = grace;
+        }
         while (!atomic_load_explicit(&r->done, memory_order_acquire) && wf__net_now_ns() < end)
             c->api.ucp_worker_progress(c->worker);
     }
