@@ -175,6 +175,32 @@ static int cpu_wait_event(wf_device *d, wf_event *e)
     return wf__event_sync(e, 0);
 }
 
+/* Everything given to the CPU has completed when the call that gave it returned. */
+static int cpu_notify(wf_device *d, void (*fn)(void *arg, int status), void *arg)
+{
+    if (!fn)
+        return wf__err(WF_EINVAL, "cpu:0 notify: fn is NULL");
+    fn(arg, 0);
+    return 0;
+}
+
+static int cpu_copy_peer(wf_device *d, wf_buffer *dst, size_t dst_off, wf_device *from,
+                         const wf_buffer *src, size_t src_off, size_t n)
+{
+    if (!from || from->ops != d->ops)
+        return wf__err(WF_EINVAL,
+                       "cpu:0 copy_peer: the source is %s; copy it with its "
+                       "copy_to_host",
+                       from ? from->info.name : "NULL");
+    int rc = check_range("copy_peer", dst, dst_off, n, src);
+    if (rc >= 0)
+        rc = check_range("copy_peer", src, src_off, n, dst);
+    if (rc >= 0 && n)
+        rc = copy((cpu_device *)d, (char *)dst->data + dst_off, (const char *)src->data + src_off,
+                  n);
+    return rc;
+}
+
 static int cpu_sync(wf_device *d)
 {
     return 0;
@@ -227,6 +253,8 @@ static const wf_device_ops cpu_ops = {
     .event_sync = cpu_event_sync,
     .record_event = cpu_record,
     .wait_event = cpu_wait_event,
+    .notify = cpu_notify,
+    .copy_peer = cpu_copy_peer,
     .sync = cpu_sync,
     .memory_stats = cpu_memory_stats,
     .close = cpu_close,

@@ -25,6 +25,17 @@
  *   memory is synchronous), 8 MiB at a time; a copy to the host lands in staging and a host
  *   function copies it to the destination, so copy_from_host may free its source on
  *   return, and copy_to_host's destination holds the data once 'done' completes.
+ * Completions as messages (notify()): a request is a stream callback
+ *   (cudaStreamAddCallback, which the driver calls exactly once, also after a device error,
+ *   with its status, where cudaLaunchHostFunc would skip it and leave a waiter hanging) that
+ *   sends a message to the actor; the actor runs the requester's function on a worker, so
+ *   what it does (finishing a task-graph node) never runs on the driver's thread.
+ * Copies between GPUs (copy_peer): the destination's stream waits for an event recorded on
+ *   the source after its work so far, copies with cudaMemcpyPeerAsync (direct when peer
+ *   access can be enabled, NVLink or PCIe P2P; the driver stages it through host memory
+ *   otherwise), and the source's stream then waits for an event after the copy, so the
+ *   source buffer's stream-ordered free cannot hand it out while the copy reads it. The two
+ *   run locks are taken one after the other, never together.
  * Invariants: every CUDA call's status is checked: a failure is WF_EDEVICE (WF_ENOMEM for
  *   memory) with a message naming the device and the call; the current CUDA device of the
  *   calling thread is set on entry to each call.
@@ -68,7 +79,8 @@ struct wf__cuda_device {
     pthread_mutex_t ev_mu; /* the event pool */
     cudaEvent_t *ev_free;
     int n_ev_free, cap_ev_free;
-    _Atomic int64_t callbacks; /* host functions enqueued and not yet run */
+    _Atomic int64_t callbacks; /* host functions and stream callbacks not yet run */
+    uint64_t peer_tried;       /* ordinals (< 64) whose peer access was tried, under run_mu */
 };
 
 typedef struct wf__cuda_device cuda_dev;
@@ -89,6 +101,16 @@ typedef struct callback {
     const void *src;
     size_t n;
 } callback;
+
+/* A notify() request, sent by the driver's stream callback to the actor. Allocated when
+ * enqueued, so that the callback neither allocates nor calls CUDA. 'msg' comes first. */
+typedef struct notice {
+    wf_msg msg;
+    cuda_dev *d;
+    void (*fn)(void *arg, int status);
+    void *arg;
+    cudaError_t status;
+} notice;
 
 static const wf_device_ops cuda_ops;
 
@@ -455,6 +477,44 @@ static int cuda_run(wf_device *dv, wf_task_fn fn, void *arg, const char *name, w
 
 /* ---- events ---------------------------------------------------------------------------- */
 
+/* A CUDA event of 'd' from its pool (or a new one). */
+static int raw_event_take(cuda_dev *d, cudaEvent_t *out)
+{
+    pthread_mutex_lock(&d->ev_mu);
+    bool pooled = d->n_ev_free > 0;
+    if (pooled)
+        *out = d->ev_free[--d->n_ev_free];
+    pthread_mutex_unlock(&d->ev_mu);
+    if (pooled)
+        return 0;
+    int rc = set_device(d);
+    if (rc >= 0)
+        rc = wf__cuda_check(cudaEventCreateWithFlags(out, cudaEventDisableTiming),
+                            "cudaEventCreate", d->base.info.name);
+    return rc;
+}
+
+/* Gives a CUDA event back to the pool of 'd'. A stream that waits on it is not affected:
+ * cudaStreamWaitEvent waits for the record made before the wait was enqueued. */
+static void raw_event_give(cuda_dev *d, cudaEvent_t ev)
+{
+    pthread_mutex_lock(&d->ev_mu);
+    if (d->n_ev_free == d->cap_ev_free) {
+        int cap = d->cap_ev_free ? 2 * d->cap_ev_free : 16;
+        cudaEvent_t *a = realloc(d->ev_free, (size_t)cap * sizeof *a);
+        if (a) {
+            d->ev_free = a;
+            d->cap_ev_free = cap;
+        }
+    }
+    if (d->n_ev_free < d->cap_ev_free) {
+        d->ev_free[d->n_ev_free++] = ev;
+    } else {
+        (void)cudaEventDestroy(ev);
+    }
+    pthread_mutex_unlock(&d->ev_mu);
+}
+
 static int cuda_event_create(wf_device *dv, wf_event **out)
 {
     if (!dv || !out)
@@ -464,20 +524,10 @@ static int cuda_event_create(wf_device *dv, wf_event **out)
     cuda_event *ce = calloc(1, sizeof *ce);
     if (!ce)
         return wf__err(WF_ENOMEM, "%s: no memory for an event", d->base.info.name);
-    pthread_mutex_lock(&d->ev_mu);
-    bool pooled = d->n_ev_free > 0;
-    if (pooled)
-        ce->ev = d->ev_free[--d->n_ev_free];
-    pthread_mutex_unlock(&d->ev_mu);
-    if (!pooled) {
-        int rc = set_device(d);
-        if (rc >= 0)
-            rc = wf__cuda_check(cudaEventCreateWithFlags(&ce->ev, cudaEventDisableTiming),
-                                "cudaEventCreate", d->base.info.name);
-        if (rc < 0) {
-            free(ce);
-            return rc;
-        }
+    int rc = raw_event_take(d, &ce->ev);
+    if (rc < 0) {
+        free(ce);
+        return rc;
     }
     /* As wf__event_create() (event.c), in a block that also holds the CUDA event. */
     pthread_condattr_t ca;
@@ -501,21 +551,7 @@ static void cuda_event_destroy(wf_device *dv, wf_event *e)
      * may never run: then the event is leaked rather than freed under it. */
     if (wait_record(e, 0) < 0 && !wf__event_query(e))
         return;
-    pthread_mutex_lock(&d->ev_mu);
-    if (d->n_ev_free == d->cap_ev_free) {
-        int cap = d->cap_ev_free ? 2 * d->cap_ev_free : 16;
-        cudaEvent_t *a = realloc(d->ev_free, (size_t)cap * sizeof *a);
-        if (a) {
-            d->ev_free = a;
-            d->cap_ev_free = cap;
-        }
-    }
-    if (d->n_ev_free < d->cap_ev_free) {
-        d->ev_free[d->n_ev_free++] = ce->ev;
-    } else {
-        (void)cudaEventDestroy(ce->ev);
-    }
-    pthread_mutex_unlock(&d->ev_mu);
+    raw_event_give(d, ce->ev);
     wf__event_destroy(e); /* frees 'ce': 'base' is its first member */
 }
 
@@ -604,6 +640,131 @@ static int cuda_wait_event(wf_device *dv, wf_event *e)
     return wf__event_sync(e, 0);
 }
 
+static void CUDART_CB notice_cb(cudaStream_t stream, cudaError_t status, void *arg)
+{
+    notice *m = arg;
+    cuda_dev *d = m->d;
+    m->status = status;
+    /* Send before the count drops: close() destroys the actor once it reaches 0, and
+     * wf_actor_destroy() lets the actor handle what its mailbox holds first. */
+    int sent = wf_actor_send(d->actor, &m->msg); /* fails only for NULL arguments */
+    (void)sent;
+    atomic_fetch_sub_explicit(&d->callbacks, 1, memory_order_acq_rel);
+}
+
+static int cuda_notify(wf_device *dv, void (*fn)(void *arg, int status), void *arg)
+{
+    cuda_dev *d = (cuda_dev *)dv;
+    if (!fn)
+        return wf__err(WF_EINVAL, "%s notify: fn is NULL", d->base.info.name);
+    notice *m = calloc(1, sizeof *m);
+    if (!m)
+        return wf__err(WF_ENOMEM, "%s: no memory for a completion notice", d->base.info.name);
+    *m = (notice){ .d = d, .fn = fn, .arg = arg };
+    pthread_mutex_lock(&d->run_mu);
+    int rc = set_device(d);
+    if (rc >= 0) {
+        /* The current stream: every earlier stream's work is ordered before it (use_stream). */
+        atomic_fetch_add_explicit(&d->callbacks, 1, memory_order_acq_rel);
+        rc = wf__cuda_check(cudaStreamAddCallback(d->streams[d->last], notice_cb, m, 0),
+                            "cudaStreamAddCallback", d->base.info.name);
+        if (rc < 0)
+            atomic_fetch_sub_explicit(&d->callbacks, 1, memory_order_acq_rel);
+    }
+    pthread_mutex_unlock(&d->run_mu);
+    if (rc < 0)
+        free(m);
+    return rc;
+}
+
+/* Lets 'd' (current, under its run lock) read the memory of 'f' directly when the hardware
+ * allows it; tried once per pair. Copies work either way (see the file's header). */
+static void enable_peer(cuda_dev *d, const cuda_dev *f)
+{
+    if (f->ordinal >= 64 || ((d->peer_tried >> f->ordinal) & 1))
+        return;
+    d->peer_tried |= (uint64_t)1 << f->ordinal;
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, d->ordinal, f->ordinal) == cudaSuccess && can) {
+        /* cudaErrorPeerAccessAlreadyEnabled: another open device of this GPU enabled it. */
+        cudaError_t e = cudaDeviceEnablePeerAccess(f->ordinal, 0);
+        (void)e;
+    }
+    (void)cudaGetLastError(); /* neither failure is sticky, and neither stops the copy */
+}
+
+static int cuda_copy_peer(wf_device *dv, wf_buffer *dst, size_t dst_off, wf_device *fromv,
+                          const wf_buffer *src, size_t src_off, size_t n)
+{
+    cuda_dev *d = (cuda_dev *)dv;
+    if (!fromv || fromv->ops != &cuda_ops)
+        return wf__err(WF_EINVAL, "%s copy_peer: the source is %s, not a CUDA device",
+                       d->base.info.name, fromv ? fromv->info.name : "NULL");
+    cuda_dev *f = (cuda_dev *)fromv;
+    if (!dst || !src)
+        return wf__err(WF_EINVAL, "%s copy_peer: %s buffer is NULL", d->base.info.name,
+                       dst ? "the source" : "the destination");
+    int rc = check_range(d, "copy_peer (destination)", dst, dst_off, n, dst->data, NULL);
+    if (rc >= 0)
+        rc = check_range(f, "copy_peer (source)", src, src_off, n, src->data, NULL);
+    if (rc < 0 || n == 0)
+        return rc;
+    void *to = (char *)dst->data + dst_off;
+    const void *from = (const char *)src->data + src_off;
+    if (f == d) { /* one device: an ordinary copy in its order */
+        pthread_mutex_lock(&d->run_mu);
+        rc = set_device(d);
+        if (rc >= 0)
+            rc = wf__cuda_check(
+                cudaMemcpyAsync(to, from, n, cudaMemcpyDeviceToDevice, d->streams[d->last]),
+                "cudaMemcpyAsync (device to device)", d->base.info.name);
+        pthread_mutex_unlock(&d->run_mu);
+        return rc;
+    }
+    cudaEvent_t produced, copied;
+    if ((rc = raw_event_take(f, &produced)) < 0)
+        return rc;
+    if ((rc = raw_event_take(d, &copied)) < 0) {
+        raw_event_give(f, produced);
+        return rc;
+    }
+    /* 1. On the source: an event after the work given to it so far (the value's producer). */
+    pthread_mutex_lock(&f->run_mu);
+    rc = set_device(f);
+    if (rc >= 0)
+        rc = wf__cuda_check(cudaEventRecord(produced, f->streams[f->last]),
+                            "cudaEventRecord (peer copy source)", f->base.info.name);
+    pthread_mutex_unlock(&f->run_mu);
+    /* 2. On the destination, in its order: wait for it, copy, record 'copied'. */
+    if (rc >= 0) {
+        pthread_mutex_lock(&d->run_mu);
+        rc = set_device(d);
+        if (rc >= 0) {
+            enable_peer(d, f);
+            cudaStream_t st = d->streams[d->last];
+            cudaError_t e = cudaStreamWaitEvent(st, produced, 0);
+            if (e == cudaSuccess)
+                e = cudaMemcpyPeerAsync(to, d->ordinal, from, f->ordinal, n, st);
+            if (e == cudaSuccess)
+                e = cudaEventRecord(copied, st);
+            rc = wf__cuda_check(e, "cudaMemcpyPeerAsync", d->base.info.name);
+        }
+        pthread_mutex_unlock(&d->run_mu);
+    }
+    /* 3. On the source: later work (a reuse of 'src''s block) waits for the copy. */
+    if (rc >= 0) {
+        pthread_mutex_lock(&f->run_mu);
+        rc = set_device(f);
+        if (rc >= 0)
+            rc = wf__cuda_check(cudaStreamWaitEvent(f->streams[f->last], copied, 0),
+                                "cudaStreamWaitEvent (peer copy source)", f->base.info.name);
+        pthread_mutex_unlock(&f->run_mu);
+    }
+    raw_event_give(f, produced);
+    raw_event_give(d, copied);
+    return rc;
+}
+
 static int cuda_sync(wf_device *dv)
 {
     cuda_dev *d = (cuda_dev *)dv;
@@ -630,10 +791,20 @@ static int cuda_memory_stats(const wf_device *dv, wf_pool_stats *out)
     return 0;
 }
 
-/* The actor: pokes from host functions ask it to look at the pool's pending frees. */
+/* The actor: notices from stream callbacks, and pokes from host functions that ask it to
+ * look at the pool's pending frees. */
 static int actor_fn(wf_actor *a, wf_msg *msg, void *ctx)
 {
     cuda_dev *d = ctx;
+    if (msg) { /* a notify() request whose work has completed (or failed) */
+        notice *m = (notice *)msg;
+        int st = 0;
+        if (m->status != cudaSuccess)
+            st =
+                wf__cuda_check(m->status, "the work before a completion notice", d->base.info.name);
+        m->fn(m->arg, st);
+        free(m);
+    }
     if (d->pool)
         wf__cuda_pool_process(d->pool);
     return 0;
@@ -699,6 +870,8 @@ static const wf_device_ops cuda_ops = {
     .event_sync = cuda_event_sync,
     .record_event = cuda_record,
     .wait_event = cuda_wait_event,
+    .notify = cuda_notify,
+    .copy_peer = cuda_copy_peer,
     .sync = cuda_sync,
     .memory_stats = cuda_memory_stats,
     .close = cuda_close,

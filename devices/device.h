@@ -2,7 +2,9 @@
  * runtime/'s executor, transport/) (a module interface: not installed, not internal.h).
  * Owns: the layout of an open device (a vtable plus its description) and of events, and
  * the calls every device implements (DESIGN.md, "Devices"): allocate, free, copy in and
- * out of host memory, run a kernel node, and record or wait for an event.
+ * out of host memory and from another device, run a kernel node, record or wait for an
+ * event, and call back (on a worker) once the work given so far has completed; and the
+ * simulated device (sim.c) that tests placed graphs without a GPU.
  * Invariants:
  * - Work given to one device (copies, kernels) completes in the order given; an event
  *   recorded on a device completes when everything given to that device before the record
@@ -22,6 +24,7 @@
 #include <weft/sched.h>
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct wf_event wf_event;
@@ -65,6 +68,22 @@ typedef struct wf_device_ops {
     /* Makes work given to 'd' after this call wait until 'e' (of any device) completes.
      * Returns 0, WF_EINVAL, or WF_ETIMEDOUT. */
     int (*wait_event)(wf_device *d, wf_event *e);
+    /* Calls 'fn(arg, status)' once everything given to 'd' before this call has completed:
+     * 'status' is 0, or the device's failure (a faulting kernel) as a negative wf_status with
+     * wf_last_errmsg() set on the calling thread. 'fn' runs exactly once, on a worker: from
+     * the device's actor (never on a driver thread), or inside this call when the device
+     * completes its work within the calls that give it (the CPU); it must not block.
+     * How a node that waits for a device finishes without a worker waiting (runtime/
+     * exec_device.c). Returns 0 ('fn' will run) or a negative status ('fn' will not run). */
+    int (*notify)(wf_device *d, void (*fn)(void *arg, int status), void *arg);
+    /* Copies 'n' bytes of 'src' (a buffer of device 'from', at byte 'src_off') to 'dst' (a
+     * buffer of 'd') at byte 'dst_off': after the work given to 'from' so far, and in order
+     * with the work of 'd'. Work given to 'from' after this call waits for the copy, so
+     * 'src' may be released (in 'from''s order) once the call returns. Neither device's
+     * thread waits. Returns 0, WF_EINVAL (a range outside a buffer, 'from' of another kind)
+     * or a device error. */
+    int (*copy_peer)(wf_device *d, wf_buffer *dst, size_t dst_off, wf_device *from,
+                     const wf_buffer *src, size_t src_off, size_t n);
     /* Waits until all work given to 'd' has completed. Returns 0 or a negative status. */
     int (*sync)(wf_device *d);
     /* Sums the statistics of the device's pools. Returns 0 or WF_EINVAL. */
@@ -112,5 +131,30 @@ int wf__event_query(wf_event *e);
  * completed, or 'timeout_ns' pass (0: no deadline).
  * Returns 0, WF_EINVAL (NULL) or WF_ETIMEDOUT with a message naming the device. */
 int wf__event_sync(wf_event *e, uint64_t timeout_ns);
+
+/* devices/sim.c: a simulated accelerator, for testing the executor's placement, copies and
+ * completions on machines without a GPU (runtime/'s internal tests). */
+
+/* How a simulated device behaves (all zero: no delay, no failure). */
+typedef struct wf__sim_opts {
+    uint32_t delay_us;         /* each completion waits this long in the device's actor */
+    int64_t fail_alloc_after;  /* > 0: that allocation (counted from 1) is WF_ENOMEM */
+    int64_t fail_notice_after; /* > 0: that completion (record, notice or copy to the host,
+                                  counted from 1) fails as a device fault (WF_EDEVICE) */
+} wf__sim_opts;
+
+/* Opens simulated device "sim:<index>" as device 'id': its memory is host memory of its
+ * own (so every crossing is a real copy), its kernels are the CPU kernels (wf_device_info
+ * kind WF_DEVICE_CPU), run in the calling thread when given; but what a GPU finishes
+ * later finishes later here too: a copy to the host lands in its destination, events
+ * complete and notify() calls run only when the device's actor gets to them, in order,
+ * each after 'delay_us' microseconds, so a reader released before a copy completed sees
+ * stale bytes. A simulated fault, as a CUDA fault, fails that completion's notice and
+ * every later one. 'o' may be NULL. Returns 0, WF_ENOMEM or WF_EINVAL with
+ * wf_last_errmsg() set. Ownership: the caller owns '*out' (wf_device_close()). */
+int wf__sim_open(wf_runtime *rt, int id, int index, const wf__sim_opts *o, wf_device **out);
+
+/* Whether 'd' is a simulated device. */
+bool wf__sim_is(const wf_device *d);
 
 #endif /* WF_DEVICES_DEVICE_H */

@@ -3,7 +3,8 @@
  * place (core/op.h: n_assign), and the step counter's increment.
  * Owns: wf__op_update_1 .. wf__op_update_4, wf__op_increment (grad/internal.h), the
  *   multi-tensor update defs that optimizer fusion uses (grad/update.h: the same loops over
- *   many variables in tiles), the learning rate schedules (wf__optim_lr), and the update
+ *   many variables in tiles; with CUDA, their slot that runs ops/optim_cuda.cu's fused
+ *   multi-tensor kernel), the learning rate schedules (wf__optim_lr), and the update
  *   rules, which are PyTorch's (torch.optim.SGD, Adam, AdamW, RMSprop, Adagrad: weft/grad.h
  *   says which options).
  * Invariants: every element is updated from its own values only, in the variable's type
@@ -13,6 +14,7 @@
  *   and Adam's bias corrections use t + 1.
  * Not here: building the update nodes (optim.c), grouping them (runtime/pass_optim_fuse.c). */
 #include "../core/tensor.h"
+#include "../ops/cuda_kernels.h"
 #include "internal.h"
 #include "update.h"
 
@@ -184,17 +186,14 @@ static int state_count(const double *hp)
     }
 }
 
-/* The scalars of one update from the hyperparameter vector 'hpt' and the counter 'step'
- * ('k' assigned inputs: the variable and k - 1 state variables); arrays are left NULL.
- * Returns 0 or WF_EINVAL. */
-static int update_scalars(const wf_tensor *step, const wf_tensor *hpt, int k, upd *u)
+/* The scalars of one update from the hyperparameters 'hp' (WF__HP_COUNT, host memory) and
+ * the counter's value 't' ('k' assigned inputs: the variable and k - 1 state variables);
+ * arrays are left NULL. Returns 0 or WF_EINVAL. */
+static int scalars_of(const double *hp, int64_t t, int k, upd *u)
 {
-    const double *hp = (const double *)hpt->data;
-    if (!hpt->contiguous || hpt->dtype != WF_F64 || hpt->numel != WF__HP_COUNT ||
-        state_count(hp) != k - 1)
+    if (state_count(hp) != k - 1)
         return wf__err(WF_EINVAL, "the hyperparameters do not fit this update (%d state variables)",
                        k - 1);
-    int64_t t = (int64_t)wf_tensor_get(step, 0);
     *u = (upd){
         .kind = (int)hp[WF__HP_KIND],
         .lr = wf__optim_lr(hp, t),
@@ -211,6 +210,15 @@ static int update_scalars(const wf_tensor *step, const wf_tensor *hpt, int k, up
     u->bc1 = 1 - pow(u->b1, (double)(t + 1));
     u->bc2 = 1 - pow(u->b2, (double)(t + 1));
     return 0;
+}
+
+/* scalars_of() from the hyperparameter vector 'hpt' and the counter 'step' (host tensors). */
+static int update_scalars(const wf_tensor *step, const wf_tensor *hpt, int k, upd *u)
+{
+    if (!hpt->contiguous || hpt->dtype != WF_F64 || hpt->numel != WF__HP_COUNT)
+        return wf__err(WF_EINVAL, "the hyperparameters do not fit this update (%d state variables)",
+                       k - 1);
+    return scalars_of((const double *)hpt->data, (int64_t)wf_tensor_get(step, 0), k, u);
 }
 
 /* Points 'u' at variable 'in[0]', its state 'in[1 .. k-1]' and gradient 'gr'; a strided
@@ -449,6 +457,90 @@ static int kernel_multi(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *c
     return rc;
 }
 
+#ifdef WF_HAVE_CUDA
+/* multi_update's CUDA kernel: SGD (with momentum and Nesterov), Adam and AdamW through
+ * ops/optim_cuda.cu's fused multi-tensor kernel (wf__update_multi_cuda(): the same
+ * arithmetic as the loops above, each operation rounded alone in the variable's type), with
+ * the scalars computed here as for the CPU (scalars_of(): the schedule, the bias
+ * corrections). The step counter and the hyperparameters are read to the host first
+ * (wf__cuda_read_host(): waits for the stream; they may be device or host memory). RMSProp
+ * and Adagrad have no CUDA kernel (WF_ENODEV). Every variable, state and gradient must be
+ * contiguous device memory of one dtype, f32 or f64 (WF_EINVAL otherwise). */
+static int kernel_multi_cuda(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                             wf_tensor **out)
+{
+    (void)out; /* the node's value is variable 0's (core/op.h: n_assign) */
+    int k = 0, m = multi_members(n, &k), a = n->op->n_assign;
+    if (!m)
+        return wf__err(WF_EINVAL, "%d inputs do not fit %d assigned ones", n->n_inputs, a);
+    const wf_tensor *step = in[a + m], *hpt = in[a + m + 1];
+    if (!hpt->contiguous || hpt->dtype != WF_F64 || hpt->numel != WF__HP_COUNT ||
+        step->dtype != WF_I64 || step->numel != 1)
+        return wf__err(WF_EINVAL,
+                       "multi_update: the step is %s of %lld elements and the hyperparameters %s "
+                       "of %lld (i64 [1] and contiguous f64 [%d])",
+                       wf_dtype_name(step->dtype), (long long)step->numel,
+                       wf_dtype_name(hpt->dtype), (long long)hpt->numel, WF__HP_COUNT);
+    double hp[WF__HP_COUNT];
+    int64_t t = 0;
+    upd u;
+    int rc = wf__cuda_read_host(ctx, "multi_update", hpt->data, hp, sizeof hp);
+    if (rc == 0)
+        rc = wf__cuda_read_host(ctx, "multi_update", step->data, &t, sizeof t);
+    if (rc == 0)
+        rc = scalars_of(hp, t, k, &u);
+    if (rc < 0)
+        return rc;
+    wf_cuda_update cu = { .lr = u.lr,
+                          .momentum = u.mom,
+                          .beta1 = u.b1,
+                          .beta2 = u.b2,
+                          .eps = u.eps,
+                          .weight_decay = u.wd,
+                          .bias_correction1 = u.bc1,
+                          .bias_correction2 = u.bc2,
+                          .nesterov = u.nesterov };
+    switch (u.kind) {
+    case WF_OPT_SGD:
+        cu.kind = WF_CU_OPT_SGD;
+        break;
+    case WF_OPT_ADAM:
+        cu.kind = WF_CU_OPT_ADAM;
+        break;
+    case WF_OPT_ADAMW:
+        cu.kind = WF_CU_OPT_ADAMW;
+        break;
+    default:
+        return wf__err(WF_ENODEV, "multi_update: %s has no CUDA kernel (SGD, Adam and AdamW do)",
+                       u.kind == WF_OPT_RMSPROP   ? "RMSProp"
+                       : u.kind == WF_OPT_ADAGRAD ? "Adagrad"
+                                                  : "this optimizer");
+    }
+    wf_tensor **w = malloc((size_t)m * 3 * sizeof *w);
+    const wf_tensor **g = malloc((size_t)m * sizeof *g);
+    if (!w || !g) {
+        free(w);
+        free(g);
+        return wf__err(WF_ENOMEM, "no memory for a multi-tensor update of %d variables", m);
+    }
+    wf_tensor **s0 = w + m, **s1 = w + 2 * m;
+    for (int j = 0; j < m; j++) {
+        w[j] = in[j * k];
+        s0[j] = k > 1 ? in[j * k + 1] : NULL;
+        s1[j] = k > 2 ? in[j * k + 2] : NULL;
+        g[j] = in[a + j];
+    }
+    rc = wf__update_multi_cuda(ctx, &cu, m, w, g, s0, s1);
+    free(w);
+    free(g);
+    return rc;
+}
+
+#    define MULTI_CUDA kernel_multi_cuda
+#else
+#    define MULTI_CUDA NULL
+#endif
+
 /* The sum of its members' update costs. */
 static void cost_multi(const wf_node *n, double *flops, double *bytes)
 {
@@ -466,16 +558,16 @@ static void cost_multi(const wf_node *n, double *flops, double *bytes)
 }
 
 /* One def per n_assign (grad/update.h says why); all are "multi_update". */
-#define MULTI_DEF(A)                                  \
-    {                                                 \
-        .name = "multi_update",                       \
-        .min_inputs = (A) + 3,                        \
-        .max_inputs = -1,                             \
-        .infer = infer_multi,                         \
-        .kernel = { [WF_KERNEL_CPU] = kernel_multi }, \
-        .cost = cost_multi,                           \
-        .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD,      \
-        .n_assign = (A),                              \
+#define MULTI_DEF(A)                                                                 \
+    {                                                                                \
+        .name = "multi_update",                                                      \
+        .min_inputs = (A) + 3,                                                       \
+        .max_inputs = -1,                                                            \
+        .infer = infer_multi,                                                        \
+        .kernel = { [WF_KERNEL_CPU] = kernel_multi, [WF_KERNEL_CUDA] = MULTI_CUDA }, \
+        .cost = cost_multi,                                                          \
+        .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD,                                     \
+        .n_assign = (A),                                                             \
     },
 #define MULTI_DEF4(A)  MULTI_DEF(A) MULTI_DEF((A) + 1) MULTI_DEF((A) + 2) MULTI_DEF((A) + 3)
 #define MULTI_DEF16(A) MULTI_DEF4(A) MULTI_DEF4((A) + 4) MULTI_DEF4((A) + 8) MULTI_DEF4((A) + 12)

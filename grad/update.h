@@ -14,6 +14,10 @@
  *   executor reads n_assign from the def (runtime/exec.c: take_writable); a table of
  *   WF__UPDATE_MULTI_MAX defs keeps both true. A group with more assigned inputs than that is
  *   split by the pass.
+ * Devices: the defs' CUDA slot (with CUDA) runs SGD, Adam and AdamW through
+ *   ops/optim_cuda.cu's fused multi-tensor kernel (grad/optim_cpu.c: kernel_multi_cuda);
+ *   placement keeps updates on the host in this version, so only a caller that places one
+ *   there (a test) runs it.
  * Not here: building update nodes (optim.c), the fusion pass (runtime/pass_optim_fuse.c). */
 #ifndef WF_GRAD_UPDATE_H
 #define WF_GRAD_UPDATE_H

@@ -54,7 +54,8 @@
     X(reshape) X(expand_dims) X(squeeze) X(transpose) X(slice) X(split) X(concat) X(stack)   \
     X(pad) X(broadcast_to) X(reshape_like) X(slice_backward)                                 \
     X(max_pool2d) X(avg_pool2d) X(max_pool2d_backward) X(avg_pool2d_backward)                \
-    X(conv2d) X(conv2d_backward_input) X(conv2d_backward_filter) X(dropout)
+    X(conv2d) X(conv2d_backward_input) X(conv2d_backward_filter) X(dropout)                  \
+    X(fused_elementwise)
 /* clang-format on */
 
 #define WF__CUDA_DECLARE(id)                                                    \
@@ -96,8 +97,15 @@ int wf__matmul_cuda(const wf_kernel_ctx *ctx, bool trans_a, bool trans_b, const 
                     const wf_tensor *b, wf_tensor *out);
 
 /* TF32 for f32 products (process-wide; off by default: f32 results then match the CPU's to
- * ~1e-6 relative; on, to ~1e-3). */
+ * ~1e-6 relative; on, to ~1e-3). For tests: sessions use WF_SESSION_TF32 (below). */
 void wf__matmul_cuda_set_tf32(bool on);
+
+/* The per-node TF32 mark: a matmul or matmul_epilogue node whose attrs->dtype is
+ * WF__MATMUL_TF32 runs an f32 product on TF32 tensor cores (cuBLAS's
+ * CUBLAS_COMPUTE_32F_FAST_TF32); attrs->dtype is otherwise unused by those ops (0), and the
+ * CPU kernels ignore it. runtime/pass_mixed.c sets it for sessions with WF_SESSION_TF32,
+ * so the option is per session, not process-wide. */
+#define WF__MATMUL_TF32 WF_F32
 
 /* matmul_epilogue's kernel: as wf__matmul_epilogue_cpu (ops/kernels.h). cuBLASLt fuses the
  * bias and relu or gelu_tanh into the GEMM (f32, bf16, f16; b 2-D; a's batch rows one strided
@@ -180,6 +188,16 @@ int wf__conv2d_backward_filter_cuda(const wf_kernel_ctx *ctx, const wf_conv_para
 int wf__dropout_cuda(const wf_kernel_ctx *ctx, double rate, uint64_t seed, const wf_tensor *x,
                      wf_tensor *out);
 
+/* ---- Fused elementwise programs (fused_cuda.cu) ------------------------------------------ */
+
+/* As wf__fused_elementwise_cpu (ops/fused.h): the program of 'attrs' over 'in[0 .. n_in-1]'
+ * into 'out', one thread per element, each instruction the elementwise CUDA kernels'
+ * per-element code in its own dtype (ops/cuda_scalar.h). A program with an integer division
+ * validates its divisors on the device (the entry then waits for the stream). */
+struct wf_attrs;
+int wf__fused_elementwise_cuda(const wf_kernel_ctx *ctx, const struct wf_attrs *attrs,
+                               const wf_tensor *const *in, int n_in, wf_tensor *out);
+
 /* ---- Optimizer updates (optim_cuda.cu) ------------------------------------------------------ */
 
 /* One fused launch per 32 variables updates each variable, its gradient's way, in place, with
@@ -204,6 +222,14 @@ typedef struct wf_cuda_update {
 int wf__update_multi_cuda(const wf_kernel_ctx *ctx, const wf_cuda_update *u, int n,
                           wf_tensor *const *w, const wf_tensor *const *g, wf_tensor *const *s0,
                           wf_tensor *const *s1);
+
+/* Copies 'bytes' from 'src' (device memory of ctx's device, managed or host memory: the
+ * direction is inferred from the pointer, cudaMemcpyDefault) to host memory 'dst' in the
+ * order of ctx's stream, and waits for the stream: how a kernel whose scalars live in tensors
+ * reads them on the host (grad/optim_cpu.c: multi_update's step counter and hyperparameters).
+ * Returns 0, WF_EINVAL (no device queue, NULL pointers) or WF_EDEVICE naming 'op'. */
+int wf__cuda_read_host(const wf_kernel_ctx *ctx, const char *op, const void *src, void *dst,
+                       size_t bytes);
 
 /* ---- Checks ---------------------------------------------------------------------------------- */
 

@@ -391,13 +391,93 @@ static int compute_index(wf_dtype dt)
     static inline T gelu_tanh_##sfx(T v)                                                          \
     {                                                                                             \
         return (T)0.5 * v * ((T)1 + tanh((T)0.7978845608028654 * (v + (T)0.044715 * v * v * v))); \
-    }                                                                                             \
-    static inline T gelu_erf_##sfx(T v)                                                           \
-    {                                                                                             \
-        return (T)0.5 * v * ((T)1 + erf(v * (T)0.7071067811865476));                              \
     }
+
 EW_MATH(float, f32)
 EW_MATH(double, f64)
+
+/* f32 exp, erfc and gelu (erf) in plain branch-free arithmetic, so that the loops calling them
+ * vectorize (libm's expf and erff are scalar calls; the GPT step, 2M gelu and 2M gelu_grad
+ * elements, spent 19% of its CPU time in them). With SSE2 alone: gelu 11.9 -> 6.1 ns an
+ * element, its gradient 16.7 -> 7.7 ns (CPU time here; AVX2 below halves both again). The
+ * results stay within the bounds tests/ops/test_internal_gelu.c checks against f64 (and keep
+ * the left tail's relative precision, which 1 + erff(z) lost); f64 keeps libm. */
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* e^x within 2 ulp: Cody-Waite reduction by ln 2, Cephes' expf polynomial on [-ln2/2, ln2/2],
+ * and 2^n built in the exponent bits. Below the smallest normal result it gives 0 and above
+ * FLT_MAX's log +inf, as expf does; NaN stays NaN. The integer n is read from the bits of the
+ * rounding sum rather than converted from a float, so no input reaches an undefined
+ * conversion. */
+static inline float expf_vec(float x0)
+{
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float x = x0 < -87.33f ? -87.33f : x0;
+    x = x > 88.72f ? 88.72f : x;
+    float t = x * 1.44269504088896341f + magic, n = t - magic;
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    float y = p * f32_from_bits((f32_bits(t) - f32_bits(magic) + 127u) << 23);
+    y = x0 < -87.33f ? 0.0f : y;
+    return x0 > 88.72f ? INFINITY : y;
+}
+
+/* erfc(a) for a >= 0 (or +inf, NaN): Numerical Recipes' erfcc, a Chebyshev fit of
+ * erfc(a) e^(a^2) in t = 1 / (1 + a/2) with relative error below 1.2e-7 for every a >= 0, so
+ * the tail 1 + erf(-a) = erfc(a) that gelu needs for negative inputs keeps its relative
+ * precision (1 + erff(z) loses it to cancellation). */
+static inline float erfc_pos_f32(float a)
+{
+    float t = 1.0f / (1.0f + 0.5f * a);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    return t * expf_vec(p - a * a);
+}
+
+/* The normal CDF Phi(v) = erfc(-v / sqrt 2) / 2. */
+static inline float phi_f32(float v)
+{
+    float z = v * 0.7071067811865476f, c = 0.5f * erfc_pos_f32(fabsf(z));
+    return z < 0 ? c : 1.0f - c;
+}
+
+static inline float gelu_erf_f32(float v)
+{
+    return v * phi_f32(v);
+}
+
+static inline double gelu_erf_f64(double v)
+{
+    return 0.5 * v * (1 + erf(v * 0.7071067811865476));
+}
+
 #define SIGMOID(v)   _Generic((v), float : sigmoid_f32, double : sigmoid_f64)(v)
 #define GELU_TANH(v) _Generic((v), float : gelu_tanh_f32, double : gelu_tanh_f64)(v)
 #define GELU_ERF(v)  _Generic((v), float : gelu_erf_f32, double : gelu_erf_f64)(v)
@@ -416,7 +496,6 @@ EW_MATH(double, f64)
     X(RELU, v < 0 ? (T)0 : v)            \
     X(LEAKY_RELU, v < 0 ? alpha * v : v) \
     X(GELU_TANH, GELU_TANH(v))           \
-    X(GELU_ERF, GELU_ERF(v))             \
     X(SILU, v *SIGMOID(v))               \
     X(SIGN, v > 0 ? (T)1 : v < 0 ? (T)-1 : v)
 
@@ -437,12 +516,41 @@ EW_MATH(double, f64)
 UNARY_FLOAT(DEF_UNARY_FLOAT)
 UNARY_INT(DEF_UNARY_INT)
 
+/* Defines loop 'name' as a choice, by the CPU it runs on, between two builds of one loop:
+ * DEF(name_base, ) as compiled and DEF(name_avx2, target avx2). */
+#if defined(__x86_64__) || defined(__i386__)
+#    define EW_AVX2_TWINS(name, DEF)                                                               \
+        DEF(name##_base, )                                                                         \
+        DEF(name##_avx2, __attribute__((target("avx2"))))                                          \
+        static int name(const void *arg, char *const *p, const int64_t *s, int64_t n, int64_t pos) \
+        {                                                                                          \
+            return (__builtin_cpu_supports("avx2") ? name##_avx2 : name##_base)(arg, p, s, n,      \
+                                                                                pos);              \
+        }
+#else /* other architectures: the loop as compiled */
+#    define EW_AVX2_TWINS(name, DEF) DEF(name, )
+#endif
+
+/* gelu (erf form) apart from the list above: its f32 loop exists twice, as built and for
+ * AVX2, and u_GELU_ERF_f32 picks by the CPU it runs on. The AVX2 twin is the same C code
+ * with 8-wide registers and no FMA (target "avx2" alone does not enable FMA, so gcc cannot
+ * contract a * b + c): every operation is the same IEEE operation, so both give the same
+ * bits (checked over 2^20 values in [-15, 15] when this was written), and only the speed
+ * depends on the CPU: gelu 2.2x and its gradient 2.1x faster here (2.7 and 3.6 ns an
+ * element, against 6.1 and 7.7 SSE2, and 11.9 and 16.7 with libm's erff). */
+#define GELU_F32_LOOP(name, ATTR) ATTR EW_UNARY(name, float, float, GELU_ERF(v))
+EW_AVX2_TWINS(u_GELU_ERF_f32, GELU_F32_LOOP)
+EW_UNARY(u_GELU_ERF_f64, double, double, GELU_ERF(v))
+
 #define TAB_UNARY_FLOAT(op, EXPR) \
     [WF_UNARY_##op][C_F32] = u_##op##_f32, [WF_UNARY_##op][C_F64] = u_##op##_f64,
 #define TAB_UNARY_INT(op, EXPR) \
     [WF_UNARY_##op][C_I32] = u_##op##_i32, [WF_UNARY_##op][C_I64] = u_##op##_i64,
-static const ew_fn unary_fns[WF_UNARY_COUNT][C_COUNT] = { UNARY_FLOAT(TAB_UNARY_FLOAT)
-                                                              UNARY_INT(TAB_UNARY_INT) };
+static const ew_fn unary_fns[WF_UNARY_COUNT][C_COUNT] = {
+    [WF_UNARY_GELU_ERF][C_F32] = u_GELU_ERF_f32,
+    [WF_UNARY_GELU_ERF][C_F64] = u_GELU_ERF_f64,
+    UNARY_FLOAT(TAB_UNARY_FLOAT) UNARY_INT(TAB_UNARY_INT)
+};
 
 static const char *const unary_names[WF_UNARY_COUNT] = {
     "neg",     "abs",  "exp",        "log",       "sqrt",     "rsqrt", "square", "tanh",
@@ -675,11 +783,6 @@ BINARY_ENTRY(ge, GE)
 
 /* Derivatives of the activations above, once per float type; 'v' is the forward input. */
 #define EW_DMATH(T, sfx)                                                                          \
-    static inline T dgelu_erf_##sfx(T v)                                                          \
-    {                                                                                             \
-        T cdf = (T)0.5 * ((T)1 + erf(v * (T)0.7071067811865476));                                 \
-        return cdf + v * (T)0.3989422804014327 * exp((T)-0.5 * v * v);                            \
-    }                                                                                             \
     static inline T dgelu_tanh_##sfx(T v)                                                         \
     {                                                                                             \
         const T k = (T)0.7978845608028654, c = (T)0.044715;                                       \
@@ -693,6 +796,19 @@ BINARY_ENTRY(ge, GE)
     }
 EW_DMATH(float, f32)
 EW_DMATH(double, f64)
+
+/* gelu's derivative Phi(v) + v phi(v); f32 through the vectorizing forms above. */
+static inline float dgelu_erf_f32(float v)
+{
+    return phi_f32(v) + v * 0.3989422804014327f * expf_vec(-0.5f * v * v);
+}
+
+static inline double dgelu_erf_f64(double v)
+{
+    double cdf = 0.5 * (1 + erf(v * 0.7071067811865476));
+    return cdf + v * 0.3989422804014327 * exp(-0.5 * v * v);
+}
+
 #define DGELU_ERF(v)  _Generic((v), float : dgelu_erf_f32, double : dgelu_erf_f64)(v)
 #define DGELU_TANH(v) _Generic((v), float : dgelu_tanh_f32, double : dgelu_tanh_f64)(v)
 #define DSILU(v)      _Generic((v), float : dsilu_f32, double : dsilu_f64)(v)
@@ -701,7 +817,6 @@ EW_DMATH(double, f64)
 #define ACT_GRAD(X)                      \
     X(RELU, a > 0 ? b : (T)0)            \
     X(LEAKY_RELU, a < 0 ? alpha * b : b) \
-    X(GELU_ERF, b *DGELU_ERF(a))         \
     X(GELU_TANH, b *DGELU_TANH(a))       \
     X(SILU, b *DSILU(a))                 \
     X(SIGMOID, b *a *((T)1 - a))         \
@@ -711,9 +826,19 @@ EW_DMATH(double, f64)
     EW_BINARY(g_##op##_f32, float, float, float, EXPR) \
     EW_BINARY(g_##op##_f64, double, double, double, EXPR)
 ACT_GRAD(DEF_ACT_GRAD)
+
+/* gelu's gradient: f32 as built and for AVX2, as u_GELU_ERF_f32 (same bits). */
+#define DGELU_F32_LOOP(name, ATTR) ATTR EW_BINARY(name, float, float, float, b *DGELU_ERF(a))
+EW_AVX2_TWINS(g_GELU_ERF_f32, DGELU_F32_LOOP)
+EW_BINARY(g_GELU_ERF_f64, double, double, double, b *DGELU_ERF(a))
+
 #define TAB_ACT_GRAD(op, EXPR) \
     [WF_ACT_GRAD_##op][C_F32] = g_##op##_f32, [WF_ACT_GRAD_##op][C_F64] = g_##op##_f64,
-static const ew_fn act_grad_fns[WF_ACT_GRAD_COUNT][C_COUNT] = { ACT_GRAD(TAB_ACT_GRAD) };
+static const ew_fn act_grad_fns[WF_ACT_GRAD_COUNT][C_COUNT] = { [WF_ACT_GRAD_GELU_ERF][C_F32] =
+                                                                    g_GELU_ERF_f32,
+                                                                [WF_ACT_GRAD_GELU_ERF][C_F64] =
+                                                                    g_GELU_ERF_f64,
+                                                                ACT_GRAD(TAB_ACT_GRAD) };
 
 static const char *const act_grad_names[WF_ACT_GRAD_COUNT] = {
     "relu_grad", "leaky_relu_grad", "gelu_grad", "gelu_tanh_grad",

@@ -10,172 +10,13 @@
  *   bf16 and f16 compute in f32 and round once on store; integer ops wrap as the CPU's (no
  *   undefined behaviour: negation and products go through the unsigned type); integer
  *   division by zero is found on the device and fails the call (the entry waits for it).
- * Not here: reductions (reduce_cuda.cu), GEMM (matmul_cuda.cu), the op defs (elementwise.c). */
+ * Not here: the per-element maths (cuda_scalar.h, shared with the fused programs of
+ *   fused_cuda.cu), reductions (reduce_cuda.cu), GEMM (matmul_cuda.cu), the op defs
+ *   (elementwise.c). */
 #include "cuda_common.h"
+#include "cuda_scalar.h"
 
 #include <type_traits>
-
-/* ---- Device maths: the CPU twin's formulas --------------------------------------------------- */
-
-template <class T> __device__ __forceinline__ T sigmoid_f(T v)
-{
-    T e = exp(-fabs(v)), r = (T)1 / ((T)1 + e);
-    return v >= 0 ? r : e * r;
-}
-
-template <class T> __device__ __forceinline__ T gelu_tanh_f(T v)
-{
-    return (T)0.5 * v * ((T)1 + tanh((T)0.7978845608028654 * (v + (T)0.044715 * v * v * v)));
-}
-
-template <class T> __device__ __forceinline__ T gelu_erf_f(T v)
-{
-    return (T)0.5 * v * ((T)1 + erf(v * (T)0.7071067811865476));
-}
-
-template <class T> __device__ __forceinline__ T dgelu_erf_f(T v)
-{
-    T cdf = (T)0.5 * ((T)1 + erf(v * (T)0.7071067811865476));
-    return cdf + v * (T)0.3989422804014327 * exp((T)-0.5 * v * v);
-}
-
-template <class T> __device__ __forceinline__ T dgelu_tanh_f(T v)
-{
-    const T k = (T)0.7978845608028654, c = (T)0.044715;
-    T t = tanh(k * (v + c * v * v * v));
-    return (T)0.5 * ((T)1 + t) + (T)0.5 * v * ((T)1 - t * t) * k * ((T)1 + (T)3 * c * v * v);
-}
-
-template <class T> __device__ __forceinline__ T dsilu_f(T v)
-{
-    T sg = sigmoid_f(v);
-    return sg * ((T)1 + v * ((T)1 - sg));
-}
-
-/* Unary op 'op' of compute type T (floating, or the integer ops of the CPU twin). */
-template <class T> __device__ __forceinline__ T unary_f(int op, T v, T alpha)
-{
-    if constexpr (std::is_floating_point<T>::value) {
-        switch (op) {
-        case WF_UNARY_NEG:
-            return -v;
-        case WF_UNARY_ABS:
-            return fabs(v);
-        case WF_UNARY_EXP:
-            return exp(v);
-        case WF_UNARY_LOG:
-            return log(v);
-        case WF_UNARY_SQRT:
-            return sqrt(v);
-        case WF_UNARY_RSQRT:
-            return (T)1 / sqrt(v);
-        case WF_UNARY_SQUARE:
-            return v * v;
-        case WF_UNARY_TANH:
-            return tanh(v);
-        case WF_UNARY_SIGMOID:
-            return sigmoid_f(v);
-        case WF_UNARY_RELU:
-            return v < 0 ? (T)0 : v;
-        case WF_UNARY_LEAKY_RELU:
-            return v < 0 ? alpha * v : v;
-        case WF_UNARY_GELU_TANH:
-            return gelu_tanh_f(v);
-        case WF_UNARY_GELU_ERF:
-            return gelu_erf_f(v);
-        case WF_UNARY_SILU:
-            return v * sigmoid_f(v);
-        default: /* WF_UNARY_SIGN */
-            return v > 0 ? (T)1 : v < 0 ? (T)-1 : v;
-        }
-    } else {
-        typedef typename std::make_unsigned<T>::type U;
-        switch (op) {
-        case WF_UNARY_NEG:
-            return (T)((U)0 - (U)v);
-        case WF_UNARY_ABS:
-            return v < 0 ? (T)((U)0 - (U)v) : v;
-        case WF_UNARY_SQUARE:
-            return (T)((U)v * (U)v);
-        case WF_UNARY_RELU:
-            return v < 0 ? (T)0 : v;
-        default: /* WF_UNARY_SIGN */
-            return (T)((v > 0) - (v < 0));
-        }
-    }
-}
-
-/* Binary arithmetic op 'op' (WF_BINARY_ADD .. MINIMUM), or an activation gradient (op
- * ACT_BASE + wf_act_grad_op; a is x or y, b is dy). Integer division is done by the kernel. */
-#define ACT_BASE 100
-
-template <class T> __device__ __forceinline__ T binary_f(int op, T a, T b, T alpha)
-{
-    if constexpr (std::is_floating_point<T>::value) {
-        switch (op) {
-        case WF_BINARY_ADD:
-            return a + b;
-        case WF_BINARY_SUB:
-            return a - b;
-        case WF_BINARY_MUL:
-            return a * b;
-        case WF_BINARY_DIV:
-            return a / b;
-        case WF_BINARY_POW:
-            return pow(a, b);
-        case WF_BINARY_MAXIMUM:
-            return a > b || a != a ? a : b;
-        case WF_BINARY_MINIMUM:
-            return a < b || a != a ? a : b;
-        case ACT_BASE + WF_ACT_GRAD_RELU:
-            return a > 0 ? b : (T)0;
-        case ACT_BASE + WF_ACT_GRAD_LEAKY_RELU:
-            return a < 0 ? alpha * b : b;
-        case ACT_BASE + WF_ACT_GRAD_GELU_ERF:
-            return b * dgelu_erf_f(a);
-        case ACT_BASE + WF_ACT_GRAD_GELU_TANH:
-            return b * dgelu_tanh_f(a);
-        case ACT_BASE + WF_ACT_GRAD_SILU:
-            return b * dsilu_f(a);
-        case ACT_BASE + WF_ACT_GRAD_SIGMOID:
-            return b * a * ((T)1 - a);
-        default: /* ACT_BASE + WF_ACT_GRAD_TANH */
-            return b * ((T)1 - a * a);
-        }
-    } else {
-        typedef typename std::make_unsigned<T>::type U;
-        switch (op) {
-        case WF_BINARY_ADD:
-            return (T)((U)a + (U)b);
-        case WF_BINARY_SUB:
-            return (T)((U)a - (U)b);
-        case WF_BINARY_MUL:
-            return (T)((U)a * (U)b);
-        case WF_BINARY_MAXIMUM:
-            return a > b ? a : b;
-        default: /* WF_BINARY_MINIMUM */
-            return a < b ? a : b;
-        }
-    }
-}
-
-template <class T> __device__ __forceinline__ bool compare_f(int op, T a, T b)
-{
-    switch (op) {
-    case WF_BINARY_EQ:
-        return a == b;
-    case WF_BINARY_NE:
-        return a != b;
-    case WF_BINARY_LT:
-        return a < b;
-    case WF_BINARY_LE:
-        return a <= b;
-    case WF_BINARY_GT:
-        return a > b;
-    default: /* WF_BINARY_GE */
-        return a >= b;
-    }
-}
 
 /* ---- Kernels --------------------------------------------------------------------------------- */
 
@@ -190,7 +31,7 @@ static __global__ void unary_k(int op, T alpha, wf_cu_map m, S *out, const S *x,
     {
         int64_t off[WF_CU_MAX_IN];
         wf_cu_offsets(m, i, off);
-        out[i] = wf_cu_st<S>(unary_f<T>(op, wf_cu_ld<T>(x[off[0]]), alpha));
+        out[i] = wf_cu_st<S>(wf_cu_unary<T>(op, wf_cu_ld<T>(x[off[0]]), alpha));
     }
 }
 
@@ -203,7 +44,7 @@ static __global__ void binary_k(int op, T alpha, wf_cu_map m, S *out, const S *a
         int64_t off[WF_CU_MAX_IN];
         wf_cu_offsets(m, i, off);
         T x = wf_cu_ld<T>(a[off[0]]), y = wf_cu_ld<T>(b[off[1]]);
-        out[i] = wf_cu_st<S>(binary_f<T>(op, x, y, alpha));
+        out[i] = wf_cu_st<S>(wf_cu_binary<T>(op, x, y, alpha));
     }
 }
 
@@ -236,7 +77,7 @@ static __global__ void compare_k(int op, wf_cu_map m, uint8_t *out, const S *a, 
     {
         int64_t off[WF_CU_MAX_IN];
         wf_cu_offsets(m, i, off);
-        out[i] = compare_f<T>(op, wf_cu_ld<T>(a[off[0]]), wf_cu_ld<T>(b[off[1]])) ? 1 : 0;
+        out[i] = wf_cu_compare<T>(op, wf_cu_ld<T>(a[off[0]]), wf_cu_ld<T>(b[off[1]])) ? 1 : 0;
     }
 }
 
@@ -253,47 +94,6 @@ static __global__ void where_k(wf_cu_map m, E *out, const uint8_t *c, const E *a
     }
 }
 
-/* ---- cast: the CPU twin's conversions -------------------------------------------------------- */
-
-/* A bool element, stored as a byte; any non-zero byte reads as true. */
-struct wf_cu_bool {
-    uint8_t v;
-};
-
-/* Floating to integer: truncate toward zero, saturate, NaN gives 0. */
-template <class D> __device__ __forceinline__ D f2i(double v)
-{
-    if (v != v)
-        return 0;
-    if constexpr (std::is_same<D, int32_t>::value)
-        return v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : (int32_t)v;
-    else if constexpr (std::is_same<D, int64_t>::value)
-        return v >= 9.2233720368547758e18    ? INT64_MAX
-               : v <= -9.2233720368547758e18 ? INT64_MIN
-                                             : (int64_t)v;
-    else
-        return v <= 0 ? 0 : v >= 255 ? 255 : (uint8_t)v;
-}
-
-/* One element from S to D. bf16 and f16 sources read as f32, destinations are the f32 value
- * rounded once (as the CPU, which stages them through f32). */
-template <class D, class S> __device__ __forceinline__ D cast_f(S s)
-{
-    if constexpr (std::is_same<S, __nv_bfloat16>::value || std::is_same<S, __half>::value) {
-        return cast_f<D, float>(wf_cu_ld<float>(s));
-    } else if constexpr (std::is_same<S, wf_cu_bool>::value) {
-        return cast_f<D, uint8_t>((uint8_t)(s.v != 0));
-    } else if constexpr (std::is_same<D, wf_cu_bool>::value) {
-        return wf_cu_bool{ (uint8_t)(s != 0) };
-    } else if constexpr (std::is_same<D, __nv_bfloat16>::value || std::is_same<D, __half>::value) {
-        return wf_cu_st<D>(cast_f<float, S>(s));
-    } else if constexpr (std::is_floating_point<S>::value && std::is_integral<D>::value) {
-        return f2i<D>((double)s);
-    } else {
-        return (D)s; /* float <-> float, int -> float, int -> int (wraps) */
-    }
-}
-
 template <class S, class D>
 static __global__ void cast_k(wf_cu_map m, D *out, const S *x, int64_t n)
 {
@@ -301,7 +101,7 @@ static __global__ void cast_k(wf_cu_map m, D *out, const S *x, int64_t n)
     {
         int64_t off[WF_CU_MAX_IN];
         wf_cu_offsets(m, i, off);
-        out[i] = cast_f<D, S>(x[off[0]]);
+        out[i] = wf_cu_cast<D, S>(x[off[0]]);
     }
 }
 
@@ -543,7 +343,7 @@ int wf__activation_grad_cuda(const wf_kernel_ctx *ctx, wf_act_grad_op op, double
         x->dtype,
         {
             typedef typename wf_cu_compute<S>::type T;
-            return launch(name, s, n, binary_k<S, T>, ACT_BASE + (int)op, (T)alpha, m,
+            return launch(name, s, n, binary_k<S, T>, WF_CU_ACT_BASE + (int)op, (T)alpha, m,
                           (S *)out->data, (const S *)x->data, (const S *)dy->data, n);
         },
         break)

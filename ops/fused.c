@@ -5,12 +5,14 @@
  * Invariants: inference checks the whole program (operands, dtypes, loops) and the inputs'
  *   broadcast, so a node that exists can run; the kernel checks the tensors again (a -1
  *   dimension is known only then).
- * Not here: the kernel (fused_cpu.c), the pass that makes these nodes (runtime/pass_fuse.c).
+ * Not here: the kernels (fused_cpu.c, fused_cuda.cu), the pass that makes these nodes
+ *   (runtime/pass_fuse.c).
  *   There is no public constructor and no gradient: fused nodes exist only in compiled
  *   plans, made after wf_gradients() has run. */
 #include "fused.h"
 
 #include "../core/error.h"
+#include "cuda_kernels.h"
 #include "internal.h"
 #include "scalar.h"
 
@@ -273,7 +275,8 @@ const wf_op_def wf_op_fused_elementwise = {
     .min_inputs = 1,
     .max_inputs = WF__FUSED_MAX_INPUTS,
     .infer = infer_fused,
-    .kernel = { [WF_KERNEL_CPU] = kernel_fused },
+    .kernel = { [WF_KERNEL_CPU] = kernel_fused,
+                [WF_KERNEL_CUDA] = WF__CUDA_KERNEL(fused_elementwise) },
     .cost = cost_fused,
     .flags = WF_OP_ELEMENTWISE,
 };

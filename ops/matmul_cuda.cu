@@ -6,7 +6,8 @@
  *   packed into a stream-ordered temporary), the row-major-to-column-major swap (row-major
  *   C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B first), the choice
  *   between one strided-batched call and one call per batch matrix, and TF32.
- * Precision: f32 in f32 (TF32 tensor cores only after wf__matmul_cuda_set_tf32(true)), f64 in
+ * Precision: f32 in f32 (TF32 tensor cores only for nodes a WF_SESSION_TF32 session marked,
+ *   ops/cuda_kernels.h: WF__MATMUL_TF32, or after wf__matmul_cuda_set_tf32(true)), f64 in
  *   f64, bf16 and f16 with f32 accumulation and one rounding of the result (the CPU rounds the
  *   f32 product once too). cuBLAS's summation order differs from OpenBLAS's: results agree
  *   to a few ulp of the sum of |products|, not bitwise.
@@ -79,8 +80,10 @@ static int operand(cudaStream_t s, const char *name, const wf_tensor *t, bool tr
     return 0;
 }
 
-/* The cuBLAS types of a dtype: storage, compute, and whether alpha/beta are doubles. */
-static void blas_types(wf_dtype dt, cudaDataType_t *type, cublasComputeType_t *compute, bool *f64)
+/* The cuBLAS types of a dtype: storage, compute (f32 on TF32 tensor cores when 'tf32'), and
+ * whether alpha/beta are doubles. */
+static void blas_types(wf_dtype dt, bool tf32, cudaDataType_t *type, cublasComputeType_t *compute,
+                       bool *f64)
 {
     *f64 = dt == WF_F64;
     switch (dt) {
@@ -98,8 +101,7 @@ static void blas_types(wf_dtype dt, cudaDataType_t *type, cublasComputeType_t *c
         break;
     default:
         *type = CUDA_R_32F;
-        *compute = use_tf32.load(std::memory_order_relaxed) ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                            : CUBLAS_COMPUTE_32F;
+        *compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     }
 }
 
@@ -121,7 +123,7 @@ static int check_product(const char *name, bool trans_a, bool trans_b, const wf_
 }
 
 /* out = op(a) op(b) (checked by check_product) on queue 'q'. */
-static int gemm(const wf__cuda_queue *q, const char *name, bool trans_a, bool trans_b,
+static int gemm(const wf__cuda_queue *q, const char *name, bool tf32, bool trans_a, bool trans_b,
                 const wf_tensor *a, const wf_tensor *b, wf_tensor *out, int64_t M, int64_t N,
                 int64_t K, int nb)
 {
@@ -173,7 +175,7 @@ static int gemm(const wf__cuda_queue *q, const char *name, bool trans_a, bool tr
     cudaDataType_t type;
     cublasComputeType_t compute;
     bool f64;
-    blas_types(out->dtype, &type, &compute, &f64);
+    blas_types(out->dtype, tf32, &type, &compute, &f64);
     const double one64 = 1, zero64 = 0;
     const float one32 = 1, zero32 = 0;
     const void *alpha = f64 ? (const void *)&one64 : (const void *)&one32;
@@ -219,8 +221,9 @@ static int gemm(const wf__cuda_queue *q, const char *name, bool trans_a, bool tr
     return 0;
 }
 
-int wf__matmul_cuda(const wf_kernel_ctx *ctx, bool trans_a, bool trans_b, const wf_tensor *a,
-                    const wf_tensor *b, wf_tensor *out)
+/* wf__matmul_cuda() with TF32 for f32 when 'tf32'. */
+static int matmul_tf32(const wf_kernel_ctx *ctx, bool tf32, bool trans_a, bool trans_b,
+                       const wf_tensor *a, const wf_tensor *b, wf_tensor *out)
 {
     int64_t M, N, K;
     int nb;
@@ -228,7 +231,13 @@ int wf__matmul_cuda(const wf_kernel_ctx *ctx, bool trans_a, bool trans_b, const 
     const wf__cuda_queue *q;
     if (rc < 0 || (rc = wf__cuda_enter(ctx, "matmul", &q)) < 0)
         return rc;
-    return gemm(q, "matmul", trans_a, trans_b, a, b, out, M, N, K, nb);
+    return gemm(q, "matmul", tf32, trans_a, trans_b, a, b, out, M, N, K, nb);
+}
+
+int wf__matmul_cuda(const wf_kernel_ctx *ctx, bool trans_a, bool trans_b, const wf_tensor *a,
+                    const wf_tensor *b, wf_tensor *out)
+{
+    return matmul_tf32(ctx, use_tf32.load(std::memory_order_relaxed), trans_a, trans_b, a, b, out);
 }
 
 /* ---- Epilogues ------------------------------------------------------------------------------- */
@@ -263,8 +272,8 @@ struct lt_call {
 
 /* Tries the fused cuBLASLt call: *done false (and 0) when the case is not one it takes or no
  * algorithm fits; then the caller runs the unfused path. */
-static int lt_epilogue(const wf__cuda_queue *q, const char *name, bool trans_a, bool trans_b,
-                       const wf_epilogue *ep, const wf_tensor *a, const wf_tensor *b,
+static int lt_epilogue(const wf__cuda_queue *q, const char *name, bool tf32, bool trans_a,
+                       bool trans_b, const wf_epilogue *ep, const wf_tensor *a, const wf_tensor *b,
                        const wf_tensor *bias, wf_tensor *out, int64_t M, int64_t N, int64_t K,
                        bool *done)
 {
@@ -306,7 +315,7 @@ static int lt_epilogue(const wf__cuda_queue *q, const char *name, bool trans_a, 
     cudaDataType_t type;
     cublasComputeType_t compute;
     bool f64;
-    blas_types(dt, &type, &compute, &f64);
+    blas_types(dt, tf32, &type, &compute, &f64);
     lt_call c;
     WF_CUBLAS_TRY(cublasLtMatmulDescCreate(&c.op, compute, CUDA_R_32F), name,
                   "cublasLtMatmulDescCreate");
@@ -366,9 +375,10 @@ static int lt_epilogue(const wf__cuda_queue *q, const char *name, bool trans_a, 
     return 0;
 }
 
-int wf__matmul_epilogue_cuda(const wf_kernel_ctx *ctx, bool trans_a, bool trans_b,
-                             const wf_epilogue *ep, const wf_tensor *a, const wf_tensor *b,
-                             const wf_tensor *bias, wf_tensor *out)
+/* wf__matmul_epilogue_cuda() with TF32 for f32 when 'tf32'. */
+static int epilogue_tf32(const wf_kernel_ctx *ctx, bool tf32, bool trans_a, bool trans_b,
+                         const wf_epilogue *ep, const wf_tensor *a, const wf_tensor *b,
+                         const wf_tensor *bias, wf_tensor *out)
 {
     const char *name = "matmul_epilogue";
     if (!ep || !epilogue_act(ep->act))
@@ -385,10 +395,10 @@ int wf__matmul_epilogue_cuda(const wf_kernel_ctx *ctx, bool trans_a, bool trans_
     if (rc < 0 || (rc = wf__cuda_enter(ctx, name, &q)) < 0)
         return rc;
     bool done = false;
-    rc = lt_epilogue(q, name, trans_a, trans_b, ep, a, b, bias, out, M, N, K, &done);
+    rc = lt_epilogue(q, name, tf32, trans_a, trans_b, ep, a, b, bias, out, M, N, K, &done);
     if (rc < 0 || done)
         return rc;
-    rc = gemm(q, name, trans_a, trans_b, a, b, out, M, N, K, nb);
+    rc = gemm(q, name, tf32, trans_a, trans_b, a, b, out, M, N, K, nb);
     if (rc == 0 && bias)
         rc = ep->bias_first ? wf__binary_cuda(ctx, WF_BINARY_ADD, bias, out, out)
                             : wf__binary_cuda(ctx, WF_BINARY_ADD, out, bias, out);
@@ -397,12 +407,28 @@ int wf__matmul_epilogue_cuda(const wf_kernel_ctx *ctx, bool trans_a, bool trans_
     return rc;
 }
 
+int wf__matmul_epilogue_cuda(const wf_kernel_ctx *ctx, bool trans_a, bool trans_b,
+                             const wf_epilogue *ep, const wf_tensor *a, const wf_tensor *b,
+                             const wf_tensor *bias, wf_tensor *out)
+{
+    return epilogue_tf32(ctx, use_tf32.load(std::memory_order_relaxed), trans_a, trans_b, ep, a, b,
+                         bias, out);
+}
+
 /* ---- The op defs' CUDA slots (matmul.c's kernels) -------------------------------------------- */
+
+/* TF32 for node 'n': its session asked for it (attrs->dtype: WF__MATMUL_TF32, set by
+ * runtime/pass_mixed.c), or the process-wide test switch is on. */
+static bool node_tf32(const wf_node *n)
+{
+    return n->attrs->dtype == WF__MATMUL_TF32 || use_tf32.load(std::memory_order_relaxed);
+}
 
 int wf__cuda_kernel_matmul(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
                            wf_tensor **out)
 {
-    return wf__matmul_cuda(ctx, n->attrs->transpose_a, n->attrs->transpose_b, in[0], in[1], *out);
+    return matmul_tf32(ctx, node_tf32(n), n->attrs->transpose_a, n->attrs->transpose_b, in[0],
+                       in[1], *out);
 }
 
 /* matmul_epilogue's attributes (matmul.c): 'axis' = the activation's wf_unary_op + 1 (0:
@@ -414,6 +440,6 @@ int wf__cuda_kernel_matmul_epilogue(const wf_kernel_ctx *ctx, const wf_node *n,
     ep.act = n->attrs->axis - 1;
     ep.alpha = n->attrs->alpha;
     ep.bias_first = n->attrs->groups == 1;
-    return wf__matmul_epilogue_cuda(ctx, n->attrs->transpose_a, n->attrs->transpose_b, &ep, in[0],
-                                    in[1], n->n_inputs > 2 ? in[2] : NULL, *out);
+    return epilogue_tf32(ctx, node_tf32(n), n->attrs->transpose_a, n->attrs->transpose_b, &ep,
+                         in[0], in[1], n->n_inputs > 2 ? in[2] : NULL, *out);
 }

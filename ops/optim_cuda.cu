@@ -8,9 +8,12 @@
  *   an FMA, so an f32 variable gets the bits grad/optim_cpu.c's loop gives it on the host.
  * Invariants: each element is updated from its own values only; the variable, its gradient
  *   and its states are contiguous tensors of one dtype (f32 or f64) and one shape.
+ * Also: wf__cuda_read_host(), the copy of a few scalars to the host that multi_update's CUDA
+ *   slot reads its step counter and hyperparameters with.
  * Not here: building the update nodes and their scalars (grad/: learning-rate schedules, bias
- *   corrections); the update ops' CUDA slots, which wait for variables that live on the GPU
- *   (runtime/pass_place.c keeps updates on the host in this version). */
+ *   corrections); multi_update's CUDA slot (grad/optim_cpu.c), which maps a node onto
+ *   wf__update_multi_cuda() (runtime/pass_place.c keeps updates on the host in this version:
+ *   variables are host values, so the slot runs only where a caller places it). */
 #include "cuda_common.h"
 
 #define OPT_MAX_TENSORS 32
@@ -216,5 +219,21 @@ int wf__update_multi_cuda(const wf_kernel_ctx *ctx, const wf_cuda_update *u, int
             update_k<float><<<blocks, WF_CU_THREADS, 0, q->stream>>>(L, scalars<float>(u), chunks);
         WF_CU_LAUNCHED(op);
     }
+    return 0;
+}
+
+int wf__cuda_read_host(const wf_kernel_ctx *ctx, const char *op, const void *src, void *dst,
+                       size_t bytes)
+{
+    if (bytes > 0 && (!src || !dst))
+        return wf__err(WF_EINVAL, "%s: NULL %s for a copy to the host", op,
+                       !src ? "source" : "dst");
+    const wf__cuda_queue *q;
+    int rc = wf__cuda_enter(ctx, op, &q);
+    if (rc < 0 || bytes == 0)
+        return rc;
+    WF_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, q->stream), op,
+              "cudaMemcpyAsync to the host");
+    WF_CU_TRY(cudaStreamSynchronize(q->stream), op, "cudaStreamSynchronize");
     return 0;
 }

@@ -6,7 +6,7 @@
 #  2. configures a Release build with CUDA required (-DWF_CUDA=ON, architectures from
 #     WF_CUDA_ARCH, default 90-real;90-virtual) in build-gpu (WF_BUILD_DIR) and builds the
 #     library, the CUDA tests and the benchmarks;
-#  3. runs the CUDA tests (ctest -R 'cuda'), which on a GPU run instead of skipping, then
+#  3. runs the CUDA tests (ctest -R 'cuda|mixed'), which on a GPU run instead of skipping, then
 #     the device suites (devices_*), and stops if one fails;
 #  4. runs the GPU benchmarks: perf/gpu_gemm_bench (sgemm and bf16 GEMM through a weft graph
 #     vs cuBLAS called directly; helper C2's) when it was built, and the MLP training step
@@ -58,7 +58,7 @@ say "built in $((SECONDS - t_start)) s"
 
 # ---- 3. tests ----------------------------------------------------------------------------
 say "CUDA tests"
-if ! timeout 120 ctest --test-dir "$build" -R 'cuda' --output-on-failure -j 4 \
+if ! timeout 120 ctest --test-dir "$build" -R 'cuda|mixed' --output-on-failure -j 4 \
     >"$out/ctest.log" 2>&1; then
     tail -60 "$out/ctest.log" >&2
     die "CUDA tests failed"

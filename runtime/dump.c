@@ -170,6 +170,8 @@ static const char *kind_name(int kind)
         return "epilogue";
     if (kind == WF__RW_OPTIM_FUSED)
         return "optim_fused";
+    if (kind == WF__RW_MIXED)
+        return "mixed";
     return kind == WF__RW_FOLDED ? "folded" : kind == WF__RW_CSE ? "cse" : "simplified";
 }
 

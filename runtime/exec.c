@@ -267,11 +267,6 @@ static int run_node(wf__slot *sl, int i)
             drop_use(sl, p->in_idx[e]);
     }
     }
-    if (sl->dev) { /* a host value that GPU nodes read: copy it to their device */
-        int rc = wf__exec_device_after(sl, i);
-        if (rc < 0)
-            return rc;
-    }
     /* A value nobody reads (a target run for its effects) goes at once. */
     if (atomic_load_explicit(&sl->uses[i], memory_order_relaxed) == 0) {
         spare_put(sl, sl->vals[i]);
@@ -322,6 +317,9 @@ static int slot_make(wf__plan *p, wf__slot **out)
             goto fail;
         }
     }
+    /* Copy steps between devices (exec_device.c): nodes n .. n + n_copies - 1. */
+    if (p->dev && (rc = wf__slot_dev_add_copies(sl)) < 0)
+        goto fail;
     /* Edges in the order of the destinations' priority (priority.c), so that each node's
      * successor list is sorted by priority, highest first, and the worker that finishes a
      * node keeps its most critical ready successor (sched/taskgraph.c). */
@@ -329,7 +327,7 @@ static int slot_make(wf__plan *p, wf__slot **out)
         int i = p->prio_order ? p->prio_order[r] : r;
         const wf_node *node = p->nodes[i];
         for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++)
-            if ((rc = wf_taskgraph_precede(sl->tg, p->in_idx[e], i)) < 0)
+            if ((rc = wf_taskgraph_precede(sl->tg, wf__plan_edge_source(p, e), i)) < 0)
                 goto fail;
         for (int k = 0; k < node->n_control; k++)
             if ((rc = wf_taskgraph_precede(sl->tg, p->index_of[node->control[k]->id], i)) < 0)

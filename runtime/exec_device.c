@@ -1,27 +1,32 @@
-/* runtime/exec_device.c: running plan nodes placed on a GPU, and the copies between the
- *   host and GPUs (DESIGN.md, "The path of one training step", step 4).
- * Owns: a run slot's device values ('sl->dev': per plan node, its value on a GPU: the
- *   output of a GPU node, or the copy of a host value that GPU nodes read), what the task
- *   of a GPU node does, and the copies.
+/* runtime/exec_device.c: running plan nodes placed on a GPU, and the copy steps between the
+ *   host and GPUs and between GPUs (DESIGN.md, "The path of one training step", step 4).
+ * Owns: a run slot's device values ('sl->dev': per plan node, its value on its GPU; per copy
+ *   step, the copy on its destination GPU), what the task of a GPU node does, and what the
+ *   task of a copy step does.
  * How a GPU node runs: its task (on a worker, like every node) takes its inputs' device
  *   values, allocates its output from the device's pool, and hands the kernel
  *   (op->kernel[WF_KERNEL_CUDA], with the device's queue as wf_kernel_ctx.stream) to the
  *   device, which enqueues it on its compute stream and returns. The task then ends: its
  *   readers on the same device are released while the GPU has not even started, and their
  *   kernels queue behind it (the device completes its work in order, devices/device.h).
- *   A value a CPU node reads (or a fetch) is copied back within the producing task, which
- *   waits for that copy's event: only edges from a GPU to the CPU wait, and they wait in
- *   the task of the producer, so CPU readers see finished data.
- *   TODO(#6): release CPU readers from the copy's completion instead (a task-graph node
- *   completed later by the device actor), so that no worker waits for a GPU->CPU copy.
- * Copies to a GPU: the task that made a host value its GPU readers need enqueues its copy
- *   (staged through pinned memory, so the host value may change afterwards: an update of
- *   a variable after its readers cannot reach a copy already made).
- * Lifetimes: a device value is dropped with its host value, at its last use (exec.c's
- *   drop_use()); what is left at the end of the run (a fetched GPU value) is dropped by
+ * Copies are steps of their own (pass_place.c makes them, wf__slot_dev_add_copies() puts
+ *   them in the task graph after the plan's nodes; a value's readers on the destination
+ *   wait for its copy instead of its node):
+ *   - host to GPU: the copy is enqueued (staged through pinned memory, so the host value may
+ *     change afterwards) and the step ends; the readers on that GPU queue behind it;
+ *   - GPU to GPU: the destination copies after the source's work so far (copy_peer) and the
+ *     step ends, as above;
+ *   - GPU to host: the copy is enqueued, then the device is asked to notify its completion
+ *     (devices/device.h: notify()), and the step's task returns WF_TASK_LATER: no worker
+ *     waits. The device's actor then finishes the step (wf_taskgraph_complete()), which
+ *     releases the host readers with the data in place.
+ * Lifetimes: a value's device value and its copies are dropped with its host value, at its
+ *   last use (exec.c's drop_use()): its readers wait for its copies, so no copy outlives
+ *   it unread; what is left at the end of the run (a fetched GPU value) is dropped by
  *   wf__exec_device_finish(), which also waits for the devices' work so that a kernel's
  *   late (asynchronous) error fails this run, not the next one.
- * Not here: placement (pass_place.c), the devices (devices/), CPU nodes (exec.c). */
+ * Not here: placement and which copies exist (pass_place.c), the devices (devices/), CPU
+ *   nodes (exec.c). */
 #include "../devices/device.h"
 #include "../memory/pool.h"
 #include "internal.h"
@@ -36,9 +41,9 @@
 
 /* A slot's device state. */
 typedef struct wf__slot_dev {
-    wf_tensor **dvals; /* per plan node: its device value, or NULL */
-    wf_event **events; /* per device id: this slot's event on it (NULL for the CPU) */
-    int n_devices;
+    wf_tensor **dvals;   /* per plan node: its value on its GPU, or NULL */
+    wf_tensor **cvals;   /* per copy step to a GPU: the copy, or NULL */
+    wf__task_arg *cargs; /* per copy step: its task's argument (index: the copy) */
 } wf__slot_dev;
 
 int wf__slot_dev_init(wf__slot *sl)
@@ -50,19 +55,12 @@ int wf__slot_dev_init(wf__slot *sl)
     if (!sd)
         return wf__err(WF_ENOMEM, "wf_session_run: no memory for a run's device values");
     sl->dev = sd;
-    sd->n_devices = pd->n_devices;
+    size_t nc = (size_t)(pd->n_copies ? pd->n_copies : 1);
     sd->dvals = calloc((size_t)(sl->plan->n ? sl->plan->n : 1), sizeof *sd->dvals);
-    sd->events = calloc((size_t)pd->n_devices, sizeof *sd->events);
-    if (!sd->dvals || !sd->events)
+    sd->cvals = calloc(nc, sizeof *sd->cvals);
+    sd->cargs = calloc(nc, sizeof *sd->cargs);
+    if (!sd->dvals || !sd->cvals || !sd->cargs)
         return wf__err(WF_ENOMEM, "wf_session_run: no memory for a run's device values");
-    for (int id = 1; id < pd->n_devices; id++) {
-        wf_device *d = pd->devs[id];
-        if (d) {
-            int rc = d->ops->event_create(d, &sd->events[id]);
-            if (rc < 0)
-                return rc;
-        }
-    }
     return 0;
 }
 
@@ -75,11 +73,12 @@ void wf__slot_dev_free(wf__slot *sl)
     if (sd->dvals)
         for (int i = 0; i < sl->plan->n; i++)
             wf_tensor_release(sd->dvals[i]);
-    for (int id = 1; sd->events && id < sd->n_devices; id++)
-        if (sd->events[id])
-            pd->devs[id]->ops->event_destroy(pd->devs[id], sd->events[id]);
+    if (sd->cvals)
+        for (int k = 0; k < pd->n_copies; k++)
+            wf_tensor_release(sd->cvals[k]);
     free(sd->dvals);
-    free(sd->events);
+    free(sd->cvals);
+    free(sd->cargs);
     free(sd);
     sl->dev = NULL;
 }
@@ -110,40 +109,165 @@ static int call_kernel(void *arg)
     return k->fn(k->ctx, k->n, k->in, k->out);
 }
 
-/* Copies device value 't' of node 'i' back into a new host tensor: sl->vals[i]. A strided
- * view (a kernel may return one, as CPU kernels do) comes back as the same view of a host
- * copy of its whole buffer. */
-static int to_host(wf__slot *sl, int i, wf_device *d, int id, wf_tensor *t)
+/* A new tensor on 'd' (a GPU, 'd' NULL: the host, from the session's pool) to hold a copy of
+ * 't'. A strided view (a kernel may return one, as CPU kernels do) is copied as its whole
+ * buffer: '*whole' is then set, with '*off' the view's first byte. Returns NULL with
+ * wf_last_errmsg(). */
+static wf_tensor *copy_target(wf__slot *sl, wf_device *d, const wf_tensor *t, bool *whole,
+                              size_t *off)
 {
-    const wf_node *n = sl->plan->nodes[i];
     size_t esize = wf_dtype_size(t->dtype);
-    bool whole = !t->contiguous;
-    wf_shape hs = whole ? WF_SHAPE((int64_t)(t->buf->bytes / esize)) : t->shape;
-    wf_tensor *h = wf__pool_tensor_alloc(sl->plan->sess->pool, t->dtype, hs);
-    if (!h)
-        return wf__slot_fail(sl, n, WF_ENOMEM, wf_last_errmsg());
-    size_t elem_off = (size_t)(t->data - (char *)t->buf->data);
-    size_t bytes = whole ? (size_t)h->numel * esize : (size_t)t->numel * esize;
-    size_t off = whole ? 0 : elem_off;
-    wf_event *ev = sl->dev->events[id];
-    int rc = d->ops->copy_to_host(d, t->buf, off, h->data, bytes, ev);
-    if (rc >= 0)
-        rc = d->ops->event_sync(d, ev, 0); /* the latest record: ours or a later one */
+    *whole = !t->contiguous;
+    *off = (size_t)(t->data - (char *)t->buf->data);
+    wf_shape hs = *whole ? WF_SHAPE((int64_t)(t->buf->bytes / esize)) : t->shape;
+    return d ? device_tensor(d, t->dtype, hs)
+             : wf__pool_tensor_alloc(sl->plan->sess->pool, t->dtype, hs);
+}
+
+/* The copy of 't' in 'c' (made by copy_target()) as the value: 'c' itself, or the view of
+ * 't' over it, which takes 'c''s reference. Returns NULL with wf_last_errmsg(), 'c' then
+ * still the caller's. */
+static wf_tensor *copy_value(const wf_tensor *t, wf_tensor *c, bool whole, size_t off)
+{
+    if (!whole)
+        return c;
+    wf_tensor *v =
+        wf__tensor_alias(c, t->shape, t->strides, (int64_t)(off / wf_dtype_size(t->dtype)));
+    if (v)
+        wf_tensor_release(c); /* the view retains it */
+    return v;
+}
+
+/* Fails copy step 'k' of 'sl' ("<node>: copying its value from <a> to <b>: <why>"). */
+static int copy_fail(wf__slot *sl, int k, int code, const char *why)
+{
+    const wf__plan *p = sl->plan;
+    const wf__copy *c = &p->dev->copies[k];
+    const wf__plan_dev *pd = p->dev;
+    char msg[WF_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "copying its value from %s to %s: %s",
+             c->from ? pd->devs[c->from]->info.name : "the host",
+             c->to ? pd->devs[c->to]->info.name : "the host", why);
+    return wf__slot_fail(sl, p->nodes[c->value], code, msg);
+}
+
+/* The device's notice that copy step 'arg' (to the host) has landed: finishes its node of
+ * the task graph. Runs on the device's actor. */
+static void copy_landed(void *arg, int status)
+{
+    const wf__task_arg *a = arg;
+    wf__slot *sl = a->slot;
+    int rc = status < 0 ? copy_fail(sl, a->index, status, wf_last_errmsg()) : 0;
+    int r2 = wf_taskgraph_complete(sl->tg, sl->plan->n + a->index, rc);
+    (void)r2; /* fails only for a graph that is not running, which waits for this node */
+}
+
+/* Releases host tensor 'arg' once the copy into it has landed. */
+static void release_landed(void *arg, int status)
+{
+    wf_tensor_release(arg);
+}
+
+/* The task of copy step 'arg->index' in the run of 'arg->slot' (see the file's header). */
+static int copy_task(void *arg)
+{
+    const wf__task_arg *a = arg;
+    wf__slot *sl = a->slot;
+    int k = a->index;
+    const wf__plan *p = sl->plan;
+    const wf__plan_dev *pd = p->dev;
+    const wf__copy *c = &pd->copies[k];
+    wf_device *to = c->to ? pd->devs[c->to] : NULL, *from = c->from ? pd->devs[c->from] : NULL;
+    const wf_tensor *t = c->from ? sl->dev->dvals[c->value] : sl->vals[c->value];
+    if (!t) {
+        /* A target that nobody reads was dropped when it was made (exec.c: run_node()):
+         * the key has no fetch of it to copy. Else an internal error. */
+        if (atomic_load_explicit(&sl->uses[c->value], memory_order_acquire) == 0)
+            return 0;
+        return copy_fail(sl, k, WF_EINVAL, "the value is missing");
+    }
+    bool whole;
+    size_t off, esize = wf_dtype_size(t->dtype);
+    size_t bytes = (size_t)t->numel * esize;
+    wf_tensor *dst = NULL;
+    void *tmp = NULL;
+    int rc = 0;
+    if (!from) {
+        /* Host to GPU: a strided host value is gathered first (the copy is contiguous). */
+        const void *src = t->data;
+        if (!t->contiguous && bytes) {
+            if (!(tmp = malloc(bytes)))
+                return copy_fail(sl, k, WF_ENOMEM, "no memory to gather a strided value");
+            if ((rc = wf_tensor_read(t, t->dtype, tmp, bytes)) < 0) {
+                free(tmp);
+                return copy_fail(sl, k, rc, wf_last_errmsg());
+            }
+            src = tmp;
+        }
+        if (!(dst = device_tensor(to, t->dtype, t->shape)))
+            rc = WF_ENOMEM;
+        else if (bytes) /* staged: 'src' may go once this returns */
+            rc = to->ops->copy_from_host(to, dst->buf, 0, src, bytes, NULL);
+        free(tmp);
+        if (rc < 0) {
+            wf_tensor_release(dst);
+            return copy_fail(sl, k, rc, wf_last_errmsg());
+        }
+        sl->dev->cvals[k] = dst;
+        return 0;
+    }
+    if (!(dst = copy_target(sl, to, t, &whole, &off)))
+        return copy_fail(sl, k, WF_ENOMEM, wf_last_errmsg());
+    size_t n = whole ? (size_t)dst->numel * esize : bytes; /* within both buffers */
+    size_t src_off = whole ? 0 : off;
+    if (to) { /* GPU to GPU: in the destination's order, like a kernel of it */
+        rc = n ? to->ops->copy_peer(to, dst->buf, 0, from, t->buf, src_off, n) : 0;
+        if (rc < 0) {
+            wf_tensor_release(dst);
+            return copy_fail(sl, k, rc, wf_last_errmsg());
+        }
+        if (!(sl->dev->cvals[k] = copy_value(t, dst, whole, off))) {
+            rc = copy_fail(sl, k, WF_ENOMEM, wf_last_errmsg());
+            wf_tensor_release(dst); /* freed in the device's order, after the copy */
+            return rc;
+        }
+        return 0;
+    }
+    /* GPU to host: the readers wait for the device's notice (copy_landed()). The value is
+     * in place for them now; its bytes land before the notice. */
+    rc = n ? from->ops->copy_to_host(from, t->buf, src_off, dst->data, n, NULL) : 0;
     if (rc < 0) {
-        char why[WF_ERRMSG_MAX];
-        snprintf(why, sizeof why, "copying its value from %s to the host: %s", d->info.name,
-                 wf_last_errmsg());
-        wf_tensor_release(h);
-        return wf__slot_fail(sl, n, rc, why);
+        wf_tensor_release(dst);
+        return copy_fail(sl, k, rc, wf_last_errmsg());
     }
-    if (whole) {
-        wf_tensor *v = wf__tensor_alias(h, t->shape, t->strides, (int64_t)(elem_off / esize));
-        wf_tensor_release(h); /* the view retains it */
-        if (!v)
-            return wf__slot_fail(sl, n, WF_ENOMEM, wf_last_errmsg());
-        h = v;
+    if (!(sl->vals[c->value] = copy_value(t, dst, whole, off))) {
+        /* The copy is queued into host memory 'dst': it may go only once the copy has. */
+        rc = copy_fail(sl, k, WF_ENOMEM, wf_last_errmsg());
+        if (from->ops->notify(from, release_landed, dst) < 0) {
+            (void)from->ops->sync(from);
+            wf_tensor_release(dst);
+        }
+        return rc;
     }
-    sl->vals[i] = h;
+    if ((rc = from->ops->notify(from, copy_landed, &sl->dev->cargs[k])) < 0)
+        return copy_fail(sl, k, rc, wf_last_errmsg()); /* its value is dropped with the run */
+    return WF_TASK_LATER;
+}
+
+int wf__slot_dev_add_copies(wf__slot *sl)
+{
+    const wf__plan *p = sl->plan;
+    const wf__plan_dev *pd = p->dev;
+    for (int k = 0; k < pd->n_copies; k++) {
+        sl->dev->cargs[k] = (wf__task_arg){ sl, k };
+        const wf_node *n = p->nodes[pd->copies[k].value];
+        int id = wf_taskgraph_add(sl->tg, copy_task, &sl->dev->cargs[k], n->name);
+        if (id < 0)
+            return id;
+        int rc = wf_taskgraph_precede(sl->tg, pd->copies[k].value, id);
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -157,6 +281,7 @@ int wf__exec_device_node(wf__slot *sl, int i)
     int id = pd->where[i];
     wf_device *d = pd->devs[id];
     const int32_t *idx = p->in_idx + p->in_off[i];
+    const int32_t *via = pd->in_copy + p->in_off[i];
     int n_in = n->n_inputs, rc = 0;
     wf_tensor *in_stack[STACK_INPUTS], **in = in_stack, *out = NULL;
     wf_dtype dt_stack[STACK_INPUTS], *dts = dt_stack;
@@ -171,7 +296,7 @@ int wf__exec_device_node(wf__slot *sl, int i)
         }
     }
     for (int k = 0; k < n_in; k++) {
-        in[k] = sl->dev->dvals[idx[k]];
+        in[k] = via[k] >= 0 ? sl->dev->cvals[via[k]] : sl->dev->dvals[idx[k]];
         if (!in[k]) { /* an internal error: a copy not made, or dropped too early */
             char why[128];
             snprintf(why, sizeof why, "input %d has no value on %s", k, d->info.name);
@@ -215,8 +340,6 @@ int wf__exec_device_node(wf__slot *sl, int i)
         goto done;
     sl->dev->dvals[i] = out;
     out = NULL;
-    if (pd->to_host[i])
-        rc = to_host(sl, i, d, id, sl->dev->dvals[i]);
 done:
     wf_tensor_release(out);
     if (in != in_stack) {
@@ -227,49 +350,17 @@ done:
     return rc;
 }
 
-int wf__exec_device_after(wf__slot *sl, int i)
-{
-    const wf__plan_dev *pd = sl->plan->dev;
-    int id = pd->copy_to[i];
-    wf_tensor *h = sl->vals[i];
-    if (id <= 0 || !h || sl->dev->dvals[i])
-        return 0;
-    const wf_node *n = sl->plan->nodes[i];
-    wf_device *d = pd->devs[id];
-    size_t bytes = (size_t)h->numel * wf_dtype_size(h->dtype);
-    const void *src = h->data;
-    void *tmp = NULL;
-    if (!h->contiguous && bytes) { /* a strided feed or view: gather it first */
-        if (!(tmp = malloc(bytes)))
-            return wf__slot_fail(sl, n, WF_ENOMEM,
-                                 "no memory to gather a strided value for a copy");
-        if (wf_tensor_read(h, h->dtype, tmp, bytes) < 0) {
-            free(tmp);
-            return wf__slot_fail(sl, n, WF_EINVAL, wf_last_errmsg());
-        }
-        src = tmp;
-    }
-    wf_tensor *t = device_tensor(d, h->dtype, h->shape);
-    int rc = t ? 0 : WF_ENOMEM;
-    if (t && bytes)
-        rc = d->ops->copy_from_host(d, t->buf, 0, src, bytes, NULL); /* staged: 'src' is free
-                                                                        to go on return */
-    free(tmp);
-    if (rc < 0) {
-        char why[WF_ERRMSG_MAX];
-        snprintf(why, sizeof why, "copying its value to %s: %s", d->info.name, wf_last_errmsg());
-        wf_tensor_release(t);
-        return wf__slot_fail(sl, n, rc, why);
-    }
-    sl->dev->dvals[i] = t;
-    return 0;
-}
-
 void wf__exec_device_drop(wf__slot *sl, int32_t j)
 {
+    const wf__plan_dev *pd = sl->plan->dev;
     wf_tensor *t = sl->dev->dvals[j];
     sl->dev->dvals[j] = NULL;
     wf_tensor_release(t); /* a device buffer goes back to its pool in stream order */
+    for (int32_t k = pd->copy_off[j]; k < pd->copy_off[j + 1]; k++) {
+        t = sl->dev->cvals[k];
+        sl->dev->cvals[k] = NULL;
+        wf_tensor_release(t);
+    }
 }
 
 int wf__exec_device_finish(wf__slot *sl, int rc)
@@ -288,7 +379,6 @@ int wf__exec_device_finish(wf__slot *sl, int rc)
         }
     }
     for (int i = 0; i < sl->plan->n; i++)
-        if (sl->dev->dvals[i])
-            wf__exec_device_drop(sl, i);
+        wf__exec_device_drop(sl, i);
     return rc;
 }

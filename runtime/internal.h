@@ -159,6 +159,12 @@ struct wf_session {
     _Atomic uint64_t n_runs;    /* runs started: each run's wf_kernel_ctx.step */
     uint32_t flags;             /* wf_session_opts.flags: WF_SESSION_NO_* passes */
     int device;                 /* wf_session_opts.device (pass_place.c) */
+    int n_sim;                  /* tests only (test_internal_*.c set it before the first
+                                   run): simulated devices (devices/sim.c) numbered after
+                                   the runtime's devices, for placement */
+    uint32_t sim_delay_us;      /* their wf__sim_opts (devices/device.h): delay, */
+    int64_t sim_fail_alloc;     /* the allocation that fails, */
+    int64_t sim_fail_notice;    /* the completion that faults */
     int n_plans;                /* plans compiled, guarded by 'plans_mu' */
     wf_plan_stats last_stats;   /* of the latest compiled plan, guarded by 'plans_mu' */
     char errmsg[WF_ERRMSG_MAX]; /* the latest failure */
@@ -280,18 +286,32 @@ int wf__slot_check_out(wf__slot *sl, const wf_node *n, const char *kernel, const
 
 /* pass_place.c and exec_device.c: nodes on GPUs (DESIGN.md, "Devices"). */
 
+/* A copy step of a plan that runs nodes on devices (exec_device.c): the value of plan node
+ * 'value', made on device 'from', copied to device 'to' (0: the host). Copy k is task-graph
+ * node p->n + k of every slot: it follows the value's node, and the readers on 'to' follow
+ * it instead of the value's node. */
+typedef struct wf__copy {
+    int32_t value;
+    int16_t from, to;
+} wf__copy;
+
 /* Where a plan's nodes run, when some run on a GPU. Every value lives where its node ran;
- * sources (placeholders, constants, variables) on the host. Read-only after compile. */
+ * sources (placeholders, constants, variables) on the host. Each value crossing to another
+ * device is copied there once per run, whatever the number of its readers there.
+ * Read-only after compile. */
 typedef struct wf__plan_dev {
-    int n_devices;           /* the runtime's devices: ids 0 .. n_devices-1 */
+    int n_devices;           /* the runtime's devices (ids 0 .. n_devices-1), simulated ones
+                                (wf_session.n_sim) included */
     struct wf_device **devs; /* per id: opened by the plan when a node runs there, else
                                 NULL (also for the CPU, whose kernels run directly) */
     int16_t *where;          /* per plan node: its device id (0: the CPU) */
-    int16_t *copy_to;        /* per plan node on the CPU: the GPU its GPU readers are on, which
-                                gets a copy of its value when it is made (0: none) */
-    uint8_t *to_host;        /* per plan node on a GPU: 1 when a CPU node reads its value or
-                                it is fetched: the value is copied back to the host */
     int n_gpu;               /* plan nodes on a GPU */
+    int n_copies;            /* entries of 'copies' */
+    wf__copy *copies;        /* sorted by value, then by destination */
+    int32_t *copy_off;       /* CSR, n + 1 entries: the copies of value i are copies
+                                [copy_off[i], copy_off[i + 1]) */
+    int32_t *in_copy;        /* per input edge e (as p->in_idx): the copy its reader reads, or
+                                -1: the value itself, made on the reader's device */
 } wf__plan_dev;
 
 /* Places the nodes of 'p' (after build(), before the memory plan): explicit placements
@@ -312,10 +332,18 @@ void wf__slot_dev_free(wf__slot *sl);
  * Returns 0 or the run's failure (recorded in 'sl'). */
 int wf__exec_device_node(wf__slot *sl, int i);
 
-/* After node 'i' made its value: copies it to the GPU its readers are on, if any. */
-int wf__exec_device_after(wf__slot *sl, int i);
+/* Adds the copy steps of the plan to the slot's task graph (after its plan nodes), each
+ * after the node that makes its value. Returns 0 or a negative status (slot_make()). */
+int wf__slot_dev_add_copies(wf__slot *sl);
 
-/* The last use of value 'j' is done: drops its device copy. */
+/* The task-graph node that input edge 'e' of a plan node waits for: the node of its value,
+ * or the copy step that brings the value to the reader's device. */
+static inline int32_t wf__plan_edge_source(const wf__plan *p, int32_t e)
+{
+    return p->dev && p->dev->in_copy[e] >= 0 ? p->n + p->dev->in_copy[e] : p->in_idx[e];
+}
+
+/* The last use of value 'j' is done: drops its value on a device and its copies. */
 void wf__exec_device_drop(wf__slot *sl, int32_t j);
 
 /* At the end of a run ('rc' its result so far): waits for the GPUs' work, reports a

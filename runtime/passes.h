@@ -5,7 +5,7 @@
  *   subexpression elimination; pass_simplify.c: algebraic simplification;
  *   pass_epilogue.c: GEMM epilogue fusion; pass_fuse.c:
  *   elementwise fusion;
- *   pass_optim_fuse.c: optimizer fusion).
+ *   pass_optim_fuse.c: optimizer fusion; pass_mixed.c: the precision options).
  * Design: the graph is never written. A pass rewrites by replacement: 'repl[id] = other'
  *   says that whoever reads node 'id' reads node 'other' instead; new nodes (a folded
  *   constant, a merged reshape) are plan-owned wf_node structs with ids from 'n_orig' up
@@ -45,7 +45,10 @@
  *     order key than the fused node (which takes the chain's last node's);
  *   - passes never reorder floating-point work: a folded node runs the kernel it would run
  *     in the plan on the same inputs; CSE runs one of two identical computations; the
- *     algebraic rules keep only identities that are exact bit for bit (pass_simplify.c).
+ *     algebraic rules keep only identities that are exact bit for bit (pass_simplify.c);
+ *   - the exception to "the same values bit for bit": the precision options, which a session
+ *     asks for (pass_mixed.c: WF_SESSION_MIXED_BF16 replaces an f32 product by a cast back
+ *     from its bf16 twin, same dtype and shape, values rounded through bf16).
  * Not here: the plan arrays (plan.c), running (exec.c), the public flags (weft/runtime.h). */
 #ifndef WF_RUNTIME_PASSES_H
 #define WF_RUNTIME_PASSES_H
@@ -69,6 +72,8 @@ enum {
     WF__RW_EPILOGUE,   /* fused into a matmul's epilogue (pass_epilogue.c) */
     /* an update merged into a multi-tensor update node (pass_optim_fuse.c) */
     WF__RW_OPTIM_FUSED,
+    /* a product computed in bf16 or marked for TF32 (pass_mixed.c: the precision options) */
+    WF__RW_MIXED,
 };
 
 /* One replacement, for the dump. */
@@ -97,6 +102,8 @@ typedef struct wf__pass_ctx {
     int n_epilogue; /* matmuls given a bias or activation epilogue (pass_epilogue.c) */
     /* multi-tensor update nodes made (pass_optim_fuse.c) */
     int n_optim_fused;
+    /* products computed in bf16 and marked for TF32 (pass_mixed.c) */
+    int n_mixed, n_tf32;
 } wf__pass_ctx;
 
 /* passes.c */
@@ -171,5 +178,10 @@ const char *wf__pass_epilogue_desc(const wf_node *n, char *buf, size_t size);
  * step counter, hyperparameters and dtype) become multi-tensor update nodes (grad/update.h).
  * Returns 0 or WF_ENOMEM. */
 int wf__pass_optim_fuse(wf__pass_ctx *c);
+
+/* pass_mixed.c: the precision options (WF_SESSION_MIXED_BF16, WF_SESSION_TF32; nothing
+ * without them): the GEMM family computed in bf16 between casts, f32 products marked for
+ * TF32. Returns 0 or WF_ENOMEM. */
+int wf__pass_mixed(wf__pass_ctx *c);
 
 #endif /* WF_RUNTIME_PASSES_H */

@@ -153,6 +153,8 @@ static const pass_def passes[] = {
     { wf__pass_cse, WF_SESSION_NO_CSE, offsetof(wf_plan_stats, nodes_after_cse) },
     { wf__pass_simplify, WF_SESSION_NO_SIMPLIFY, offsetof(wf_plan_stats, nodes_after_simplify) },
     { wf__pass_epilogue, WF_SESSION_NO_EPILOGUE, offsetof(wf_plan_stats, nodes_after_epilogue) },
+    /* the precision options, on only by their own flags (pass_mixed.c) */
+    { wf__pass_mixed, 0, offsetof(wf_plan_stats, nodes_after_mixed) },
     { wf__pass_fuse, WF_SESSION_NO_FUSE, offsetof(wf_plan_stats, nodes_after_fuse) },
     /* last (optimizer fusion: pass_optim_fuse.c) */
     { wf__pass_optim_fuse, WF_SESSION_NO_OPTIM_FUSE,
@@ -180,6 +182,8 @@ static int run_passes(wf_session *s, wf__pass_ctx *c, wf_plan_stats *st)
     st->n_fused_members = c->n_fused_members;
     st->n_optim_fused = c->n_optim_fused;
     st->n_epilogue = c->n_epilogue;
+    st->n_mixed = c->n_mixed;
+    st->n_tf32 = c->n_tf32;
     return 0;
 }
 

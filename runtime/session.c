@@ -66,9 +66,10 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     if (o.n_run_slots < 0 || o.n_run_slots > MAX_SLOTS)
         return wf__graph_fail(g, WF_EINVAL, "wf_session_create: n_run_slots is %d, not in [0, %d]",
                               o.n_run_slots, MAX_SLOTS);
-    if (o.flags & ~(uint32_t)WF_SESSION_NO_PASSES)
+    const uint32_t known = WF_SESSION_NO_PASSES | WF_SESSION_MIXED_BF16 | WF_SESSION_TF32;
+    if (o.flags & ~known)
         return wf__graph_fail(g, WF_EINVAL, "wf_session_create: unknown flags 0x%x",
-                              (unsigned)(o.flags & ~(uint32_t)WF_SESSION_NO_PASSES));
+                              (unsigned)(o.flags & ~known));
     if (o.device < -1 || (o.device > 0 && o.device >= wf_device_count(wf_graph_runtime(g))))
         return wf__graph_fail(g, WF_EINVAL,
                               "wf_session_create: device %d: the runtime has devices 0 .. %d "

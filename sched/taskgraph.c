@@ -10,6 +10,12 @@
  * ready it keeps the first for itself (no deque round trip along a chain) and pushes the
  * rest. Finished nodes are counted locally and given to the group in one subtraction when
  * the worker's run of inline successors ends.
+ * Later completion: a node whose function returns WF_TASK_LATER finishes when two things
+ *   have happened, in either order: its function returned, and wf_taskgraph_complete() was
+ *   called for it. Each adds one to 'later[i]'; the one that sees 1 (the second) finishes
+ *   the node with the completion's result ('later_rc[i]') and resets 'later[i]' to 0, so
+ *   the invariant on 'pending' holds for 'later' too. The first one touches nothing of the
+ *   node afterwards: the graph may be finished and waited for by then.
  * Not here: how tasks are scheduled (worker.c). */
 #include "internal.h"
 #include "probes.h"
@@ -49,6 +55,8 @@ struct wf_taskgraph {
     int nroots;    /* nodes without predecessors, counted as edges are added */
     bool compiled; /* succ_off holds CSR offsets; otherwise it holds out-degrees */
     _Atomic int32_t *pending;
+    _Atomic int32_t *later;    /* per node: arrivals of a WF_TASK_LATER node (see above) */
+    _Atomic int32_t *later_rc; /* per node: the result given to wf_taskgraph_complete() */
     /* a run */
     _Atomic int running;
     _Atomic int64_t remaining;
@@ -100,8 +108,10 @@ static void free_compiled(wf_taskgraph *g)
     free(g->succ);
     free(g->roots);
     free((void *)g->pending);
+    free((void *)g->later);
+    free((void *)g->later_rc);
     g->succ = g->roots = NULL;
-    g->pending = NULL;
+    g->pending = g->later = g->later_rc = NULL;
 }
 
 void wf_taskgraph_destroy(wf_taskgraph *g)
@@ -288,8 +298,10 @@ static int compile(wf_taskgraph *g)
     g->succ = malloc((m ? m : 1) * sizeof *g->succ);
     g->pending = malloc((size_t)(n ? n : 1) * sizeof *g->pending);
     g->roots = malloc((size_t)(g->nroots ? g->nroots : 1) * sizeof *g->roots);
+    g->later = calloc((size_t)(n ? n : 1), sizeof *g->later);
+    g->later_rc = calloc((size_t)(n ? n : 1), sizeof *g->later_rc);
     int *cur = malloc((size_t)(n ? n : 1) * sizeof *cur);
-    if (!g->succ || !g->pending || !g->roots || !cur) {
+    if (!g->succ || !g->pending || !g->roots || !g->later || !g->later_rc || !cur) {
         free(cur);
         free_compiled(g);
         return gerr(g, WF_ENOMEM, "wf_taskgraph: no memory to compile %d nodes", n);
@@ -378,12 +390,63 @@ int wf_taskgraph_run(wf_taskgraph *g)
     return rc;
 }
 
+/* Releases the successors of node 't' ('skip': it failed or was skipped, so they are
+ * canceled): the first that becomes ready is returned for the caller to run, the others
+ * are pushed on 'w' (or submitted from outside when 'w' is NULL, which returns none). */
+static wf__task *release_successors(wf_taskgraph *g, wf__worker *w, const wf__task *t, bool skip)
+{
+    const int *succ = g->succ;
+    wf__task *keep = NULL;
+    for (int k = t->succ_off, end = succ_end(g, (int)t->node); k < end; k++) {
+        int s = succ[k];
+        wf__task *st = node(g, s);
+        if (WF_UNLIKELY(skip))
+            atomic_store_explicit(&st->cancel, 1, memory_order_relaxed);
+        if (atomic_fetch_sub_explicit(&g->pending[s], 1, memory_order_acq_rel) == 1) {
+            atomic_store_explicit(&g->pending[s], st->npred, memory_order_relaxed);
+            if (!keep && w)
+                keep = st;
+            else if (w)
+                wf__push_local(w, st);
+            else
+                wf__submit_outside(g->rt, st);
+        }
+    }
+    return keep;
+}
+
+int wf_taskgraph_complete(wf_taskgraph *g, int i, int rc)
+{
+    if (!g)
+        return wf__err(WF_EINVAL, "wf_taskgraph_complete: g is NULL");
+    if (i < 0 || i >= g->n || !atomic_load_explicit(&g->running, memory_order_acquire) || !g->later)
+        return wf__err(
+            WF_EINVAL, "wf_taskgraph_complete: node %d of a graph of %d nodes%s", i, g->n,
+            atomic_load_explicit(&g->running, memory_order_acquire) ? "" : " that is not running");
+    atomic_store_explicit(&g->later_rc[i], rc, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&g->later[i], 1, memory_order_acq_rel) == 0)
+        return 0; /* the function has not returned yet: its worker finishes the node */
+    atomic_store_explicit(&g->later[i], 0, memory_order_relaxed);
+    wf__task *t = node(g, i);
+    wf__group *grp = g->grp;
+    wf__worker *w = wf__worker_of(g->rt);
+    bool skip = rc < 0;
+    if (skip) /* no worker's message: wf_task_fail() was not called by this thread's task */
+        wf__group_fail(grp, NULL, t->name, rc);
+    wf__task *keep = release_successors(g, w, t, skip);
+    if (keep)
+        wf__push_local(w, keep);
+    if (atomic_fetch_sub_explicit(&g->remaining, 1, memory_order_acq_rel) == 1)
+        atomic_store_explicit(&g->running, 0, memory_order_release);
+    wf__group_done(grp, 1);
+    return 0;
+}
+
 void wf__graph_run_node(wf__worker *w, wf__task *t)
 {
     wf_taskgraph *g = t->owner;
     wf__group *grp = g->grp;
     wf_runtime *rt = w->rt;
-    const int *succ = g->succ;
     uint32_t ndone = 0;
     for (;;) {
         int i = (int)t->node;
@@ -408,25 +471,24 @@ void wf__graph_run_node(wf__worker *w, wf__task *t)
             wf__trace_event(w, WF__EV_TASK, t0 - rt->t_start, wf__now_ns() - rt->t_start, t->name,
                             (uint32_t)rc);
         WF__INC(w, tasks_run, 1);
-        wf__task *keep = NULL;
-        for (int k = t->succ_off, end = succ_end(g, i); k < end; k++) {
-            int s = succ[k];
-            wf__task *st = node(g, s);
-            if (WF_UNLIKELY(skip))
-                atomic_store_explicit(&st->cancel, 1, memory_order_relaxed);
-            if (atomic_fetch_sub_explicit(&g->pending[s], 1, memory_order_acq_rel) == 1) {
-                atomic_store_explicit(&g->pending[s], st->npred, memory_order_relaxed);
-                if (!keep)
-                    keep = st;
-                else
-                    wf__push_local(w, st);
+        if (WF_UNLIKELY(rc == WF_TASK_LATER)) {
+            if (atomic_fetch_add_explicit(&g->later[i], 1, memory_order_acq_rel) == 0)
+                break; /* wf_taskgraph_complete() finishes it; 't' is not ours any more */
+            atomic_store_explicit(&g->later[i], 0, memory_order_relaxed);
+            rc = atomic_load_explicit(&g->later_rc[i], memory_order_relaxed);
+            if (rc < 0) {
+                wf__group_fail(grp, NULL, t->name, rc);
+                skip = true;
             }
         }
+        wf__task *keep = release_successors(g, w, t, skip);
         ndone++;
         if (!keep)
             break;
         t = keep;
     }
+    if (!ndone)
+        return; /* only a node that finishes later: the graph may be gone already */
     if (atomic_fetch_sub_explicit(&g->remaining, ndone, memory_order_acq_rel) == ndone)
         atomic_store_explicit(&g->running, 0, memory_order_release);
     wf__group_done(grp, ndone);

@@ -45,6 +45,7 @@ typedef struct options {
     uint64_t seed;
     int threads;
     bool eager, shuffle, quiet, normalize;
+    bool mixed_bf16; /* --mixed-bf16: products in bf16, f32 master weights */
     double test_fraction;
     uint64_t split_seed; /* 0: the test set is the last rows */
     const char *init, *save, *log, *trace;
@@ -238,7 +239,8 @@ static int trainer_static(trainer *t, char *err, size_t errlen)
     t->train = wf_minimize(g, t->opt, t->loss);
     int rc = wf_graph_status(g);
     if (rc == 0)
-        rc = wf_session_create(g, NULL, &t->s);
+        rc = wf_session_create(
+            g, &(wf_session_opts){ .flags = t->o->mixed_bf16 ? WF_SESSION_MIXED_BF16 : 0 }, &t->s);
     if (rc < 0) {
         snprintf(err, errlen, "building the model: %s", wf_graph_errmsg(g));
         return rc;
@@ -470,6 +472,8 @@ static void usage(FILE *f)
             "  --no-shuffle             batch t is rows [tB, (t+1)B) in file order\n"
             "  --threads N              weft workers (default: one per core)\n"
             "  --eager                  eager execution (a graph per step) instead of a session\n"
+            "  --mixed-bf16             mixed precision: matmuls and convolutions in bf16, with\n"
+            "                           f32 master weights (WF_SESSION_MIXED_BF16)\n"
             "files:\n"
             "  --init FILE.safetensors  start from these weights (PyTorch names: fc1.weight ...)\n"
             "  --save FILE.safetensors  write the weights and optimizer state at the end\n"
@@ -579,6 +583,8 @@ static int parse_args(int argc, char **argv, options *o)
             i++;
         } else if (strcmp(a, "--eager") == 0) {
             o->eager = true;
+        } else if (strcmp(a, "--mixed-bf16") == 0) {
+            o->mixed_bf16 = true;
         } else if (strcmp(a, "--no-shuffle") == 0) {
             o->shuffle = false;
         } else if (strcmp(a, "--no-normalize") == 0) {
@@ -601,6 +607,10 @@ static int parse_args(int argc, char **argv, options *o)
         }
 #undef ARG
 #undef NEED
+    }
+    if (o->mixed_bf16 && o->eager) {
+        fprintf(stderr, "weft-train: --mixed-bf16 is a compile pass: not with --eager\n");
+        return -1;
     }
     if (o->steps && o->epochs) {
         fprintf(stderr, "weft-train: give --steps or --epochs, not both\n");

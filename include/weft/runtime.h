@@ -84,7 +84,25 @@ typedef struct wf_session_opts {
  * Critical-path priority (not a rewrite): each node's priority is its estimated time (the
  *   op's flops and bytes) plus the highest priority among the nodes after it; a worker that
  *   finishes a node goes on with its most critical ready successor and offers the others
- *   to idle workers most critical first. Off: successors in plan order. */
+ *   to idle workers most critical first. Off: successors in plan order.
+ * Two precision options change result bits on purpose, so they are off unless asked for:
+ * WF_SESSION_MIXED_BF16, bf16 compute with f32 master weights (mixed precision training, as
+ *   PyTorch's autocast with bf16): every f32 product (matmul, the GEMM epilogues, conv2d and
+ *   the convolution's backward ops: forward and backward) computes in bf16, between a cast
+ *   of its f32 inputs to bf16 and a cast of its result back to f32; everything else
+ *   (elementwise ops, reductions, softmax and the loss, the optimizer's updates) stays f32.
+ *   So variables stay f32 and are read through a cast where a product reads them, the
+ *   gradients that reach the updates are f32, and the updates write f32 master weights. On
+ *   a GPU the bf16 products run on tensor cores with f32 accumulation; on the CPU they are
+ *   computed in f32 from the bf16 inputs and rounded to bf16 (the same numerics, slower than
+ *   f32 there). A loss then follows the f32 run's within bf16's precision (~3 significant
+ *   digits per product), not bit for bit. Runs after GEMM epilogue fusion, so a fused
+ *   matmul + bias + activation computes in bf16 as a whole. Statistics: n_mixed,
+ *   nodes_after_mixed.
+ * WF_SESSION_TF32: f32 matmuls placed on a GPU may use TF32 tensor cores (10-bit mantissa
+ *   inputs, f32 accumulation: ~1e-3 relative error against f32, on tensor cores);
+ *   without it they compute in exact f32 (the default, as PyTorch's since 1.12). Per
+ *   session, not process-wide; nothing changes on the CPU. Statistics: n_tf32. */
 enum {
     WF_SESSION_NO_FOLD = 1u << 0,       /* no constant folding */
     WF_SESSION_NO_CSE = 1u << 1,        /* no common subexpression elimination */
@@ -94,6 +112,9 @@ enum {
     WF_SESSION_NO_OPTIM_FUSE = 1u << 5, /* no multi-tensor optimizer updates */
     WF_SESSION_NO_MEMPLAN = 1u << 6,    /* no memory planning (every output from the pool) */
     WF_SESSION_NO_PRIORITY = 1u << 7,   /* no critical-path priority (plan order instead) */
+    /* The precision options: from bit 16 (bits 8 to 15 are left for switches of passes). */
+    WF_SESSION_MIXED_BF16 = 1u << 16, /* products in bf16, f32 master weights (see above) */
+    WF_SESSION_TF32 = 1u << 17,       /* f32 matmuls on GPUs may use TF32 (see above) */
     WF_SESSION_NO_PASSES = WF_SESSION_NO_FOLD | WF_SESSION_NO_CSE | WF_SESSION_NO_SIMPLIFY |
                            WF_SESSION_NO_FUSE | WF_SESSION_NO_EPILOGUE | WF_SESSION_NO_OPTIM_FUSE |
                            WF_SESSION_NO_MEMPLAN | WF_SESSION_NO_PRIORITY,
@@ -208,6 +229,9 @@ typedef struct wf_plan_stats {
     int n_plans;                 /* plans the session has compiled so far */
     int64_t bytes_intermediates; /* sum of the bytes of every intermediate output of one run */
     int64_t bytes_planned;       /* the arena those outputs are planned into (0: no plan yet) */
+    int nodes_after_mixed;       /* after the precision options (WF_SESSION_MIXED_BF16, _TF32) */
+    int n_mixed;                 /* f32 products made to compute in bf16 (WF_SESSION_MIXED_BF16) */
+    int n_tf32;                  /* f32 matmuls marked for TF32 on GPUs (WF_SESSION_TF32) */
 } wf_plan_stats;
 
 /* Statistics of the plan the session compiled most recently (all zero but 'nodes_graph'

@@ -167,6 +167,21 @@ WF_API WF_NODISCARD int wf_taskgraph_precede(wf_taskgraph *g, int before, int af
  * Threads: one run of a graph at a time; the graph must not change while it runs. */
 WF_API WF_NODISCARD int wf_taskgraph_submit(wf_taskgraph *g, wf_group *grp);
 
+/* What a node's function returns when it has started work that finishes elsewhere (a
+ * device, the network): the node is then finished only by wf_taskgraph_complete(), and its
+ * successors wait until then. A positive value, so a plain task (wf_spawn) that returns it
+ * has succeeded. */
+#define WF_TASK_LATER 0x4c415445
+
+/* Finishes node 'node' of the running graph 'g', whose function returns (or has returned)
+ * WF_TASK_LATER in this run, with result 'rc': >= 0 releases its successors, a negative
+ * wf_status fails the node as if its function had returned it. Call it exactly once per
+ * such return, from any thread, even before the function has returned (whichever of the
+ * two comes second finishes the node; successors go to the calling worker's deque, or to
+ * an inbox from other threads).
+ * Returns 0 or WF_EINVAL (NULL graph, an unknown id, a graph that is not running). */
+WF_API WF_NODISCARD int wf_taskgraph_complete(wf_taskgraph *g, int node, int rc);
+
 /* Runs the graph once and waits: wf_taskgraph_submit() plus wf_group_wait().
  * Returns 0 or the first error; the message is in wf_taskgraph_errmsg(). */
 WF_API WF_NODISCARD int wf_taskgraph_run(wf_taskgraph *g);

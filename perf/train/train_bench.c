@@ -20,6 +20,12 @@
  * The default run (no option) is unchanged.
  * Usage: train_bench [--json] [--reps N] [--warmup N] [--only a,b] [--threads N]
  *        [--python /usr/bin/python3] [--quick] [--passes-off NAME[,NAME...]]... [--ablate]
+ * The weft child reads the WEFT_* environment (wf_runtime_opts_from_env; --threads wins over
+ * WEFT_WORKERS): 'WEFT_TRACE=gpt.json train_bench --child gpt_adamw_b32' writes a Perfetto
+ * trace of its timed steps; TB_DUMP=FILE writes the compiled step (wf_session_dump, text).
+ * The weft JSON line also has "cpu_s", the process's CPU time per timed step (all threads,
+ * the workers' idle spinning included): steadier than the wall time when other processes
+ * share the cores, and the measure of the work a step costs.
  * Compare the ratio within one run: these machines are shared and noisy. */
 #include "../bench_util.h"
 
@@ -98,13 +104,28 @@ static wf_node *gpt_case(wf_graph *g, wf_node **x, wf_node **y, wf_node *targets
     return loss && gpt_train_step(g, &m, loss, &o, targets) == 0 ? loss : NULL;
 }
 
+/* The CPU time of this process so far (every thread), in seconds. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Runs one case in this process with session flags 'flags' and prints its JSON line
  * (with '"passes_off": off' unless 'off' is NULL). */
 static int child(const char *name, int warmup, int reps, int threads, uint32_t flags,
                  const char *off)
 {
     wf_runtime *rt;
-    wf_runtime_opts ro = { .n_workers = threads };
+    wf_runtime_opts ro = { 0 };
+    const char *trace = NULL; /* WEFT_TRACE=FILE: a Perfetto trace of the timed steps */
+    if (wf_runtime_opts_from_env(&ro, &trace) < 0) {
+        fprintf(stderr, "train_bench: %s\n", wf_last_errmsg());
+        return 1;
+    }
+    if (threads > 0)
+        ro.n_workers = threads;
     if (wf_runtime_create(&rt, &ro) < 0) {
         fprintf(stderr, "train_bench: %s\n", wf_last_errmsg());
         return 1;
@@ -155,9 +176,20 @@ static int child(const char *name, int warmup, int reps, int threads, uint32_t f
     wf_tensor *tx = gpt ? wf_tensor_from(WF_I32, xs, xi) : wf_tensor_from(WF_F32, xs, xd),
               *ty = wf_tensor_from(WF_I32, ys, yd);
     wf_feed f[2] = { { x, tx }, { y, ty } };
-    double *t = malloc((size_t)reps * sizeof *t), last = 0;
+    const char *dump = getenv("TB_DUMP"); /* TB_DUMP=FILE: the compiled step as text */
+    FILE *df = dump ? fopen(dump, "w") : NULL;
+    if (df) {
+        if (wf_session_dump(s, &loss, 1, train, n_train, df, WF_DUMP_TEXT) < 0)
+            fprintf(stderr, "train_bench: %s\n", wf_session_errmsg(s));
+        fclose(df);
+    }
+    double *t = malloc((size_t)reps * sizeof *t), last = 0, cpu0 = 0;
     for (int i = -warmup; i < reps; i++) {
         wf_tensor *l;
+        if (trace && i == 0 && wf_runtime_trace_write(rt, "/dev/null") < 0)
+            return 1; /* the trace keeps the timed steps only */
+        if (i == 0)
+            cpu0 = cpu_s();
         double t0 = bench_now_s();
         if (wf_session_run(s, f, 2, &loss, 1, &l, train, n_train) < 0) {
             fprintf(stderr, "train_bench: %s\n", wf_session_errmsg(s));
@@ -168,15 +200,18 @@ static int child(const char *name, int warmup, int reps, int threads, uint32_t f
         last = wf_tensor_get(l, 0);
         wf_tensor_release(l);
     }
+    if (trace && wf_runtime_trace_write(rt, trace) < 0)
+        fprintf(stderr, "train_bench: %s\n", wf_last_errmsg());
+    double cpu_step = (cpu_s() - cpu0) / reps;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     char offs[96] = "";
     if (off)
         snprintf(offs, sizeof offs, ", \"passes_off\": \"%s\"", off);
     printf("{\"bench\": \"%s\", \"impl\": \"weft\"%s, \"threads\": %d, \"median_s\": %.6g, "
-           "\"reps\": %d, \"peak_rss_mb\": %.1f, \"final_loss\": %.5g}\n",
+           "\"reps\": %d, \"peak_rss_mb\": %.1f, \"final_loss\": %.5g, \"cpu_s\": %.6g}\n",
            name, offs, wf_runtime_worker_count(rt), bench_median(t, reps), reps,
-           (double)ru.ru_maxrss / 1024.0, last);
+           (double)ru.ru_maxrss / 1024.0, last, cpu_step);
     wf_tensor_release(tx);
     wf_tensor_release(ty);
     free(t);

@@ -4,7 +4,8 @@
 # batch 64; the character-level GPT of examples/train_gpt, nanoGPT's model, + AdamW with
 # nanoGPT's decay groups and clipping, batch 32 x 64 tokens; f32, synthetic data), timed the
 # same way (warm-up steps, then the median of 'reps' timed steps), printing one JSON line per
-# case with peak_rss_mb of this process.
+# case with peak_rss_mb of this process and cpu_s, the process's CPU time per timed step (all
+# threads) at the reported thread setting.
 # PyTorch runs with its best thread setting: 1 and THREADS torch threads are both timed.
 # Usage: train_bench_torch.py CASE WARMUP REPS THREADS
 import json
@@ -105,15 +106,17 @@ for nt in sorted({1, threads}):
     for _ in range(warmup):
         step()
     times = []
+    c0 = time.process_time()
     for _ in range(reps):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
+    cpu = (time.process_time() - c0) / reps
     times.sort()
     med = times[len(times) // 2]
     if best is None or med < best[1]:
-        best = (nt, med)
+        best = (nt, med, cpu)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 print(json.dumps({"bench": case, "impl": "pytorch", "threads": best[0],
-                  "median_s": best[1], "reps": reps,
+                  "median_s": best[1], "reps": reps, "cpu_s": round(best[2], 6),
                   "peak_rss_mb": round(rss, 1), "torch": torch.__version__}))

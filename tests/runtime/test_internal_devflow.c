@@ -1,0 +1,537 @@
+/* tests/runtime/test_internal_devflow.c: the dataflow across devices (issue 6), run for real
+ * without a GPU: task-graph nodes that finish later (WF_TASK_LATER, completed from an actor),
+ * and sessions whose nodes run on simulated devices (devices/sim.c: the CPU kernels on
+ * memory of their own; copies to the host land, and completions arrive, only later, from
+ * the device's actor, in order). Checked: the copy steps the placement makes (one per value
+ * and destination, host <-> device and device <-> device), results bitwise equal to the
+ * same graph on the CPU (a reader released before its copy landed would read stale bytes),
+ * a run on one worker (a worker that waited for a copy would deadlock it), concurrent runs,
+ * a training step placed by the rule, and the placement errors that name node and device.
+ * Internal: sets the session's simulated devices (runtime/internal.h). */
+#include "../../runtime/internal.h"
+#include "runtime_util.h"
+
+#include <weft/weft.h>
+
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+TestSuite(runtime_internal_devflow, .init = wf_test_rt_setup_both, .fini = wf_test_rt_teardown,
+          .timeout = WF_TEST_TIMEOUT(120));
+
+/* ---- Task-graph nodes that finish later ------------------------------------------------- */
+
+typedef struct later_msg {
+    wf_msg msg; /* first */
+    wf_taskgraph *g;
+    int node, rc;
+} later_msg;
+
+typedef struct later_state {
+    wf_actor *actor;
+    later_msg m;
+    atomic_int landed; /* set by the actor just before it completes the node */
+    atomic_int early;  /* successors that ran before 'landed' */
+    atomic_int ran;    /* successors that ran */
+    bool inline_complete;
+} later_state;
+
+static later_state *LS;
+
+static int later_actor(wf_actor *a, wf_msg *msg, void *ctx)
+{
+    later_msg *m = (later_msg *)msg;
+    nanosleep(&(struct timespec){ 0, 300000 }, NULL); /* the "device" takes its time */
+    atomic_store(&LS->landed, 1);
+    return wf_taskgraph_complete(m->g, m->node, m->rc);
+}
+
+static int later_start(void *arg)
+{
+    (void)arg;
+    if (LS->inline_complete) { /* completion before the function returns */
+        atomic_store(&LS->landed, 1);
+        cr_assert_eq(wf_taskgraph_complete(LS->m.g, LS->m.node, LS->m.rc), 0);
+    } else {
+        cr_assert_eq(wf_actor_send(LS->actor, &LS->m.msg), 0);
+    }
+    return WF_TASK_LATER;
+}
+
+static int later_successor(void *arg)
+{
+    (void)arg;
+    if (!atomic_load(&LS->landed))
+        atomic_fetch_add(&LS->early, 1);
+    atomic_fetch_add(&LS->ran, 1);
+    return 0;
+}
+
+static int plain(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+/* later -> a -> b, and an independent node c; 'rc' is the completion's result. */
+static void later_graph_runs(wf_runtime *r, bool inline_complete, int rc, int rounds)
+{
+    later_state st = { .inline_complete = inline_complete };
+    LS = &st;
+    wf_actor_opts ao = { .handler = later_actor, .name = "later" };
+    cr_assert_eq(wf_actor_create(r, &ao, &st.actor), 0);
+    wf_taskgraph *g;
+    cr_assert_eq(wf_taskgraph_create(r, &g), 0);
+    int n0 = wf_taskgraph_add(g, later_start, NULL, "later");
+    int n1 = wf_taskgraph_add(g, later_successor, NULL, "a");
+    int n2 = wf_taskgraph_add(g, later_successor, NULL, "b");
+    int n3 = wf_taskgraph_add(g, plain, NULL, "c");
+    cr_assert(n0 >= 0 && n1 >= 0 && n2 >= 0 && n3 >= 0);
+    cr_assert_eq(wf_taskgraph_precede(g, n0, n1), 0);
+    cr_assert_eq(wf_taskgraph_precede(g, n1, n2), 0);
+    st.m = (later_msg){ .g = g, .node = n0, .rc = rc };
+    for (int k = 0; k < rounds; k++) {
+        atomic_store(&st.landed, 0);
+        atomic_store(&st.ran, 0);
+        int got = wf_taskgraph_run(g);
+        cr_assert_eq(got, rc < 0 ? rc : 0, "round %d: %s: %s", k, wf_err_name(got),
+                     wf_taskgraph_errmsg(g));
+        cr_assert_eq(atomic_load(&st.ran), rc < 0 ? 0 : 2, "round %d", k);
+    }
+    cr_assert_eq(atomic_load(&st.early), 0, "a successor ran before the completion");
+    wf_taskgraph_destroy(g);
+    wf_actor_destroy(st.actor);
+    LS = NULL;
+}
+
+Test(runtime_internal_devflow, a_later_node_releases_its_successors_only_when_completed)
+{
+    later_graph_runs(rt, false, 0, 50);
+    later_graph_runs(rt1, false, 0, 20); /* one worker: the actor needs it, nobody waits */
+}
+
+Test(runtime_internal_devflow, a_completion_before_the_function_returns_finishes_the_node)
+{
+    later_graph_runs(rt, true, 0, 50);
+    later_graph_runs(rt1, true, 0, 20);
+}
+
+Test(runtime_internal_devflow, a_failed_completion_cancels_the_successors_with_its_error)
+{
+    later_graph_runs(rt, false, WF_EIO, 10);
+    later_graph_runs(rt, true, WF_EIO, 10);
+}
+
+Test(runtime_internal_devflow, completing_a_graph_that_is_not_running_is_einval)
+{
+    wf_taskgraph *g;
+    cr_assert_eq(wf_taskgraph_create(rt, &g), 0);
+    cr_assert_geq(wf_taskgraph_add(g, plain, NULL, "x"), 0);
+    cr_assert_eq(wf_taskgraph_complete(g, 0, 0), WF_EINVAL);
+    cr_assert_eq(wf_taskgraph_complete(g, 5, 0), WF_EINVAL);
+    cr_assert_eq(wf_taskgraph_complete(NULL, 0, 0), WF_EINVAL);
+    wf_taskgraph_destroy(g);
+}
+
+/* ---- Sessions on simulated devices ----------------------------------------------------- */
+
+enum { M = 24, K = 20, N = 18 };
+
+static float XS[M * K], WS[K * N];
+
+static void fill(void)
+{
+    for (int i = 0; i < M * K; i++)
+        XS[i] = (float)((i * 29) % 17) / 8.0f - 1.0f;
+    for (int i = 0; i < K * N; i++)
+        WS[i] = (float)((i * 13) % 19) / 9.0f - 1.0f;
+}
+
+/* A session of 'g' whose runtime has 'n_sim' simulated devices after its own, which fail
+ * their 'fail_alloc'-th allocation and fault at their 'fail_notice'-th completion (0:
+ * never; devices/device.h: wf__sim_opts). */
+static wf_session *sim_session_failing(wf_graph *g, uint32_t flags, int device, int n_sim,
+                                       uint32_t delay_us, int64_t fail_alloc, int64_t fail_notice)
+{
+    wf_session *s = NULL;
+    int rc = wf_session_create(g, &(wf_session_opts){ .flags = flags, .device = device }, &s);
+    cr_assert_eq(rc, 0, "%s", wf_graph_errmsg(g));
+    s->n_sim = n_sim;
+    s->sim_delay_us = delay_us;
+    s->sim_fail_alloc = fail_alloc;
+    s->sim_fail_notice = fail_notice;
+    return s;
+}
+
+/* A session of 'g' whose runtime has 'n_sim' simulated devices after its own. */
+static wf_session *sim_session(wf_graph *g, uint32_t flags, int device, int n_sim,
+                               uint32_t delay_us)
+{
+    return sim_session_failing(g, flags, device, n_sim, delay_us, 0, 0);
+}
+
+/* The id of simulated device 'k'. */
+static int sim_id(int k)
+{
+    return wf_device_count(rt) + k;
+}
+
+typedef struct chain {
+    wf_graph *g;
+    wf_node *x, *h, *r, *y, *z;
+} chain;
+
+/* h = x @ w, r = relu(h), y = r + 1, z = y * h: 'dev' gives each one's device (-1: the
+ * session's rule). */
+static chain chain_make(wf_runtime *r, const int dev[4])
+{
+    chain c;
+    c.g = wf_graph_create(r, WF_STATIC);
+    c.x = wf_placeholder(c.g, "x", WF_F32, WF_SHAPE(M, K));
+    wf_node *w = wf_test_const_f32(c.g, WF_SHAPE(K, N), WS);
+    c.h = wf_matmul(c.g, c.x, w);
+    c.r = wf_relu(c.g, c.h);
+    c.y = wf_add(c.g, c.r, wf_scalar(c.g, WF_F32, 1.0));
+    c.z = wf_mul(c.g, c.y, c.h);
+    cr_assert_not_null(c.z, "%s", wf_graph_errmsg(c.g));
+    wf_node *nodes[4] = { c.h, c.r, c.y, c.z };
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(wf_node_set_device(nodes[i], dev[i]), 0);
+    return c;
+}
+
+/* Runs the chain placed by 'dev' 'rounds' times and checks z and h against the CPU's bits. */
+static void chain_check(wf_runtime *r, const int dev[4], int n_sim, uint32_t delay_us, int rounds)
+{
+    fill();
+    static const int cpu[4] = { 0, 0, 0, 0 };
+    chain ref = chain_make(r, cpu);
+    chain c = chain_make(r, dev);
+    wf_session *s0 = sim_session(ref.g, WF_SESSION_NO_PASSES, -1, 0, 0);
+    wf_session *s = sim_session(c.g, WF_SESSION_NO_PASSES, -1, n_sim, delay_us);
+    wf_tensor *xv = wf_test_f32(WF_SHAPE(M, K), XS);
+    wf_tensor *want[2];
+    wf_test_run(s0, &(wf_feed){ ref.x, xv }, 1, (wf_node *[]){ ref.z, ref.h }, 2, want, NULL, 0);
+    for (int k = 0; k < rounds; k++) {
+        wf_tensor *got[2];
+        wf_test_run(s, &(wf_feed){ c.x, xv }, 1, (wf_node *[]){ c.z, c.h }, 2, got, NULL, 0);
+        for (int j = 0; j < 2; j++) {
+            cr_assert(wf_test_same_bits(got[j], want[j]), "round %d: fetch %d differs", k, j);
+            wf_tensor_release(got[j]);
+        }
+    }
+    wf_tensor_release(want[0]);
+    wf_tensor_release(want[1]);
+    wf_tensor_release(xv);
+    wf_session_destroy(s);
+    wf_session_destroy(s0);
+    wf_graph_destroy(c.g);
+    wf_graph_destroy(ref.g);
+}
+
+/* The plan of the only set of fetches 's' has run. */
+static wf__plan *only_plan(wf_session *s)
+{
+    cr_assert_not_null(s->plans);
+    cr_assert_null(s->plans->next);
+    return s->plans;
+}
+
+Test(runtime_internal_devflow, host_and_device_crossings_become_one_copy_step_each)
+{
+    fill();
+    int a = sim_id(0);
+    /* h on the device, r on the host, y on the device, z on the host. */
+    chain c = chain_make(rt, (int[]){ a, 0, a, 0 });
+    wf_session *s = sim_session(c.g, WF_SESSION_NO_PASSES, -1, 1, 0);
+    wf_tensor *xv = wf_test_f32(WF_SHAPE(M, K), XS), *out = NULL;
+    wf_test_run(s, &(wf_feed){ c.x, xv }, 1, &c.z, 1, &out, NULL, 0);
+    wf__plan *p = only_plan(s);
+    const wf__plan_dev *pd = p->dev;
+    cr_assert_not_null(pd);
+    /* To the device: x and w (read by h), r and the scalar 1 (read by y); to the host: h
+     * (read by r and z: one copy for both) and y (read by z). z is on the host already. */
+    cr_assert_eq(pd->n_copies, 6, "got %d copies", pd->n_copies);
+    int32_t ih = p->index_of[c.h->id], iy = p->index_of[c.y->id], ix = p->index_of[c.x->id];
+    int seen_h = 0, seen_y = 0, seen_x = 0;
+    for (int k = 0; k < pd->n_copies; k++) {
+        const wf__copy *cp = &pd->copies[k];
+        cr_assert_neq(cp->from, cp->to);
+        cr_assert_eq(cp->from, pd->where[cp->value]);
+        seen_h += cp->value == ih && cp->to == 0;
+        seen_y += cp->value == iy && cp->to == 0;
+        seen_x += cp->value == ix && cp->to == a;
+    }
+    cr_assert(seen_h == 1 && seen_y == 1 && seen_x == 1);
+    /* Each reader waits for the copy (its task-graph node), not for the value's node. */
+    int32_t iz = p->index_of[c.z->id];
+    for (int32_t e = p->in_off[iz]; e < p->in_off[iz + 1]; e++)
+        cr_assert_geq(wf__plan_edge_source(p, e), p->n, "z waits for a copy");
+    cr_assert_not_null(p->all_slots[0]);
+    cr_assert_eq(wf_taskgraph_node_count(p->all_slots[0]->tg), p->n + pd->n_copies);
+    wf_tensor_release(out);
+    wf_tensor_release(xv);
+    wf_session_destroy(s);
+    wf_graph_destroy(c.g);
+}
+
+Test(runtime_internal_devflow, host_device_ping_pong_gives_the_cpu_bits)
+{
+    int a = sim_id(0);
+    chain_check(rt, (int[]){ a, 0, a, 0 }, 1, 200, 20);
+}
+
+Test(runtime_internal_devflow, everything_on_the_device_fetches_through_copies)
+{
+    int a = sim_id(0);
+    chain_check(rt, (int[]){ a, a, a, a }, 1, 200, 20);
+}
+
+Test(runtime_internal_devflow, device_to_device_copies_give_the_cpu_bits)
+{
+    int a = sim_id(0), b = sim_id(1);
+    chain_check(rt, (int[]){ a, b, a, b }, 2, 100, 20);
+}
+
+Test(runtime_internal_devflow, a_value_read_on_two_devices_is_copied_to_each)
+{
+    int a = sim_id(0), b = sim_id(1);
+    /* h (on a) is read by r on b and by z on the host; x goes to a only. */
+    chain_check(rt, (int[]){ a, b, 0, 0 }, 2, 100, 10);
+    chain_check(rt, (int[]){ 0, a, b, a }, 2, 100, 10);
+}
+
+Test(runtime_internal_devflow, one_worker_runs_device_copies_without_waiting_for_them)
+{
+    /* With one worker, a task that waited for a copy to the host would hold the only worker
+     * the device's actor could complete it on. */
+    int a = sim_id(0);
+    chain_check(rt1, (int[]){ a, 0, a, 0 }, 1, 500, 10);
+}
+
+typedef struct runner {
+    wf_session *s;
+    chain *c;
+    wf_tensor *xv, *want;
+    int bad;
+} runner;
+
+static void *run_many(void *arg)
+{
+    runner *r = arg;
+    for (int k = 0; k < 15; k++) {
+        wf_tensor *got = NULL;
+        int rc = wf_session_run(r->s, &(wf_feed){ r->c->x, r->xv }, 1, &r->c->z, 1, &got, NULL, 0);
+        if (rc < 0 || !wf_test_same_bits(got, r->want))
+            r->bad++;
+        wf_tensor_release(got);
+    }
+    return NULL;
+}
+
+Test(runtime_internal_devflow, concurrent_runs_keep_their_copies_apart)
+{
+    fill();
+    int a = sim_id(0), b = sim_id(1);
+    chain ref = chain_make(rt, (int[]){ 0, 0, 0, 0 });
+    chain c = chain_make(rt, (int[]){ a, 0, b, a });
+    wf_session *s0 = sim_session(ref.g, 0, -1, 0, 0);
+    wf_session *s = sim_session(c.g, 0, -1, 2, 50);
+    wf_tensor *xv = wf_test_f32(WF_SHAPE(M, K), XS), *want;
+    wf_test_run(s0, &(wf_feed){ ref.x, xv }, 1, &ref.z, 1, &want, NULL, 0);
+    runner rs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        rs[i] = (runner){ s, &c, xv, want, 0 };
+        cr_assert_eq(pthread_create(&th[i], NULL, run_many, &rs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(rs[i].bad, 0, "thread %d: %d bad runs (%s)", i, rs[i].bad,
+                     wf_session_errmsg(s));
+    }
+    wf_tensor_release(want);
+    wf_tensor_release(xv);
+    wf_session_destroy(s);
+    wf_session_destroy(s0);
+    wf_graph_destroy(c.g);
+    wf_graph_destroy(ref.g);
+}
+
+Test(runtime_internal_devflow, a_target_on_a_device_that_nobody_reads_runs_and_copies_nothing)
+{
+    fill();
+    int a = sim_id(0);
+    chain c = chain_make(rt, (int[]){ a, a, a, a });
+    wf_session *s = sim_session(c.g, WF_SESSION_NO_PASSES, -1, 1, 100);
+    wf_tensor *xv = wf_test_f32(WF_SHAPE(M, K), XS), *out = NULL;
+    for (int k = 0; k < 5; k++) {
+        wf_test_run(s, &(wf_feed){ c.x, xv }, 1, NULL, 0, NULL, &c.z, 1);
+        wf_test_run(s, &(wf_feed){ c.x, xv }, 1, &c.y, 1, &out, &c.z, 1);
+        cr_assert_eq(wf_tensor_data_f32(out)[0], fmaxf(wf_tensor_data_f32(out)[0] - 1, 0) + 1);
+        wf_tensor_release(out);
+    }
+    wf_tensor_release(xv);
+    wf_session_destroy(s);
+    wf_graph_destroy(c.g);
+}
+
+/* A small MLP training step with SGD: the rule places forward and backward on the device
+ * and keeps the updates (and the variables) on the host, so weights go to the device and
+ * gradients come back every step. Losses and weights match the CPU's bit for bit. */
+static void train(wf_runtime *r, int n_sim, int steps, float *losses, wf_tensor **w_out)
+{
+    enum { B = 32, D = 24, H = 20, C = 10 };
+
+    wf_graph *g = wf_graph_create(r, WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(B, D));
+    wf_node *w1 = wf_variable(g, "w1", WF_F32, WF_SHAPE(D, H), wf_init_uniform(7, -0.5, 0.5));
+    wf_node *w2 = wf_variable(g, "w2", WF_F32, WF_SHAPE(H, C), wf_init_uniform(8, -0.5, 0.5));
+    wf_node *hid = wf_relu(g, wf_matmul(g, x, w1));
+    wf_node *out = wf_matmul(g, hid, w2);
+    wf_node *loss = wf_mean(g, wf_mul(g, out, out));
+    wf_node *step = wf_minimize(g, wf_sgd(0.05), loss);
+    cr_assert_not_null(step, "%s", wf_graph_errmsg(g));
+    /* The rule's default (0) prefers device 1: a simulated one only without a real GPU. */
+    int rule = n_sim && wf_device_count(r) > 1 ? sim_id(0) : 0;
+    wf_session *s = sim_session(g, 0, rule, n_sim, 20);
+    static float xs[B * D];
+    for (int i = 0; i < B * D; i++)
+        xs[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+    wf_tensor *xv = wf_test_f32(WF_SHAPE(B, D), xs);
+    for (int k = 0; k < steps; k++) {
+        wf_tensor *lv = NULL;
+        wf_test_run(s, &(wf_feed){ x, xv }, 1, &loss, 1, &lv, &step, 1);
+        losses[k] = wf_tensor_data_f32(lv)[0];
+        wf_tensor_release(lv);
+    }
+    if (n_sim) { /* the rule put kernels on the device, the updates on the host */
+        wf__plan *p = s->plans;
+        cr_assert_not_null(p->dev);
+        cr_assert_gt(p->dev->n_gpu, 0);
+        for (int i = 0; i < p->n; i++)
+            if (p->nodes[i]->op && p->nodes[i]->op->n_assign > 0)
+                cr_assert_eq(p->dev->where[i], 0);
+    }
+    cr_assert_eq(wf_session_variable(s, w1, w_out), 0);
+    wf_tensor_release(xv);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+}
+
+Test(runtime_internal_devflow, a_training_step_placed_by_the_rule_matches_the_cpu)
+{
+    enum { STEPS = 4 };
+
+    float want[STEPS], got[STEPS];
+    wf_tensor *w_cpu, *w_dev;
+    train(rt, 0, STEPS, want, &w_cpu);
+    train(rt, 1, STEPS, got, &w_dev);
+    for (int k = 0; k < STEPS; k++)
+        cr_assert_eq(got[k], want[k], "step %d: loss %.9g on the device, %.9g on the cpu", k,
+                     got[k], want[k]);
+    cr_assert_lt(want[STEPS - 1], want[0], "the loss goes down");
+    cr_assert(wf_test_same_bits(w_dev, w_cpu));
+    wf_tensor_release(w_cpu);
+    wf_tensor_release(w_dev);
+}
+
+Test(runtime_internal_devflow, placement_errors_name_the_node_and_the_simulated_device)
+{
+    fill();
+    int a = sim_id(0);
+    chain c = chain_make(rt, (int[]){ a + 1, 0, 0, 0 }); /* one device too far */
+    wf_session *s = sim_session(c.g, WF_SESSION_NO_PASSES, -1, 1, 0);
+    wf_tensor *xv = wf_test_f32(WF_SHAPE(M, K), XS), *out = NULL;
+    int rc = wf_session_run(s, &(wf_feed){ c.x, xv }, 1, &c.z, 1, &out, NULL, 0);
+    cr_assert_eq(rc, WF_EINVAL, "%s", wf_err_name(rc));
+    cr_assert(strstr(wf_session_errmsg(s), "matmul") && strstr(wf_session_errmsg(s), "device"),
+              "%s", wf_session_errmsg(s));
+    wf_session_destroy(s);
+    wf_graph_destroy(c.g);
+
+    /* An update of a variable on a device: variables live on the host in this version. */
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *v = wf_variable(g, "v", WF_F32, WF_SHAPE(M, K), wf_init_zeros());
+    wf_node *ph = wf_placeholder(g, "g", WF_F32, WF_SHAPE(M, K));
+    wf_node *up = wf_minimize(g, wf_sgd(0.1), wf_mean(g, wf_mul(g, v, ph)));
+    cr_assert_not_null(up, "%s", wf_graph_errmsg(g));
+    wf_node *upd = NULL;
+    for (int i = 0; i < wf_graph_node_count(g); i++) {
+        wf_node *n = wf_graph_node(g, i);
+        if (n->op && n->op->n_assign > 0)
+            upd = n;
+    }
+    cr_assert_not_null(upd);
+    cr_assert_eq(wf_node_set_device(upd, a), 0);
+    s = sim_session(g, WF_SESSION_NO_PASSES, -1, 1, 0);
+    rc = wf_session_run(s, &(wf_feed){ ph, xv }, 1, NULL, 0, NULL, &up, 1);
+    cr_assert_eq(rc, WF_ENOSYS, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
+    cr_assert(strstr(wf_session_errmsg(s), "sim:0"), "%s", wf_session_errmsg(s));
+    wf_tensor_release(xv);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+}
+
+Test(runtime_internal_devflow, a_failed_device_allocation_names_node_and_device_then_runs_again)
+{
+    fill();
+    int a = sim_id(0);
+    static const int cpu[4] = { 0, 0, 0, 0 };
+    chain ref = chain_make(rt, cpu);
+    wf_session *s0 = sim_session(ref.g, WF_SESSION_NO_PASSES, -1, 0, 0);
+    wf_tensor *xv = wf_test_f32(WF_SHAPE(M, K), XS), *want = NULL;
+    wf_test_run(s0, &(wf_feed){ ref.x, xv }, 1, &ref.z, 1, &want, NULL, 0);
+    /* All on the device, a run allocates there: copies of x, w and 1, then h, r, y, z. */
+    for (int64_t k = 1; k <= 7; k++) {
+        chain c = chain_make(rt, (int[]){ a, a, a, a });
+        wf_session *s = sim_session_failing(c.g, WF_SESSION_NO_PASSES, -1, 1, 20, k, 0);
+        wf_tensor *out = NULL;
+        int rc = wf_session_run(s, &(wf_feed){ c.x, xv }, 1, &c.z, 1, &out, NULL, 0);
+        cr_assert_eq(rc, WF_ENOMEM, "allocation %lld: %s: %s", (long long)k, wf_err_name(rc),
+                     wf_session_errmsg(s));
+        cr_assert_null(out);
+        const char *msg = wf_session_errmsg(s);
+        cr_assert(strstr(msg, "sim:0") && strstr(msg, "' ("), /* "<op> '<name>' (file:line)" */
+                  "allocation %lld: the message names no node or device: %s", (long long)k, msg);
+        /* Only that allocation fails: the session runs on, with the CPU's bits. */
+        wf_test_run(s, &(wf_feed){ c.x, xv }, 1, &c.z, 1, &out, NULL, 0);
+        cr_assert(wf_test_same_bits(out, want), "allocation %lld", (long long)k);
+        wf_tensor_release(out);
+        wf_session_destroy(s);
+        wf_graph_destroy(c.g);
+    }
+    wf_tensor_release(want);
+    wf_tensor_release(xv);
+    wf_session_destroy(s0);
+    wf_graph_destroy(ref.g);
+}
+
+Test(runtime_internal_devflow, a_device_fault_fails_the_copy_to_the_host_and_never_hangs)
+{
+    fill();
+    int a = sim_id(0);
+    for (int64_t k = 1; k <= 3; k++) {
+        chain c = chain_make(rt, (int[]){ a, 0, a, 0 });
+        wf_session *s = sim_session_failing(c.g, WF_SESSION_NO_PASSES, -1, 1, 50, 0, k);
+        wf_tensor *xv = wf_test_f32(WF_SHAPE(M, K), XS), *out = NULL;
+        /* A fault is sticky, as a CUDA fault: this run and the next one fail. */
+        for (int round = 0; round < 2; round++) {
+            int rc = wf_session_run(s, &(wf_feed){ c.x, xv }, 1, &c.z, 1, &out, NULL, 0);
+            cr_assert_eq(rc, WF_EDEVICE, "fault %lld, round %d: %s: %s", (long long)k, round,
+                         wf_err_name(rc), wf_session_errmsg(s));
+            cr_assert_null(out);
+            const char *msg = wf_session_errmsg(s);
+            cr_assert(strstr(msg, "copying its value from sim:0 to the host") &&
+                          strstr(msg, "simulated device fault"),
+                      "%s", msg);
+        }
+        wf_tensor_release(xv);
+        wf_session_destroy(s);
+        wf_graph_destroy(c.g);
+    }
+}
