@@ -346,14 +346,18 @@ static int abandon(wf_comm *c, int rc, wf_comm_req **rest, size_t nrest, wf_comm
  * N-1 reduce-scatter steps (steps 0 .. N-2) leave rank r with block r+1 reduced over every
  * rank; with 'ag', N-1 all-gather steps (N-1 .. 2N-3) give every rank every block, starting
  * from rank r holding block r+1. Callers map their blocks onto this numbering. */
-static int ring_cma(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, const size_t *len,
-                    wf_dtype dt, wf_reduce_op op, bool rs, bool ag, uint32_t seq, const char *what);
+static int ring_cma(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, const size_t *off,
+                    const size_t *len, wf_dtype dt, wf_reduce_op op, bool rs, bool ag, uint32_t seq,
+                    const char *what);
 
-static int ring(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, const size_t *len,
-                wf_dtype dt, wf_reduce_op op, bool rs, bool ag, uint32_t seq, const char *what)
+/* 'src': the input when it is not in 'buf' already (NULL: it is); only the CMA ring takes
+ * one, which saves the copy of the input into 'buf'. */
+static int ring(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, const size_t *off,
+                const size_t *len, wf_dtype dt, wf_reduce_op op, bool rs, bool ag, uint32_t seq,
+                const char *what)
 {
     if (c->cma)
-        return ring_cma(c, buf, es, off, len, dt, op, rs, ag, seq, what);
+        return ring_cma(c, buf, src, es, off, len, dt, op, rs, ag, seq, what);
     int n = c->size, rank = c->rank, right = (rank + 1) % n, left = (rank + n - 1) % n;
     size_t ce = c->chunk_bytes / es ? c->chunk_bytes / es : 1;
     size_t maxlen = 0;
@@ -413,7 +417,9 @@ static int ring(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, const si
 
 /* ---- Ring, single copy ----------------------------------------------------------------------
  * Every rank on one host (wf__cma_setup): instead of sending chunks, a rank tells its right
- * neighbour where its buffer is (8 bytes, once) and then that each chunk is ready (0 bytes);
+ * neighbour where its buffer and its input are (16 bytes, once) and then that each chunk is
+ * ready (0 bytes); the first step reads the neighbour's input and reduces it with the rank's
+ * own input straight into its buffer, so an all-reduce copies nothing before it starts;
  * the neighbour copies the chunk out of its memory with process_vm_readv and reduces it in
  * pieces that stay in cache. The same schedule and reduction order as ring(), so results are
  * bitwise those of ring(). A buffer is read only while its owner leaves it alone: a chunk
@@ -423,6 +429,7 @@ static int ring(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, const si
  * comm fails naming it, never an abort. */
 
 #define CMA_PIECE 65536 /* bytes read and reduced at a time */
+#define CMA_PAGE  4096u
 
 static int cma_read(wf_comm *c, int peer, void *dst, uint64_t addr, size_t bytes, const char *what)
 {
@@ -446,8 +453,9 @@ static int cma_read(wf_comm *c, int peer, void *dst, uint64_t addr, size_t bytes
     return 0;
 }
 
-static int ring_cma(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, const size_t *len,
-                    wf_dtype dt, wf_reduce_op op, bool rs, bool ag, uint32_t seq, const char *what)
+static int ring_cma(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, const size_t *off,
+                    const size_t *len, wf_dtype dt, wf_reduce_op op, bool rs, bool ag, uint32_t seq,
+                    const char *what)
 {
     int n = c->size, rank = c->rank, right = (rank + 1) % n, left = (rank + n - 1) % n;
     size_t ce = c->chunk_bytes / es ? c->chunk_bytes / es : 1;
@@ -458,8 +466,12 @@ static int ring_cma(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, cons
     size_t maxch = (maxlen + ce - 1) / ce;
     int first = rs ? 0 : n - 1, last = ag ? 2 * n - 3 : n - 2;
     uint8_t *tmp = NULL;
-    if (rs && !(tmp = scratch(c, pe * es)))
+    /* Two pages more than a piece: each read lands at its source's offset within a page (the
+     * kernel's copy, like glibc's memcpy, runs several times slower on this CPU when the
+     * destination sits a few bytes past the source modulo 4096). */
+    if (rs && !(tmp = scratch(c, pe * es + 2 * CMA_PAGE)))
         return wf__err(WF_ENOMEM, "%s: no memory for %zu bytes of scratch", what, pe * es);
+    uint8_t *tmp_page = (uint8_t *)(((uintptr_t)tmp + CMA_PAGE - 1) & ~(uintptr_t)(CMA_PAGE - 1));
     size_t nsend_cap = (size_t)(last - first + 1) * (maxch ? maxch : 1) + 2, nsend = 0;
     wf_comm_req **sends = calloc(nsend_cap, sizeof *sends);
     wf_comm_req **recvs = calloc(maxch ? maxch : 1, sizeof *recvs);
@@ -469,15 +481,18 @@ static int ring_cma(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, cons
         return wf__err(WF_ENOMEM, "%s: no memory for %zu requests", what, nsend_cap);
     }
     uint64_t dl = deadline(c);
-    uint64_t mine = (uint64_t)(uintptr_t)buf, theirs = 0;
+    /* Where each rank's blocks are: [0] its working buffer, [1] its input ('src', or the
+     * buffer). The input is read at the first step only, the buffer afterwards. */
+    uint64_t mine[2] = { (uint64_t)(uintptr_t)buf, (uint64_t)(uintptr_t)(src ? src : buf) };
+    uint64_t theirs[2] = { 0, 0 };
     wf_comm_req *done_rq = NULL, *addr_rq = NULL;
     size_t nch = 0;
     /* The neighbours' buffers, and the "done" of the right one, posted first. */
-    int rc = wf__irecv(c, left, coll_tag(seq, 0xfffd), &theirs, sizeof theirs, &addr_rq);
+    int rc = wf__irecv(c, left, coll_tag(seq, 0xfffd), theirs, sizeof theirs, &addr_rq);
     if (rc == 0)
         rc = wf__irecv(c, right, coll_tag(seq, 0xfffe), NULL, 0, &done_rq);
     if (rc == 0)
-        rc = wf__isend(c, right, coll_tag(seq, 0xfffd), &mine, sizeof mine, &sends[nsend++]);
+        rc = wf__isend(c, right, coll_tag(seq, 0xfffd), mine, sizeof mine, &sends[nsend++]);
     if (rc == 0) {
         rc = wf__wait(addr_rq, dl, what);
         addr_rq = NULL;
@@ -499,15 +514,20 @@ static int ring_cma(wf_comm *c, uint8_t *buf, size_t es, const size_t *off, cons
                     break;
             }
             size_t at = (off[rb] + k * ce) * es;
+            uint64_t from = theirs[s == first ? 1 : 0] + at;
+            /* Reducing, this rank's own part of block rb is its input, untouched so far
+             * (each block is reduced once per rank): the result goes to 'buf'. */
+            const uint8_t *own = (src ? src : buf) + at;
             for (size_t p = 0; rc == 0 && p < cl; p += pe) {
                 size_t pl = cl - p < pe ? cl - p : pe;
                 uint8_t *dst = buf + at + p * es;
                 if (reducing) {
-                    rc = cma_read(c, left, tmp, theirs + at + p * es, pl * es, what);
+                    uint8_t *t = tmp_page + ((from + p * es) & (CMA_PAGE - 1));
+                    rc = cma_read(c, left, t, from + p * es, pl * es, what);
                     if (rc == 0)
-                        wf__reduce(dst, tmp, pl, dt, op);
+                        reduce3(dst, own + p * es, t, pl, dt, op);
                 } else {
-                    rc = cma_read(c, left, dst, theirs + at + p * es, pl * es, what);
+                    rc = cma_read(c, left, dst, from + p * es, pl * es, what);
                 }
             }
             if (rc == 0 && s < last)
@@ -590,9 +610,11 @@ static int allreduce_impl(wf_comm *c, const void *send, void *recv, size_t count
     uint32_t seq = ++c->coll_seq;
     bool small = bytes <= c->small_bytes || count < (size_t)c->size;
     uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
-    /* Recursive doubling reads 'send' itself; anything else starts from a copy in 'recv'
-     * (and so does a 'send' that overlaps 'recv' without being it). */
-    if (count && send != recv && (!small || c->size == 1 || (s < r + bytes && r < s + bytes))) {
+    /* Recursive doubling and the CMA ring read 'send' themselves; anything else starts from
+     * a copy in 'recv' (and so does a 'send' that overlaps 'recv' without being it). */
+    bool reads_send = small || c->cma;
+    if (count && send != recv &&
+        (!reads_send || c->size == 1 || (s < r + bytes && r < s + bytes))) {
         memmove(recv, send, bytes);
         send = recv;
     }
@@ -607,7 +629,8 @@ static int allreduce_impl(wf_comm *c, const void *send, void *recv, size_t count
             if (!ol)
                 return wf__err(WF_ENOMEM, "%s: out of memory", what);
             split(count, c->size, ol, ol + c->size);
-            rc = ring(c, recv, wf_dtype_size(dt), ol, ol + c->size, dt, op, true, true, seq, what);
+            rc = ring(c, recv, send == recv ? NULL : send, wf_dtype_size(dt), ol, ol + c->size, dt,
+                      op, true, true, seq, what);
             free(ol);
         }
     }
@@ -647,7 +670,7 @@ static int reduce_scatter_impl(wf_comm *c, const void *send, void *recv, size_t 
         memcpy(work, send, bytes * (size_t)n);
     shifted_blocks(n, count, ol, ol + n);
     if (n > 1 && count)
-        rc = ring(c, work, wf_dtype_size(dt), ol, ol + n, dt, op, true, false, seq, what);
+        rc = ring(c, work, NULL, wf_dtype_size(dt), ol, ol + n, dt, op, true, false, seq, what);
     if (rc == 0 && count) {
         memcpy(recv, work + (size_t)c->rank * bytes, bytes);
         if (op == WF_REDUCE_MEAN)
@@ -686,7 +709,7 @@ static int allgather_impl(wf_comm *c, const void *send, void *recv, size_t bytes
         return wf__err(WF_ENOMEM, "%s: out of memory", what);
     shifted_blocks(n, bytes, ol, ol + n);
     if (n > 1)
-        rc = ring(c, recv, 1, ol, ol + n, WF_U8, WF_REDUCE_SUM, false, true, seq, what);
+        rc = ring(c, recv, NULL, 1, ol, ol + n, WF_U8, WF_REDUCE_SUM, false, true, seq, what);
     free(ol);
     return rc;
 }

@@ -163,6 +163,14 @@ static int allreduce_body(wf_comm *c, int rank, int size, void *arg)
                                                         : "max",
                                  n, i, got, want);
                     }
+                    /* Both algorithms (and the CMA ring) read 'send' without a copy first:
+                     * it must come out as it went in. */
+                    for (size_t i = 0; !in_place && i < n; i++) {
+                        uint8_t want[8]; /* the widest dtype here */
+                        store(want, 0, dt, input(rank, i, salt));
+                        TU_CHECK(memcmp(want, send + i * esize(dt), esize(dt)) == 0,
+                                 "%s: send element %zu of %zu changed", wf_dtype_name(dt), i, n);
+                    }
                     if (same_everywhere(c, res, n * esize(dt), size, "allreduce"))
                         return 1;
                     free(send);
