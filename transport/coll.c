@@ -350,8 +350,9 @@ static int ring_cma(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, con
                     const size_t *len, wf_dtype dt, wf_reduce_op op, bool rs, bool ag, uint32_t seq,
                     const char *what);
 
-/* 'src': the input when it is not in 'buf' already (NULL: it is); only the CMA ring takes
- * one, which saves the copy of the input into 'buf'. */
+/* 'src': the input when it is not in 'buf' already (NULL: it is), read by the first sends and
+ * by each reduction (each block is reduced once per rank), which saves copying the input
+ * into 'buf' first; results go to 'buf'. */
 static int ring(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, const size_t *off,
                 const size_t *len, wf_dtype dt, wf_reduce_op op, bool rs, bool ag, uint32_t seq,
                 const char *what)
@@ -379,9 +380,10 @@ static int ring(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, const s
     uint64_t dl = deadline(c);
     int rc = 0;
     int v0 = rs ? rank : (rank + 1) % n;
+    const uint8_t *in = src ? src : buf;
     for (size_t k = 0; rc == 0 && k * ce < len[v0]; k++) {
         size_t cl = len[v0] - k * ce < ce ? len[v0] - k * ce : ce;
-        rc = wf__isend(c, right, coll_tag(seq, first), buf + (off[v0] + k * ce) * es, cl * es,
+        rc = wf__isend(c, right, coll_tag(seq, first), in + (off[v0] + k * ce) * es, cl * es,
                        &sends[nsend++]);
     }
     for (int s = first; rc == 0 && s <= last; s++) {
@@ -402,7 +404,7 @@ static int ring(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, const s
             recvs[k] = NULL;
             uint8_t *mine = buf + (off[rb] + k * ce) * es;
             if (reducing)
-                wf__reduce(mine, tmp + k * ce * es, cl, dt, op);
+                reduce3(mine, in + (off[rb] + k * ce) * es, tmp + k * ce * es, cl, dt, op);
             if (s < last)
                 rc = wf__isend(c, right, coll_tag(seq, s + 1), mine, cl * es, &sends[nsend++]);
         }
@@ -610,11 +612,9 @@ static int allreduce_impl(wf_comm *c, const void *send, void *recv, size_t count
     uint32_t seq = ++c->coll_seq;
     bool small = bytes <= c->small_bytes || count < (size_t)c->size;
     uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
-    /* Recursive doubling and the CMA ring read 'send' themselves; anything else starts from
-     * a copy in 'recv' (and so does a 'send' that overlaps 'recv' without being it). */
-    bool reads_send = small || c->cma;
-    if (count && send != recv &&
-        (!reads_send || c->size == 1 || (s < r + bytes && r < s + bytes))) {
+    /* Both algorithms read 'send' themselves; only a single rank, or a 'send' that overlaps
+     * 'recv' without being it, starts from a copy in 'recv'. */
+    if (count && send != recv && (c->size == 1 || (s < r + bytes && r < s + bytes))) {
         memmove(recv, send, bytes);
         send = recv;
     }
