@@ -212,25 +212,21 @@ template <> struct wf_cu_compute<__half> {
     typedef float type;
 };
 
+/* One case label of a dtype switch: for dtype E, BODY runs with 'T' the type TYPE. The
+ * dtype switches of the CUDA files are lists of these. */
+#define WF_CU_CASE(E, TYPE, T, BODY) \
+case E: {                            \
+    typedef TYPE T;                  \
+    BODY;                            \
+} break;
+
 /* The case labels of the floating dtypes (f32, f64, bf16, f16), each calling BODY with 'T'
  * its storage type: the shared part of the dtype switches below and in the kernel files. */
-#define WF_CU_FLOAT_CASES(T, BODY) \
-case WF_F32: {                     \
-    typedef float T;               \
-    BODY;                          \
-} break;                           \
-case WF_F64: {                     \
-    typedef double T;              \
-    BODY;                          \
-} break;                           \
-case WF_BF16: {                    \
-    typedef __nv_bfloat16 T;       \
-    BODY;                          \
-} break;                           \
-case WF_F16: {                     \
-    typedef __half T;              \
-    BODY;                          \
-} break;
+#define WF_CU_FLOAT_CASES(T, BODY)              \
+    WF_CU_CASE(WF_F32, float, T, BODY)          \
+    WF_CU_CASE(WF_F64, double, T, BODY)         \
+    WF_CU_CASE(WF_BF16, __nv_bfloat16, T, BODY) \
+    WF_CU_CASE(WF_F16, __half, T, BODY)
 
 /* Calls BODY with 'S' the storage type of floating dtype 'dt' (f32, f64, bf16, f16); 'ELSE'
  * runs for any other dtype. */

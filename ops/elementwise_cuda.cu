@@ -396,27 +396,15 @@ int wf__where_cuda(const wf_kernel_ctx *ctx, const wf_tensor *cond, const wf_ten
 /* Calls BODY with 'T' the element type of cast source or destination dtype 'dt' (every dtype
  * cast supports; bool as wf_cu_bool); 'ELSE' runs for any other. Nests: the destination's
  * switch goes in the source's BODY, with another name for T. */
-#define CAST_SWITCH(dt, T, BODY, ELSE) \
-    switch (dt) {                      \
-        WF_CU_FLOAT_CASES(T, BODY)     \
-    case WF_I32: {                     \
-        typedef int32_t T;             \
-        BODY;                          \
-    } break;                           \
-    case WF_I64: {                     \
-        typedef int64_t T;             \
-        BODY;                          \
-    } break;                           \
-    case WF_U8: {                      \
-        typedef uint8_t T;             \
-        BODY;                          \
-    } break;                           \
-    case WF_BOOL: {                    \
-        typedef wf_cu_bool T;          \
-        BODY;                          \
-    } break;                           \
-    default:                           \
-        ELSE;                          \
+#define CAST_SWITCH(dt, T, BODY, ELSE)           \
+    switch (dt) {                                \
+        WF_CU_FLOAT_CASES(T, BODY)               \
+        WF_CU_CASE(WF_I32, int32_t, T, BODY)     \
+        WF_CU_CASE(WF_I64, int64_t, T, BODY)     \
+        WF_CU_CASE(WF_U8, uint8_t, T, BODY)      \
+        WF_CU_CASE(WF_BOOL, wf_cu_bool, T, BODY) \
+    default:                                     \
+        ELSE;                                    \
     }
 
 int wf__cast_cuda(const wf_kernel_ctx *ctx, const wf_tensor *x, wf_tensor *out)

@@ -185,57 +185,30 @@ template <class T> __device__ __forceinline__ T idiv(T x, T y, int64_t i, unsign
 
 /* Calls BODY with 'T' the register type of dtype 'dt' among f32, f64, i32, i64 and u8/bool
  * (bool as uint8_t: comparisons of bools compare their bytes, as the CPU's u8 loops). */
-#define FU_NUM_SWITCH(dt, BODY) \
-    switch (dt) {               \
-    case WF_F32: {              \
-        typedef float T;        \
-        BODY;                   \
-    } break;                    \
-    case WF_F64: {              \
-        typedef double T;       \
-        BODY;                   \
-    } break;                    \
-    case WF_I32: {              \
-        typedef int32_t T;      \
-        BODY;                   \
-    } break;                    \
-    case WF_I64: {              \
-        typedef int64_t T;      \
-        BODY;                   \
-    } break;                    \
-    default: { /* u8, bool */   \
-        typedef uint8_t T;      \
-        BODY;                   \
-    } break;                    \
+#define FU_NUM_SWITCH(dt, BODY)              \
+    switch (dt) {                            \
+        WF_CU_CASE(WF_F32, float, T, BODY)   \
+        WF_CU_CASE(WF_F64, double, T, BODY)  \
+        WF_CU_CASE(WF_I32, int32_t, T, BODY) \
+        WF_CU_CASE(WF_I64, int64_t, T, BODY) \
+    default: { /* u8, bool */                \
+        typedef uint8_t T;                   \
+        BODY;                                \
+    } break;                                 \
     }
 
 /* Calls BODY with 'C' the element type cast converts dtype 'dt' as (ops/cuda_scalar.h). */
-#define FU_CAST_SWITCH(dt, C, BODY) \
-    switch (dt) {                   \
-    case WF_F32: {                  \
-        typedef float C;            \
-        BODY;                       \
-    } break;                        \
-    case WF_F64: {                  \
-        typedef double C;           \
-        BODY;                       \
-    } break;                        \
-    case WF_I32: {                  \
-        typedef int32_t C;          \
-        BODY;                       \
-    } break;                        \
-    case WF_I64: {                  \
-        typedef int64_t C;          \
-        BODY;                       \
-    } break;                        \
-    case WF_U8: {                   \
-        typedef uint8_t C;          \
-        BODY;                       \
-    } break;                        \
-    default: { /* bool */           \
-        typedef wf_cu_bool C;       \
-        BODY;                       \
-    } break;                        \
+#define FU_CAST_SWITCH(dt, C, BODY)          \
+    switch (dt) {                            \
+        WF_CU_CASE(WF_F32, float, C, BODY)   \
+        WF_CU_CASE(WF_F64, double, C, BODY)  \
+        WF_CU_CASE(WF_I32, int32_t, C, BODY) \
+        WF_CU_CASE(WF_I64, int64_t, C, BODY) \
+        WF_CU_CASE(WF_U8, uint8_t, C, BODY)  \
+    default: { /* bool */                    \
+        typedef wf_cu_bool C;                \
+        BODY;                                \
+    } break;                                 \
     }
 
 /* Runs instruction 'x' of program 'P' for output element 'i' into register 'dst'. */
