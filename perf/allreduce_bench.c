@@ -19,18 +19,17 @@
  * MPI headers; without mpirun (or that library) it is skipped with a line saying so.
  * Default repetitions: 20 up to 1 MiB, 10 up to 16 MiB, 5 above (--reps sets all).
  * Binding: mpirun binds each of 2 ranks to a core of its own by default (--report-bindings:
- * rank 0 on core 0, rank 1 on core 1), so each weft rank binds itself the same way (to
- * the rank-th core it may run on) before it makes its comm. Unbound on the loaded 2-core
- * machine, the two ranks of either library often shared a core, and a polling wait then
- * kept the partner off it for a time slice: 4 KiB medians of 33-233 us instead of 1.2 us
- * (weft), and one of 23 ms (Open MPI with --bind-to none). --no-bind leaves both
- * unbound (mpirun --bind-to none). */
+ * rank 0 on core 0, rank 1 on core 1), so the weft ranks run under 'weft-run --bind-to
+ * core', which binds them the same way (rank r to the r-th core it may use). Unbound on the loaded
+ * 2-core machine, the two ranks of either library often shared a core, and a polling wait then kept
+ * the partner off it for a time slice: 4 KiB medians of 33-233 us instead of 1.2 us (weft), and one
+ * of 23 ms (Open MPI with --bind-to none). --no-bind leaves both unbound (mpirun --bind-to none).
+ */
 #include "bench_util.h"
 
 #include <weft/weft.h>
 
 #include <dlfcn.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -93,41 +92,6 @@ static void report(FILE *f, const ab_opts *o, const char *impl, const char *tran
 
 /* ---- weft: one rank under weft-run ---------------------------------------------------- */
 
-/* Whether 'cpu' is the first hardware thread of its core (or its topology is unknown). */
-static bool first_thread(int cpu)
-{
-    char path[96];
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
-    FILE *f = fopen(path, "r");
-    int first = cpu;
-    if (f) {
-        if (fscanf(f, "%d", &first) != 1)
-            first = cpu;
-        fclose(f);
-    }
-    return first == cpu;
-}
-
-/* Binds this process to a core of its own, as mpirun does for its ranks (the header says
- * why): the rank-th of the allowed CPUs that are their core's first hardware thread
- * (modulo their count), so that two ranks never share a core through its siblings. */
-static void bind_rank(int rank)
-{
-    cpu_set_t allowed, one;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        return;
-    int cores[CPU_SETSIZE], n = 0;
-    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
-        if (CPU_ISSET(cpu, &allowed) && first_thread(cpu))
-            cores[n++] = cpu;
-    if (n == 0)
-        return;
-    CPU_ZERO(&one);
-    CPU_SET(cores[rank % n], &one);
-    if (sched_setaffinity(0, sizeof one, &one) != 0)
-        perror("allreduce_bench: sched_setaffinity");
-}
-
 static int weft_rank(const ab_opts *o, const char *transport, const char *out_path)
 {
     wf_comm_opts co = { 0 };
@@ -137,8 +101,6 @@ static int weft_rank(const ab_opts *o, const char *transport, const char *out_pa
                 rc < 0 ? wf_last_errmsg() : "no WEFT_RANK/WEFT_SIZE, or not 2 ranks");
         return 1;
     }
-    if (!o->no_bind)
-        bind_rank(co.rank);
 #if AB_TSAN
     /* As the transport tests do (tests/transport/transport_util.h): UCX's memory hooks crash
      * exiting threads under ThreadSanitizer (both ranks: signal 11 at exit, every run). */
@@ -222,8 +184,8 @@ static int run_weft(const ab_opts *o, const char *self, const char *transport)
     close(fd);
     char args[512], cmd[8192];
     common_args(o, args, sizeof args);
-    snprintf(cmd, sizeof cmd, "'%s' -n 2 -- '%s' --rank %s --out %s %s", WF_WEFT_RUN, self,
-             transport, out, args);
+    snprintf(cmd, sizeof cmd, "'%s' -n 2 --bind-to %s -- '%s' --rank %s --out %s %s", WF_WEFT_RUN,
+             o->no_bind ? "none" : "core", self, transport, out, args);
     fflush(NULL);
     int st = system(cmd);
     FILE *f = fopen(out, "r");

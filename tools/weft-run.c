@@ -1,5 +1,5 @@
 /* tools/weft-run.c: the launcher: starts N local ranks of a program.
- *   weft-run -n N [--host ADDR] [--token T] [--] program [args...]
+ *   weft-run -n N [--host ADDR] [--token T] [--bind-to core|none] [--] program [args...]
  * Each rank gets WEFT_RANK, WEFT_SIZE, WEFT_ADDR (rank 0's rendezvous "host:port": a free
  * loopback port unless --host names an address) and WEFT_TOKEN (random unless --token), which
  * wf_dist_opts_from_env() turns into wf_comm_opts. Every line a rank writes to stdout or
@@ -7,6 +7,10 @@
  * forwarded to every rank. When a rank dies (exits non-zero or by a signal) the others are
  * sent SIGTERM, then SIGKILL 2 s later, and weft-run exits with that rank's status (128 +
  * signal for a signal), naming it. All ranks exiting 0 makes weft-run exit 0.
+ * --bind-to core (as mpirun's default for small jobs) binds rank r to the (r mod C)-th of the
+ * C cores weft-run may use (the first hardware thread of each), so two ranks share a core
+ * only when there are more ranks than cores; the rank inherits it from weft-run, which holds
+ * that binding only while it forks the rank. --bind-to none (the default) leaves them free.
  * Owns: the child processes, their output pipes, the line buffers.
  * Built on libuv (processes, pipes, signals), like the control plane of transport/. */
 #include <uv.h>
@@ -15,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -54,11 +59,43 @@ typedef struct launcher {
     char rbuf[65536]; /* one loop thread: one read buffer serves every pipe */
 } launcher;
 
+/* Whether 'cpu' is the first hardware thread of its core (or its topology is unknown). */
+static bool first_thread(int cpu)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", cpu);
+    FILE *f = fopen(path, "r");
+    int first = cpu;
+    if (f) {
+        if (fscanf(f, "%d", &first) != 1)
+            first = cpu;
+        fclose(f);
+    }
+    return first == cpu;
+}
+
+/* The cores weft-run may use, as the first hardware thread of each; returns their count
+ * (0: the affinity could not be read). */
+static int usable_cores(cpu_set_t *allowed, int *cores)
+{
+    if (sched_getaffinity(0, sizeof *allowed, allowed) != 0)
+        return 0;
+    int n = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, allowed) && first_thread(cpu))
+            cores[n++] = cpu;
+    return n;
+}
+
 static void usage(void)
 {
-    fprintf(stderr, "usage: weft-run -n N [--host ADDR] [--token T] [--] program [args...]\n"
-                    "  starts N ranks of 'program' on this machine with WEFT_RANK, WEFT_SIZE,\n"
-                    "  WEFT_ADDR and WEFT_TOKEN set; output lines are prefixed with the rank.\n");
+    fprintf(stderr,
+            "usage: weft-run -n N [--host ADDR] [--token T] [--bind-to core|none] [--] program "
+            "[args...]\n"
+            "  starts N ranks of 'program' on this machine with WEFT_RANK, WEFT_SIZE,\n"
+            "  WEFT_ADDR and WEFT_TOKEN set; output lines are prefixed with the rank.\n"
+            "  --bind-to core binds rank r to the (r mod C)-th of the C usable cores\n"
+            "  (as mpirun does); none (the default) leaves the ranks unbound.\n");
 }
 
 static void flush_line(out_pipe *o)
@@ -233,6 +270,7 @@ int main(int argc, char **argv)
     }
     int n = 0, i = 1;
     const char *host = NULL, *token = NULL;
+    bool bind = false;
     for (; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
             i++;
@@ -249,6 +287,13 @@ int main(int argc, char **argv)
             host = argv[++i];
         } else if (!strcmp(argv[i], "--token") && i + 1 < argc) {
             token = argv[++i];
+        } else if (!strcmp(argv[i], "--bind-to") && i + 1 < argc) {
+            const char *b = argv[++i];
+            if (strcmp(b, "core") && strcmp(b, "none")) {
+                fprintf(stderr, "weft-run: --bind-to %s: expected 'core' or 'none'\n", b);
+                return 2;
+            }
+            bind = !strcmp(b, "core");
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage();
             return 0;
@@ -319,6 +364,16 @@ int main(int argc, char **argv)
     snprintf(e_addr, sizeof e_addr, "WEFT_ADDR=%s", addr);
     snprintf(e_tok, sizeof e_tok, "WEFT_TOKEN=%s", token ? token : tok);
 
+    /* --bind-to core: each fork inherits the binding weft-run holds while it forks. */
+    cpu_set_t allowed;
+    int *cores = bind ? malloc(CPU_SETSIZE * sizeof *cores) : NULL, n_cores = 0;
+    if (bind && (!cores || (n_cores = usable_cores(&allowed, cores)) == 0)) {
+        fprintf(stderr, "weft-run: --bind-to core: %s\n",
+                cores ? "cannot read this process's CPU affinity" : "out of memory");
+        free(cores);
+        return 1;
+    }
+
     for (int r = 0; r < n; r++) {
         rank *rk = &L->ranks[r];
         rk->index = r;
@@ -346,7 +401,17 @@ int main(int argc, char **argv)
             .flags = UV_PROCESS_DETACHED,
         };
         rk->proc.data = rk;
+        if (n_cores) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cores[r % n_cores], &one);
+            if (sched_setaffinity(0, sizeof one, &one) != 0)
+                fprintf(stderr, "weft-run: rank %d: binding to cpu %d: %s\n", r, cores[r % n_cores],
+                        strerror(errno));
+        }
         int rc = uv_spawn(L->loop, &rk->proc, &po);
+        if (n_cores)
+            sched_setaffinity(0, sizeof allowed, &allowed);
         if (rc != 0) {
             fprintf(stderr, "weft-run: cannot start rank %d ('%s'): %s\n", r, argv[i],
                     uv_strerror(rc));
@@ -364,6 +429,7 @@ int main(int argc, char **argv)
         for (int p = 0; p < 2; p++)
             uv_read_start((uv_stream_t *)&pipes[p]->pipe, on_alloc, on_read);
     }
+    free(cores);
     if (L->alive == 0)
         close_loop_handles(L);
     uv_run(L->loop, UV_RUN_DEFAULT);

@@ -5,7 +5,10 @@
  * constructor runs the rank's part and exits before Criterion's main. */
 #include "transport_util.h"
 
+#include <sched.h>
+#include <stdio.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #ifndef WF_WEFT_RUN
 #    error "WF_WEFT_RUN (the path of weft-run) must be defined by the build"
@@ -18,6 +21,18 @@ __attribute__((constructor)) static void rank_main(void)
     const char *mode = getenv("WF_LAUNCHER_MODE");
     if (!mode)
         return;
+    if (!strcmp(mode, "affinity")) { /* print the CPUs this rank may run on, and leave */
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) != 0)
+            _exit(23);
+        printf("rank %s cpus", getenv("WEFT_RANK"));
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+            if (CPU_ISSET(cpu, &set))
+                printf(" %d", cpu);
+        printf(" end\n");
+        fflush(stdout);
+        _exit(0);
+    }
     wf_comm_opts o = { 0 };
     int rc = wf_dist_opts_from_env(&o);
     if (rc != 1) {
@@ -48,16 +63,17 @@ __attribute__((constructor)) static void rank_main(void)
 
 TestSuite(transport_launcher, .timeout = WF_TEST_TIMEOUT(60), .fini = wf_test_fini);
 
-/* Runs weft-run -n 'n' on this executable in 'mode'; returns its exit status and output. */
-static int launch(int n, const char *mode, char *out, size_t cap)
+/* Runs weft-run -n 'n' 'opts' on this executable in 'mode'; returns its exit status and
+ * output. */
+static int launch_with(int n, const char *opts, const char *mode, char *out, size_t cap)
 {
     char self[4096];
     ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
     cr_assert_gt(k, 0);
     self[k] = 0;
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "WF_LAUNCHER_MODE=%s timeout 30 %s -n %d -- %s 2>&1", mode,
-             WF_WEFT_RUN, n, self);
+    snprintf(cmd, sizeof cmd, "WF_LAUNCHER_MODE=%s timeout 30 %s -n %d %s -- %s 2>&1", mode,
+             WF_WEFT_RUN, n, opts, self);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     size_t len = fread(out, 1, cap - 1, p);
@@ -65,6 +81,79 @@ static int launch(int n, const char *mode, char *out, size_t cap)
     int st = pclose(p);
     cr_assert(WIFEXITED(st), "weft-run did not exit");
     return WEXITSTATUS(st);
+}
+
+static int launch(int n, const char *mode, char *out, size_t cap)
+{
+    return launch_with(n, "", mode, out, cap);
+}
+
+/* Rank r's CPUs from an "affinity" run's output, as a set; false if its line is missing. */
+static bool rank_cpus(const char *out, int r, cpu_set_t *set)
+{
+    char head[48];
+    snprintf(head, sizeof head, "[%d] rank %d cpus", r, r);
+    const char *p = strstr(out, head);
+    if (!p)
+        return false;
+    p += strlen(head);
+    CPU_ZERO(set);
+    int cpu, used;
+    while (sscanf(p, " %d%n", &cpu, &used) == 1) {
+        if (cpu >= 0 && cpu < CPU_SETSIZE)
+            CPU_SET(cpu, set);
+        p += used;
+    }
+    return strncmp(p, " end", 4) == 0;
+}
+
+/* --bind-to core: every rank on one CPU of those weft-run may use, the first ranks on
+ * different ones (when there are two cores); none (the default): ranks inherit weft-run's
+ * whole set; anything else is refused with exit code 2 and a message. */
+Test(transport_launcher, bind_to_core_puts_each_rank_on_a_cpu_of_its_own)
+{
+    cpu_set_t mine, s0, s1, s2;
+    cr_assert_eq(sched_getaffinity(0, sizeof mine, &mine), 0);
+    char out[16384];
+    int code = launch_with(3, "--bind-to core", "affinity", out, sizeof out);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_assert(rank_cpus(out, 0, &s0) && rank_cpus(out, 1, &s1) && rank_cpus(out, 2, &s2), "%s",
+              out);
+    const cpu_set_t *sets[3] = { &s0, &s1, &s2 };
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(CPU_COUNT(sets[r]), 1, "rank %d is not bound to one cpu:\n%s", r, out);
+        cpu_set_t both;
+        CPU_AND(&both, sets[r], &mine);
+        cr_assert_eq(CPU_COUNT(&both), 1, "rank %d is bound outside our cpus:\n%s", r, out);
+    }
+    /* With two cores or more among our CPUs, ranks 0 and 1 are on different ones. */
+    int cores = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &mine))
+            continue;
+        char path[96];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list",
+                 cpu);
+        FILE *f = fopen(path, "r");
+        int first = cpu;
+        if (f) {
+            if (fscanf(f, "%d", &first) != 1)
+                first = cpu;
+            fclose(f);
+        }
+        cores += first == cpu;
+    }
+    if (cores >= 2)
+        cr_assert(!CPU_EQUAL(&s0, &s1), "ranks 0 and 1 share a cpu:\n%s", out);
+
+    code = launch_with(2, "", "affinity", out, sizeof out);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_assert(rank_cpus(out, 0, &s0) && rank_cpus(out, 1, &s1), "%s", out);
+    cr_assert(CPU_EQUAL(&s0, &mine) && CPU_EQUAL(&s1, &mine), "unbound ranks differ:\n%s", out);
+
+    code = launch_with(2, "--bind-to socket", "affinity", out, sizeof out);
+    cr_assert_eq(code, 2, "exit %d:\n%s", code, out);
+    cr_assert(strstr(out, "--bind-to socket: expected 'core' or 'none'"), "%s", out);
 }
 
 Test(transport_launcher, ranks_find_each_other_and_output_is_prefixed)
