@@ -263,11 +263,6 @@ static void random_token(char *out, size_t n)
 
 int main(int argc, char **argv)
 {
-    launcher *L = calloc(1, sizeof *L);
-    if (!L) {
-        fprintf(stderr, "weft-run: out of memory\n");
-        return 1;
-    }
     int n = 0, i = 1;
     const char *host = NULL, *token = NULL;
     bool bind = false;
@@ -324,6 +319,11 @@ int main(int argc, char **argv)
     if (!token)
         random_token(tok, sizeof tok);
 
+    launcher *L = calloc(1, sizeof *L); /* after the arguments: no leak on a bad one */
+    if (!L) {
+        fprintf(stderr, "weft-run: out of memory\n");
+        return 1;
+    }
     L->loop = uv_default_loop();
     L->loop->data = L;
     L->n = n;
