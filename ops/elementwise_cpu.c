@@ -301,9 +301,8 @@ int wf__kernel_check_out(const char *op, const wf_tensor *out, wf_dtype dt, wf_s
     return 0;
 }
 
-/* Broadcasts the shapes of 'in[0..n)' (names in 'names') or fails with both shapes named. */
-static int broadcast_shapes(const char *op, const wf_tensor *const *in, const char *const *names,
-                            int n, wf_shape *res)
+int wf__ops_broadcast_shapes(const char *op, const wf_tensor *const *in, const char *const *names,
+                             int n, wf_shape *res)
 {
     wf_shape r = in[0]->shape;
     for (int i = 1; i < n; i++) {
@@ -750,7 +749,7 @@ int wf__binary_cpu(const wf_kctx *ctx, wf_binary_op op, const wf_tensor *a, cons
         return rc;
     const char *const names[2] = { "a", "b" };
     wf_shape shape;
-    rc = broadcast_shapes(name, in, names, 2, &shape);
+    rc = wf__ops_broadcast_shapes(name, in, names, 2, &shape);
     if (rc < 0)
         return rc;
     rc = wf__kernel_check_out(name, out, dt, shape);
@@ -902,8 +901,8 @@ EW_WHERE(where_2, uint16_t)
 EW_WHERE(where_4, uint32_t)
 EW_WHERE(where_8, uint64_t)
 
-int wf__where_cpu(const wf_kctx *ctx, const wf_tensor *cond, const wf_tensor *a, const wf_tensor *b,
-                  wf_tensor *out)
+int wf__ops_where_check(const wf_tensor *cond, const wf_tensor *a, const wf_tensor *b,
+                        const wf_tensor *out, wf_shape *shape)
 {
     if (!cond || !a || !b)
         return wf__err(WF_EINVAL, "where: %s is NULL", !cond ? "cond" : !a ? "a" : "b");
@@ -914,13 +913,18 @@ int wf__where_cpu(const wf_kctx *ctx, const wf_tensor *cond, const wf_tensor *a,
                        wf_dtype_name(b->dtype));
     const wf_tensor *in[3] = { cond, a, b };
     const char *const names[3] = { "cond", "a", "b" };
+    int rc = wf__ops_broadcast_shapes("where", in, names, 3, shape);
+    return rc < 0 ? rc : wf__kernel_check_out("where", out, a->dtype, *shape);
+}
+
+int wf__where_cpu(const wf_kctx *ctx, const wf_tensor *cond, const wf_tensor *a, const wf_tensor *b,
+                  wf_tensor *out)
+{
     wf_shape shape;
-    int rc = broadcast_shapes("where", in, names, 3, &shape);
+    int rc = wf__ops_where_check(cond, a, b, out, &shape);
     if (rc < 0)
         return rc;
-    rc = wf__kernel_check_out("where", out, a->dtype, shape);
-    if (rc < 0)
-        return rc;
+    const wf_tensor *in[3] = { cond, a, b };
     ew_fn fn;
     switch (wf_dtype_size(a->dtype)) {
     case 1:

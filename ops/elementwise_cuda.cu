@@ -194,25 +194,6 @@ static const char *const binary_names[WF_BINARY_COUNT] = {
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
 };
 
-/* The broadcast shape of 'in[0..n)' or WF_ESHAPE naming both shapes. */
-static int broadcast_shapes(const char *op, const wf_tensor *const *in, const char *const *names,
-                            int n, wf_shape *res)
-{
-    wf_shape r = in[0]->shape;
-    for (int i = 1; i < n; i++) {
-        wf_shape t;
-        if (wf_shape_broadcast(r, in[i]->shape, &t) < 0) {
-            char s1[160], s2[160];
-            return wf__err(WF_ESHAPE, "%s: %s is %s and %s is %s: they do not broadcast", op,
-                           names[i - 1], wf_shape_str(in[i - 1]->shape, s1, sizeof s1), names[i],
-                           wf_shape_str(in[i]->shape, s2, sizeof s2));
-        }
-        r = t;
-    }
-    *res = r;
-    return 0;
-}
-
 static int integer_div(const char *name, cudaStream_t s, const wf_cu_map &m, const wf_tensor *a,
                        const wf_tensor *b, wf_tensor *out)
 {
@@ -262,7 +243,7 @@ int wf__binary_cuda(const wf_kernel_ctx *ctx, wf_binary_op op, const wf_tensor *
     const wf_tensor *in[2] = { a, b };
     const char *const names[2] = { "a", "b" };
     wf_shape shape;
-    int rc = broadcast_shapes(name, in, names, 2, &shape);
+    int rc = wf__ops_broadcast_shapes(name, in, names, 2, &shape);
     if (rc < 0)
         return rc;
     rc = wf__kernel_check_out(name, out, cmp ? WF_BOOL : dt, shape);
@@ -353,20 +334,9 @@ int wf__activation_grad_cuda(const wf_kernel_ctx *ctx, wf_act_grad_op op, double
 int wf__where_cuda(const wf_kernel_ctx *ctx, const wf_tensor *cond, const wf_tensor *a,
                    const wf_tensor *b, wf_tensor *out)
 {
-    if (!cond || !a || !b)
-        return wf__err(WF_EINVAL, "where: %s is NULL", !cond ? "cond" : !a ? "a" : "b");
-    if (cond->dtype != WF_BOOL)
-        return wf__err(WF_EDTYPE, "where: cond is %s but must be bool", wf_dtype_name(cond->dtype));
-    if (a->dtype != b->dtype)
-        return wf__err(WF_EDTYPE, "where: a is %s but b is %s", wf_dtype_name(a->dtype),
-                       wf_dtype_name(b->dtype));
-    const wf_tensor *in[3] = { cond, a, b };
-    const char *const names[3] = { "cond", "a", "b" };
     wf_shape shape;
-    int rc = broadcast_shapes("where", in, names, 3, &shape);
-    if (rc < 0)
-        return rc;
-    rc = wf__kernel_check_out("where", out, a->dtype, shape);
+    int rc = wf__ops_where_check(cond, a, b, out, &shape);
+    const wf_tensor *in[3] = { cond, a, b };
     const wf__cuda_queue *q;
     if (rc < 0 || (rc = wf__cuda_enter(ctx, "where", &q)) < 0)
         return rc;

@@ -17,6 +17,30 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* elementwise_cpu.c: the broadcast shape of 'in[0..n)' (named 'names' in messages) in
+ * 'res', or WF_ESHAPE naming the two shapes that do not broadcast. */
+int wf__ops_broadcast_shapes(const char *op, const wf_tensor *const *in, const char *const *names,
+                             int n, wf_shape *res);
+
+/* elementwise_cpu.c: where(cond, a, b)'s checks (cond bool, a and b of one dtype, the three
+ * broadcast, 'out' of a's dtype and the broadcast shape, which goes to 'shape'). */
+int wf__ops_where_check(const wf_tensor *cond, const wf_tensor *a, const wf_tensor *b,
+                        const wf_tensor *out, wf_shape *shape);
+
+/* The geometry of a 2-D pooling op over an NCHW input, which pool_cpu.c's and
+ * pool_cuda.cu's plans both carry. */
+typedef struct wf__pool_geom {
+    int64_t N, C, H, W, OH, OW, KH, KW, sh, sw, pt, pl; /* sizes, window, stride, pads */
+    bool incl;                                          /* count_include_pad */
+} wf__pool_geom;
+
+/* pool_cpu.c: the checks of pooling op 'op' ('bwd': a backward op, which reads 'dy';
+ * 'avg_bwd': average pooling's backward, where 'out' gives x's shape and 'x' is not read),
+ * with the same messages on every device; fills in 'g' and the dtype 'dt'. */
+int wf__ops_pool_check(const char *op, bool bwd, bool avg_bwd, const wf_pool_params *prm,
+                       const wf_tensor *x, const wf_tensor *dy, const wf_tensor *out,
+                       wf__pool_geom *g, wf_dtype *dt);
+
 /* Writes to 'st[0..r)' the strides of 't' broadcast to a rank-'r' shape ('t' broadcasts to
  * it: checked by the caller), in units of 'unit' per element (1: elements; the dtype's size:
  * bytes); 0 along the axes that 't' lacks or has size 1 on. */

@@ -18,8 +18,7 @@ static const char *const pl_names[] = { "max_pool2d", "avg_pool2d", "max_pool2d_
 
 struct pl_plan {
     int kind;
-    bool incl;
-    int64_t N, C, H, W, OH, OW, KH, KW, sh, sw, pt, pl;
+    wf__pool_geom g; /* from wf__ops_pool_check, as the CPU's */
     int64_t xst[4], dst[4];
 };
 
@@ -38,16 +37,16 @@ __device__ __forceinline__ int64_t window_max(const pl_plan &p, const S *x, int6
                                               T *value)
 {
     int64_t h0, h1, w0, w1;
-    span(oh, p.sh, p.pt, p.KH, p.H, &h0, &h1);
-    span(ow, p.sw, p.pl, p.KW, p.W, &w0, &w1);
+    span(oh, p.g.sh, p.g.pt, p.g.KH, p.g.H, &h0, &h1);
+    span(ow, p.g.sw, p.g.pl, p.g.KW, p.g.W, &w0, &w1);
     T m = wf_cu_ld<T>(x[h0 * p.xst[2] + w0 * p.xst[3]]);
-    int64_t at = h0 * p.W + w0;
+    int64_t at = h0 * p.g.W + w0;
     for (int64_t ih = h0; ih < h1 && m == m; ih++)
         for (int64_t iw = ih == h0 ? w0 + 1 : w0; iw < w1; iw++) {
             T v = wf_cu_ld<T>(x[ih * p.xst[2] + iw * p.xst[3]]);
             if (v > m || v != v) {
                 m = v;
-                at = ih * p.W + iw;
+                at = ih * p.g.W + iw;
                 if (v != v)
                     break;
             }
@@ -60,14 +59,14 @@ template <class S> static __global__ void pool_k(pl_plan p, const S *x, const S 
 {
     typedef typename wf_cu_compute<S>::type T;
     bool bwd = p.kind == PL_MAX_BWD || p.kind == PL_AVG_BWD;
-    int64_t per = bwd ? p.H * p.W : p.OH * p.OW, n = p.N * p.C * per;
+    int64_t per = bwd ? p.g.H * p.g.W : p.g.OH * p.g.OW, n = p.g.N * p.g.C * per;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t plane = i / per, e = i % per, b = plane / p.C, c = plane % p.C;
+        int64_t plane = i / per, e = i % per, b = plane / p.g.C, c = plane % p.g.C;
         const S *xp = x ? x + b * p.xst[0] + c * p.xst[1] : NULL;
         const S *dp = dy ? dy + b * p.dst[0] + c * p.dst[1] : NULL;
         if (!bwd) {
-            int64_t oh = e / p.OW, ow = e % p.OW;
+            int64_t oh = e / p.g.OW, ow = e % p.g.OW;
             if (p.kind == PL_MAX) {
                 T m;
                 window_max<S, T>(p, xp, oh, ow, &m);
@@ -75,9 +74,9 @@ template <class S> static __global__ void pool_k(pl_plan p, const S *x, const S 
                 continue;
             }
             int64_t h0, h1, w0, w1;
-            span(oh, p.sh, p.pt, p.KH, p.H, &h0, &h1);
-            span(ow, p.sw, p.pl, p.KW, p.W, &w0, &w1);
-            double div = p.incl ? (double)(p.KH * p.KW) : (double)((h1 - h0) * (w1 - w0));
+            span(oh, p.g.sh, p.g.pt, p.g.KH, p.g.H, &h0, &h1);
+            span(ow, p.g.sw, p.g.pl, p.g.KW, p.g.W, &w0, &w1);
+            double div = p.g.incl ? (double)(p.g.KH * p.g.KW) : (double)((h1 - h0) * (w1 - w0));
             double s = 0;
             for (int64_t ih = h0; ih < h1; ih++)
                 for (int64_t iw = w0; iw < w1; iw++)
@@ -86,15 +85,15 @@ template <class S> static __global__ void pool_k(pl_plan p, const S *x, const S 
             continue;
         }
         /* the windows (oh, ow) that cover input (ih, iw), in window order */
-        int64_t ih = e / p.W, iw = e % p.W;
-        int64_t oh0 = ih + p.pt - p.KH + 1, ow0 = iw + p.pl - p.KW + 1;
-        oh0 = oh0 <= 0 ? 0 : (oh0 + p.sh - 1) / p.sh;
-        ow0 = ow0 <= 0 ? 0 : (ow0 + p.sw - 1) / p.sw;
-        int64_t oh1 = (ih + p.pt) / p.sh, ow1 = (iw + p.pl) / p.sw;
-        if (oh1 > p.OH - 1)
-            oh1 = p.OH - 1;
-        if (ow1 > p.OW - 1)
-            ow1 = p.OW - 1;
+        int64_t ih = e / p.g.W, iw = e % p.g.W;
+        int64_t oh0 = ih + p.g.pt - p.g.KH + 1, ow0 = iw + p.g.pl - p.g.KW + 1;
+        oh0 = oh0 <= 0 ? 0 : (oh0 + p.g.sh - 1) / p.g.sh;
+        ow0 = ow0 <= 0 ? 0 : (ow0 + p.g.sw - 1) / p.g.sw;
+        int64_t oh1 = (ih + p.g.pt) / p.g.sh, ow1 = (iw + p.g.pl) / p.g.sw;
+        if (oh1 > p.g.OH - 1)
+            oh1 = p.g.OH - 1;
+        if (ow1 > p.g.OW - 1)
+            ow1 = p.g.OW - 1;
         T acc = 0;
         for (int64_t oh = oh0; oh <= oh1; oh++)
             for (int64_t ow = ow0; ow <= ow1; ow++) {
@@ -106,9 +105,9 @@ template <class S> static __global__ void pool_k(pl_plan p, const S *x, const S 
                     continue;
                 }
                 int64_t h0, h1, w0, w1;
-                span(oh, p.sh, p.pt, p.KH, p.H, &h0, &h1);
-                span(ow, p.sw, p.pl, p.KW, p.W, &w0, &w1);
-                double div = p.incl ? (double)(p.KH * p.KW) : (double)((h1 - h0) * (w1 - w0));
+                span(oh, p.g.sh, p.g.pt, p.g.KH, p.g.H, &h0, &h1);
+                span(ow, p.g.sw, p.g.pl, p.g.KW, p.g.W, &w0, &w1);
+                double div = p.g.incl ? (double)(p.g.KH * p.g.KW) : (double)((h1 - h0) * (w1 - w0));
                 acc += (T)((double)g / div);
             }
         out[i] = wf_cu_st<S>(acc);
@@ -121,74 +120,13 @@ static int run(const wf_kernel_ctx *ctx, int kind, const wf_pool_params *prm, co
                const wf_tensor *dy, wf_tensor *out)
 {
     const char *op = pl_names[kind];
-    bool bwd = kind == PL_MAX_BWD || kind == PL_AVG_BWD;
-    char s1[160], s2[160], s3[160];
-    if (!prm || !out || (kind != PL_AVG_BWD && !x) || (bwd && !dy))
-        return wf__err(WF_EINVAL, "%s: %s is NULL", op,
-                       !prm                         ? "params"
-                       : !out                       ? "out"
-                       : (kind != PL_AVG_BWD && !x) ? "x"
-                                                    : "dy");
-    const wf_tensor *first = x ? x : dy;
-    wf_dtype dt = first->dtype;
-    if (x && dy && x->dtype != dy->dtype)
-        return wf__err(WF_EDTYPE, "%s: x is %s %s but dy is %s %s", op, wf_dtype_name(x->dtype),
-                       wf_shape_str(x->shape, s1, sizeof s1), wf_dtype_name(dy->dtype),
-                       wf_shape_str(dy->shape, s2, sizeof s2));
-    if (!wf_dtype_is_float(dt))
-        return wf__err(WF_EDTYPE, "%s: %s is %s %s; %s takes f32, f64, bf16 or f16", op,
-                       x ? "x" : "dy", wf_dtype_name(dt), wf_shape_str(first->shape, s1, sizeof s1),
-                       op);
-    wf_shape xs = kind == PL_AVG_BWD ? out->shape : x->shape;
-    const int32_t *wn = prm->window, *st = prm->stride, *pd = prm->padding;
     pl_plan p;
     p.kind = kind;
-    p.incl = prm->count_include_pad;
-    p.KH = wn[0];
-    p.KW = wn[1];
-    p.sh = st[0] ? st[0] : wn[0];
-    p.sw = st[1] ? st[1] : wn[1];
-    p.pt = pd[0];
-    p.pl = pd[2];
-    bool bad = p.KH < 1 || p.KW < 1 || p.sh < 1 || p.sw < 1;
-    for (int i = 0; i < 4; i++)
-        bad = bad || pd[i] < 0 || pd[i] >= wn[i / 2];
-    if (bad)
-        return wf__err(WF_EINVAL,
-                       "%s: x is %s: window [%d, %d], stride [%d, %d] and padding [%d, %d, %d, "
-                       "%d]: the window must be positive, the stride not negative, each padding "
-                       "in [0, window)",
-                       op, wf_shape_str(xs, s1, sizeof s1), wn[0], wn[1], st[0], st[1], pd[0],
-                       pd[1], pd[2], pd[3]);
-    if (xs.rank != 4)
-        return wf__err(WF_ESHAPE, "%s: x is %s; it must have rank 4 (NCHW)", op,
-                       wf_shape_str(xs, s1, sizeof s1));
-    p.N = xs.dims[0];
-    p.C = xs.dims[1];
-    p.H = xs.dims[2];
-    p.W = xs.dims[3];
-    int64_t ph = p.H + pd[0] + pd[1], pw = p.W + pd[2] + pd[3];
-    if (p.KH > ph || p.KW > pw)
-        return wf__err(WF_ESHAPE,
-                       "%s: x is %s: the window %lld x %lld is larger than the padded "
-                       "input %lld x %lld",
-                       op, wf_shape_str(xs, s1, sizeof s1), (long long)p.KH, (long long)p.KW,
-                       (long long)ph, (long long)pw);
-    p.OH = (ph - p.KH) / p.sh + 1;
-    p.OW = (pw - p.KW) / p.sw + 1;
-    wf_shape ys;
-    ys.rank = 4;
-    ys.dims[0] = p.N;
-    ys.dims[1] = p.C;
-    ys.dims[2] = p.OH;
-    ys.dims[3] = p.OW;
-    int rc = wf__kernel_check_out(op, out, dt, bwd ? xs : ys);
+    wf_dtype dt;
+    int rc = wf__ops_pool_check(op, kind == PL_MAX_BWD || kind == PL_AVG_BWD, kind == PL_AVG_BWD,
+                                prm, x, dy, out, &p.g, &dt);
     if (rc < 0)
         return rc;
-    if (bwd && !wf_shape_equal(dy->shape, ys))
-        return wf__err(WF_ESHAPE, "%s: dy is %s but pooling x %s gives %s", op,
-                       wf_shape_str(dy->shape, s1, sizeof s1), wf_shape_str(xs, s2, sizeof s2),
-                       wf_shape_str(ys, s3, sizeof s3));
     const wf__cuda_queue *q;
     if ((rc = wf__cuda_enter(ctx, op, &q)) < 0 || out->numel == 0)
         return rc;
