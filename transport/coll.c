@@ -781,56 +781,42 @@ static int barrier_impl(wf_comm *c)
 
 /* ---- Entry points: each collective runs in busy mode (internal.h) ----------------------- */
 
+/* Returns CALL, run in busy mode on comm 'c' (NULL: CALL refuses it, so no mode to set). */
+#define IN_BUSY_MODE(c, CALL)  \
+    do {                       \
+        if (c)                 \
+            wf__busy_begin(c); \
+        int busy_rc_ = (CALL); \
+        if (c)                 \
+            wf__busy_end(c);   \
+        return busy_rc_;       \
+    } while (0)
+
 int wf_comm_allreduce(wf_comm *c, const void *send, void *recv, size_t count, wf_dtype dt,
                       wf_reduce_op op)
 {
-    if (c)
-        wf__busy_begin(c);
-    int rc = allreduce_impl(c, send, recv, count, dt, op);
-    if (c)
-        wf__busy_end(c);
-    return rc;
+    IN_BUSY_MODE(c, allreduce_impl(c, send, recv, count, dt, op));
 }
 
 int wf_comm_reduce_scatter(wf_comm *c, const void *send, void *recv, size_t count, wf_dtype dt,
                            wf_reduce_op op)
 {
-    if (c)
-        wf__busy_begin(c);
-    int rc = reduce_scatter_impl(c, send, recv, count, dt, op);
-    if (c)
-        wf__busy_end(c);
-    return rc;
+    IN_BUSY_MODE(c, reduce_scatter_impl(c, send, recv, count, dt, op));
 }
 
 int wf_comm_allgather(wf_comm *c, const void *send, void *recv, size_t bytes)
 {
-    if (c)
-        wf__busy_begin(c);
-    int rc = allgather_impl(c, send, recv, bytes);
-    if (c)
-        wf__busy_end(c);
-    return rc;
+    IN_BUSY_MODE(c, allgather_impl(c, send, recv, bytes));
 }
 
 int wf_comm_broadcast(wf_comm *c, void *buf, size_t bytes, int root)
 {
-    if (c)
-        wf__busy_begin(c);
-    int rc = broadcast_impl(c, buf, bytes, root);
-    if (c)
-        wf__busy_end(c);
-    return rc;
+    IN_BUSY_MODE(c, broadcast_impl(c, buf, bytes, root));
 }
 
 int wf_comm_barrier(wf_comm *c)
 {
-    if (c)
-        wf__busy_begin(c);
-    int rc = barrier_impl(c);
-    if (c)
-        wf__busy_end(c);
-    return rc;
+    IN_BUSY_MODE(c, barrier_impl(c));
 }
 
 /* ---- Single copy: the agreement ---------------------------------------------------------- */
