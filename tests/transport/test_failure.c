@@ -139,6 +139,13 @@ Test(transport_failure, killing_rank_0_mid_allreduce_fails_every_other_rank_nami
     kill_one(3, &(victim){ .rank = 0 }, NULL, 5);
 }
 
+/* Two ranks on one host: the all-reduce reads and writes the peer's memory itself
+ * (coll.c, pair_cma), which a dead peer must fail, not crash. */
+Test(transport_failure, killing_one_of_two_ranks_mid_allreduce_fails_the_other_naming_it)
+{
+    kill_one(2, &(victim){ .rank = 1 }, NULL, 5);
+}
+
 Test(transport_failure, killing_the_sender_fails_a_pending_receive)
 {
     kill_one(2, &(victim){ .rank = 1, .recv_only = true }, NULL, 5);
