@@ -356,6 +356,14 @@ static int pair_cma(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, con
                     const size_t *len, wf_dtype dt, wf_reduce_op op, uint32_t seq,
                     const char *what);
 
+#define RING_SLOTS 4 /* chunks of scratch a copying ring's reducing step receives into */
+
+/* The length of chunk k of a block of 'len' elements cut in chunks of 'ce'. */
+static size_t chunk_len(size_t len, size_t k, size_t ce)
+{
+    return len - k * ce < ce ? len - k * ce : ce;
+}
+
 /* 'src': the input when it is not in 'buf' already (NULL: it is), read by the first sends and
  * by each reduction (each block is reduced once per rank), which saves copying the input
  * into 'buf' first; results go to 'buf'. */
@@ -374,9 +382,12 @@ static int ring(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, const s
         maxlen = len[v] > maxlen ? len[v] : maxlen;
     size_t maxch = (maxlen + ce - 1) / ce;
     int first = rs ? 0 : n - 1, last = ag ? 2 * n - 3 : n - 2;
+    /* Reducing, chunks arrive in RING_SLOTS slots of scratch that stay in cache, instead of
+     * a whole block of it that went to memory and back. */
+    size_t slots = maxch < RING_SLOTS ? maxch : RING_SLOTS;
     uint8_t *tmp = NULL;
-    if (rs && !(tmp = scratch(c, maxlen ? maxlen * es : 1)))
-        return wf__err(WF_ENOMEM, "%s: no memory for %zu bytes of scratch", what, maxlen * es);
+    if (rs && !(tmp = scratch(c, slots ? slots * ce * es : 1)))
+        return wf__err(WF_ENOMEM, "%s: no memory for %zu bytes of scratch", what, slots * ce * es);
     size_t nsend_cap = (size_t)(last - first + 2) * (maxch ? maxch : 1), nsend = 0;
     wf_comm_req **sends = calloc(nsend_cap, sizeof *sends);
     wf_comm_req **recvs = calloc(maxch ? maxch : 1, sizeof *recvs);
@@ -390,21 +401,21 @@ static int ring(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, const s
     int v0 = rs ? rank : (rank + 1) % n;
     const uint8_t *in = src ? src : buf;
     for (size_t k = 0; rc == 0 && k * ce < len[v0]; k++) {
-        size_t cl = len[v0] - k * ce < ce ? len[v0] - k * ce : ce;
-        rc = wf__isend(c, right, coll_tag(seq, first), in + (off[v0] + k * ce) * es, cl * es,
-                       &sends[nsend++]);
+        rc = wf__isend(c, right, coll_tag(seq, first), in + (off[v0] + k * ce) * es,
+                       chunk_len(len[v0], k, ce) * es, &sends[nsend++]);
     }
     for (int s = first; rc == 0 && s <= last; s++) {
         bool reducing = s <= n - 2;
         int rb = reducing ? (rank - s - 1 + 2 * n) % n : (rank - (s - (n - 1)) + 2 * n) % n;
-        size_t nch = (len[rb] + ce - 1) / ce;
+        size_t nch = (len[rb] + ce - 1) / ce, posted = 0;
+        uint64_t tag = coll_tag(seq, s);
+        /* Reducing, chunk k lands in slot k % slots, posted once chunk k - slots is reduced. */
+        for (; rc == 0 && posted < nch && (!reducing || posted < slots); posted++)
+            rc = wf__irecv(c, left, tag,
+                           reducing ? tmp + posted * ce * es : buf + (off[rb] + posted * ce) * es,
+                           chunk_len(len[rb], posted, ce) * es, &recvs[posted]);
         for (size_t k = 0; rc == 0 && k < nch; k++) {
-            size_t cl = len[rb] - k * ce < ce ? len[rb] - k * ce : ce;
-            uint8_t *dst = reducing ? tmp + k * ce * es : buf + (off[rb] + k * ce) * es;
-            rc = wf__irecv(c, left, coll_tag(seq, s), dst, cl * es, &recvs[k]);
-        }
-        for (size_t k = 0; rc == 0 && k < nch; k++) {
-            size_t cl = len[rb] - k * ce < ce ? len[rb] - k * ce : ce;
+            size_t cl = chunk_len(len[rb], k, ce);
             if ((rc = wf__wait(recvs[k], dl, what)) < 0) {
                 recvs[k] = NULL;
                 break;
@@ -412,8 +423,14 @@ static int ring(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, const s
             recvs[k] = NULL;
             uint8_t *mine = buf + (off[rb] + k * ce) * es;
             if (reducing)
-                reduce3(mine, in + (off[rb] + k * ce) * es, tmp + k * ce * es, cl, dt, op);
-            if (s < last)
+                reduce3(mine, in + (off[rb] + k * ce) * es, tmp + (k % slots) * ce * es, cl, dt,
+                        op);
+            if (rc == 0 && reducing && posted < nch) { /* chunk k's slot is free again */
+                rc = wf__irecv(c, left, tag, tmp + (posted % slots) * ce * es,
+                               chunk_len(len[rb], posted, ce) * es, &recvs[posted]);
+                posted++;
+            }
+            if (rc == 0 && s < last)
                 rc = wf__isend(c, right, coll_tag(seq, s + 1), mine, cl * es, &sends[nsend++]);
         }
         if (rc < 0)
