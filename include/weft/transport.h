@@ -56,7 +56,7 @@ typedef struct wf_comm_opts {
     size_t small_bytes;            /* 0: 65536. All-reduces up to this size use recursive
                                       doubling (latency); larger ones a pipelined ring. */
     size_t chunk_bytes;            /* 0: 262144 when every rank is on one host (the ring
-                                      copies from its neighbour's memory), else 1 MiB.
+                                      copies from its neighbour's memory), else 4 MiB.
                                       Pipeline chunk of the ring algorithms. */
 } wf_comm_opts;
 
