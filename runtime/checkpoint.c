@@ -12,6 +12,10 @@
  *   update node takes a value to write in place only while nobody else holds it (exec.c), so
  *   once a save has retained its values under one read lock no later update writes them; an
  *   update already under way may still be (weft/runtime.h: save between steps).
+ * Variables resident on a device (runtime/var_device.c): a save copies each one whose latest
+ *   write is on its device back first (the host value then current again); a load writes
+ *   the host values, so a device value becomes stale and the next run on the device copies
+ *   the loaded value in once.
  * Not here: the file format, its validation and the atomic write (safetensors.c). */
 #include "internal.h"
 #include "safetensors.h"
@@ -36,6 +40,15 @@ int wf_checkpoint_save(wf_session *s, const char *path)
     if (!ts)
         return wf__session_fail(s, WF_ENOMEM, "wf_checkpoint_save: no memory for %d variables",
                                 s->n_vars);
+    /* The host values, each copied back first when a device holds its latest write
+     * (runtime/var_device.c), then all taken under one read lock, as before. */
+    int rc = 0;
+    for (int k = 0; k < s->n_vars && rc == 0; k++)
+        rc = wf__var_host_current(s, k, "wf_checkpoint_save", NULL);
+    if (rc < 0) {
+        free(ts);
+        return wf__session_fail(s, rc, "%s", wf_last_errmsg());
+    }
     pthread_rwlock_rdlock(&s->var_lock);
     for (int id = 0; id < s->n_nodes; id++) {
         int k = s->var_of[id];
@@ -45,7 +58,7 @@ int wf_checkpoint_save(wf_session *s, const char *path)
     }
     pthread_rwlock_unlock(&s->var_lock);
     static const char *const meta[] = { "format", "pt", "weft", WF_VERSION_STRING };
-    int rc = wf__st_write(path, ts, s->n_vars, meta, 2, 0);
+    rc = wf__st_write(path, ts, s->n_vars, meta, 2, 0);
     for (int k = 0; k < s->n_vars; k++)
         wf_tensor_release(ts[k].tensor);
     free(ts);
@@ -139,6 +152,7 @@ int wf_checkpoint_load(wf_session *s, const char *path, uint32_t flags)
             wf_tensor *old = s->var_vals[k];
             s->var_vals[k] = vals[k];
             vals[k] = old;
+            wf__var_host_written(s, k); /* a device value is stale (var_device.c) */
         }
     pthread_rwlock_unlock(&s->var_lock);
 out:

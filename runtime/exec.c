@@ -16,6 +16,9 @@
  *   node by node on the calling thread, in plan order, with no task graph; its slot keeps a
  *   few dead values to reuse as outputs (spare_put), which only a single-threaded run can
  *   do safely.
+ * Variables: a variable node's task retains the session's host value, or, for a variable
+ *   resident on a device, its device value (var_device.c); a host update marks the host
+ *   value as the latest write (a device value, if any, becomes stale).
  * Invariants: those of runtime/internal.h (uses, values between runs, slot ownership).
  * Not here: compiling plans (plan.c), feeds and fetches (session.c), the static memory
  *   planner and the slots' arenas (memplan.c). */
@@ -101,8 +104,10 @@ static int take_writable(wf__slot *sl, int i, wf_tensor **in)
             s->var_vals[v] = w; /* the copy's reference moves to the session */
             wf_tensor_release(cur);
         }
-        if (rc == 0)
+        if (rc == 0) {
             in[k] = wf_tensor_retain(w);
+            wf__var_host_written(s, v); /* a device value, if any, is stale (var_device.c) */
+        }
         pthread_rwlock_unlock(&s->var_lock);
         if (rc < 0) {
             rc = wf__slot_fail(sl, n, rc, wf_last_errmsg());
@@ -253,6 +258,12 @@ static int run_node(wf__slot *sl, int i)
         break;
     case WF__PN_VARIABLE: {
         wf_session *s = p->sess;
+        if (sl->dev && p->dev->where[i]) { /* resident on a device (var_device.c) */
+            int rc = wf__var_device_read(sl, i);
+            if (rc < 0)
+                return rc;
+            break;
+        }
         pthread_rwlock_rdlock(&s->var_lock);
         sl->vals[i] = wf_tensor_retain(s->var_vals[p->var[i]]);
         pthread_rwlock_unlock(&s->var_lock);

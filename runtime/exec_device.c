@@ -20,13 +20,19 @@
  *     (devices/device.h: notify()), and the step's task returns WF_TASK_LATER: no worker
  *     waits. The device's actor then finishes the step (wf_taskgraph_complete()), which
  *     releases the host readers with the data in place.
+ * Variables resident on the device (pass_place.c, var_device.c): the variable node's task
+ *   takes the session's device value (copied in when stale); an update node's task takes
+ *   its variables' device values writable (wf__var_device_writable(), as exec.c's
+ *   take_writable() on the host), allocates no output (its value is its first variable's),
+ *   and after giving its kernel to the device marks the device values as the latest write.
+ *   A fetched resident variable is copied to the host after the run's updates of it.
  * Lifetimes: a value's device value and its copies are dropped with its host value, at its
  *   last use (exec.c's drop_use()): its readers wait for its copies, so no copy outlives
  *   it unread; what is left at the end of the run (a fetched GPU value) is dropped by
  *   wf__exec_device_finish(), which also waits for the devices' work so that a kernel's
  *   late (asynchronous) error fails this run, not the next one.
- * Not here: placement and which copies exist (pass_place.c), the devices (devices/), CPU
- *   nodes (exec.c). */
+ * Not here: placement and which copies exist (pass_place.c), the variables' device values
+ *   (var_device.c), the devices (devices/), CPU nodes (exec.c). */
 #include "../devices/device.h"
 #include "../memory/pool.h"
 #include "internal.h"
@@ -38,13 +44,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A slot's device state. */
-typedef struct wf__slot_dev {
-    wf_tensor **dvals;   /* per plan node: its value on its GPU, or NULL */
-    wf_tensor **cvals;   /* per copy step to a GPU: the copy, or NULL */
-    wf__task_arg *cargs; /* per copy step: its task's argument (index: the copy) */
-} wf__slot_dev;
 
 int wf__slot_dev_init(wf__slot *sl)
 {
@@ -83,8 +82,7 @@ void wf__slot_dev_free(wf__slot *sl)
     sl->dev = NULL;
 }
 
-/* A new device tensor of 'dt' and 'shape' on 'd'. Returns NULL with wf_last_errmsg(). */
-static wf_tensor *device_tensor(wf_device *d, wf_dtype dt, wf_shape shape)
+wf_tensor *wf__device_tensor(wf_device *d, wf_dtype dt, wf_shape shape)
 {
     size_t bytes;
     if (wf__tensor_check("device tensor", dt, shape, &bytes) < 0)
@@ -120,7 +118,7 @@ static wf_tensor *copy_target(wf__slot *sl, wf_device *d, const wf_tensor *t, bo
     *whole = !t->contiguous;
     *off = (size_t)(t->data - (char *)t->buf->data);
     wf_shape hs = *whole ? WF_SHAPE((int64_t)(t->buf->bytes / esize)) : t->shape;
-    return d ? device_tensor(d, t->dtype, hs)
+    return d ? wf__device_tensor(d, t->dtype, hs)
              : wf__pool_tensor_alloc(sl->plan->sess->pool, t->dtype, hs);
 }
 
@@ -204,7 +202,7 @@ static int copy_task(void *arg)
             }
             src = tmp;
         }
-        if (!(dst = device_tensor(to, t->dtype, t->shape)))
+        if (!(dst = wf__device_tensor(to, t->dtype, t->shape)))
             rc = WF_ENOMEM;
         else if (bytes) /* staged: 'src' may go once this returns */
             rc = to->ops->copy_from_host(to, dst->buf, 0, src, bytes, NULL);
@@ -267,6 +265,16 @@ int wf__slot_dev_add_copies(wf__slot *sl)
         int rc = wf_taskgraph_precede(sl->tg, pd->copies[k].value, id);
         if (rc < 0)
             return rc;
+        /* A fetched resident variable is copied after this run's updates of it, which write
+         * it in place (var_device.c): the fetch gets the value after the step, as a fetch of
+         * a variable on the host does. */
+        if (p->kind[pd->copies[k].value] != WF__PN_VARIABLE)
+            continue;
+        for (int i = 0; i < p->n; i++)
+            for (int a = 0; a < p->nodes[i]->op->n_assign && p->kind[i] == WF__PN_KERNEL; a++)
+                if (p->in_idx[p->in_off[i] + a] == pd->copies[k].value &&
+                    (rc = wf_taskgraph_precede(sl->tg, i, id)) < 0)
+                    return rc;
     }
     return 0;
 }
@@ -309,7 +317,16 @@ int wf__exec_device_node(wf__slot *sl, int i)
     if (p->reinfer[i] && (rc = wf__slot_reinfer(sl, n, in, dts, shapes, &dt, &shape)) < 0)
         goto done;
     bool dynamic = n->op->flags & WF_OP_DYNAMIC_SHAPE;
-    if (!dynamic && !(out = device_tensor(d, dt, shape))) {
+    int n_assign = n->op->n_assign;
+    if (!n->op->kernel[d->info.kind]) { /* placement checked it; a pass's node may lack it */
+        rc =
+            wf__slot_fail(sl, n, WF_ENODEV, "its op has no kernel for the device it was placed on");
+        goto done;
+    }
+    if (n_assign > 0) { /* an update: it writes its variables' device values in place */
+        if ((rc = wf__var_device_writable(sl, i, in)) < 0)
+            goto done;
+    } else if (!dynamic && !(out = wf__device_tensor(d, dt, shape))) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "its output on %s: %s", d->info.name, wf_last_errmsg());
         rc = wf__slot_fail(sl, n, WF_ENOMEM, why);
@@ -324,12 +341,14 @@ int wf__exec_device_node(wf__slot *sl, int i)
     ctx.stream = wf__cuda_device_queue(d);
 #endif
     kernel_call call = { n->op->kernel[d->info.kind], &ctx, n, in, &out };
-    if (!call.fn) { /* placement checked it; a pass's node may lack it */
-        rc =
-            wf__slot_fail(sl, n, WF_ENODEV, "its op has no kernel for the device it was placed on");
-        goto done;
-    }
     rc = d->ops->run(d, call_kernel, &call, n->name, NULL);
+    if (n_assign > 0) {
+        if (rc >= 0) /* the node's value is its first variable's (core/op.h: n_assign) */
+            out = wf_tensor_retain(in[0]);
+        wf__var_device_written(sl, i, rc >= 0);
+        for (int k = 0; k < n_assign; k++)
+            wf_tensor_release(in[k]); /* wf__var_device_writable()'s references */
+    }
     if (rc < 0) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "on %s: %s", d->info.name, wf_last_errmsg());

@@ -12,7 +12,10 @@
  *     released when 'uses[i]' reaches 0, so between runs every value slot is NULL;
  *   - a slot is either on its plan's free list or held by exactly one run;
  *   - the session's variable values are replaced, never written: a run retains the value
- *     it reads, under 'var_lock'.
+ *     it reads, under 'var_lock';
+ *   - a variable's host value or its device value (wf__var_dev) is current, or both:
+ *     'host_ver == ver' or ('dval' and 'dev_ver == ver'), under 'var_lock'
+ *     (runtime/var_device.c).
  * Not here: the public contract (weft/runtime.h). */
 #ifndef WF_RUNTIME_INTERNAL_H
 #define WF_RUNTIME_INTERNAL_H
@@ -142,17 +145,44 @@ struct wf__plan {
                                  NULL: every node on the CPU (the usual case) */
     wf__memplan *mp;          /* static shapes: the memory plan, owned (NULL: none) */
     bool mp_dynamic;          /* placeholders with -1 dimensions: each slot plans at its run */
+    int32_t *host_vars;       /* plan indices of the variables read on the host (all of them
+                                 when 'dev' is NULL): made current there before a run */
+    int n_host_vars;
 };
+
+/* A variable's value on a device (runtime/var_device.c), guarded by the session's
+ * 'var_lock'. 'ver' counts the writes of the variable (assign, checkpoint load, host or
+ * device update); 'host_ver' and 'dev_ver' say which write each copy holds, so the host
+ * value is current when 'host_ver == ver' and the device value when 'dval' is set and
+ * 'dev_ver == ver' (both: the two are equal). */
+typedef struct wf__var_dev {
+    struct wf_tensor *dval; /* the value on device 'dev', or NULL (never made) */
+    int dev;                /* its device id (pass_place.c numbering) */
+    int writing;            /* updates given 'dval' to write that have not yet handed their
+                               kernel to the device (a copy back waits for them) */
+    uint64_t ver, host_ver, dev_ver;
+} wf__var_dev;
 
 struct wf_session {
     wf_graph *g;
     wf_runtime *rt;
-    int n_nodes;                /* nodes of 'g' at creation: the ones this session runs */
-    wf_pool *pool;              /* intermediate values and outputs */
-    int n_vars;                 /* variables of 'g' among the first 'n_nodes' */
-    int32_t *var_of;            /* variable index per node id (-1: not a variable) */
-    wf_tensor **var_vals;       /* 'n_vars' current values, guarded by 'var_lock' */
-    pthread_rwlock_t var_lock;  /* readers: runs and wf_session_variable(); writer: assign */
+    int n_nodes;                     /* nodes of 'g' at creation: the ones this session runs */
+    wf_pool *pool;                   /* intermediate values and outputs */
+    int n_vars;                      /* variables of 'g' among the first 'n_nodes' */
+    int32_t *var_of;                 /* variable index per node id (-1: not a variable) */
+    wf_tensor **var_vals;            /* 'n_vars' current values, guarded by 'var_lock' */
+    pthread_rwlock_t var_lock;       /* readers: runs and wf_session_variable(); writer: assign,
+                                        updates, and 'var_dev' changes */
+    wf__var_dev *var_dev;            /* 'n_vars' device values and versions, under 'var_lock' */
+    _Atomic int n_var_dev;           /* variables that have had a device value: 0 skips every
+                                        check of the host values' currency */
+    _Atomic uint64_t var_copies_in;  /* variable copies to a device value (host or peer) */
+    _Atomic uint64_t var_copies_out; /* variable copies from a device value to the host */
+    pthread_mutex_t dev_mu;          /* guards opening 'devs' */
+    struct wf_device **devs;         /* 'n_devs' (placement's ids): opened once, at the first plan
+                                        that places a node there, shared by every plan, closed by
+                                        wf_session_destroy() (runtime/var_device.c) */
+    int n_devs;
     pthread_mutex_t plans_mu;   /* guards 'plans' and 'errmsg' */
     wf__plan *plans;            /* compiled plans, most recent first */
     int max_slots;              /* per plan (wf_session_opts.n_run_slots) */
@@ -302,10 +332,14 @@ typedef struct wf__copy {
 typedef struct wf__plan_dev {
     int n_devices;           /* the runtime's devices (ids 0 .. n_devices-1), simulated ones
                                 (wf_session.n_sim) included */
-    struct wf_device **devs; /* per id: opened by the plan when a node runs there, else
-                                NULL (also for the CPU, whose kernels run directly) */
+    struct wf_device **devs; /* per id: the session's device when a node runs there (not
+                                owned: wf__session_device()), else NULL (also for the CPU,
+                                whose kernels run directly) */
     int16_t *where;          /* per plan node: its device id (0: the CPU) */
-    int n_gpu;               /* plan nodes on a GPU */
+    int n_gpu;               /* plan nodes on a GPU (kernels, updates included) */
+    int n_resident;          /* variables resident on a GPU: 'where' of the variable's node
+                                is that device; its readers read its device value with no
+                                copy step (runtime/var_device.c) */
     int n_copies;            /* entries of 'copies' */
     wf__copy *copies;        /* sorted by value, then by destination */
     int32_t *copy_off;       /* CSR, n + 1 entries: the copies of value i are copies
@@ -314,14 +348,25 @@ typedef struct wf__plan_dev {
                                 -1: the value itself, made on the reader's device */
 } wf__plan_dev;
 
+/* A slot's device state (exec_device.c). */
+typedef struct wf__slot_dev {
+    wf_tensor **dvals;   /* per plan node: its value on its GPU (a resident variable's: a
+                            reference to the session's device value), or NULL */
+    wf_tensor **cvals;   /* per copy step to a GPU: the copy, or NULL */
+    wf__task_arg *cargs; /* per copy step: its task's argument (index: the copy) */
+} wf__slot_dev;
+
 /* Places the nodes of 'p' (after build(), before the memory plan): explicit placements
  * (wf_node_set_device()) are checked (WF_EINVAL: no such device; WF_ENODEV: no kernel for
- * it), the rule of wf_session_opts.device places the others, and the GPUs used are opened.
- * Leaves 'p->dev' NULL when every node runs on the CPU. Returns 0 or a negative status
- * naming the node and the device (wf_last_errmsg()). */
+ * it), the rule of wf_session_opts.device places the others, updates follow their
+ * variables' readers and variables read on one device only become resident there
+ * (WF_ENOSYS: an update placed on a device whose variable is read elsewhere), the
+ * session's devices used are opened (once per session), and 'p->host_vars' is set. Leaves
+ * 'p->dev' NULL when every node runs on the CPU. Returns 0 or a negative status naming the
+ * node and the device (wf_last_errmsg()). */
 int wf__plan_place(wf__plan *p);
 
-/* Frees 'p->dev' and closes its devices (after the slots, whose values use them). */
+/* Frees 'p->dev' (after the slots, whose values use its devices, which the session closes). */
 void wf__plan_place_free(wf__plan *p);
 
 /* Sets up and frees 'sl->dev' (slot_make(), wf__slot_destroy()). Returns 0 or WF_ENOMEM. */
@@ -350,5 +395,54 @@ void wf__exec_device_drop(wf__slot *sl, int32_t j);
  * device's late error, and drops the run's remaining device values. Returns the run's
  * result. */
 int wf__exec_device_finish(wf__slot *sl, int rc);
+
+/* A new device tensor of 'dt' and 'shape' on 'd' (exec_device.c). Returns NULL with
+ * wf_last_errmsg(). */
+wf_tensor *wf__device_tensor(struct wf_device *d, wf_dtype dt, wf_shape shape);
+
+/* var_device.c: the session's devices and the variables resident on them. */
+
+/* Device 'id' of 's' (one of 'n_dev'), opened on the first call, shared by every plan.
+ * Returns 0 or the open's failure. Threads: any (takes 'dev_mu'). */
+int wf__session_device(wf_session *s, int id, int n_dev, struct wf_device **out);
+
+/* Releases the variables' device values and closes the session's devices (after its plans). */
+void wf__session_devices_close(wf_session *s);
+
+/* Makes the host value of variable 'k' current (copying the device value back and waiting
+ * for it when the device holds the latest write); 'fn' names the caller in messages. With
+ * 'out', returns a reference to the value (the current one; under concurrent device
+ * updates, a copy of a recent one). Returns 0 or a negative status with the message (naming
+ * the variable and the device) in wf_last_errmsg(). Threads: any thread that may wait for
+ * a device (not a task on the only worker the device's actor could run on). */
+int wf__var_host_current(wf_session *s, int k, const char *fn, wf_tensor **out);
+
+/* The task of a variable node resident on a device: its current device value into
+ * 'sl->dev->dvals[i]', copied in (from the host, or from another device) when the device
+ * value is stale or was never made. Returns 0 or the run's failure (recorded in 'sl'; an
+ * allocation failure names the variable and the device and leaves the host value as it
+ * was). */
+int wf__var_device_read(wf__slot *sl, int i);
+
+/* For update node 'i' on a device: replaces in[0 .. n_assign-1] by the device values it
+ * may write (each with a reference of the caller's), copying one that someone else holds,
+ * as exec.c's take_writable() does on the host. Returns 0 or the run's failure. */
+int wf__var_device_writable(wf__slot *sl, int i, wf_tensor **in);
+
+/* After update node 'i' has been given to its device ('ok': its kernel was): its
+ * variables' device values hold the latest write (their host values become stale). Ends
+ * what wf__var_device_writable() began, whether or not 'ok'. */
+void wf__var_device_written(wf__slot *sl, int i, bool ok);
+
+/* A host write of variable 'k' (assign, checkpoint load, a host update): the host value is
+ * the current one. Under the write lock of 'var_lock'. */
+static inline void wf__var_host_written(wf_session *s, int k)
+{
+    s->var_dev[k].host_ver = ++s->var_dev[k].ver;
+}
+
+/* Before a run of 'p': makes the host values of the variables it reads on the host current
+ * (wf__var_host_current()). Returns 0 or a negative status with wf_last_errmsg() set. */
+int wf__plan_vars_ready(wf__plan *p);
 
 #endif /* WF_RUNTIME_INTERNAL_H */

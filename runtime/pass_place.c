@@ -1,17 +1,34 @@
 /* runtime/pass_place.c: placement of a plan's nodes on devices.
  * Owns: wf_node_set_device() (the per-node placement of the public API), the placement of
- *   a compiled plan (wf__plan_dev: the device of every node, which values cross devices),
- *   and the devices a plan opens.
+ *   a compiled plan (wf__plan_dev: the device of every node, which values cross devices,
+ *   which variables are resident on a device), and which of the session's devices a plan
+ *   uses.
  * The rule (DESIGN.md, "Placement": user hints first): a node placed with
  *   wf_node_set_device() goes there (checked: WF_EINVAL for a device the runtime lacks,
  *   WF_ENODEV for an op without a kernel for it, naming the node and the device); the
  *   others follow wf_session_opts.device: -1 keeps them on the CPU, D >= 1 puts them on
  *   device D where their op has a kernel for it, and 0 (the default) puts a node where its
  *   inputs are and prefers the GPU for ops with a CUDA kernel. Under the rule these stay on
- *   the CPU: sources (their values are host tensors: fed, constant, or the session's
- *   variables), updates of variables (variables are host values in this version), ops that
- *   allocate their own output, f64 nodes (see gpu_able()), and every node of a plan small
- *   enough to run inline (a copy to a GPU costs more than such a plan).
+ *   the CPU: sources (placeholders and constants are host tensors; variables, see below),
+ *   ops that allocate their own output, f64 nodes (see gpu_able()), and every node of a
+ *   plan small enough to run inline (a copy to a GPU costs more than such a plan).
+ * Variables on devices (issue 6; place_updates()): updates (optimizers' update nodes, the
+ *   fused multi_update, the step counter's increment: core/op.h n_assign) are placed last.
+ *   The rule moves an update to the device where every other reader of the variables it
+ *   assigns runs (repeatedly: the increment follows the updates that read the counter), if
+ *   its op has a kernel there; an update left on a device whose variables are also read
+ *   elsewhere goes back to the host, or, placed there by the caller, is WF_ENOSYS naming
+ *   the update, the variable and the other device. Then a variable whose readers in the
+ *   plan (updates included) all run on one device is resident there: its node's 'where' is
+ *   that device, its readers read the session's device value with no copy step, its
+ *   updates write that value in place, and its host value becomes stale until something
+ *   reads it on the host (runtime/var_device.c). A variable read on the host by this plan
+ *   is in 'p->host_vars', made current before each run. On CUDA, update_K (unfused
+ *   updates) and the increment have no CUDA kernel: unfused updates stay on the host (their
+ *   variables are then copied each step, as before), and the step counter (8 bytes) is
+ *   copied to the GPU each step for the fused update.
+ *   TODO(#6): CUDA kernels for update_K and the increment (then nothing of a step crosses);
+ *   a first run on a real GPU (the CUDA path is compile-checked only; sim devices test it).
  * Copies: every value read on another device than its own (host to GPU, GPU to host, GPU
  *   to GPU), and every fetched GPU value (to the host), gets one copy step per destination
  *   device, whatever the number of its readers there (wf__plan_dev.copies). The copies are
@@ -21,24 +38,15 @@
  * Simulated devices: a test may give the session simulated devices (wf_session.n_sim,
  *   devices/sim.c), numbered after the runtime's; they run the CPU kernels, so their
  *   placement checks the CPU kernel.
- * TODO(#6): variables resident on a GPU. Today a variable read on a GPU is copied there at
- *   every run and its gradient comes back for the host update. The plan: a variable whose
- *   readers and updates in a plan are all on one GPU gets a session-level device value
- *   (per variable: the device tensor and which copy is current, host, device or both,
- *   under 'var_lock', bumped by a version at each write); its readers read it with no copy
- *   step, its update nodes run there (exec_device.c taking the device value writable, as
- *   exec.c's take_writable() does on the host), and the host value becomes stale.
- *   wf_session_variable(), checkpoints and host readers copy it back on demand (then both
- *   are current); wf_session_assign() makes the host current and the device value stale.
- *   This needs the devices opened once per session, not per plan (below): two opens of a
- *   GPU have unordered streams, so they cannot share a value.
- * Why the plan opens its devices: the session's layout (session.c) has no device table;
- *   one open per plan gives each plan its own streams and pool, which is what its runs
- *   use, and closes them with the plan. A session with a training and an evaluation plan
- *   opens a GPU twice (two pools and cuBLAS handles: a few tens of MiB).
+ * Devices are the session's (wf__session_device(), runtime/var_device.c): opened at the
+ *   first plan that places a node there and shared by every plan, so the work of all plans
+ *   and runs on a device is one in-order queue (devices/device.h), which is what lets one
+ *   plan's update write a device value another plan's kernels read. (Before issue 6 each
+ *   plan opened its own, with its own streams and pool.)
  * Without a GPU (or built without CUDA) the runtime has one device, nothing is placed
  *   elsewhere, and 'p->dev' stays NULL: CPU plans run exactly as before.
- * Not here: running placed nodes and the copies (exec_device.c), the devices (devices/). */
+ * Not here: running placed nodes and the copies (exec_device.c), the device values of
+ *   variables (var_device.c), the devices (devices/). */
 #include "../devices/device.h"
 #include "internal.h"
 
@@ -85,10 +93,10 @@ static int kernel_kind(int id, int n_real)
 /* Whether the rule may put 'n' (a kernel node) on device 'id' (a GPU) at all. f64 stays on
  * the CPU: most GPUs run it at 1/32 to 1/64 of their f32 rate, and f64 graphs are gradient
  * checks. */
-static bool gpu_able(const wf_node *n, int id, int n_real)
+static bool kernel_able(const wf_node *n, int id, int n_real)
 {
-    if (!n->op->kernel[kernel_kind(id, n_real)] || n->op->n_assign > 0 ||
-        (n->op->flags & WF_OP_DYNAMIC_SHAPE) || n->dtype == WF_F64)
+    if (!n->op->kernel[kernel_kind(id, n_real)] || (n->op->flags & WF_OP_DYNAMIC_SHAPE) ||
+        n->dtype == WF_F64)
         return false;
     for (int k = 0; k < n->n_inputs; k++)
         if (n->inputs[k]->dtype == WF_F64)
@@ -96,14 +104,32 @@ static bool gpu_able(const wf_node *n, int id, int n_real)
     return true;
 }
 
+/* Whether update 'n' may run on device 'id': a kernel for it, and variables that are not
+ * f64 (as above). Its other inputs may be: the step counter (i64) and the hyperparameters
+ * (f64, read by the kernel as scalars). */
+static bool update_able(const wf_node *n, int id, int n_real)
+{
+    if (!n->op->kernel[kernel_kind(id, n_real)] || (n->op->flags & WF_OP_DYNAMIC_SHAPE))
+        return false;
+    for (int k = 0; k < n->op->n_assign; k++)
+        if (n->inputs[k]->dtype == WF_F64)
+            return false;
+    return true;
+}
+
+/* Updates are placed after the other nodes, by where their variables are read
+ * (place_updates()). */
+static bool gpu_able(const wf_node *n, int id, int n_real)
+{
+    return n->op->n_assign == 0 && kernel_able(n, id, n_real);
+}
+
 void wf__plan_place_free(wf__plan *p)
 {
     wf__plan_dev *pd = p->dev;
     if (!pd)
         return;
-    for (int id = 0; pd->devs && id < pd->n_devices; id++)
-        wf_device_close(pd->devs[id]);
-    free(pd->devs);
+    free(pd->devs); /* the session's devices: wf_session_destroy() closes them */
     free(pd->where);
     free(pd->copies);
     free(pd->copy_off);
@@ -174,6 +200,195 @@ static int place_copies(wf__plan *p)
     return 0;
 }
 
+/* Sets 'p->host_vars': the plan's variables read on the host (all of them without 'p->dev'),
+ * whose host values a run needs current (var_device.c). Returns 0 or WF_ENOMEM. */
+static int host_vars(wf__plan *p)
+{
+    free(p->host_vars);
+    p->n_host_vars = 0;
+    if (!(p->host_vars = malloc((size_t)(p->n ? p->n : 1) * sizeof *p->host_vars)))
+        return wf__err(WF_ENOMEM, "placement: no memory for the variables of %d nodes", p->n);
+    for (int i = 0; i < p->n; i++)
+        if (p->kind[i] == WF__PN_VARIABLE && (!p->dev || p->dev->where[i] == 0))
+            p->host_vars[p->n_host_vars++] = i;
+    return 0;
+}
+
+/* The readers of each variable of a plan: CSR over plan indices (a reader that reads it
+ * twice is there twice). */
+typedef struct readers {
+    int32_t *off, *idx;
+} readers;
+
+static int readers_make(const wf__plan *p, readers *r)
+{
+    int n = p->n;
+    int32_t n_edges = p->in_off[n];
+    r->off = calloc((size_t)n + 1, sizeof *r->off);
+    r->idx = malloc((size_t)(n_edges ? n_edges : 1) * sizeof *r->idx);
+    int32_t *fill = calloc((size_t)(n ? n : 1), sizeof *fill);
+    if (!r->off || !r->idx || !fill) {
+        free(r->off);
+        free(r->idx);
+        free(fill);
+        return wf__err(WF_ENOMEM, "placement: no memory for the readers of %d nodes", n);
+    }
+    for (int32_t e = 0; e < n_edges; e++)
+        if (p->kind[p->in_idx[e]] == WF__PN_VARIABLE)
+            r->off[p->in_idx[e] + 1]++;
+    for (int i = 0; i < n; i++)
+        r->off[i + 1] += r->off[i];
+    for (int i = 0; i < n; i++)
+        for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++) {
+            int32_t j = p->in_idx[e];
+            if (p->kind[j] == WF__PN_VARIABLE)
+                r->idx[r->off[j] + fill[j]++] = i;
+        }
+    free(fill);
+    return 0;
+}
+
+/* Whether every assigned input of update node 'i' is a variable of the session. */
+static bool assigns_variables(const wf__plan *p, int i)
+{
+    for (int k = 0; k < p->nodes[i]->op->n_assign; k++)
+        if (p->kind[p->in_idx[p->in_off[i] + k]] != WF__PN_VARIABLE)
+            return false;
+    return true;
+}
+
+/* The one device every reader of the variables that update 'i' assigns runs on, 'i' and
+ * the updates in 'skip' aside: a device id, -2 when there is no such reader, -1 when they
+ * run on several. */
+static int readers_device(const wf__plan *p, const readers *r, int i, const uint8_t *skip)
+{
+    const int16_t *where = p->dev->where;
+    int dev = -2;
+    for (int k = 0; k < p->nodes[i]->op->n_assign; k++) {
+        int32_t v = p->in_idx[p->in_off[i] + k];
+        for (int32_t e = r->off[v]; e < r->off[v + 1]; e++) {
+            int32_t j = r->idx[e];
+            if (j == i || (skip && skip[j]))
+                continue;
+            dev = dev == -2 || dev == where[j] ? where[j] : -1;
+        }
+    }
+    return dev;
+}
+
+/* Places the updates and makes variables resident (the header's "Variables on devices"):
+ * an update the rule may move goes to the device where every other reader of its variables
+ * runs (repeated, since an update is another's reader: the step counter's increment follows
+ * the updates that read the counter); an update on a device whose variables are also read
+ * elsewhere goes back to the host when the rule put it there, and is an error (WF_ENOSYS,
+ * naming the update, the variable and the devices) when the caller did. Then every variable
+ * whose readers all run on one device is resident there. Returns 0 or a negative status. */
+static int place_updates(wf__plan *p, int n_real, bool rule_gpu)
+{
+    wf__plan_dev *pd = p->dev;
+    int n = p->n, rc = 0;
+    readers r;
+    if ((rc = readers_make(p, &r)) < 0)
+        return rc;
+    uint8_t *open = calloc((size_t)(n ? n : 1), 1); /* updates the rule may still move */
+    if (!open) {
+        free(r.off);
+        free(r.idx);
+        return wf__err(WF_ENOMEM, "placement: no memory for %d nodes", n);
+    }
+    for (int i = 0; rule_gpu && i < n; i++) {
+        const wf_node *node = p->nodes[i];
+        open[i] = p->kind[i] == WF__PN_KERNEL && node->op->n_assign > 0 && node->device < 0 &&
+                  pd->where[i] == 0 && assigns_variables(p, i);
+    }
+    uint8_t *moved = calloc((size_t)(n ? n : 1), 1);
+    if (!moved)
+        rc = wf__err(WF_ENOMEM, "placement: no memory for %d nodes", n);
+    for (bool changed = rc == 0; changed;) {
+        changed = false;
+        for (int i = 0; i < n; i++) {
+            if (!open[i])
+                continue;
+            int dev = readers_device(p, &r, i, open);
+            if (dev > 0 && update_able(p->nodes[i], dev, n_real)) {
+                pd->where[i] = (int16_t)dev;
+                pd->n_gpu++;
+                open[i] = 0;
+                moved[i] = 1;
+                changed = true;
+            }
+        }
+    }
+    /* Every update on a device needs its variables read there only. */
+    for (bool changed = rc == 0; changed && rc == 0;) {
+        changed = false;
+        for (int i = 0; i < n && rc == 0; i++) {
+            const wf_node *node = p->nodes[i];
+            if (p->kind[i] != WF__PN_KERNEL || node->op->n_assign == 0 || pd->where[i] == 0)
+                continue;
+            int dev = readers_device(p, &r, i, NULL);
+            bool ok = assigns_variables(p, i) && (dev == -2 || dev == pd->where[i]);
+            if (ok)
+                continue;
+            if (moved[i]) {
+                pd->where[i] = 0;
+                pd->n_gpu--;
+                moved[i] = 0;
+                changed = true;
+                continue;
+            }
+            char desc[WF_ERRMSG_MAX], dn[32], dn2[32];
+            int want = pd->where[i];
+            const wf_node *var = NULL;
+            int other = 0;
+            for (int k = 0; k < node->op->n_assign && !var; k++) {
+                int32_t v = p->in_idx[p->in_off[i] + k];
+                if (p->kind[v] != WF__PN_VARIABLE) {
+                    var = p->nodes[v];
+                    other = -1;
+                }
+                for (int32_t e = r.off[v]; !var && e < r.off[v + 1]; e++)
+                    if (pd->where[r.idx[e]] != want) {
+                        var = p->nodes[v];
+                        other = pd->where[r.idx[e]];
+                    }
+            }
+            if (other < 0)
+                rc = wf__err(WF_ENOSYS,
+                             "placement: %s is placed on device %d (%s), but it assigns '%s', "
+                             "which is not a variable of the session",
+                             wf__rt_node_desc(node, desc, sizeof desc), want,
+                             dev_name(want, n_real, dn, sizeof dn), var ? var->name : "?");
+            else
+                rc = wf__err(WF_ENOSYS,
+                             "placement: %s is placed on device %d (%s), but it updates "
+                             "variable '%s', which is also read on %s: a variable updated on a "
+                             "device must be read only there (its value lives there)",
+                             wf__rt_node_desc(node, desc, sizeof desc), want,
+                             dev_name(want, n_real, dn, sizeof dn), var ? var->name : "?",
+                             dev_name(other, n_real, dn2, sizeof dn2));
+        }
+    }
+    /* Resident variables: every reader on one device (updates included). */
+    for (int j = 0; rc == 0 && j < n; j++) {
+        if (p->kind[j] != WF__PN_VARIABLE || r.off[j] == r.off[j + 1])
+            continue;
+        int dev = pd->where[r.idx[r.off[j]]];
+        for (int32_t e = r.off[j]; e < r.off[j + 1]; e++)
+            if (pd->where[r.idx[e]] != dev)
+                dev = -1;
+        if (dev > 0) {
+            pd->where[j] = (int16_t)dev;
+            pd->n_resident++;
+        }
+    }
+    free(open);
+    free(moved);
+    free(r.off);
+    free(r.idx);
+    return rc;
+}
+
 int wf__plan_place(wf__plan *p)
 {
     wf_session *s = p->sess;
@@ -212,15 +427,7 @@ int wf__plan_place(wf__plan *p)
                            dev_name(want, n_real, dn, sizeof dn), node->op->name,
                            kernel_kind(want, n_real) == WF_KERNEL_CUDA ? "CUDA" : "CPU");
         }
-        if (node->op->n_assign > 0) {
-            char desc[WF_ERRMSG_MAX];
-            return wf__err(WF_ENOSYS,
-                           "placement: %s is placed on device %d (%s), but it updates "
-                           "variables, which live on the host in this version",
-                           wf__rt_node_desc(node, desc, sizeof desc), want,
-                           dev_name(want, n_real, dn, sizeof dn));
-        }
-        explicit_gpu = true;
+        explicit_gpu = true; /* an update's variables are checked in place_updates() */
     }
     if (s->device < -1 || s->device >= n_dev)
         return wf__err(WF_EINVAL,
@@ -229,7 +436,7 @@ int wf__plan_place(wf__plan *p)
                        s->device, n_dev, n_dev == 1 ? "" : "s", none);
     bool rule_gpu = n_dev > 1 && s->device != -1 && !p->run_inline;
     if (!explicit_gpu && !rule_gpu)
-        return 0; /* every node on the CPU */
+        return host_vars(p); /* every node on the CPU */
 
     wf__plan_dev *pd = calloc(1, sizeof *pd);
     if (!pd)
@@ -272,15 +479,17 @@ int wf__plan_place(wf__plan *p)
     }
     if (pd->n_gpu == 0) {
         wf__plan_place_free(p);
-        return 0;
+        return host_vars(p);
     }
-    int rc = place_copies(p);
+    int rc = place_updates(p, n_real, rule_gpu);
+    if (rc >= 0)
+        rc = host_vars(p);
+    if (rc >= 0)
+        rc = place_copies(p);
     for (int i = 0; rc >= 0 && i < n; i++) {
         int id = pd->where[i];
         if (id > 0 && !pd->devs[id]) {
-            wf__sim_opts so = { s->sim_delay_us, s->sim_fail_alloc, s->sim_fail_notice };
-            rc = id < n_real ? wf_device_open(s->rt, id, NULL, &pd->devs[id])
-                             : wf__sim_open(s->rt, id, id - n_real, &so, &pd->devs[id]);
+            rc = wf__session_device(s, id, n_dev, &pd->devs[id]);
             if (rc < 0) {
                 char why[WF_ERRMSG_MAX], desc[WF_ERRMSG_MAX];
                 snprintf(why, sizeof why, "%s", wf_last_errmsg());

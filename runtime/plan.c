@@ -48,6 +48,7 @@ void wf__plan_destroy(wf__plan *p)
     free(p->uses0);
     free(p->index_of);
     free(p->placeholders);
+    free(p->host_vars);
     free(p->prio_order);
     wf__memplan_free(p->mp);
     wf__pass_free_nodes(p->made, p->n_made);

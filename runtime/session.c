@@ -4,6 +4,10 @@
  *   run from the caller's side: checking fetches, targets and feeds, finding the plan,
  *   taking a run slot, setting the uses and feeds, collecting the fetched values and
  *   clearing what the run left.
+ * Variables on devices (runtime/var_device.c): wf_session_variable() copies a value whose
+ *   latest write is on a device back first, a run copies back those its plan reads on the
+ *   host, and wf_session_assign() makes the host value the current one (the next run on
+ *   the device copies it in once); wf_session_destroy() closes the session's devices.
  * Invariants: those of runtime/internal.h. A session runs only the first 'n_nodes' nodes of
  *   its graph (those that existed at creation), so every variable it may read has a value.
  * Not here: compiling plans (plan.c), running them (exec.c). */
@@ -45,9 +49,12 @@ void wf_session_destroy(wf_session *s)
         next = p->next;
         wf__plan_destroy(p);
     }
-    for (int i = 0; i < s->n_vars; i++)
+    wf__session_devices_close(s); /* after the plans, whose slots hold device values */
+    for (int i = 0; s->var_vals && i < s->n_vars; i++)
         wf_tensor_release(s->var_vals[i]);
     free(s->var_vals);
+    free(s->var_dev);
+    pthread_mutex_destroy(&s->dev_mu);
     free(s->var_of);
     wf_pool_destroy(s->pool);
     pthread_rwlock_destroy(&s->var_lock);
@@ -92,6 +99,7 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     s->device = o.device;
     pthread_rwlock_init(&s->var_lock, NULL);
     pthread_mutex_init(&s->plans_mu, NULL);
+    pthread_mutex_init(&s->dev_mu, NULL);
     int rc = wf_pool_create(s->rt, NULL, &s->pool);
     if (rc < 0) {
         char why[WF_ERRMSG_MAX];
@@ -110,7 +118,8 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
         s->var_of[id] = n->op == &wf_op_variable ? s->n_vars++ : -1;
     }
     s->var_vals = calloc((size_t)(s->n_vars ? s->n_vars : 1), sizeof *s->var_vals);
-    if (!s->var_vals) {
+    s->var_dev = calloc((size_t)(s->n_vars ? s->n_vars : 1), sizeof *s->var_dev);
+    if (!s->var_vals || !s->var_dev) {
         wf_session_destroy(s);
         return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory for %d variables",
                               s->n_vars);
@@ -304,6 +313,13 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
                                     wf__rt_node_desc(ph, desc, sizeof desc));
         }
     }
+    /* Variables this plan reads on the host whose latest write is on a device (another
+     * plan's, runtime/var_device.c): copied back first, on this thread. */
+    if ((rc = wf__plan_vars_ready(p)) < 0) {
+        clear_values(sl);
+        wf__slot_give(sl);
+        return wf__session_fail(s, rc, "%s", wf_last_errmsg());
+    }
     for (int i = 0; i < p->n; i++)
         atomic_store_explicit(&sl->uses[i], p->uses0[i], memory_order_relaxed);
     for (int i = 0; i < n_fetches; i++)
@@ -347,9 +363,10 @@ int wf_session_variable(wf_session *s, wf_node *var, wf_tensor **out)
     int k = var_index(s, var, "wf_session_variable");
     if (k < 0)
         return k;
-    pthread_rwlock_rdlock(&s->var_lock);
-    *out = wf_tensor_retain(s->var_vals[k]);
-    pthread_rwlock_unlock(&s->var_lock);
+    /* The host value, copied back first when the device holds the latest write. */
+    int rc = wf__var_host_current(s, k, "wf_session_variable", out);
+    if (rc < 0)
+        return wf__session_fail(s, rc, "%s", wf_last_errmsg());
     return 0;
 }
 
@@ -385,6 +402,7 @@ int wf_session_assign(wf_session *s, wf_node *var, wf_tensor *value)
     pthread_rwlock_wrlock(&s->var_lock);
     wf_tensor *old = s->var_vals[k];
     s->var_vals[k] = copy;
+    wf__var_host_written(s, k); /* a device value is stale: the next device run copies it */
     pthread_rwlock_unlock(&s->var_lock);
     wf_tensor_release(old);
     return 0;

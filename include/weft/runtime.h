@@ -159,11 +159,15 @@ WF_API WF_NODISCARD int wf_session_run(wf_session *s, const wf_feed *feeds, int 
  * Ownership: borrowed, valid until the next call on 's'. */
 WF_API const char *wf_session_errmsg(const wf_session *s);
 
-/* Returns the current value of variable 'var' in '*out'.
- * Returns 0 or WF_EINVAL (NULL argument, not a variable of the session's graph), with the
- * message in wf_session_errmsg(s).
+/* Returns the current value of variable 'var' in '*out'. A variable that training keeps on
+ * a device (a GPU) is copied back to the host first, the call waiting for that copy; later
+ * calls return the same host value until the next write.
+ * Returns 0, WF_EINVAL (NULL argument, not a variable of the session's graph), WF_ENOMEM or
+ * the device's error for a failed copy back, with the message in wf_session_errmsg(s).
  * Ownership: '*out' is owned by the caller (a reference to the immutable current value; a
- *   later assign makes a new value and does not change it). Threads: any. */
+ *   later assign or run makes a new value and does not change it). Threads: any, but not
+ *   from inside a task of the runtime that runs the session: a copy back waits for the
+ *   device, whose completion may need that worker. */
 WF_API WF_NODISCARD int wf_session_variable(wf_session *s, wf_node *var, wf_tensor **out);
 
 /* Sets variable 'var' to a copy of 'value'; runs that start afterwards read it.
