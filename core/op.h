@@ -23,6 +23,7 @@
 
 #include <weft/core.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -98,6 +99,13 @@ typedef int (*wf_grad_fn)(wf_graph *g, const struct wf_node *n, struct wf_node *
  * placement and the scheduler's cost model. -1 dimensions count as 1. */
 typedef void (*wf_cost_fn)(const struct wf_node *n, double *flops, double *bytes);
 
+/* Whether the op's kernel of kind 'kind' (WF_KERNEL_*, a slot that is set) computes node 'n'
+ * at all: for ops whose device kernel covers only some of what the CPU kernel does, judged
+ * from the node alone (its attributes, dtypes, constant inputs), at placement, so that such
+ * a node stays on the CPU (or an explicit placement fails with WF_ENODEV) instead of failing
+ * when it runs. */
+typedef bool (*wf_kernel_ok_fn)(const struct wf_node *n, int kind);
+
 enum {
     WF_OP_ELEMENTWISE = 1u << 0,   /* output element i depends only on input elements i (after
                                       broadcasting): fusable into one loop */
@@ -124,17 +132,25 @@ struct wf_op_def {
                                              for that kind (placement: WF_ENODEV) */
     wf_grad_fn grad;                      /* NULL: no gradient (an error in wf_gradients unless
                                              WF_OP_NO_GRAD) */
-    wf_cost_fn cost; /* NULL: cost is the bytes of inputs and output, no flops */
-    uint32_t flags;  /* WF_OP_* bits */
-    int n_assign;    /* updates (optimizers, assign): inputs[0 .. n_assign-1] must be
-                        variable nodes (wf__node_add() checks), whose values the kernel
-                        writes in place. The caller hands it in[0 .. n_assign-1] as
-                        exclusive contiguous tensors (wf__tensor_writable(): a copy when
-                        anyone else holds the value, so values already read never change)
-                        that become the variables' new values, and '*out' as NULL: the
-                        kernel leaves it, and the node's value is then in[0] (so the node's
-                        dtype and shape are variable 0's). Such ops are WF_OP_STATEFUL. */
+    wf_cost_fn cost;           /* NULL: cost is the bytes of inputs and output, no flops */
+    uint32_t flags;            /* WF_OP_* bits */
+    int n_assign;              /* updates (optimizers, assign): inputs[0 .. n_assign-1] must be
+                                  variable nodes (wf__node_add() checks), whose values the kernel
+                                  writes in place. The caller hands it in[0 .. n_assign-1] as
+                                  exclusive contiguous tensors (wf__tensor_writable(): a copy when
+                                  anyone else holds the value, so values already read never change)
+                                  that become the variables' new values, and '*out' as NULL: the
+                                  kernel leaves it, and the node's value is then in[0] (so the node's
+                                  dtype and shape are variable 0's). Such ops are WF_OP_STATEFUL. */
+    wf_kernel_ok_fn kernel_ok; /* NULL: every set kernel slot computes every node of the op */
 };
+
+/* Whether node 'n' of op 'op' has a kernel of kind 'kind' that computes it (the slot, and
+ * the op's kernel_ok). */
+static inline bool wf__op_kernel_ok(const wf_op_def *op, const struct wf_node *n, int kind)
+{
+    return op->kernel[kind] && (!op->kernel_ok || op->kernel_ok(n, kind));
+}
 
 /* The ops core defines itself (all WF_OP_SOURCE; attrs.dtype and attrs.shape hold the
  * value's type; a variable's initializer is attrs.init). */

@@ -331,16 +331,46 @@ static void cost_update(const wf_node *n, double *flops, double *bytes)
     *bytes = (2.0 * k + 1) * e * (double)wf_dtype_size(n->dtype);
 }
 
-#define UPDATE_DEF(K)                                  \
-    const wf_op_def wf__op_update_##K = {              \
-        .name = "update_" #K,                          \
-        .min_inputs = (K) + 3,                         \
-        .max_inputs = (K) + 3,                         \
-        .infer = infer_update,                         \
-        .kernel = { [WF_KERNEL_CPU] = kernel_update }, \
-        .cost = cost_update,                           \
-        .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD,       \
-        .n_assign = (K),                               \
+/* The optimizer an update node runs on, from its hyperparameters (its last input) when
+ * they are a constant, as wf_minimize() makes them; -1 when unknown. */
+static int update_kind(const wf_node *n)
+{
+    const wf_node *hp = n->n_inputs > 0 ? n->inputs[n->n_inputs - 1] : NULL;
+    const wf_tensor *t = hp && hp->op == &wf_op_constant ? hp->value : NULL;
+    if (!t || t->dtype != WF_F64 || t->numel != WF__HP_COUNT || !t->contiguous)
+        return -1;
+    return (int)((const double *)t->data)[WF__HP_KIND];
+}
+
+/* The CUDA kernel (kernel_multi_cuda(), below) runs SGD, Adam and AdamW only: placement
+ * keeps updates of other optimizers on the host (core/op.h: kernel_ok). */
+static bool update_kernel_ok(const wf_node *n, int kind)
+{
+    int k = kind == WF_KERNEL_CUDA ? update_kind(n) : -1;
+    return k == -1 || k == WF_OPT_SGD || k == WF_OPT_ADAM || k == WF_OPT_ADAMW;
+}
+
+#ifdef WF_HAVE_CUDA
+static int kernel_multi_cuda(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                             wf_tensor **out);
+#    define MULTI_CUDA kernel_multi_cuda
+#else
+#    define MULTI_CUDA NULL
+#endif
+
+/* One variable's update: on the GPU, the multi-tensor kernel with one member (its inputs are
+ * laid out as a multi_update's of one variable). */
+#define UPDATE_DEF(K)                                                                 \
+    const wf_op_def wf__op_update_##K = {                                             \
+        .name = "update_" #K,                                                         \
+        .min_inputs = (K) + 3,                                                        \
+        .max_inputs = (K) + 3,                                                        \
+        .infer = infer_update,                                                        \
+        .kernel = { [WF_KERNEL_CPU] = kernel_update, [WF_KERNEL_CUDA] = MULTI_CUDA }, \
+        .cost = cost_update,                                                          \
+        .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD,                                      \
+        .n_assign = (K),                                                              \
+        .kernel_ok = update_kernel_ok,                                                \
     };
 UPDATE_DEF(1)
 UPDATE_DEF(2)
@@ -458,13 +488,14 @@ static int kernel_multi(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *c
 }
 
 #ifdef WF_HAVE_CUDA
-/* multi_update's CUDA kernel: SGD (with momentum and Nesterov), Adam and AdamW through
- * ops/optim_cuda.cu's fused multi-tensor kernel (wf__update_multi_cuda(): the same
- * arithmetic as the loops above, each operation rounded alone in the variable's type), with
- * the scalars computed here as for the CPU (scalars_of(): the schedule, the bias
- * corrections). The step counter and the hyperparameters are read to the host first
- * (wf__cuda_read_host(): waits for the stream; they may be device or host memory). RMSProp
- * and Adagrad have no CUDA kernel (WF_ENODEV). Every variable, state and gradient must be
+/* The CUDA kernel of multi_update and of update_K (one member): SGD (with momentum and
+ * Nesterov), Adam and AdamW through ops/optim_cuda.cu's fused multi-tensor kernel
+ * (wf__update_multi_cuda(): the same arithmetic as the loops above, each operation rounded
+ * alone in the variable's type), with the scalars computed here as for the CPU
+ * (scalars_of(): the schedule, the bias corrections). The step counter and the
+ * hyperparameters are read to the host first (wf__cuda_read_host(): waits for the stream;
+ * they may be device or host memory). RMSProp and Adagrad have no CUDA kernel (WF_ENODEV;
+ * placement keeps them on the host: update_kernel_ok()). Every variable, state and gradient must be
  * contiguous device memory of one dtype, f32 or f64 (WF_EINVAL otherwise). */
 static int kernel_multi_cuda(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
                              wf_tensor **out)
@@ -477,16 +508,16 @@ static int kernel_multi_cuda(const wf_kernel_ctx *ctx, const wf_node *n, wf_tens
     if (!hpt->contiguous || hpt->dtype != WF_F64 || hpt->numel != WF__HP_COUNT ||
         step->dtype != WF_I64 || step->numel != 1)
         return wf__err(WF_EINVAL,
-                       "multi_update: the step is %s of %lld elements and the hyperparameters %s "
+                       "%s: the step is %s of %lld elements and the hyperparameters %s "
                        "of %lld (i64 [1] and contiguous f64 [%d])",
-                       wf_dtype_name(step->dtype), (long long)step->numel,
+                       n->op->name, wf_dtype_name(step->dtype), (long long)step->numel,
                        wf_dtype_name(hpt->dtype), (long long)hpt->numel, WF__HP_COUNT);
     double hp[WF__HP_COUNT];
     int64_t t = 0;
     upd u;
-    int rc = wf__cuda_read_host(ctx, "multi_update", hpt->data, hp, sizeof hp);
+    int rc = wf__cuda_read_host(ctx, n->op->name, hpt->data, hp, sizeof hp);
     if (rc == 0)
-        rc = wf__cuda_read_host(ctx, "multi_update", step->data, &t, sizeof t);
+        rc = wf__cuda_read_host(ctx, n->op->name, step->data, &t, sizeof t);
     if (rc == 0)
         rc = scalars_of(hp, t, k, &u);
     if (rc < 0)
@@ -511,7 +542,7 @@ static int kernel_multi_cuda(const wf_kernel_ctx *ctx, const wf_node *n, wf_tens
         cu.kind = WF_CU_OPT_ADAMW;
         break;
     default:
-        return wf__err(WF_ENODEV, "multi_update: %s has no CUDA kernel (SGD, Adam and AdamW do)",
+        return wf__err(WF_ENODEV, "%s: %s has no CUDA kernel (SGD, Adam and AdamW do)", n->op->name,
                        u.kind == WF_OPT_RMSPROP   ? "RMSProp"
                        : u.kind == WF_OPT_ADAGRAD ? "Adagrad"
                                                   : "this optimizer");
@@ -535,10 +566,6 @@ static int kernel_multi_cuda(const wf_kernel_ctx *ctx, const wf_node *n, wf_tens
     free(g);
     return rc;
 }
-
-#    define MULTI_CUDA kernel_multi_cuda
-#else
-#    define MULTI_CUDA NULL
 #endif
 
 /* The sum of its members' update costs. */
@@ -568,6 +595,7 @@ static void cost_multi(const wf_node *n, double *flops, double *bytes)
         .cost = cost_multi,                                                          \
         .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD,                                     \
         .n_assign = (A),                                                             \
+        .kernel_ok = update_kernel_ok,                                               \
     },
 #define MULTI_DEF4(A)  MULTI_DEF(A) MULTI_DEF((A) + 1) MULTI_DEF((A) + 2) MULTI_DEF((A) + 3)
 #define MULTI_DEF16(A) MULTI_DEF4(A) MULTI_DEF4((A) + 4) MULTI_DEF4((A) + 8) MULTI_DEF4((A) + 12)
@@ -615,12 +643,25 @@ static int kernel_increment(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
     return 0;
 }
 
+#ifdef WF_HAVE_CUDA
+static int kernel_increment_cuda(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                                 wf_tensor **out)
+{
+    (void)out;
+    return wf__increment_cuda(ctx, n->op->name, in[0]);
+}
+
+#    define INCREMENT_CUDA kernel_increment_cuda
+#else
+#    define INCREMENT_CUDA NULL
+#endif
+
 const wf_op_def wf__op_increment = {
     .name = "increment",
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_increment,
-    .kernel = { [WF_KERNEL_CPU] = kernel_increment },
+    .kernel = { [WF_KERNEL_CPU] = kernel_increment, [WF_KERNEL_CUDA] = INCREMENT_CUDA },
     .cost = NULL,
     .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD,
     .n_assign = 1,

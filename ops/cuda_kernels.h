@@ -223,6 +223,11 @@ int wf__update_multi_cuda(const wf_kernel_ctx *ctx, const wf_cuda_update *u, int
                           wf_tensor *const *w, const wf_tensor *const *g, wf_tensor *const *s0,
                           wf_tensor *const *s1);
 
+/* Adds one to the counter 't' (one i64 or i32 element in device memory) in the order of ctx's
+ * stream: the step counter's increment. Returns 0, WF_EINVAL (no device queue, not such a
+ * counter) or WF_EDEVICE naming 'op'. */
+int wf__increment_cuda(const wf_kernel_ctx *ctx, const char *op, wf_tensor *t);
+
 /* Copies 'bytes' from 'src' (device memory of ctx's device, managed or host memory: the
  * direction is inferred from the pointer, cudaMemcpyDefault) to host memory 'dst' in the
  * order of ctx's stream, and waits for the stream: how a kernel whose scalars live in tensors

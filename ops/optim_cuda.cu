@@ -9,11 +9,12 @@
  * Invariants: each element is updated from its own values only; the variable, its gradient
  *   and its states are contiguous tensors of one dtype (f32 or f64) and one shape.
  * Also: wf__cuda_read_host(), the copy of a few scalars to the host that multi_update's CUDA
- *   slot reads its step counter and hyperparameters with.
+ *   slot reads its step counter and hyperparameters with; wf__increment_cuda(), the step
+ *   counter's increment on the device.
  * Not here: building the update nodes and their scalars (grad/: learning-rate schedules, bias
- *   corrections); multi_update's CUDA slot (grad/optim_cpu.c), which maps a node onto
- *   wf__update_multi_cuda() (runtime/pass_place.c keeps updates on the host in this version:
- *   variables are host values, so the slot runs only where a caller places it). */
+ *   corrections); the CUDA slots of multi_update, update_K and increment (grad/optim_cpu.c),
+ *   which map a node onto these functions where runtime/pass_place.c put it on a GPU (with
+ *   its variables resident there). */
 #include "cuda_common.h"
 
 #define OPT_MAX_TENSORS 32
@@ -219,6 +220,27 @@ int wf__update_multi_cuda(const wf_kernel_ctx *ctx, const wf_cuda_update *u, int
             update_k<float><<<blocks, WF_CU_THREADS, 0, q->stream>>>(L, scalars<float>(u), chunks);
         WF_CU_LAUNCHED(op);
     }
+    return 0;
+}
+
+__global__ void increment_k(void *p, bool i64)
+{
+    if (i64)
+        ++*(long long *)p;
+    else
+        ++*(int *)p;
+}
+
+int wf__increment_cuda(const wf_kernel_ctx *ctx, const char *op, wf_tensor *t)
+{
+    if (!t || (t->dtype != WF_I64 && t->dtype != WF_I32) || t->numel != 1)
+        return wf__err(WF_EINVAL, "%s: the counter must be one i64 or i32 element", op);
+    const wf__cuda_queue *q;
+    int rc = wf__cuda_enter(ctx, op, &q);
+    if (rc < 0)
+        return rc;
+    increment_k<<<1, 1, 0, q->stream>>>(t->data, t->dtype == WF_I64);
+    WF_CU_LAUNCHED(op);
     return 0;
 }
 

@@ -23,12 +23,12 @@
  *   that device, its readers read the session's device value with no copy step, its
  *   updates write that value in place, and its host value becomes stale until something
  *   reads it on the host (runtime/var_device.c). A variable read on the host by this plan
- *   is in 'p->host_vars', made current before each run. On CUDA, update_K (unfused
- *   updates) and the increment have no CUDA kernel: unfused updates stay on the host (their
- *   variables are then copied each step, as before), and the step counter (8 bytes) is
- *   copied to the GPU each step for the fused update.
- *   TODO(#6): CUDA kernels for update_K and the increment (then nothing of a step crosses);
- *   a first run on a real GPU (the CUDA path is compile-checked only; sim devices test it).
+ *   is in 'p->host_vars', made current before each run. On CUDA, update_K, multi_update
+ *   and the increment have kernels (grad/optim_cpu.c); an update of RMSProp or Adagrad,
+ *   which the CUDA kernel does not compute, stays on the host (its op's kernel_ok), and its
+ *   variables with it.
+ *   TODO(#6): a first run on a real GPU (the CUDA path is compile-checked only; simulated
+ *   devices test the placement and the residency).
  * Copies: every value read on another device than its own (host to GPU, GPU to host, GPU
  *   to GPU), and every fetched GPU value (to the host), gets one copy step per destination
  *   device, whatever the number of its readers there (wf__plan_dev.copies). The copies are
@@ -95,8 +95,8 @@ static int kernel_kind(int id, int n_real)
  * checks. */
 static bool kernel_able(const wf_node *n, int id, int n_real)
 {
-    if (!n->op->kernel[kernel_kind(id, n_real)] || (n->op->flags & WF_OP_DYNAMIC_SHAPE) ||
-        n->dtype == WF_F64)
+    if (!wf__op_kernel_ok(n->op, n, kernel_kind(id, n_real)) ||
+        (n->op->flags & WF_OP_DYNAMIC_SHAPE) || n->dtype == WF_F64)
         return false;
     for (int k = 0; k < n->n_inputs; k++)
         if (n->inputs[k]->dtype == WF_F64)
@@ -109,7 +109,8 @@ static bool kernel_able(const wf_node *n, int id, int n_real)
  * (f64, read by the kernel as scalars). */
 static bool update_able(const wf_node *n, int id, int n_real)
 {
-    if (!n->op->kernel[kernel_kind(id, n_real)] || (n->op->flags & WF_OP_DYNAMIC_SHAPE))
+    if (!wf__op_kernel_ok(n->op, n, kernel_kind(id, n_real)) ||
+        (n->op->flags & WF_OP_DYNAMIC_SHAPE))
         return false;
     for (int k = 0; k < n->op->n_assign; k++)
         if (n->inputs[k]->dtype == WF_F64)
@@ -418,14 +419,16 @@ int wf__plan_place(wf__plan *p)
         }
         if (want == 0 || p->kind[i] != WF__PN_KERNEL)
             continue;
-        if (!node->op->kernel[kernel_kind(want, n_real)]) {
+        int kk = kernel_kind(want, n_real);
+        if (!wf__op_kernel_ok(node->op, node, kk)) {
             char desc[WF_ERRMSG_MAX];
             return wf__err(WF_ENODEV,
                            "placement: %s is placed on device %d (%s), but op '%s' has no %s "
-                           "kernel",
+                           "kernel%s",
                            wf__rt_node_desc(node, desc, sizeof desc), want,
                            dev_name(want, n_real, dn, sizeof dn), node->op->name,
-                           kernel_kind(want, n_real) == WF_KERNEL_CUDA ? "CUDA" : "CPU");
+                           kk == WF_KERNEL_CUDA ? "CUDA" : "CPU",
+                           node->op->kernel[kk] ? " for this node (its attributes or inputs)" : "");
         }
         explicit_gpu = true; /* an update's variables are checked in place_updates() */
     }

@@ -95,6 +95,41 @@ Test(ops_cuda_fused, the_fused_ops_have_cuda_slots)
     cr_assert_not_null(wf_op_fused_elementwise.kernel[WF_KERNEL_CUDA]);
     for (int a = 1; a <= 12; a++)
         cr_assert_not_null(wf__update_multi_def(a)->kernel[WF_KERNEL_CUDA], "n_assign %d", a);
+    const wf_op_def *single[] = { &wf__op_update_1, &wf__op_update_2, &wf__op_update_3,
+                                  &wf__op_update_4, &wf__op_increment };
+    for (int i = 0; i < 5; i++)
+        cr_assert_not_null(single[i]->kernel[WF_KERNEL_CUDA], "%s", single[i]->name);
+}
+
+/* Placement asks kernel_ok whether a CUDA kernel computes a node: an update of RMSProp or
+ * Adagrad (read from its constant hyperparameters) has none, SGD, Adam and AdamW have one;
+ * unknown hyperparameters (not a constant) leave it to the kernel; the CPU takes all. */
+Test(ops_cuda_fused, updates_of_optimizers_without_a_cuda_kernel_stay_on_the_cpu)
+{
+    const int kinds[] = { WF_OPT_SGD, WF_OPT_ADAM, WF_OPT_ADAMW, WF_OPT_RMSPROP, WF_OPT_ADAGRAD };
+    const bool on_cuda[] = { true, true, true, false, false };
+    const wf_op_def *defs[] = { &wf__op_update_2, wf__update_multi_def(2) };
+    wf_node parts[5], nd;
+    memset(parts, 0, sizeof parts);
+    wf_node *ins[5] = { &parts[0], &parts[1], &parts[2], &parts[3], &parts[4] };
+    parts[4].op = &wf_op_constant;
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < 5; i++) {
+            double hpv[WF__HP_COUNT] = { [WF__HP_KIND] = kinds[i], [WF__HP_LR] = 0.1 };
+            parts[4].value = wf_tensor_from(WF_F64, WF_SHAPE(WF__HP_COUNT), hpv);
+            memset(&nd, 0, sizeof nd);
+            nd.op = defs[d];
+            nd.n_inputs = 5; /* variable, state, gradient, step, hyperparameters */
+            nd.inputs = ins;
+            cr_assert_eq(wf__op_kernel_ok(nd.op, &nd, WF_KERNEL_CUDA), on_cuda[i], "%s, kind %d",
+                         nd.op->name, kinds[i]);
+            cr_assert(wf__op_kernel_ok(nd.op, &nd, WF_KERNEL_CPU), "%s on the cpu", nd.op->name);
+            parts[4].op = &wf_op_placeholder;
+            cr_assert(wf__op_kernel_ok(nd.op, &nd, WF_KERNEL_CUDA), "%s, fed hyperparameters",
+                      nd.op->name);
+            parts[4].op = &wf_op_constant;
+            wf_tensor_release(parts[4].value);
+        }
 }
 
 Test(ops_cuda_fused, a_fused_program_without_a_device_queue_is_einval_not_a_crash)
@@ -237,13 +272,14 @@ Test(ops_cuda_fused, integer_division_by_zero_fails_naming_the_element)
 
 /* ---- multi_update's CUDA slot ---------------------------------------------------------------- */
 
-/* Runs the multi_update def of one optimizer ('hpv', step 2) over three variables on the CPU
- * and on the device and compares every variable and state. */
-static void check_multi(const char *what, const double *hpv, int k, wf_dtype dt)
+/* Runs an update def of one optimizer ('hpv', step 2) over 'm' variables (1: update_K, 3:
+ * multi_update) on the CPU and on the device and compares every variable and state. */
+static void check_update_def(const char *what, const double *hpv, int k, wf_dtype dt, int m)
 {
     const int64_t n[3] = { 70000, 5, 33 };
-    const int m = 3, a = m * k;
-    const wf_op_def *def = wf__update_multi_def(a);
+    const int a = m * k;
+    const wf_op_def *single[] = { NULL, &wf__op_update_1, &wf__op_update_2, &wf__op_update_3 };
+    const wf_op_def *def = m == 1 ? single[k] : wf__update_multi_def(a);
     wf_node nd;
     memset(&nd, 0, sizeof nd);
     nd.op = def;
@@ -282,6 +318,12 @@ static void check_multi(const char *what, const double *hpv, int k, wf_dtype dt)
     wf_tensor_release(hin[a + m + 1]);
 }
 
+static void check_multi(const char *what, const double *hpv, int k, wf_dtype dt)
+{
+    check_update_def(what, hpv, k, dt, 3);
+    check_update_def(what, hpv, k, dt, 1);
+}
+
 Test(ops_cuda_fused, multi_update_on_the_device_matches_the_cpu_kernel)
 {
     NEED_DEVICE();
@@ -303,6 +345,33 @@ Test(ops_cuda_fused, multi_update_on_the_device_matches_the_cpu_kernel)
         adam[WF__HP_KIND] = WF_OPT_ADAMW;
         adam[WF__HP_WD] = 0.1;
         check_multi("adamw", adam, 3, dts[di]);
+    }
+}
+
+/* The step counter's increment on the device, i64 (past 2^32) and i32, three times each. */
+Test(ops_cuda_fused, increment_on_the_device_adds_one)
+{
+    NEED_DEVICE();
+    wf_node nd;
+    memset(&nd, 0, sizeof nd);
+    nd.op = &wf__op_increment;
+    nd.n_inputs = 1;
+    int64_t v64 = ((int64_t)1 << 40) + 5;
+    int32_t v32 = 1000000;
+    wf_tensor *h[2] = { wf_tensor_from(WF_I64, WF_SCALAR, &v64),
+                        wf_tensor_from(WF_I32, WF_SCALAR, &v32) };
+    for (int i = 0; i < 2; i++) {
+        wf_tensor *d = to_dev(h[i]), *out = NULL;
+        for (int rep = 0; rep < 3; rep++)
+            cr_assert_eq(wf__op_increment.kernel[WF_KERNEL_CUDA](&dev.ctx, &nd, &d, &out), 0, "%s",
+                         wf_last_errmsg());
+        wf_tensor *back = to_host(d);
+        long long got = i ? ((const int32_t *)back->data)[0] : ((const int64_t *)back->data)[0];
+        long long want = i ? 1000003 : ((long long)1 << 40) + 8;
+        cr_assert_eq(got, want, "%s counter: %lld, expected %lld", i ? "i32" : "i64", got, want);
+        wf_tensor_release(back);
+        wf_tensor_release(d);
+        wf_tensor_release(h[i]);
     }
 }
 
