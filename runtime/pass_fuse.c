@@ -23,10 +23,12 @@
  *   edges to it: plan.c's index_of resolves through the map) move to the fused node, which
  *   has its dtype and shape; the interior nodes keep their ids, have no reader left, and the
  *   next prune drops them.
- * GPUs: fused_elementwise has a CPU kernel only, so a node the user placed on a GPU
- *   (wf_node_set_device()) is never a member, and the pass does nothing in a session whose
- *   rule may put nodes on a GPU (a runtime with a CUDA device and wf_session_opts.device not
- *   -1, pass_place.c): there the members' own CUDA kernels run. TODO(#5): a CUDA twin.
+ * GPUs: a node the user placed on a GPU (wf_node_set_device()) is never a member, and the
+ *   pass does nothing in a session whose rule may put nodes on a GPU (a runtime with a CUDA
+ *   device and wf_session_opts.device not -1, pass_place.c): there the members' own CUDA
+ *   kernels run. fused_elementwise has a CUDA twin (ops/fused_cuda.cu), compile-checked and
+ *   tested against the CPU only where a GPU is (none was lent so far); TODO(#6): fuse in GPU
+ *   sessions once it has run on one, with a kernel_ok (core/op.h) for the programs it takes.
  * Not here: the program's format and kernel (ops/fused*.c), the framework (passes.c). */
 #include "../ops/fused.h"
 #include "../ops/table.h"
