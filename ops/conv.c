@@ -13,6 +13,7 @@
  * Not here: im2col, GEMM and col2im (conv_cpu.c), the gradient functions (grad/), pools
  *   (pool.c). */
 #include "internal.h"
+#include "layout.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -151,7 +152,7 @@ static int infer_conv2d(wf_node *n, char *err, size_t errlen)
     return 0;
 }
 
-static wf_conv_params params(const wf_node *n)
+wf_conv_params wf__ops_conv_params(const wf_node *n)
 {
     const wf_attrs *a = n->attrs;
     wf_conv_params p;
@@ -166,7 +167,7 @@ static int kernel_conv2d(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *
                          wf_tensor **out)
 {
     wf_kctx k = wf__ops_kctx(ctx);
-    wf_conv_params p = params(n);
+    wf_conv_params p = wf__ops_conv_params(n);
     return wf__conv2d_cpu(&k, &p, in[0], in[1], *out);
 }
 
@@ -285,7 +286,7 @@ static int kernel_backward_input(const wf_kernel_ctx *ctx, const wf_node *n, wf_
                                  wf_tensor **out)
 {
     wf_kctx k = wf__ops_kctx(ctx);
-    wf_conv_params p = params(n);
+    wf_conv_params p = wf__ops_conv_params(n);
     return wf__conv2d_backward_input_cpu(&k, &p, in[0], in[1], *out);
 }
 
@@ -351,7 +352,7 @@ static int kernel_backward_filter(const wf_kernel_ctx *ctx, const wf_node *n, wf
                                   wf_tensor **out)
 {
     wf_kctx k = wf__ops_kctx(ctx);
-    wf_conv_params p = params(n);
+    wf_conv_params p = wf__ops_conv_params(n);
     return wf__conv2d_backward_filter_cpu(&k, &p, in[0], in[1], *out);
 }
 

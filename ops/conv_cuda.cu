@@ -118,30 +118,6 @@ static int packed(cv_call &c, const char *op, const wf_tensor *t, int slot, cons
     return rc;
 }
 
-static void cudnn_types(wf_dtype dt, cudnnDataType_t *data, cudnnDataType_t *compute,
-                        cudnnMathType_t *math)
-{
-    switch (dt) {
-    case WF_F64:
-        *data = *compute = CUDNN_DATA_DOUBLE;
-        *math = CUDNN_FMA_MATH;
-        break;
-    case WF_BF16:
-        *data = CUDNN_DATA_BFLOAT16;
-        *compute = CUDNN_DATA_FLOAT;
-        *math = CUDNN_TENSOR_OP_MATH;
-        break;
-    case WF_F16:
-        *data = CUDNN_DATA_HALF;
-        *compute = CUDNN_DATA_FLOAT;
-        *math = CUDNN_TENSOR_OP_MATH;
-        break;
-    default:
-        *data = *compute = CUDNN_DATA_FLOAT;
-        *math = CUDNN_FMA_MATH; /* no TF32: f32 stays f32, as the CPU's */
-    }
-}
-
 /* Picks the first usable algorithm among cuDNN's ranked results 'res[0 .. n)' whose
  * workspace can be had, preferring, in this order: deterministic and of the wanted math
  * (FMA only for f32/f64: no TF32), the wanted math, deterministic, any that succeeded. Sets
@@ -248,9 +224,9 @@ static int entry(const wf_kernel_ctx *ctx, int kind, const wf_conv_params *p, co
             xdata = xpad;
         }
     }
-    cudnnDataType_t dtype, compute;
-    cudnnMathType_t math;
-    cudnn_types(dt, &dtype, &compute, &math);
+    wf__cuda_types types = wf__cuda_types_of(dt); /* no TF32: f32 stays f32, as the CPU's */
+    cudnnDataType_t dtype = types.dnn, compute = types.dnn_compute;
+    cudnnMathType_t math = types.dnn_math;
     WF_CUDNN_TRY(cudnnCreateTensorDescriptor(&c.xd), op, "cudnnCreateTensorDescriptor");
     WF_CUDNN_TRY(cudnnCreateTensorDescriptor(&c.yd), op, "cudnnCreateTensorDescriptor");
     WF_CUDNN_TRY(cudnnCreateFilterDescriptor(&c.wd), op, "cudnnCreateFilterDescriptor");
@@ -345,34 +321,23 @@ int wf__conv2d_backward_filter_cuda(const wf_kernel_ctx *ctx, const wf_conv_para
 
 /* ---- The op defs' CUDA slots (conv.c's kernels) ------------------------------------------ */
 
-static wf_conv_params params(const wf_node *n)
-{
-    const wf_attrs *a = n->attrs;
-    wf_conv_params p;
-    memcpy(p.stride, a->stride, sizeof p.stride);
-    memcpy(p.padding, a->padding, sizeof p.padding);
-    memcpy(p.dilation, a->dilation, sizeof p.dilation);
-    p.groups = a->groups;
-    return p;
-}
-
 int wf__cuda_kernel_conv2d(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
                            wf_tensor **out)
 {
-    wf_conv_params p = params(n);
+    wf_conv_params p = wf__ops_conv_params(n);
     return wf__conv2d_cuda(ctx, &p, in[0], in[1], *out);
 }
 
 int wf__cuda_kernel_conv2d_backward_input(const wf_kernel_ctx *ctx, const wf_node *n,
                                           wf_tensor *const *in, wf_tensor **out)
 {
-    wf_conv_params p = params(n);
+    wf_conv_params p = wf__ops_conv_params(n);
     return wf__conv2d_backward_input_cuda(ctx, &p, in[0], in[1], *out);
 }
 
 int wf__cuda_kernel_conv2d_backward_filter(const wf_kernel_ctx *ctx, const wf_node *n,
                                            wf_tensor *const *in, wf_tensor **out)
 {
-    wf_conv_params p = params(n);
+    wf_conv_params p = wf__ops_conv_params(n);
     return wf__conv2d_backward_filter_cuda(ctx, &p, in[0], in[1], *out);
 }

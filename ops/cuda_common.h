@@ -1,9 +1,9 @@
 /* ops/cuda_common.h: what the CUDA twins of ops/ (ops/NAME_cuda.cu) share: the C headers they
- * read tensors and nodes through, turning CUDA, cuBLAS and cuDNN statuses into weft's,
- * entering a kernel context (its device queue: stream and library handles), stream-ordered
- * temporaries, launch sizes, the strided N-d index map of the elementwise and reduction
- * kernels, and element conversions for bf16 and f16 storage (a module interface of ops/ for
- * its .cu files only: C++, never included from C).
+ * read tensors and nodes through, turning CUDA, cuBLAS and cuDNN statuses into weft's, the
+ * cuBLAS and cuDNN types of each floating dtype, entering a kernel context (its device queue:
+ * stream and library handles), stream-ordered temporaries, launch sizes, the strided N-d
+ * index map of the elementwise and reduction kernels, and element conversions for bf16 and
+ * f16 storage (a module interface of ops/ for its .cu files only: C++, never included from C).
  * Owns: the C++ view of the C headers: core/tensor.h declares its reference counts
  *   '_Atomic int64_t', which C++ cannot parse; here '_Atomic' reads as 'volatile', which has
  *   the same size and alignment for int64_t on every target CUDA supports (x86-64, aarch64),
@@ -100,6 +100,12 @@ int wf__cuda_enter(const wf_kernel_ctx *ctx, const char *op, const wf__cuda_queu
 int wf__cuda_tmp(cudaStream_t stream, size_t bytes, const char *op, void **p);
 void wf__cuda_tmp_free(cudaStream_t stream, void *p);
 
+/* A stream-ordered int64 at device address '*flag', set to -1 (all bits) on stream 's': where
+ * the kernels that validate data on the device record the first bad position (atomicMin),
+ * read back with wf__cuda_read_flag(). Free it with wf__cuda_tmp_free(); on failure '*flag'
+ * is NULL. */
+int wf__cuda_flag(cudaStream_t s, const char *op, void **flag);
+
 /* Copies an int64 the kernels wrote at device address 'dev' to the host, waiting for the
  * stream: how the entries that validate data on the device (indices, integer divisors) learn
  * the result. Returns 0 or the CUDA failure. */
@@ -127,6 +133,22 @@ static inline unsigned wf__cuda_blocks(int64_t n, int threads)
 }
 
 #define WF_CU_THREADS 256
+
+/* ---- Library types --------------------------------------------------------------------------- */
+
+/* How cuBLAS and cuDNN see a floating dtype, one map for matmul_cuda.cu and conv_cuda.cu: f64
+ * stores and computes in f64 (FMA math); bf16 and f16 store 16 bits and compute in f32
+ * (tensor-op math); f32 stores and computes in f32 with FMA math and no TF32 (f32 stays f32,
+ * as the CPU's; matmul_cuda.cu alone may opt in to TF32). */
+typedef struct wf__cuda_types {
+    cudaDataType_t blas;              /* storage, for cuBLAS and cuBLASLt */
+    cublasComputeType_t blas_compute; /* CUBLAS_COMPUTE_64F or _32F */
+    bool f64;                         /* cuBLAS's alpha and beta are doubles */
+    cudnnDataType_t dnn, dnn_compute; /* storage and compute, for cuDNN */
+    cudnnMathType_t dnn_math;
+} wf__cuda_types;
+
+wf__cuda_types wf__cuda_types_of(wf_dtype dt);
 
 /* ---- The strided index map ------------------------------------------------------------------- */
 

@@ -11,6 +11,7 @@
 #include "../core/rng.h"
 #include "../core/tensor.h"
 #include "kernels.h"
+#include "layout.h"
 
 #include <stdio.h>
 
@@ -53,8 +54,7 @@ static int do_range(void *arg, int64_t lo, int64_t hi)
     return 0;
 }
 
-int wf__dropout_cpu(const wf_kctx *ctx, double rate, uint64_t seed, const wf_tensor *x,
-                    wf_tensor *out)
+int wf__ops_dropout_check(double rate, const wf_tensor *x, const wf_tensor *out)
 {
     char s1[160];
     if (!x)
@@ -65,7 +65,13 @@ int wf__dropout_cpu(const wf_kctx *ctx, double rate, uint64_t seed, const wf_ten
     if (!(rate >= 0 && rate < 1))
         return wf__err(WF_EINVAL, "dropout: x is %s; rate %g is outside [0, 1)",
                        wf_shape_str(x->shape, s1, sizeof s1), rate);
-    int rc = wf__kernel_check_out("dropout", out, x->dtype, x->shape);
+    return wf__kernel_check_out("dropout", out, x->dtype, x->shape);
+}
+
+int wf__dropout_cpu(const wf_kctx *ctx, double rate, uint64_t seed, const wf_tensor *x,
+                    wf_tensor *out)
+{
+    int rc = wf__ops_dropout_check(rate, x, out);
     if (rc < 0 || out->numel == 0)
         return rc;
     if (!x->contiguous && (rc = wf__cast_cpu(ctx, x, out)) < 0)

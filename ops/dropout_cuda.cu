@@ -52,16 +52,7 @@ static __global__ void dropout_k(wf_cu_map m, const S *x, S *out, uint64_t key, 
 int wf__dropout_cuda(const wf_kernel_ctx *ctx, double rate, uint64_t seed, const wf_tensor *x,
                      wf_tensor *out)
 {
-    char s1[160];
-    if (!x)
-        return wf__err(WF_EINVAL, "dropout: x is NULL");
-    if (!wf_dtype_is_float(x->dtype))
-        return wf__err(WF_EDTYPE, "dropout: x is %s %s; dropout takes f32, f64, bf16 or f16",
-                       wf_dtype_name(x->dtype), wf_shape_str(x->shape, s1, sizeof s1));
-    if (!(rate >= 0 && rate < 1))
-        return wf__err(WF_EINVAL, "dropout: x is %s; rate %g is outside [0, 1)",
-                       wf_shape_str(x->shape, s1, sizeof s1), rate);
-    int rc = wf__kernel_check_out("dropout", out, x->dtype, x->shape);
+    int rc = wf__ops_dropout_check(rate, x, out);
     const wf__cuda_queue *q;
     if (rc < 0 || (rc = wf__cuda_enter(ctx, "dropout", &q)) < 0 || out->numel == 0)
         return rc;

@@ -556,21 +556,30 @@ static const char *const unary_names[WF_UNARY_COUNT] = {
     "sigmoid", "relu", "leaky_relu", "gelu_tanh", "gelu_erf", "silu",  "sign",
 };
 
-int wf__unary_cpu(const wf_kctx *ctx, wf_unary_op op, double alpha, const wf_tensor *x,
-                  wf_tensor *out)
+/* The dtypes each op takes are the ones it has a loop for in 'unary_fns', on every device. */
+int wf__ops_unary_check(wf_unary_op op, const wf_tensor *x, const char **name)
 {
     if ((unsigned)op >= WF_UNARY_COUNT)
         return wf__err(WF_EINVAL, "unary: op %d is not a wf_unary_op", (int)op);
-    const char *name = unary_names[op];
+    *name = unary_names[op];
     if (!x)
-        return wf__err(WF_EINVAL, "%s: x is NULL", name);
+        return wf__err(WF_EINVAL, "%s: x is NULL", *name);
     int c = compute_index(x->dtype);
-    ew_fn fn = c >= 0 ? unary_fns[op][c] : NULL;
-    if (!fn)
-        return wf__err(WF_EDTYPE, "%s: x is %s, which %s does not support", name,
-                       wf_dtype_name(x->dtype), name);
+    if (c < 0 || !unary_fns[op][c])
+        return wf__err(WF_EDTYPE, "%s: x is %s, which %s does not support", *name,
+                       wf_dtype_name(x->dtype), *name);
+    return 0;
+}
+
+int wf__unary_cpu(const wf_kctx *ctx, wf_unary_op op, double alpha, const wf_tensor *x,
+                  wf_tensor *out)
+{
+    const char *name;
+    int rc = wf__ops_unary_check(op, x, &name);
+    if (rc < 0)
+        return rc;
+    ew_fn fn = unary_fns[op][compute_index(x->dtype)]; /* not NULL: checked */
     ew_arg arg = { .alpha = alpha };
-    int rc;
     if (run_direct(out, x->dtype, &x, 1, true, fn, &arg, &rc))
         return rc;
     rc = wf__kernel_check_out(name, out, x->dtype, x->shape);
@@ -726,25 +735,34 @@ static const char *const binary_names[WF_BINARY_COUNT] = {
     "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
 };
 
-int wf__binary_cpu(const wf_kctx *ctx, wf_binary_op op, const wf_tensor *a, const wf_tensor *b,
-                   wf_tensor *out)
+/* As wf__ops_unary_check(): the dtypes are the ones with a loop in 'binary_fns'. */
+int wf__ops_binary_check(wf_binary_op op, const wf_tensor *a, const wf_tensor *b, const char **name)
 {
     if ((unsigned)op >= WF_BINARY_COUNT)
         return wf__err(WF_EINVAL, "binary: op %d is not a wf_binary_op", (int)op);
-    const char *name = binary_names[op];
+    *name = binary_names[op];
     if (!a || !b)
-        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !a ? "a" : "b");
+        return wf__err(WF_EINVAL, "%s: %s is NULL", *name, !a ? "a" : "b");
     if (a->dtype != b->dtype)
-        return wf__err(WF_EDTYPE, "%s: a is %s but b is %s", name, wf_dtype_name(a->dtype),
+        return wf__err(WF_EDTYPE, "%s: a is %s but b is %s", *name, wf_dtype_name(a->dtype),
                        wf_dtype_name(b->dtype));
     int c = compute_index(a->dtype);
-    ew_fn fn = c >= 0 ? binary_fns[op][c] : NULL;
-    if (!fn)
-        return wf__err(WF_EDTYPE, "%s: a and b are %s, which %s does not support", name,
-                       wf_dtype_name(a->dtype), name);
+    if (c < 0 || !binary_fns[op][c])
+        return wf__err(WF_EDTYPE, "%s: a and b are %s, which %s does not support", *name,
+                       wf_dtype_name(a->dtype), *name);
+    return 0;
+}
+
+int wf__binary_cpu(const wf_kctx *ctx, wf_binary_op op, const wf_tensor *a, const wf_tensor *b,
+                   wf_tensor *out)
+{
+    const char *name;
+    int rc = wf__ops_binary_check(op, a, b, &name);
+    if (rc < 0)
+        return rc;
+    ew_fn fn = binary_fns[op][compute_index(a->dtype)]; /* not NULL: checked */
     const wf_tensor *in[2] = { a, b };
     wf_dtype dt = op >= WF_BINARY_EQ ? WF_BOOL : a->dtype; /* comparisons give bool */
-    int rc;
     if (run_direct(out, dt, in, 2, true, fn, NULL, &rc))
         return rc;
     const char *const names[2] = { "a", "b" };
@@ -844,32 +862,38 @@ static const char *const act_grad_names[WF_ACT_GRAD_COUNT] = {
     "silu_grad", "sigmoid_grad",    "tanh_grad",
 };
 
-int wf__activation_grad_cpu(const wf_kctx *ctx, wf_act_grad_op op, double alpha, const wf_tensor *x,
-                            const wf_tensor *dy, wf_tensor *out)
+int wf__ops_act_grad_check(wf_act_grad_op op, const wf_tensor *x, const wf_tensor *dy,
+                           const wf_tensor *out, const char **name)
 {
     if ((unsigned)op >= WF_ACT_GRAD_COUNT)
         return wf__err(WF_EINVAL, "activation_grad: op %d is not a wf_act_grad_op", (int)op);
-    const char *name = act_grad_names[op];
+    *name = act_grad_names[op];
     char s1[160], s2[160];
     if (!x || !dy)
-        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !x ? "x" : "dy");
+        return wf__err(WF_EINVAL, "%s: %s is NULL", *name, !x ? "x" : "dy");
     if (x->dtype != dy->dtype)
-        return wf__err(WF_EDTYPE, "%s: x is %s but dy is %s", name, wf_dtype_name(x->dtype),
+        return wf__err(WF_EDTYPE, "%s: x is %s but dy is %s", *name, wf_dtype_name(x->dtype),
                        wf_dtype_name(dy->dtype));
     if (!wf_shape_equal(x->shape, dy->shape))
-        return wf__err(WF_ESHAPE, "%s: x is %s but dy is %s (no broadcasting)", name,
+        return wf__err(WF_ESHAPE, "%s: x is %s but dy is %s (no broadcasting)", *name,
                        wf_shape_str(x->shape, s1, sizeof s1),
                        wf_shape_str(dy->shape, s2, sizeof s2));
-    int c = wf_dtype_is_float(x->dtype) ? compute_index(x->dtype) : -1;
-    if (c < 0)
-        return wf__err(WF_EDTYPE, "%s: x and dy are %s; %s takes f32, f64, bf16 or f16", name,
-                       wf_dtype_name(x->dtype), name);
-    int rc = wf__kernel_check_out(name, out, x->dtype, x->shape);
+    if (!wf_dtype_is_float(x->dtype) || compute_index(x->dtype) < 0)
+        return wf__err(WF_EDTYPE, "%s: x and dy are %s; %s takes f32, f64, bf16 or f16", *name,
+                       wf_dtype_name(x->dtype), *name);
+    return wf__kernel_check_out(*name, out, x->dtype, x->shape);
+}
+
+int wf__activation_grad_cpu(const wf_kctx *ctx, wf_act_grad_op op, double alpha, const wf_tensor *x,
+                            const wf_tensor *dy, wf_tensor *out)
+{
+    const char *name;
+    int rc = wf__ops_act_grad_check(op, x, dy, out, &name);
     if (rc < 0)
         return rc;
     const wf_tensor *in[2] = { x, dy };
     ew_arg arg = { .alpha = alpha };
-    return ew_run(ctx, out, in, 2, true, act_grad_fns[op][c], &arg);
+    return ew_run(ctx, out, in, 2, true, act_grad_fns[op][compute_index(x->dtype)], &arg);
 }
 
 /* ---- where --------------------------------------------------------------------------------- */

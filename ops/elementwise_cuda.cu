@@ -138,31 +138,13 @@ static int launch(const char *op, cudaStream_t s, int64_t n, K kernel, A... args
         WF_CU_FLOAT_SWITCH(dt, BODY, ELSE) \
     }
 
-static const char *const unary_names[WF_UNARY_COUNT] = {
-    "neg",     "abs",  "exp",        "log",       "sqrt",     "rsqrt", "square", "tanh",
-    "sigmoid", "relu", "leaky_relu", "gelu_tanh", "gelu_erf", "silu",  "sign",
-};
-
-static bool unary_int_op(wf_unary_op op)
-{
-    return op == WF_UNARY_NEG || op == WF_UNARY_ABS || op == WF_UNARY_SQUARE ||
-           op == WF_UNARY_RELU || op == WF_UNARY_SIGN;
-}
-
 int wf__unary_cuda(const wf_kernel_ctx *ctx, wf_unary_op op, double alpha, const wf_tensor *x,
                    wf_tensor *out)
 {
-    if ((unsigned)op >= WF_UNARY_COUNT)
-        return wf__err(WF_EINVAL, "unary: op %d is not a wf_unary_op", (int)op);
-    const char *name = unary_names[op];
-    if (!x)
-        return wf__err(WF_EINVAL, "%s: x is NULL", name);
-    bool ok = wf_dtype_is_float(x->dtype) ||
-              ((x->dtype == WF_I32 || x->dtype == WF_I64) && unary_int_op(op));
-    if (!ok)
-        return wf__err(WF_EDTYPE, "%s: x is %s, which %s does not support", name,
-                       wf_dtype_name(x->dtype), name);
-    int rc = wf__kernel_check_out(name, out, x->dtype, x->shape);
+    const char *name;
+    int rc = wf__ops_unary_check(op, x, &name);
+    if (rc == 0)
+        rc = wf__kernel_check_out(name, out, x->dtype, x->shape);
     const wf__cuda_queue *q;
     if (rc < 0 || (rc = wf__cuda_enter(ctx, name, &q)) < 0)
         return rc;
@@ -190,10 +172,6 @@ int wf__unary_cuda(const wf_kernel_ctx *ctx, wf_unary_op op, double alpha, const
     return wf__err(WF_EDTYPE, "%s: x is %s", name, wf_dtype_name(x->dtype));
 }
 
-static const char *const binary_names[WF_BINARY_COUNT] = {
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-};
-
 static int integer_div(const char *name, cudaStream_t s, const wf_cu_map &m, const wf_tensor *a,
                        const wf_tensor *b, wf_tensor *out)
 {
@@ -201,16 +179,13 @@ static int integer_div(const char *name, cudaStream_t s, const wf_cu_map &m, con
     if (n == 0)
         return 0;
     void *flag;
-    int rc = wf__cuda_tmp(s, sizeof(int64_t), name, &flag);
+    int rc = wf__cuda_flag(s, name, &flag);
     if (rc < 0)
         return rc;
-    cudaError_t e = cudaMemsetAsync(flag, 0xff, sizeof(int64_t), s);
-    if (e != cudaSuccess)
-        rc = wf__cuda_fail(e, name, "cudaMemsetAsync");
-    if (rc == 0 && a->dtype == WF_I32)
+    if (a->dtype == WF_I32)
         rc = launch(name, s, n, idiv_k<int32_t>, m, (int32_t *)out->data, (const int32_t *)a->data,
                     (const int32_t *)b->data, n, (unsigned long long *)flag);
-    else if (rc == 0)
+    else
         rc = launch(name, s, n, idiv_k<int64_t>, m, (int64_t *)out->data, (const int64_t *)a->data,
                     (const int64_t *)b->data, n, (unsigned long long *)flag);
     int64_t bad = -1;
@@ -225,25 +200,16 @@ static int integer_div(const char *name, cudaStream_t s, const wf_cu_map &m, con
 int wf__binary_cuda(const wf_kernel_ctx *ctx, wf_binary_op op, const wf_tensor *a,
                     const wf_tensor *b, wf_tensor *out)
 {
-    if ((unsigned)op >= WF_BINARY_COUNT)
-        return wf__err(WF_EINVAL, "binary: op %d is not a wf_binary_op", (int)op);
-    const char *name = binary_names[op];
-    if (!a || !b)
-        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !a ? "a" : "b");
-    if (a->dtype != b->dtype)
-        return wf__err(WF_EDTYPE, "%s: a is %s but b is %s", name, wf_dtype_name(a->dtype),
-                       wf_dtype_name(b->dtype));
+    const char *name;
+    int rc = wf__ops_binary_check(op, a, b, &name);
+    if (rc < 0)
+        return rc;
     bool cmp = op >= WF_BINARY_EQ;
     wf_dtype dt = a->dtype;
-    bool ok = wf_dtype_is_float(dt) || ((dt == WF_I32 || dt == WF_I64) && op != WF_BINARY_POW) ||
-              (cmp && (dt == WF_U8 || dt == WF_BOOL));
-    if (!ok)
-        return wf__err(WF_EDTYPE, "%s: a and b are %s, which %s does not support", name,
-                       wf_dtype_name(dt), name);
     const wf_tensor *in[2] = { a, b };
     const char *const names[2] = { "a", "b" };
     wf_shape shape;
-    int rc = wf__ops_broadcast_shapes(name, in, names, 2, &shape);
+    rc = wf__ops_broadcast_shapes(name, in, names, 2, &shape);
     if (rc < 0)
         return rc;
     rc = wf__kernel_check_out(name, out, cmp ? WF_BOOL : dt, shape);
@@ -287,31 +253,11 @@ int wf__binary_cuda(const wf_kernel_ctx *ctx, wf_binary_op op, const wf_tensor *
     return wf__err(WF_EDTYPE, "%s: a and b are %s", name, wf_dtype_name(dt));
 }
 
-static const char *const act_grad_names[WF_ACT_GRAD_COUNT] = {
-    "relu_grad", "leaky_relu_grad", "gelu_grad", "gelu_tanh_grad",
-    "silu_grad", "sigmoid_grad",    "tanh_grad",
-};
-
 int wf__activation_grad_cuda(const wf_kernel_ctx *ctx, wf_act_grad_op op, double alpha,
                              const wf_tensor *x, const wf_tensor *dy, wf_tensor *out)
 {
-    if ((unsigned)op >= WF_ACT_GRAD_COUNT)
-        return wf__err(WF_EINVAL, "activation_grad: op %d is not a wf_act_grad_op", (int)op);
-    const char *name = act_grad_names[op];
-    char s1[160], s2[160];
-    if (!x || !dy)
-        return wf__err(WF_EINVAL, "%s: %s is NULL", name, !x ? "x" : "dy");
-    if (x->dtype != dy->dtype)
-        return wf__err(WF_EDTYPE, "%s: x is %s but dy is %s", name, wf_dtype_name(x->dtype),
-                       wf_dtype_name(dy->dtype));
-    if (!wf_shape_equal(x->shape, dy->shape))
-        return wf__err(WF_ESHAPE, "%s: x is %s but dy is %s (no broadcasting)", name,
-                       wf_shape_str(x->shape, s1, sizeof s1),
-                       wf_shape_str(dy->shape, s2, sizeof s2));
-    if (!wf_dtype_is_float(x->dtype))
-        return wf__err(WF_EDTYPE, "%s: x and dy are %s; %s takes f32, f64, bf16 or f16", name,
-                       wf_dtype_name(x->dtype), name);
-    int rc = wf__kernel_check_out(name, out, x->dtype, x->shape);
+    const char *name;
+    int rc = wf__ops_act_grad_check(op, x, dy, out, &name);
     const wf__cuda_queue *q;
     if (rc < 0 || (rc = wf__cuda_enter(ctx, name, &q)) < 0)
         return rc;

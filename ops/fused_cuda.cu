@@ -391,15 +391,8 @@ int wf__fused_elementwise_cuda(const wf_kernel_ctx *ctx, const wf_attrs *attrs,
         P.dt[k] = (uint8_t)dt[k];
     cudaStream_t s = q->stream;
     void *flag = NULL;
-    if (has_idiv) {
-        if ((rc = wf__cuda_tmp(s, sizeof(int64_t), op, &flag)) < 0)
-            return rc;
-        cudaError_t e = cudaMemsetAsync(flag, 0xff, sizeof(int64_t), s);
-        if (e != cudaSuccess) {
-            wf__cuda_tmp_free(s, flag);
-            return wf__cuda_fail(e, op, "cudaMemsetAsync");
-        }
-    }
+    if (has_idiv && (rc = wf__cuda_flag(s, op, &flag)) < 0)
+        return rc;
     fused_k<<<wf__cuda_blocks(P.n, WF_CU_THREADS), WF_CU_THREADS, 0, s>>>(
         P, (unsigned long long *)flag);
     cudaError_t e = cudaGetLastError();

@@ -96,12 +96,7 @@ static int prepare(cudaStream_t s, const char *op, const wf_tensor *indices, con
         *idx = *idx_tmp;
     }
     if (rc == 0)
-        rc = wf__cuda_tmp(s, sizeof(int64_t), op, flag);
-    if (rc == 0) {
-        cudaError_t e = cudaMemsetAsync(*flag, 0xff, sizeof(int64_t), s);
-        if (e != cudaSuccess)
-            rc = wf__cuda_fail(e, op, "cudaMemsetAsync");
-    }
+        rc = wf__cuda_flag(s, op, flag);
     return rc;
 }
 

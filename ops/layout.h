@@ -3,7 +3,8 @@
  * both check the same things with the same messages and walk the same axes. A module
  * interface of ops/ (not installed, not internal.h); C, and included by the .cu files inside
  * cuda_common.h's extern "C" block.
- * Owns: the declarations; each function is defined in the CPU kernel file named above it.
+ * Owns: the declarations; each function is defined in the CPU kernel file (or, for what reads
+ *   a node's attributes, the op file) named above it.
  * Invariant: every function here is host-only arithmetic on tensor metadata: it reads no
  *   element, so the CUDA entries call it on device tensors.
  * Not here: the per-element loops (scalar.h, and the .cu kernels). */
@@ -82,6 +83,11 @@ int wf__ops_broadcast_layout(const wf_tensor *x, const wf_tensor *out, int64_t *
 int wf__ops_join_layout(const char *op, bool stack, int axis, int i, const wf_tensor *x,
                         const wf_tensor *out, int64_t pos, int64_t *dims, int64_t *ss, int *rank);
 
+/* concat and stack: before the inputs, there is at least one and 'out' is not NULL; after
+ * them, the boxes filled 'out' along 'axis' ('pos': where the last one ended). */
+int wf__ops_join_check(const char *op, const wf_tensor *const *xs, int n, const wf_tensor *out);
+int wf__ops_join_filled(const char *op, int axis, int64_t pos, const wf_tensor *out);
+
 /* pad: out's shape is x's plus 'before' and 'after' (checked); '*off' is where x starts in
  * 'out' (out's strides). */
 int wf__ops_pad_layout(const int64_t *before, const int64_t *after, const wf_tensor *x,
@@ -116,11 +122,47 @@ int wf__ops_reduce_check(wf__reduce_kind op, const int *axes, int n_axes, bool k
                          const wf_tensor *x, const wf_tensor *out, bool *mask);
 const char *wf__ops_reduce_name(wf__reduce_kind op);
 
+/* The geometry of a reduction of 'x' over the axes 'mask' marks, which reduce_cpu.c's and
+ * reduce_cuda.cu's plans both carry: output element o is kept position o, and its reduced
+ * positions are 0 .. m-1, both row-major over the axes left after dropping size-1 axes (and,
+ * for the reduced ones, merging an axis into the one before it where contiguous; order is
+ * kept). 'rr' is at least 1: with nothing left to reduce, one axis of size 1 and stride 0.
+ * Strides in elements. */
+typedef struct wf__reduce_geom {
+    int kr, rr;                                   /* kept and reduced ranks */
+    int64_t nout, m;                              /* outputs, reduced positions per output */
+    int64_t kdims[WF_MAX_RANK], kst[WF_MAX_RANK]; /* kept axes */
+    int64_t rdims[WF_MAX_RANK], rst[WF_MAX_RANK]; /* reduced axes */
+} wf__reduce_geom;
+
+/* reduce_cpu.c: fills 'g' for 'x' and 'mask' (wf__ops_reduce_check()'s). */
+void wf__ops_reduce_geom(const wf_tensor *x, const bool *mask, wf__reduce_geom *g);
+
 /* softmax_cpu.c: the softmax ops' checks on x (floating, rank >= 1, 'axis' in range: '*axis_out'
  * is it made non-negative) and, when 'labels' is not NULL, on the labels (i32 or i64 of
  * 'lshape', x's shape without the axis). */
 int wf__ops_softmax_check(const char *name, int axis, const wf_tensor *x, const wf_tensor *labels,
                           int *axis_out, wf_shape *lshape);
+
+/* The geometry of a softmax op's rows, which softmax_cpu.c's and softmax_cuda.cu's plans
+ * both carry: row r is position r, row-major, over x's axes other than the softmax axis
+ * ('orank' of them, sizes 'odims'), with the strides of x, out, labels and dloss along them
+ * (0 for an operand not given) and of x and out along the axis. Strides in elements; 'out'
+ * contiguous. */
+typedef struct wf__softmax_geom {
+    int orank;
+    int64_t C, rows;                              /* the axis's size, the rows */
+    int64_t odims[WF_MAX_RANK], xst[WF_MAX_RANK]; /* the other axes, x's strides along them */
+    int64_t ost[WF_MAX_RANK], lst[WF_MAX_RANK];   /* out's and labels' */
+    int64_t dst[WF_MAX_RANK];                     /* dloss's */
+    int64_t x_axis_st, out_axis_st;               /* along the axis (out's 0 when 'per_row') */
+} wf__softmax_geom;
+
+/* softmax_cpu.c: fills 'g' for 'x' along 'axis' (non-negative, checked); 'per_row': out has
+ * one element per row (softmax_cross_entropy's losses), else x's shape. 'labels' and 'dloss'
+ * may be NULL. */
+void wf__ops_softmax_geom(int axis, bool per_row, const wf_tensor *x, const wf_tensor *labels,
+                          const wf_tensor *dloss, const wf_tensor *out, wf__softmax_geom *g);
 
 /* matmul_cpu.c: places a (rows x cols) matrix with strides (sr, sc) for a row-major BLAS call
  * with the user's 'trans' ('*trans_out' and leading dimension '*ld'; cuBLAS is called as
@@ -143,5 +185,34 @@ int wf__ops_matmul_shape(const char *name, bool trans_a, bool trans_b, const wf_
  * along attrs->axis) of 'x', as slice arguments. Returns 0 or WF_EINVAL. */
 int wf__ops_split_box(const wf_node *n, const wf_tensor *x, int64_t *begin, int64_t *end,
                       int64_t *step);
+
+/* dropout_cpu.c: dropout's checks (x non-NULL and floating, 'rate' in [0, 1), 'out' of x's
+ * dtype and shape). */
+int wf__ops_dropout_check(double rate, const wf_tensor *x, const wf_tensor *out);
+
+/* elementwise_cpu.c: the checks that open the unary, binary and activation-gradient kernels
+ * on every device: 'op' is in range, the operands are not NULL and of a dtype the op takes
+ * (those elementwise_cpu.c has a loop for; binary: a and b of one dtype; activation
+ * gradients: x and dy of one floating dtype and shape, and 'out' of it). '*name' is the op's
+ * name for the caller's later messages (set once 'op' is in range). */
+int wf__ops_unary_check(wf_unary_op op, const wf_tensor *x, const char **name);
+int wf__ops_binary_check(wf_binary_op op, const wf_tensor *a, const wf_tensor *b,
+                         const char **name);
+int wf__ops_act_grad_check(wf_act_grad_op op, const wf_tensor *x, const wf_tensor *dy,
+                           const wf_tensor *out, const char **name);
+
+/* reduce.c: node 'n''s reduction axes (attrs) as ints in 'axes'; returns how many (0: all). */
+int wf__ops_reduce_axes(const wf_node *n, int *axes);
+
+/* reduce.c: the view of 'dy' over out's axes that unreduce node 'n' broadcasts: the axes
+ * its attrs reduce have size 1, at stride 0 where keepdims dropped them. Writes the view's
+ * shape to '*ks' and its strides to 'st' (in elements). */
+void wf__ops_unreduce_view(const wf_node *n, const wf_tensor *dy, const wf_tensor *out,
+                           wf_shape *ks, int64_t *st);
+
+/* conv.c and pool.c: the parameters of conv2d node 'n' and of pooling node 'n' (from its
+ * attrs; a pool's count_include_pad is attrs->keepdims), as the kernels take them. */
+wf_conv_params wf__ops_conv_params(const wf_node *n);
+wf_pool_params wf__ops_pool_params(const wf_node *n);
 
 #endif

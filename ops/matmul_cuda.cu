@@ -80,29 +80,15 @@ static int operand(cudaStream_t s, const char *name, const wf_tensor *t, bool tr
     return 0;
 }
 
-/* The cuBLAS types of a dtype: storage, compute (f32 on TF32 tensor cores when 'tf32'), and
- * whether alpha/beta are doubles. */
+/* The cuBLAS types of a dtype (wf__cuda_types_of()): storage, compute (f32 on TF32 tensor
+ * cores when 'tf32'), and whether alpha/beta are doubles. */
 static void blas_types(wf_dtype dt, bool tf32, cudaDataType_t *type, cublasComputeType_t *compute,
                        bool *f64)
 {
-    *f64 = dt == WF_F64;
-    switch (dt) {
-    case WF_F64:
-        *type = CUDA_R_64F;
-        *compute = CUBLAS_COMPUTE_64F;
-        break;
-    case WF_BF16:
-        *type = CUDA_R_16BF;
-        *compute = CUBLAS_COMPUTE_32F;
-        break;
-    case WF_F16:
-        *type = CUDA_R_16F;
-        *compute = CUBLAS_COMPUTE_32F;
-        break;
-    default:
-        *type = CUDA_R_32F;
-        *compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    }
+    wf__cuda_types t = wf__cuda_types_of(dt);
+    *type = t.blas;
+    *compute = tf32 && t.blas == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : t.blas_compute;
+    *f64 = t.f64;
 }
 
 /* The checks of the CPU twin; gives M, N, K and out's batch rank. */

@@ -14,6 +14,7 @@
  *   (a max is never -inf from padding alone, an average never divides by 0).
  * Not here: the loops (pool_cpu.c), convolutions (conv.c), the gradient functions (grad/). */
 #include "internal.h"
+#include "layout.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -83,7 +84,7 @@ static int check_float(const wf_node *n, const char *what, char *err, size_t err
     return 0;
 }
 
-static wf_pool_params params(const wf_node *n)
+wf_pool_params wf__ops_pool_params(const wf_node *n)
 {
     const wf_attrs *a = n->attrs;
     wf_pool_params p;
@@ -122,7 +123,7 @@ static int kernel_max_pool(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor
                            wf_tensor **out)
 {
     wf_kctx k = wf__ops_kctx(ctx);
-    wf_pool_params p = params(n);
+    wf_pool_params p = wf__ops_pool_params(n);
     return wf__max_pool2d_cpu(&k, &p, in[0], *out);
 }
 
@@ -130,7 +131,7 @@ static int kernel_avg_pool(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor
                            wf_tensor **out)
 {
     wf_kctx k = wf__ops_kctx(ctx);
-    wf_pool_params p = params(n);
+    wf_pool_params p = wf__ops_pool_params(n);
     return wf__avg_pool2d_cpu(&k, &p, in[0], *out);
 }
 
@@ -234,7 +235,7 @@ static int kernel_max_backward(const wf_kernel_ctx *ctx, const wf_node *n, wf_te
                                wf_tensor **out)
 {
     wf_kctx k = wf__ops_kctx(ctx);
-    wf_pool_params p = params(n);
+    wf_pool_params p = wf__ops_pool_params(n);
     return wf__max_pool2d_backward_cpu(&k, &p, in[0], in[1], *out);
 }
 
@@ -319,7 +320,7 @@ static int kernel_avg_backward(const wf_kernel_ctx *ctx, const wf_node *n, wf_te
                                wf_tensor **out)
 {
     wf_kctx k = wf__ops_kctx(ctx);
-    wf_pool_params p = params(n);
+    wf_pool_params p = wf__ops_pool_params(n);
     return wf__avg_pool2d_backward_cpu(&k, &p, in[0], *out);
 }
 

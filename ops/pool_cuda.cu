@@ -170,41 +170,30 @@ int wf__avg_pool2d_backward_cuda(const wf_kernel_ctx *ctx, const wf_pool_params 
 
 /* ---- The op defs' CUDA slots (pool.c's kernels; 'keepdims' holds count_include_pad) ----- */
 
-static wf_pool_params params(const wf_node *n)
-{
-    const wf_attrs *a = n->attrs;
-    wf_pool_params p;
-    memcpy(p.window, a->window, sizeof p.window);
-    memcpy(p.stride, a->stride, sizeof p.stride);
-    memcpy(p.padding, a->padding, sizeof p.padding);
-    p.count_include_pad = a->keepdims;
-    return p;
-}
-
 int wf__cuda_kernel_max_pool2d(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
                                wf_tensor **out)
 {
-    wf_pool_params p = params(n);
+    wf_pool_params p = wf__ops_pool_params(n);
     return wf__max_pool2d_cuda(ctx, &p, in[0], *out);
 }
 
 int wf__cuda_kernel_avg_pool2d(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
                                wf_tensor **out)
 {
-    wf_pool_params p = params(n);
+    wf_pool_params p = wf__ops_pool_params(n);
     return wf__avg_pool2d_cuda(ctx, &p, in[0], *out);
 }
 
 int wf__cuda_kernel_max_pool2d_backward(const wf_kernel_ctx *ctx, const wf_node *n,
                                         wf_tensor *const *in, wf_tensor **out)
 {
-    wf_pool_params p = params(n);
+    wf_pool_params p = wf__ops_pool_params(n);
     return wf__max_pool2d_backward_cuda(ctx, &p, in[0], in[1], *out);
 }
 
 int wf__cuda_kernel_avg_pool2d_backward(const wf_kernel_ctx *ctx, const wf_node *n,
                                         wf_tensor *const *in, wf_tensor **out)
 {
-    wf_pool_params p = params(n);
+    wf_pool_params p = wf__ops_pool_params(n);
     return wf__avg_pool2d_backward_cuda(ctx, &p, in[0], *out);
 }

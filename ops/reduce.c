@@ -12,6 +12,7 @@
  * Not here: the reduction loops (reduce_cpu.c), gradients (grad/). */
 #include "../core/tensor.h"
 #include "internal.h"
+#include "layout.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -66,13 +67,19 @@ static int infer_reduce(wf_node *n, bool ints, wf_dtype out_dtype, char *err, si
     return 0;
 }
 
+int wf__ops_reduce_axes(const wf_node *n, int *axes)
+{
+    int k = n->attrs->n_axes;
+    for (int i = 0; i < k; i++)
+        axes[i] = n->attrs->axes[i];
+    return k;
+}
+
 static int run_reduce(const wf_kernel_ctx *ctx, wf__reduce_kind op, const wf_node *n,
                       const wf_tensor *x, wf_tensor *out)
 {
     int axes[WF_MAX_RANK];
-    int k = n->attrs->n_axes;
-    for (int i = 0; i < k; i++)
-        axes[i] = n->attrs->axes[i];
+    int k = wf__ops_reduce_axes(n, axes);
     wf_kctx kc = wf__ops_kctx(ctx);
     return wf__reduce_cpu(&kc, op, k ? axes : NULL, k, n->attrs->keepdims, x, out);
 }
@@ -214,34 +221,41 @@ static int infer_unreduce(wf_node *n, char *err, size_t errlen)
     return 0;
 }
 
-static int kernel_unreduce(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
-                           wf_tensor **out)
+void wf__ops_unreduce_view(const wf_node *n, const wf_tensor *dy, const wf_tensor *out,
+                           wf_shape *ks, int64_t *st)
 {
     const wf_attrs *a = n->attrs;
-    const wf_tensor *dy = in[0];
-    wf_tensor *o = *out;
-    int rank = o->shape.rank;
-    /* dy seen with the reduced axes kept as size 1 (stride 0 where they were dropped). */
+    int rank = out->shape.rank;
     bool red[WF_MAX_RANK];
     for (int d = 0; d < rank; d++)
         red[d] = a->n_axes == 0;
     for (int i = 0; i < a->n_axes; i++)
-        red[a->axes[i]] = true;
-    wf_shape ks = { .rank = rank };
-    int64_t st[WF_MAX_RANK];
+        if (a->axes[i] >= 0 && a->axes[i] < rank)
+            red[a->axes[i]] = true;
+    *ks = (wf_shape){ .rank = rank };
     for (int d = 0, k = 0; d < rank; d++) {
         bool kept = !red[d] || a->keepdims;
-        ks.dims[d] = red[d] ? 1 : o->shape.dims[d];
-        st[d] = kept ? dy->strides[k] : 0;
+        ks->dims[d] = red[d] ? 1 : out->shape.dims[d];
+        st[d] = kept && k < dy->shape.rank ? dy->strides[k] : 0;
         k += kept;
     }
+}
+
+static int kernel_unreduce(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                           wf_tensor **out)
+{
+    const wf_tensor *dy = in[0];
+    wf_tensor *o = *out;
+    wf_shape ks;
+    int64_t st[WF_MAX_RANK];
+    wf__ops_unreduce_view(n, dy, o, &ks, st);
     wf_tensor *v = wf__tensor_alias(dy, ks, st, 0);
     if (!v)
         return WF_ENOMEM;
     wf_kctx kc = wf__ops_kctx(ctx);
     int rc = wf__broadcast_to_cpu(&kc, v, o);
     wf_tensor_release(v);
-    if (rc < 0 || a->alpha == 0 || o->numel == 0)
+    if (rc < 0 || n->attrs->alpha == 0 || o->numel == 0)
         return rc;
     /* mean: divide by the count of reduced elements. */
     double scale = (double)dy->numel / (double)o->numel;

@@ -217,10 +217,8 @@ static const char *const reduce_names[WF__REDUCE_COUNT] = {
 typedef struct rd_plan {
     wf__reduce_kind op;
     bool is_int;
-    int kr, rr; /* kept and reduced ranks after dropping size-1 axes */
-    int64_t kdims[WF_MAX_RANK], kst[WF_MAX_RANK]; /* strides in elements */
-    int64_t rdims[WF_MAX_RANK], rst[WF_MAX_RANK];
-    int64_t nout, m, nblocks;
+    wf__reduce_geom g; /* the axes, sizes and strides read */
+    int64_t nblocks;
     const char *base;
     int64_t es;
     rd_fn pass1, pass2; /* pass2: logsumexp's sum of exponentials */
@@ -313,27 +311,27 @@ static void acc_init(const rd_plan *pl, acc *a)
 /* Folds reduced positions [lo, hi) of the sub-block at 'base' with 'fn'. */
 static void fold(const rd_plan *pl, const char *base, int64_t lo, int64_t hi, rd_fn fn, acc *a)
 {
-    int last = pl->rr - 1;
+    int last = pl->g.rr - 1;
     int64_t idx[WF_MAX_RANK], rem = lo, off = 0;
     for (int d = last; d >= 0; d--) {
-        idx[d] = rem % pl->rdims[d];
-        rem /= pl->rdims[d];
-        off += idx[d] * pl->rst[d];
+        idx[d] = rem % pl->g.rdims[d];
+        rem /= pl->g.rdims[d];
+        off += idx[d] * pl->g.rst[d];
     }
     for (int64_t pos = lo; pos < hi;) {
-        int64_t n = pl->rdims[last] - idx[last];
+        int64_t n = pl->g.rdims[last] - idx[last];
         if (n > hi - pos)
             n = hi - pos;
-        fn(a, base + off * pl->es, pl->rst[last], n, pos);
+        fn(a, base + off * pl->es, pl->g.rst[last], n, pos);
         pos += n;
         if (pos >= hi)
             break;
-        off += n * pl->rst[last];
+        off += n * pl->g.rst[last];
         idx[last] += n;
-        for (int d = last; d > 0 && idx[d] == pl->rdims[d]; d--) {
+        for (int d = last; d > 0 && idx[d] == pl->g.rdims[d]; d--) {
             idx[d] = 0;
             idx[d - 1]++;
-            off += pl->rst[d - 1] - pl->rdims[d] * pl->rst[d];
+            off += pl->g.rst[d - 1] - pl->g.rdims[d] * pl->g.rst[d];
         }
     }
 }
@@ -342,12 +340,12 @@ static void fold(const rd_plan *pl, const char *base, int64_t lo, int64_t hi, rd
 static void block(const rd_plan *pl, int64_t o, int64_t b, acc *a)
 {
     int64_t off = 0, rem = o;
-    for (int d = pl->kr - 1; d >= 0; d--) {
-        off += (rem % pl->kdims[d]) * pl->kst[d];
-        rem /= pl->kdims[d];
+    for (int d = pl->g.kr - 1; d >= 0; d--) {
+        off += (rem % pl->g.kdims[d]) * pl->g.kst[d];
+        rem /= pl->g.kdims[d];
     }
     const char *base = pl->base + off * pl->es;
-    int64_t lo = b * RD_BLOCK, hi = lo + RD_BLOCK < pl->m ? lo + RD_BLOCK : pl->m;
+    int64_t lo = b * RD_BLOCK, hi = lo + RD_BLOCK < pl->g.m ? lo + RD_BLOCK : pl->g.m;
     acc_init(pl, a);
     fold(pl, base, lo, hi, pl->pass1, a);
     if (pl->pass2) {
@@ -403,7 +401,7 @@ static void finish(const rd_plan *pl, int64_t o, const acc *a)
         *(int64_t *)p = a->idx;
         return;
     case WF__REDUCE_MEAN:
-        wf__store_f64(out->dtype, p, a->v / (double)pl->m);
+        wf__store_f64(out->dtype, p, a->v / (double)pl->g.m);
         return;
     case WF__REDUCE_LOGSUMEXP:
         wf__store_f64(out->dtype, p, isfinite(a->v) ? a->v + log(a->s) : a->v);
@@ -443,13 +441,13 @@ static int items(void *ctx, int64_t lo, int64_t hi)
 static int col_items(void *ctx, int64_t lo, int64_t hi)
 {
     const rd_plan *pl = ctx;
-    int64_t nlast = pl->kdims[pl->kr - 1];
+    int64_t nlast = pl->g.kdims[pl->g.kr - 1];
     for (int64_t k = lo; k < hi; k++) {
         int64_t q = k / pl->col_chunks, j0 = (k % pl->col_chunks) * RD_COLS, rem = q, off = j0;
         int64_t w = nlast - j0 < RD_COLS ? nlast - j0 : RD_COLS;
-        for (int d = pl->kr - 2; d >= 0; d--) {
-            off += (rem % pl->kdims[d]) * pl->kst[d];
-            rem /= pl->kdims[d];
+        for (int d = pl->g.kr - 2; d >= 0; d--) {
+            off += (rem % pl->g.kdims[d]) * pl->g.kst[d];
+            rem /= pl->g.kdims[d];
         }
         double dsum[RD_COLS], dblk[RD_COLS];
         uint64_t isum[RD_COLS], iblk[RD_COLS];
@@ -458,13 +456,13 @@ static int col_items(void *ctx, int64_t lo, int64_t hi)
             isum[j] = 0;
         }
         for (int64_t b = 0; b < pl->nblocks; b++) {
-            int64_t r0 = b * RD_BLOCK, n = pl->m - r0 < RD_BLOCK ? pl->m - r0 : RD_BLOCK;
-            const char *p = pl->base + (off + r0 * pl->rst[0]) * pl->es;
+            int64_t r0 = b * RD_BLOCK, n = pl->g.m - r0 < RD_BLOCK ? pl->g.m - r0 : RD_BLOCK;
+            const char *p = pl->base + (off + r0 * pl->g.rst[0]) * pl->es;
             for (int64_t j = 0; j < w; j++) {
                 dblk[j] = 0;
                 iblk[j] = 0;
             }
-            pl->cols(p, pl->rst[0], n, w, pl->is_int ? (void *)iblk : (void *)dblk);
+            pl->cols(p, pl->g.rst[0], n, w, pl->is_int ? (void *)iblk : (void *)dblk);
             for (int64_t j = 0; j < w; j++) {
                 dsum[j] += dblk[j];
                 isum[j] += iblk[j];
@@ -476,6 +474,38 @@ static int col_items(void *ctx, int64_t lo, int64_t hi)
         }
     }
     return 0;
+}
+
+void wf__ops_reduce_geom(const wf_tensor *x, const bool *mask, wf__reduce_geom *g)
+{
+    g->kr = g->rr = 0;
+    g->nout = g->m = 1;
+    for (int d = 0; d < x->shape.rank; d++) {
+        int64_t dim = x->shape.dims[d], st = x->strides[d];
+        if (!mask[d]) {
+            g->nout *= dim;
+            if (dim != 1) {
+                g->kdims[g->kr] = dim;
+                g->kst[g->kr++] = st;
+            }
+        } else {
+            g->m *= dim;
+            if (dim == 1)
+                continue;
+            if (g->rr > 0 && g->rst[g->rr - 1] == st * dim) { /* merge: order is kept */
+                g->rdims[g->rr - 1] *= dim;
+                g->rst[g->rr - 1] = st;
+            } else {
+                g->rdims[g->rr] = dim;
+                g->rst[g->rr++] = st;
+            }
+        }
+    }
+    if (g->rr == 0) { /* nothing left to reduce: one position per output */
+        g->rdims[0] = 1;
+        g->rst[0] = 0;
+        g->rr = 1;
+    }
 }
 
 int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int n_axes,
@@ -491,78 +521,51 @@ int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int 
 
     rd_plan pl = { .op = op, .is_int = is_int, .base = x->data, .out = out };
     pl.es = (int64_t)wf_dtype_size(x->dtype);
-    pl.nout = 1;
-    pl.m = 1;
-    for (int d = 0; d < x->shape.rank; d++) {
-        int64_t dim = x->shape.dims[d], st = x->strides[d];
-        if (!mask[d]) {
-            pl.nout *= dim;
-            if (dim != 1) {
-                pl.kdims[pl.kr] = dim;
-                pl.kst[pl.kr++] = st;
-            }
-        } else {
-            pl.m *= dim;
-            if (dim == 1)
-                continue;
-            if (pl.rr > 0 && pl.rst[pl.rr - 1] == st * dim) { /* merge: order is kept */
-                pl.rdims[pl.rr - 1] *= dim;
-                pl.rst[pl.rr - 1] = st;
-            } else {
-                pl.rdims[pl.rr] = dim;
-                pl.rst[pl.rr++] = st;
-            }
-        }
-    }
-    if (pl.rr == 0) { /* nothing left to reduce: one position per output */
-        pl.rdims[0] = 1;
-        pl.rst[0] = 0;
-        pl.rr = 1;
-    }
-    if (pl.nout == 0)
+    wf__ops_reduce_geom(x, mask, &pl.g);
+    if (pl.g.nout == 0)
         return 0;
-    if (pl.m == 0) {
+    if (pl.g.m == 0) {
         if (op == WF__REDUCE_MAX || op == WF__REDUCE_MIN || op == WF__REDUCE_ARGMAX) {
             char s[160];
             return wf__err(WF_EINVAL, "%s: x %s has an empty reduced range; %s has no identity",
                            name, wf_shape_str(x->shape, s, sizeof s), name);
         }
-        for (int64_t o = 0; o < pl.nout; o++) {
+        for (int64_t o = 0; o < pl.g.nout; o++) {
             acc a;
             acc_init(&pl, &a);
             finish(&pl, o, &a);
         }
         return 0;
     }
-    pl.nblocks = (pl.m + RD_BLOCK - 1) / RD_BLOCK;
-    if ((op == WF__REDUCE_SUM || op == WF__REDUCE_MEAN) && pl.rr == 1 && pl.rdims[0] > 1 &&
-        pl.rst[0] != 1 && pl.kr > 0 && pl.kst[pl.kr - 1] == 1) {
+    pl.nblocks = (pl.g.m + RD_BLOCK - 1) / RD_BLOCK;
+    if ((op == WF__REDUCE_SUM || op == WF__REDUCE_MEAN) && pl.g.rr == 1 && pl.g.rdims[0] > 1 &&
+        pl.g.rst[0] != 1 && pl.g.kr > 0 && pl.g.kst[pl.g.kr - 1] == 1) {
         pl.cols = rd_cols[di];
-        pl.col_chunks = (pl.kdims[pl.kr - 1] + RD_COLS - 1) / RD_COLS;
-        int64_t n_items = pl.nout / pl.kdims[pl.kr - 1] * pl.col_chunks;
-        if (ctx && ctx->rt && pl.nout * pl.m > RD_PAR_MIN) {
-            int64_t grain = RD_PAR_MIN / 2 / (pl.m * RD_COLS);
+        pl.col_chunks = (pl.g.kdims[pl.g.kr - 1] + RD_COLS - 1) / RD_COLS;
+        int64_t n_items = pl.g.nout / pl.g.kdims[pl.g.kr - 1] * pl.col_chunks;
+        if (ctx && ctx->rt && pl.g.nout * pl.g.m > RD_PAR_MIN) {
+            int64_t grain = RD_PAR_MIN / 2 / (pl.g.m * RD_COLS);
             return wf_parallel_for(ctx->rt, 0, n_items, grain > 0 ? grain : 1, col_items, &pl);
         }
         return col_items(&pl, 0, n_items);
     }
     pl.pass1 = rd_fns[di][reduce_kind[op]];
     pl.pass2 = op == WF__REDUCE_LOGSUMEXP ? rd_fns[di][K_LSE] : NULL;
-    int64_t n_items = pl.nout * pl.nblocks;
+    int64_t n_items = pl.g.nout * pl.nblocks;
     if (pl.nblocks > 1) {
         pl.part = malloc((size_t)n_items * sizeof *pl.part);
         if (!pl.part)
             return wf__err(WF_ENOMEM, "%s: no memory for %lld partials", name, (long long)n_items);
     }
-    int64_t per_item = pl.m < RD_BLOCK ? pl.m : RD_BLOCK;
-    if (ctx && ctx->rt && pl.nout * pl.m > RD_PAR_MIN) {
+    int64_t per_item = pl.g.m < RD_BLOCK ? pl.g.m : RD_BLOCK;
+    if (ctx && ctx->rt && pl.g.nout * pl.g.m > RD_PAR_MIN) {
         int64_t grain = RD_PAR_MIN / 2 / per_item;
         rc = wf_parallel_for(ctx->rt, 0, n_items, grain > 0 ? grain : 1, items, &pl);
     } else {
         rc = items(&pl, 0, n_items);
     }
     if (rc >= 0 && pl.part) {
-        for (int64_t o = 0; o < pl.nout; o++) {
+        for (int64_t o = 0; o < pl.g.nout; o++) {
             acc a = pl.part[o * pl.nblocks];
             for (int64_t b = 1; b < pl.nblocks; b++)
                 combine(&pl, &a, &pl.part[o * pl.nblocks + b]);

@@ -32,11 +32,9 @@ struct rd_acc {
 
 /* The plan: out element o is kept position o; its reduced positions 0 .. m-1. */
 struct rd_plan {
-    int op, kr, rr;
-    int64_t m, nout;
+    int op;
+    wf__reduce_geom g;      /* the axes, sizes and strides read (as the CPU twin's) */
     int64_t chunk, nchunks; /* reduced positions per block item, items per output */
-    int64_t kdims[WF_MAX_RANK], kst[WF_MAX_RANK];
-    int64_t rdims[WF_MAX_RANK], rst[WF_MAX_RANK];
 };
 
 __device__ __forceinline__ void rd_init(int op, rd_acc &a)
@@ -167,9 +165,9 @@ __device__ __forceinline__ void rd_combine(int op, int lse_pass, rd_acc &a, cons
 __device__ __forceinline__ int64_t kept_offset(const rd_plan &p, int64_t o)
 {
     int64_t off = 0;
-    for (int d = p.kr - 1; d >= 0; d--) {
-        off += (o % p.kdims[d]) * p.kst[d];
-        o /= p.kdims[d];
+    for (int d = p.g.kr - 1; d >= 0; d--) {
+        off += (o % p.g.kdims[d]) * p.g.kst[d];
+        o /= p.g.kdims[d];
     }
     return off;
 }
@@ -177,9 +175,9 @@ __device__ __forceinline__ int64_t kept_offset(const rd_plan &p, int64_t o)
 __device__ __forceinline__ int64_t reduced_offset(const rd_plan &p, int64_t j)
 {
     int64_t off = 0;
-    for (int d = p.rr - 1; d >= 0; d--) {
-        off += (j % p.rdims[d]) * p.rst[d];
-        j /= p.rdims[d];
+    for (int d = p.g.rr - 1; d >= 0; d--) {
+        off += (j % p.g.rdims[d]) * p.g.rst[d];
+        j /= p.g.rdims[d];
     }
     return off;
 }
@@ -193,7 +191,7 @@ __device__ __forceinline__ void rd_finish(const rd_plan &p, const rd_acc &a, R *
         out[o] = (R)a.idx;
         return;
     case WF__REDUCE_MEAN:
-        out[o] = wf_cu_st<R>((typename wf_cu_compute<R>::type)(a.v / (double)p.m));
+        out[o] = wf_cu_st<R>((typename wf_cu_compute<R>::type)(a.v / (double)p.g.m));
         return;
     case WF__REDUCE_LOGSUMEXP: {
         double r = isfinite(a.v) ? a.v + log(a.s) : a.v;
@@ -219,10 +217,10 @@ static __global__ void reduce_rows_k(rd_plan p, const S *x, R *out, rd_acc *part
     const bool is_int = std::is_integral<S>::value;
     int tid = threadIdx.x;
     int passes = p.op == WF__REDUCE_LOGSUMEXP ? 2 : 1;
-    int64_t items = p.nout * p.nchunks;
+    int64_t items = p.g.nout * p.nchunks;
     for (int64_t k = blockIdx.x; k < items; k += gridDim.x) {
         int64_t o = k / p.nchunks, lo = k % p.nchunks * p.chunk;
-        int64_t hi = lo + p.chunk < p.m ? lo + p.chunk : p.m;
+        int64_t hi = lo + p.chunk < p.g.m ? lo + p.chunk : p.g.m;
         const S *base = x + kept_offset(p, o);
         rd_acc a;
         rd_init(p.op, a);
@@ -261,7 +259,7 @@ template <class S, class R>
 static __global__ void reduce_chunks_k(rd_plan p, const rd_acc *part, R *out)
 {
     const bool is_int = std::is_integral<S>::value;
-    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < p.nout;
+    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < p.g.nout;
          o += (int64_t)gridDim.x * blockDim.x) {
         rd_acc a = part[o * p.nchunks];
         for (int64_t c = 1; c < p.nchunks; c++) {
@@ -283,17 +281,17 @@ static __global__ void reduce_chunks_k(rd_plan p, const rd_acc *part, R *out)
 /* A thread per output, folding its reduced positions in order (one reduced axis). */
 template <class S, class R> static __global__ void reduce_cols_k(rd_plan p, const S *x, R *out)
 {
-    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < p.nout;
+    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < p.g.nout;
          o += (int64_t)gridDim.x * blockDim.x) {
         const S *base = x + kept_offset(p, o);
         rd_acc a;
         rd_init(p.op, a);
-        for (int64_t j = 0; j < p.m; j++)
-            rd_fold<S>(p.op, 1, a, base[j * p.rst[0]], j);
+        for (int64_t j = 0; j < p.g.m; j++)
+            rd_fold<S>(p.op, 1, a, base[j * p.g.rst[0]], j);
         if (p.op == WF__REDUCE_LOGSUMEXP && isfinite(a.v)) {
             a.s = 0;
-            for (int64_t j = 0; j < p.m; j++)
-                rd_fold<S>(p.op, 2, a, base[j * p.rst[0]], j);
+            for (int64_t j = 0; j < p.g.m; j++)
+                rd_fold<S>(p.op, 2, a, base[j * p.g.rst[0]], j);
         }
         rd_finish<S, R>(p, a, out, o);
     }
@@ -306,12 +304,12 @@ static int launch_reduce(const char *name, cudaStream_t s, const rd_plan &p, boo
                          const void *x, void *out)
 {
     if (cols) {
-        reduce_cols_k<S, R><<<wf__cuda_blocks(p.nout, WF_CU_THREADS), WF_CU_THREADS, 0, s>>>(
+        reduce_cols_k<S, R><<<wf__cuda_blocks(p.g.nout, WF_CU_THREADS), WF_CU_THREADS, 0, s>>>(
             p, (const S *)x, (R *)out);
         WF_CU_LAUNCHED(name);
         return 0;
     }
-    int64_t items = p.nout * p.nchunks;
+    int64_t items = p.g.nout * p.nchunks;
     unsigned blocks = (unsigned)(items < 65535 ? items : 65535);
     void *part = NULL;
     if (p.nchunks > 1) {
@@ -322,7 +320,7 @@ static int launch_reduce(const char *name, cudaStream_t s, const rd_plan &p, boo
     reduce_rows_k<S, R><<<blocks, RD_THREADS, 0, s>>>(p, (const S *)x, (R *)out, (rd_acc *)part);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess && p.nchunks > 1) {
-        reduce_chunks_k<S, R><<<wf__cuda_blocks(p.nout, WF_CU_THREADS), WF_CU_THREADS, 0, s>>>(
+        reduce_chunks_k<S, R><<<wf__cuda_blocks(p.g.nout, WF_CU_THREADS), WF_CU_THREADS, 0, s>>>(
             p, (const rd_acc *)part, (R *)out);
         e = cudaGetLastError();
     }
@@ -340,35 +338,8 @@ int wf__reduce_cuda(const wf_kernel_ctx *ctx, wf__reduce_kind op, const int *axe
     const char *name = wf__ops_reduce_name(op);
     rd_plan p;
     p.op = op;
-    p.kr = p.rr = 0;
-    p.m = p.nout = 1;
-    for (int d = 0; d < x->shape.rank; d++) {
-        int64_t dim = x->shape.dims[d], st = x->strides[d];
-        if (!mask[d]) {
-            p.nout *= dim;
-            if (dim != 1) {
-                p.kdims[p.kr] = dim;
-                p.kst[p.kr++] = st;
-            }
-        } else {
-            p.m *= dim;
-            if (dim == 1)
-                continue;
-            if (p.rr > 0 && p.rst[p.rr - 1] == st * dim) {
-                p.rdims[p.rr - 1] *= dim;
-                p.rst[p.rr - 1] = st;
-            } else {
-                p.rdims[p.rr] = dim;
-                p.rst[p.rr++] = st;
-            }
-        }
-    }
-    if (p.rr == 0) {
-        p.rdims[0] = 1;
-        p.rst[0] = 0;
-        p.rr = 1;
-    }
-    if (p.m == 0 && (op == WF__REDUCE_MAX || op == WF__REDUCE_MIN || op == WF__REDUCE_ARGMAX)) {
+    wf__ops_reduce_geom(x, mask, &p.g);
+    if (p.g.m == 0 && (op == WF__REDUCE_MAX || op == WF__REDUCE_MIN || op == WF__REDUCE_ARGMAX)) {
         char sb[160];
         return wf__err(WF_EINVAL, "%s: x %s has an empty reduced range; %s has no identity", name,
                        wf_shape_str(x->shape, sb, sizeof sb), name);
@@ -376,18 +347,19 @@ int wf__reduce_cuda(const wf_kernel_ctx *ctx, wf__reduce_kind op, const int *axe
     const wf__cuda_queue *q;
     if ((rc = wf__cuda_enter(ctx, name, &q)) < 0)
         return rc;
-    if (p.nout == 0)
+    if (p.g.nout == 0)
         return 0;
     /* Down the columns: one reduced axis not of unit stride, the kept innermost axis of unit
      * stride, and enough outputs to fill the device with a thread each. */
-    bool cols = p.rr == 1 && p.rst[0] != 1 && p.kr > 0 && p.kst[p.kr - 1] == 1 && p.nout >= 2048;
+    bool cols = p.g.rr == 1 && p.g.rst[0] != 1 && p.g.kr > 0 && p.g.kst[p.g.kr - 1] == 1 &&
+                p.g.nout >= 2048;
     /* Few outputs over long ranges: fixed chunks of RD_CHUNK positions, a block each, their
      * partials combined in order (the chunking depends on the shapes only). */
-    p.chunk = p.m > 0 ? p.m : 1;
+    p.chunk = p.g.m > 0 ? p.g.m : 1;
     p.nchunks = 1;
-    if (!cols && p.nout < 4096 && p.m > 2 * RD_CHUNK) {
+    if (!cols && p.g.nout < 4096 && p.g.m > 2 * RD_CHUNK) {
         p.chunk = RD_CHUNK;
-        p.nchunks = (p.m + RD_CHUNK - 1) / RD_CHUNK;
+        p.nchunks = (p.g.m + RD_CHUNK - 1) / RD_CHUNK;
     }
     wf_dtype dt = x->dtype;
     if (op == WF__REDUCE_ARGMAX) {
@@ -423,9 +395,7 @@ static int run_reduce(const wf_kernel_ctx *ctx, wf__reduce_kind op, const wf_nod
                       const wf_tensor *x, wf_tensor *out)
 {
     int axes[WF_MAX_RANK];
-    int k = n->attrs->n_axes;
-    for (int i = 0; i < k; i++)
-        axes[i] = n->attrs->axes[i];
+    int k = wf__ops_reduce_axes(n, axes);
     return wf__reduce_cuda(ctx, op, k ? axes : NULL, k, n->attrs->keepdims, x, out);
 }
 

@@ -289,30 +289,43 @@ int wf__broadcast_to_cpu(const wf_kctx *ctx, const wf_tensor *x, wf_tensor *out)
     return 0;
 }
 
+int wf__ops_join_check(const char *op, const wf_tensor *const *xs, int n, const wf_tensor *out)
+{
+    if (n < 1 || !xs || !out)
+        return wf__err(WF_EINVAL, "%s: no inputs", op);
+    return 0;
+}
+
+int wf__ops_join_filled(const char *op, int axis, int64_t pos, const wf_tensor *out)
+{
+    if (pos != out->shape.dims[axis])
+        return wf__err(WF_ESHAPE, "%s: the inputs fill %lld of out's %lld along axis %d", op,
+                       (long long)pos, (long long)out->shape.dims[axis], axis);
+    return 0;
+}
+
 /* concat and stack: input i goes to the box of 'out' that starts at 'pos' along 'axis';
  * 'stack' inserts 'axis' into each input's shape as a size-1 axis first. */
 static int join(const char *op, bool stack, int axis, const wf_tensor *const *xs, int n,
                 wf_tensor *out)
 {
-    if (n < 1 || !xs || !out)
-        return wf__err(WF_EINVAL, "%s: no inputs", op);
+    int rc = wf__ops_join_check(op, xs, n, out);
+    if (rc < 0)
+        return rc;
     int64_t pos = 0;
     size_t es = wf_dtype_size(out->dtype);
     for (int i = 0; i < n; i++) {
         const wf_tensor *x = xs[i];
         int64_t dims[WF_MAX_RANK], ss[WF_MAX_RANK];
         int r;
-        int rc = wf__ops_shape_check(op, x, out);
+        rc = wf__ops_shape_check(op, x, out);
         if (rc < 0 || (rc = wf__ops_join_layout(op, stack, axis, i, x, out, pos, dims, ss, &r)) < 0)
             return rc;
         copy_nd(es, r, dims, out->data + pos * out->strides[axis] * (int64_t)es, out->strides,
                 x->data, ss);
         pos += dims[axis];
     }
-    if (pos != out->shape.dims[axis])
-        return wf__err(WF_ESHAPE, "%s: the inputs fill %lld of out's %lld along axis %d", op,
-                       (long long)pos, (long long)out->shape.dims[axis], axis);
-    return 0;
+    return wf__ops_join_filled(op, axis, pos, out);
 }
 
 int wf__concat_cpu(const wf_kctx *ctx, int axis, const wf_tensor *const *xs, int n, wf_tensor *out)

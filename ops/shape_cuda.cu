@@ -203,8 +203,9 @@ int wf__broadcast_to_cuda(const wf_kernel_ctx *ctx, const wf_tensor *x, wf_tenso
 static int join(const wf_kernel_ctx *ctx, const char *op, bool stack, int axis,
                 const wf_tensor *const *xs, int n, wf_tensor *out)
 {
-    if (n < 1 || !xs || !out)
-        return wf__err(WF_EINVAL, "%s: no inputs", op);
+    int rc = wf__ops_join_check(op, xs, n, out);
+    if (rc < 0)
+        return rc;
     int64_t pos = 0;
     size_t es = wf_dtype_size(out->dtype);
     for (int i = 0; i < n; i++) {
@@ -212,7 +213,7 @@ static int join(const wf_kernel_ctx *ctx, const char *op, bool stack, int axis,
         cudaStream_t s;
         int64_t dims[WF_MAX_RANK], ss[WF_MAX_RANK];
         int r;
-        int rc = enter(ctx, op, x, out, &s);
+        rc = enter(ctx, op, x, out, &s);
         if (rc < 0 || (rc = wf__ops_join_layout(op, stack, axis, i, x, out, pos, dims, ss, &r)) < 0)
             return rc;
         rc = wf__cuda_copy_nd(s, op, x->dtype, r, dims,
@@ -222,10 +223,7 @@ static int join(const wf_kernel_ctx *ctx, const char *op, bool stack, int axis,
             return rc;
         pos += dims[axis];
     }
-    if (pos != out->shape.dims[axis])
-        return wf__err(WF_ESHAPE, "%s: the inputs fill %lld of out's %lld along axis %d", op,
-                       (long long)pos, (long long)out->shape.dims[axis], axis);
-    return 0;
+    return wf__ops_join_filled(op, axis, pos, out);
 }
 
 int wf__concat_cuda(const wf_kernel_ctx *ctx, int axis, const wf_tensor *const *xs, int n,
@@ -468,27 +466,15 @@ int wf__cuda_kernel_reshape_like(const wf_kernel_ctx *ctx, const wf_node *n, wf_
 int wf__cuda_kernel_unreduce(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
                              wf_tensor **out)
 {
-    const wf_attrs *a = n->attrs;
     const wf_tensor *dy = in[0];
     wf_tensor *o = *out;
-    int rank = o->shape.rank;
-    bool red[WF_MAX_RANK];
-    for (int d = 0; d < rank; d++)
-        red[d] = a->n_axes == 0;
-    for (int i = 0; i < a->n_axes; i++)
-        if (a->axes[i] >= 0 && a->axes[i] < rank)
-            red[a->axes[i]] = true;
+    wf_shape ks;
+    int64_t st[WF_MAX_RANK];
+    wf__ops_unreduce_view(n, dy, o, &ks, st);
     wf_tensor v;
-    int64_t dims[WF_MAX_RANK], st[WF_MAX_RANK];
-    for (int d = 0, k = 0; d < rank; d++) {
-        bool kept = !red[d] || a->keepdims;
-        dims[d] = red[d] ? 1 : o->shape.dims[d];
-        st[d] = kept && k < dy->shape.rank ? dy->strides[k] : 0;
-        k += kept;
-    }
-    box(&v, dy->dtype, rank, dims, st, dy->data);
+    box(&v, dy->dtype, ks.rank, ks.dims, st, dy->data);
     int rc = wf__broadcast_to_cuda(ctx, &v, o);
-    if (rc < 0 || a->alpha == 0 || o->numel == 0)
+    if (rc < 0 || n->attrs->alpha == 0 || o->numel == 0)
         return rc;
     /* mean: out *= count of dy / count of out, in out's dtype (as the CPU twin) */
     const wf__cuda_queue *q;

@@ -26,26 +26,22 @@ typedef struct sm_plan {
     const wf_tensor *x, *labels;
     wf_tensor *out;
     int axis;
-    int64_t C, rows;
-    int orank;                                    /* the other axes */
-    int64_t odims[WF_MAX_RANK], xst[WF_MAX_RANK]; /* x's strides along them */
-    int64_t ost[WF_MAX_RANK], lst[WF_MAX_RANK];   /* out's and labels' strides */
-    int64_t x_axis_st, out_axis_st;
+    wf__softmax_geom g; /* the rows and the axis */
 } sm_plan;
 
 /* Row 'r' of x as f64 into 'buf'. */
 static void load_row(const sm_plan *pl, const char *p, double *buf)
 {
     wf_dtype dt = pl->x->dtype;
-    int64_t s = pl->x_axis_st, es = (int64_t)wf_dtype_size(dt);
+    int64_t s = pl->g.x_axis_st, es = (int64_t)wf_dtype_size(dt);
     if (dt == WF_F32) {
-        for (int64_t j = 0; j < pl->C; j++)
+        for (int64_t j = 0; j < pl->g.C; j++)
             buf[j] = ((const float *)p)[j * s];
     } else if (dt == WF_F64) {
-        for (int64_t j = 0; j < pl->C; j++)
+        for (int64_t j = 0; j < pl->g.C; j++)
             buf[j] = ((const double *)p)[j * s];
     } else {
-        for (int64_t j = 0; j < pl->C; j++)
+        for (int64_t j = 0; j < pl->g.C; j++)
             buf[j] = wf__load_f64(dt, p + j * s * es);
     }
 }
@@ -142,34 +138,34 @@ static void row_stats(const double *buf, double *e, int64_t C, double *max, doub
 static int rows(void *ctx, int64_t lo, int64_t hi)
 {
     const sm_plan *pl = ctx;
-    double *buf = malloc((size_t)(pl->C ? pl->C : 1) * 2 * sizeof *buf), *e = buf + pl->C;
+    double *buf = malloc((size_t)(pl->g.C ? pl->g.C : 1) * 2 * sizeof *buf), *e = buf + pl->g.C;
     if (!buf)
-        return wf__err(WF_ENOMEM, "softmax: no memory for a row of %lld", (long long)pl->C);
+        return wf__err(WF_ENOMEM, "softmax: no memory for a row of %lld", (long long)pl->g.C);
     int64_t es_x = (int64_t)wf_dtype_size(pl->x->dtype);
     int64_t es_o = (int64_t)wf_dtype_size(pl->out->dtype);
     int rc = 0;
     for (int64_t r = lo; r < hi && rc == 0; r++) {
         int64_t rem = r, xo = 0, oo = 0, lo_ = 0;
-        for (int d = pl->orank - 1; d >= 0; d--) {
-            int64_t k = rem % pl->odims[d];
-            rem /= pl->odims[d];
-            xo += k * pl->xst[d];
-            oo += k * pl->ost[d];
-            lo_ += k * pl->lst[d];
+        for (int d = pl->g.orank - 1; d >= 0; d--) {
+            int64_t k = rem % pl->g.odims[d];
+            rem /= pl->g.odims[d];
+            xo += k * pl->g.xst[d];
+            oo += k * pl->g.ost[d];
+            lo_ += k * pl->g.lst[d];
         }
         load_row(pl, pl->x->data + xo * es_x, buf);
         double m, s;
-        row_stats(buf, e, pl->C, &m, &s);
+        row_stats(buf, e, pl->g.C, &m, &s);
         char *o = pl->out->data + oo * es_o;
         if (pl->kind == SM_XENT) {
             const char *lp = pl->labels->data + lo_ * (int64_t)wf_dtype_size(pl->labels->dtype);
             int64_t label =
                 pl->labels->dtype == WF_I32 ? *(const int32_t *)lp : *(const int64_t *)lp;
-            if (label < 0 || label >= pl->C) {
+            if (label < 0 || label >= pl->g.C) {
                 rc = wf__err(WF_EINVAL,
                              "softmax_cross_entropy: label %lld of example %lld is outside "
                              "[0, %lld)",
-                             (long long)label, (long long)r, (long long)pl->C);
+                             (long long)label, (long long)r, (long long)pl->g.C);
                 break;
             }
             /* -log softmax[label] = max + log(sum) - x[label] */
@@ -178,14 +174,14 @@ static int rows(void *ctx, int64_t lo, int64_t hi)
             continue;
         }
         if (pl->kind == SM_SOFTMAX && isfinite(m) && pl->out->dtype == WF_F32 &&
-            pl->out_axis_st == 1) { /* the common case, in a loop that vectorizes */
+            pl->g.out_axis_st == 1) { /* the common case, in a loop that vectorizes */
             float *of = (float *)(void *)o;
-            for (int64_t j = 0; j < pl->C; j++)
+            for (int64_t j = 0; j < pl->g.C; j++)
                 of[j] = (float)(e[j] / s);
             continue;
         }
         double ls = log(s);
-        for (int64_t j = 0; j < pl->C; j++) {
+        for (int64_t j = 0; j < pl->g.C; j++) {
             double y;
             if (!isfinite(m)) /* NaN or +inf in the row: NaN; all -inf: NaN as 0/0 */
                 y = NAN;
@@ -193,7 +189,7 @@ static int rows(void *ctx, int64_t lo, int64_t hi)
                 y = e[j] / s;
             else
                 y = buf[j] - m - ls;
-            wf__store_f64(pl->out->dtype, o + j * pl->out_axis_st * es_o, y);
+            wf__store_f64(pl->out->dtype, o + j * pl->g.out_axis_st * es_o, y);
         }
     }
     free(buf);
@@ -233,6 +229,27 @@ int wf__ops_softmax_check(const char *name, int axis, const wf_tensor *x, const 
     return 0;
 }
 
+void wf__ops_softmax_geom(int axis, bool per_row, const wf_tensor *x, const wf_tensor *labels,
+                          const wf_tensor *dloss, const wf_tensor *out, wf__softmax_geom *g)
+{
+    int64_t ostr[WF_MAX_RANK];
+    wf__contiguous_strides(out->shape, ostr);
+    *g = (wf__softmax_geom){ .C = x->shape.dims[axis], .rows = 1, .x_axis_st = x->strides[axis] };
+    for (int d = 0, k = 0; d < x->shape.rank; d++) {
+        if (d == axis)
+            continue;
+        g->odims[g->orank] = x->shape.dims[d];
+        g->xst[g->orank] = x->strides[d];
+        g->ost[g->orank] = per_row ? ostr[k] : ostr[d];
+        g->lst[g->orank] = labels ? labels->strides[k] : 0;
+        g->dst[g->orank] = dloss ? dloss->strides[k] : 0;
+        g->rows *= x->shape.dims[d];
+        g->orank++;
+        k++;
+    }
+    g->out_axis_st = per_row ? 0 : ostr[axis];
+}
+
 static const char *const sm_names[] = { "softmax", "log_softmax", "softmax_cross_entropy" };
 
 static int run(const wf_kctx *ctx, int kind, int axis, const wf_tensor *x, const wf_tensor *labels,
@@ -241,40 +258,23 @@ static int run(const wf_kctx *ctx, int kind, int axis, const wf_tensor *x, const
     const char *name = sm_names[kind];
     if (!x || !out || (kind == SM_XENT && !labels))
         return wf__err(WF_EINVAL, "%s: %s is NULL", name, !x ? "x" : !out ? "out" : "labels");
-    int a, rank = x->shape.rank;
+    int a;
     wf_shape lshape;
     int rc = wf__ops_softmax_check(name, axis, x, kind == SM_XENT ? labels : NULL, &a, &lshape);
     if (rc < 0)
         return rc;
     sm_plan pl = { .kind = kind, .x = x, .labels = labels, .out = out, .axis = a };
-    pl.C = x->shape.dims[a];
-    pl.x_axis_st = x->strides[a];
     rc = wf__kernel_check_out(name, out, x->dtype, kind == SM_XENT ? lshape : x->shape);
     if (rc < 0)
         return rc;
-    /* The other axes, with the strides of x, out and labels along them. */
-    int64_t ostr[WF_MAX_RANK];
-    wf__contiguous_strides(out->shape, ostr);
-    pl.rows = 1;
-    for (int d = 0, k = 0; d < rank; d++) {
-        if (d == a)
-            continue;
-        pl.odims[pl.orank] = x->shape.dims[d];
-        pl.xst[pl.orank] = x->strides[d];
-        pl.ost[pl.orank] = kind == SM_XENT ? ostr[k] : ostr[d];
-        pl.lst[pl.orank] = kind == SM_XENT ? labels->strides[k] : 0;
-        pl.rows *= x->shape.dims[d];
-        pl.orank++;
-        k++;
-    }
-    pl.out_axis_st = kind == SM_XENT ? 0 : ostr[a];
-    if (pl.rows == 0 || (pl.C == 0 && kind != SM_XENT))
+    wf__ops_softmax_geom(a, kind == SM_XENT, x, kind == SM_XENT ? labels : NULL, NULL, out, &pl.g);
+    if (pl.g.rows == 0 || (pl.g.C == 0 && kind != SM_XENT))
         return 0;
-    if (ctx && ctx->rt && pl.rows * pl.C > SM_PAR_MIN) {
-        int64_t grain = SM_PAR_MIN / 2 / (pl.C ? pl.C : 1);
-        return wf_parallel_for(ctx->rt, 0, pl.rows, grain > 0 ? grain : 1, rows, &pl);
+    if (ctx && ctx->rt && pl.g.rows * pl.g.C > SM_PAR_MIN) {
+        int64_t grain = SM_PAR_MIN / 2 / (pl.g.C ? pl.g.C : 1);
+        return wf_parallel_for(ctx->rt, 0, pl.g.rows, grain > 0 ? grain : 1, rows, &pl);
     }
-    return rows(&pl, 0, pl.rows);
+    return rows(&pl, 0, pl.g.rows);
 }
 
 int wf__softmax_cpu(const wf_kctx *ctx, int axis, const wf_tensor *x, wf_tensor *out)

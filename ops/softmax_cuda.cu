@@ -17,11 +17,8 @@ enum { SM_SOFTMAX, SM_LOG_SOFTMAX, SM_XENT, SM_XENT_BACKWARD };
 
 /* A row is the 'axis' line through one position of the other axes. */
 struct sm_plan {
-    int kind, orank;
-    int64_t C, rows;
-    int64_t odims[WF_MAX_RANK], xst[WF_MAX_RANK], ost[WF_MAX_RANK], lst[WF_MAX_RANK],
-        dst_[WF_MAX_RANK];
-    int64_t x_axis_st, out_axis_st;
+    int kind;
+    wf__softmax_geom g; /* the rows and the axis (as the CPU twin's) */
 };
 
 template <class S, class L>
@@ -30,36 +27,36 @@ static __global__ void softmax_k(sm_plan p, const S *x, S *out, const L *labels,
 {
     extern __shared__ double sh[];
     typedef typename wf_cu_compute<S>::type T;
-    for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    for (int64_t r = blockIdx.x; r < p.g.rows; r += gridDim.x) {
         int64_t rem = r, xo = 0, oo = 0, lo = 0, dlo = 0;
-        for (int d = p.orank - 1; d >= 0; d--) {
-            int64_t k = rem % p.odims[d];
-            rem /= p.odims[d];
-            xo += k * p.xst[d];
-            oo += k * p.ost[d];
-            lo += k * p.lst[d];
-            dlo += k * p.dst_[d];
+        for (int d = p.g.orank - 1; d >= 0; d--) {
+            int64_t k = rem % p.g.odims[d];
+            rem /= p.g.odims[d];
+            xo += k * p.g.xst[d];
+            oo += k * p.g.ost[d];
+            lo += k * p.g.lst[d];
+            dlo += k * p.g.dst[d];
         }
         const S *row = x + xo;
         double m = -INFINITY;
-        for (int64_t j = threadIdx.x; j < p.C; j += blockDim.x) {
-            double v = (double)wf_cu_ld<T>(row[j * p.x_axis_st]);
+        for (int64_t j = threadIdx.x; j < p.g.C; j += blockDim.x) {
+            double v = (double)wf_cu_ld<T>(row[j * p.g.x_axis_st]);
             m = m != m ? m : v != v ? v : v > m ? v : m;
         }
         m = wf_cu_block_max(m, sh);
         double s = 0;
         if (isfinite(m))
-            for (int64_t j = threadIdx.x; j < p.C; j += blockDim.x)
-                s += exp((double)wf_cu_ld<T>(row[j * p.x_axis_st]) - m);
+            for (int64_t j = threadIdx.x; j < p.g.C; j += blockDim.x)
+                s += exp((double)wf_cu_ld<T>(row[j * p.g.x_axis_st]) - m);
         s = wf_cu_block_sum(s, sh);
         if (p.kind == SM_XENT || p.kind == SM_XENT_BACKWARD) {
             int64_t label = (int64_t)labels[lo];
-            bool ok = label >= 0 && label < p.C;
+            bool ok = label >= 0 && label < p.g.C;
             if (p.kind == SM_XENT) {
                 if (threadIdx.x == 0) {
                     if (!ok)
                         atomicMin(bad, (unsigned long long)r);
-                    double xl = ok ? (double)wf_cu_ld<T>(row[label * p.x_axis_st]) : (double)NAN;
+                    double xl = ok ? (double)wf_cu_ld<T>(row[label * p.g.x_axis_st]) : (double)NAN;
                     double loss = isfinite(m) ? m + log(s) - xl : m - xl;
                     out[oo] = wf_cu_st<S>((T)loss);
                 }
@@ -67,23 +64,24 @@ static __global__ void softmax_k(sm_plan p, const S *x, S *out, const L *labels,
             }
             /* dlogits = (softmax - onehot(label)) * dloss */
             double g = (double)wf_cu_ld<T>(dloss[dlo]);
-            for (int64_t j = threadIdx.x; j < p.C; j += blockDim.x) {
-                double y = isfinite(m) ? exp((double)wf_cu_ld<T>(row[j * p.x_axis_st]) - m) / s
+            for (int64_t j = threadIdx.x; j < p.g.C; j += blockDim.x) {
+                double y = isfinite(m) ? exp((double)wf_cu_ld<T>(row[j * p.g.x_axis_st]) - m) / s
                                        : (double)NAN;
-                out[oo + j * p.out_axis_st] = wf_cu_st<S>((T)((y - (j == label ? 1.0 : 0.0)) * g));
+                out[oo + j * p.g.out_axis_st] =
+                    wf_cu_st<S>((T)((y - (j == label ? 1.0 : 0.0)) * g));
             }
             continue;
         }
         double ls = log(s);
-        for (int64_t j = threadIdx.x; j < p.C; j += blockDim.x) {
-            double v = (double)wf_cu_ld<T>(row[j * p.x_axis_st]), y;
+        for (int64_t j = threadIdx.x; j < p.g.C; j += blockDim.x) {
+            double v = (double)wf_cu_ld<T>(row[j * p.g.x_axis_st]), y;
             if (!isfinite(m))
                 y = NAN;
             else if (p.kind == SM_SOFTMAX)
                 y = exp(v - m) / s;
             else
                 y = v - m - ls;
-            out[oo + j * p.out_axis_st] = wf_cu_st<S>((T)y);
+            out[oo + j * p.g.out_axis_st] = wf_cu_st<S>((T)y);
         }
     }
 }
@@ -96,9 +94,9 @@ static int launch_sm(const char *name, cudaStream_t s, const sm_plan &p, const v
                      const void *labels, const void *dloss, unsigned long long *bad)
 {
     int threads = 32;
-    while (threads < 256 && threads < p.C)
+    while (threads < 256 && threads < p.g.C)
         threads *= 2;
-    unsigned blocks = (unsigned)(p.rows < 65535 ? p.rows : 65535);
+    unsigned blocks = (unsigned)(p.g.rows < 65535 ? p.g.rows : 65535);
     softmax_k<S, L><<<blocks, threads, threads * sizeof(double), s>>>(
         p, (const S *)x, (S *)out, (const L *)labels, (const S *)dloss, bad);
     WF_CU_LAUNCHED(name);
@@ -117,15 +115,13 @@ static int run(const wf_kernel_ctx *ctx, int kind, int axis, const wf_tensor *x,
                        : !out    ? "out"
                        : !labels ? "labels"
                                  : "dloss");
-    int a, rank = x->shape.rank;
+    int a;
     wf_shape lshape;
     int rc = wf__ops_softmax_check(name, axis, x, xent ? labels : NULL, &a, &lshape);
     if (rc < 0)
         return rc;
     sm_plan p;
     p.kind = kind;
-    p.C = x->shape.dims[a];
-    p.x_axis_st = x->strides[a];
     wf_shape oshape = kind == SM_XENT ? lshape : x->shape;
     if (kind == SM_XENT_BACKWARD) {
         if (dloss->dtype != x->dtype)
@@ -140,39 +136,17 @@ static int run(const wf_kernel_ctx *ctx, int kind, int axis, const wf_tensor *x,
     rc = wf__kernel_check_out(name, out, x->dtype, oshape);
     if (rc < 0)
         return rc;
-    int64_t ostr[WF_MAX_RANK];
-    wf__contiguous_strides(out->shape, ostr);
-    p.rows = 1;
-    p.orank = 0;
-    for (int d = 0, k = 0; d < rank; d++) {
-        if (d == a)
-            continue;
-        p.odims[p.orank] = x->shape.dims[d];
-        p.xst[p.orank] = x->strides[d];
-        p.ost[p.orank] = kind == SM_XENT ? ostr[k] : ostr[d];
-        p.lst[p.orank] = xent ? labels->strides[k] : 0;
-        p.dst_[p.orank] = kind == SM_XENT_BACKWARD ? dloss->strides[k] : 0;
-        p.rows *= x->shape.dims[d];
-        p.orank++;
-        k++;
-    }
-    p.out_axis_st = kind == SM_XENT ? 0 : ostr[a];
+    wf__ops_softmax_geom(a, kind == SM_XENT, x, xent ? labels : NULL,
+                         kind == SM_XENT_BACKWARD ? dloss : NULL, out, &p.g);
     const wf__cuda_queue *q;
     if ((rc = wf__cuda_enter(ctx, name, &q)) < 0)
         return rc;
     cudaStream_t s = q->stream;
-    if (p.rows == 0 || (p.C == 0 && kind != SM_XENT))
+    if (p.g.rows == 0 || (p.g.C == 0 && kind != SM_XENT))
         return 0;
     void *flag = NULL;
-    if (kind == SM_XENT) {
-        if ((rc = wf__cuda_tmp(s, sizeof(int64_t), name, &flag)) < 0)
-            return rc;
-        cudaError_t e = cudaMemsetAsync(flag, 0xff, sizeof(int64_t), s);
-        if (e != cudaSuccess) {
-            wf__cuda_tmp_free(s, flag);
-            return wf__cuda_fail(e, name, "cudaMemsetAsync");
-        }
-    }
+    if (kind == SM_XENT && (rc = wf__cuda_flag(s, name, &flag)) < 0)
+        return rc;
     bool l64 = xent && labels->dtype == WF_I64;
     const void *lp = xent ? labels->data : NULL, *dp = dloss ? dloss->data : NULL;
     unsigned long long *bad = (unsigned long long *)flag;
@@ -192,9 +166,9 @@ static int run(const wf_kernel_ctx *ctx, int kind, int axis, const wf_tensor *x,
         return rc;
     /* The bad example's label, for the message. */
     int64_t rem = bad_row, lo = 0;
-    for (int d = p.orank - 1; d >= 0; d--) {
-        lo += (rem % p.odims[d]) * p.lst[d];
-        rem /= p.odims[d];
+    for (int d = p.g.orank - 1; d >= 0; d--) {
+        lo += (rem % p.g.odims[d]) * p.g.lst[d];
+        rem /= p.g.odims[d];
     }
     int64_t label = 0;
     size_t les = wf_dtype_size(labels->dtype);
@@ -206,7 +180,7 @@ static int run(const wf_kernel_ctx *ctx, int kind, int axis, const wf_tensor *x,
         label = (int64_t)(int32_t)label;
     return wf__err(WF_EINVAL,
                    "softmax_cross_entropy: label %lld of example %lld is outside [0, %lld)",
-                   (long long)label, (long long)bad_row, (long long)p.C);
+                   (long long)label, (long long)bad_row, (long long)p.g.C);
 }
 
 int wf__softmax_cuda(const wf_kernel_ctx *ctx, int axis, const wf_tensor *x, wf_tensor *out)

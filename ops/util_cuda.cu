@@ -1,7 +1,7 @@
 /* ops/util_cuda.cu: the shared host side of ops/' CUDA twins (ops/cuda_common.h): CUDA,
- * cuBLAS and cuDNN statuses as weft's, entering a kernel context, stream-ordered
- * temporaries, reading a device-side check, the strided index map, and the
- * layout check of the C structs as C++ sees them.
+ * cuBLAS and cuDNN statuses as weft's, the cuBLAS and cuDNN types of a dtype, entering a
+ * kernel context, stream-ordered temporaries, reading a device-side check, the strided index
+ * map, and the layout check of the C structs as C++ sees them.
  * Owns: nothing with state (the library handles are the device queue's, devices/cuda.h).
  * Invariants: every CUDA call's status is checked.
  * Not here: kernels (the other ops/NAME_cuda.cu files). */
@@ -29,6 +29,36 @@ int wf__cudnn_fail(cudnnStatus_t s, const char *op, const char *what)
 {
     int code = s == CUDNN_STATUS_ALLOC_FAILED ? WF_ENOMEM : WF_EDEVICE;
     return wf__err(code, "%s: %s: cuDNN %s", op, what, cudnnGetErrorString(s));
+}
+
+/* ---- Library types --------------------------------------------------------------------------- */
+
+/* { storage, cuBLAS compute, f64 alpha/beta, cuDNN storage, cuDNN compute, cuDNN math } */
+static const wf__cuda_types types_f64 = { CUDA_R_64F,        CUBLAS_COMPUTE_64F, true,
+                                          CUDNN_DATA_DOUBLE, CUDNN_DATA_DOUBLE,  CUDNN_FMA_MATH };
+static const wf__cuda_types types_bf16 = {
+    CUDA_R_16BF,         CUBLAS_COMPUTE_32F, false,
+    CUDNN_DATA_BFLOAT16, CUDNN_DATA_FLOAT,   CUDNN_TENSOR_OP_MATH
+};
+static const wf__cuda_types types_f16 = {
+    CUDA_R_16F, CUBLAS_COMPUTE_32F, false, CUDNN_DATA_HALF, CUDNN_DATA_FLOAT, CUDNN_TENSOR_OP_MATH
+};
+static const wf__cuda_types types_f32 = {
+    CUDA_R_32F, CUBLAS_COMPUTE_32F, false, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, CUDNN_FMA_MATH
+}; /* no TF32 */
+
+wf__cuda_types wf__cuda_types_of(wf_dtype dt)
+{
+    switch (dt) {
+    case WF_F64:
+        return types_f64;
+    case WF_BF16:
+        return types_bf16;
+    case WF_F16:
+        return types_f16;
+    default:
+        return types_f32;
+    }
 }
 
 /* ---- Contexts and handles -------------------------------------------------------------------- */
@@ -71,6 +101,20 @@ void wf__cuda_tmp_free(cudaStream_t stream, void *p)
 {
     if (p)
         (void)cudaFreeAsync(p, stream); /* an error here is the stream's, seen by its next user */
+}
+
+int wf__cuda_flag(cudaStream_t s, const char *op, void **flag)
+{
+    int rc = wf__cuda_tmp(s, sizeof(int64_t), op, flag);
+    if (rc < 0)
+        return rc;
+    cudaError_t e = cudaMemsetAsync(*flag, 0xff, sizeof(int64_t), s);
+    if (e != cudaSuccess) {
+        wf__cuda_tmp_free(s, *flag);
+        *flag = NULL;
+        return wf__cuda_fail(e, op, "cudaMemsetAsync");
+    }
+    return 0;
 }
 
 int wf__cuda_read_flag(cudaStream_t stream, const int64_t *dev, const char *op, int64_t *host)

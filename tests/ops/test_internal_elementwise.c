@@ -2,12 +2,14 @@
  * references: every unary op on f32, f64, bf16 and f16 (and the integer ones on i32, i64)
  * over contiguous, transposed, negative-stride and zero-stride inputs; binary ops and
  * comparisons with NumPy broadcasting; where; cast between all dtypes; bad shapes and dtypes
- * answered with the right code and a message naming both shapes; results bitwise equal with
- * no runtime, a 1-worker and a 2-worker runtime.
+ * answered with the right code and a message naming both shapes, and the dtypes the checks
+ * shared with the CUDA twins (ops/layout.h) accept; results bitwise equal with no runtime, a
+ * 1-worker and a 2-worker runtime.
  * Tolerances (ops_test.h): f32 1e-6 + 1e-5 |want|, f64 1e-13 + 1e-12 |want|, bf16 1e-2 +
  * 8e-3 |want|, f16 1e-3 + 1e-3 |want|, integers exact. The reference reads the (already
  * rounded) inputs, so only the op's own error is measured. */
 #include "../../ops/kernels.h"
+#include "../../ops/layout.h"
 #include "ops_test.h"
 
 #include <limits.h>
@@ -369,6 +371,37 @@ Test(ops_elementwise, pow_on_integers_and_mixed_dtypes_are_edtype)
     wf_tensor_release(b);
     wf_tensor_release(f);
     wf_tensor_release(out);
+}
+
+/* The CUDA twins take the dtypes these shared checks accept, which are the ones the CPU has
+ * loops for: pinned here to the rule the CUDA entries had before they shared the checks. */
+Test(ops_elementwise, shared_checks_accept_the_dtypes_every_device_computes_in)
+{
+    for (int d = 1; d < WF_DTYPE_COUNT; d++) {
+        wf_dtype dt = (wf_dtype)d;
+        bool fl = wf_dtype_is_float(dt), in = dt == WF_I32 || dt == WF_I64;
+        wf_tensor *x = ot_out(dt, WF_SHAPE(2));
+        const char *name = NULL;
+        for (int op = 0; op < WF_UNARY_COUNT; op++) {
+            bool int_op = op == WF_UNARY_NEG || op == WF_UNARY_ABS || op == WF_UNARY_SQUARE ||
+                          op == WF_UNARY_RELU || op == WF_UNARY_SIGN;
+            int want = fl || (in && int_op) ? 0 : WF_EDTYPE;
+            int rc = wf__ops_unary_check((wf_unary_op)op, x, &name);
+            cr_assert_eq(rc, want, "unary %d on %s: got %s", op, wf_dtype_name(dt),
+                         wf_err_name(rc));
+        }
+        for (int op = 0; op < WF_BINARY_COUNT; op++) {
+            bool cmp = op >= WF_BINARY_EQ;
+            bool ok = fl || (in && op != WF_BINARY_POW) || (cmp && (dt == WF_U8 || dt == WF_BOOL));
+            int rc = wf__ops_binary_check((wf_binary_op)op, x, x, &name);
+            cr_assert_eq(rc, ok ? 0 : WF_EDTYPE, "binary %d on %s: got %s", op, wf_dtype_name(dt),
+                         wf_err_name(rc));
+        }
+        int rc = wf__ops_act_grad_check(WF_ACT_GRAD_RELU, x, x, x, &name);
+        cr_assert_eq(rc, fl ? 0 : WF_EDTYPE, "relu_grad on %s: got %s", wf_dtype_name(dt),
+                     wf_err_name(rc));
+        wf_tensor_release(x);
+    }
 }
 
 Test(ops_elementwise, shapes_that_do_not_broadcast_are_eshape_naming_both)
