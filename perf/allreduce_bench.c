@@ -2,7 +2,7 @@
  * MPI's MPI_Allreduce under mpirun, in one run, over shared memory and over TCP loopback.
  *   allreduce_bench [--json] [--quick] [--reps N] [--min-bytes B] [--max-bytes B]
  *                   [--transport shm|tcp|both] [--spin-us US] [--chunk-bytes B]
- *                   [--shm-tls TLS] [--no-mpi] [--no-bind]
+ *                   [--shm-tls TLS] [--no-mpi] [--no-bind] [--huge-pages]
  * Sizes 4 KiB .. 256 MiB (x4 steps; --quick: 4 KiB .. 1 MiB, 3 repetitions, a smoke test).
  * For each transport, weft runs first: this program again under 'weft-run -n 2' (the
  * launcher's rendezvous on loopback; shm: weft's default transports, which on one host are
@@ -13,7 +13,7 @@
  * N timed calls, each after a barrier; rank 0 reports the median and checks the result
  * (every element is 1 + 2 = 3). busbw_gbs = 2 (n-1)/n * bytes / median_s / 1e9 (NCCL's
  * convention). With --json, one JSON object per case and implementation:
- *   {"bench":"allreduce_4096","impl":"weft","transport":"shm","threads":2,"ranks":2,
+ *   {"bench":"allreduce_4096","impl":"weft","transport":"shm","threads":2,"ranks":2,"pages":"4k",
  *    "bytes":4096,"median_s":...,"reps":N,"busbw_gbs":...}
  * The Open MPI peer is loaded with dlopen("libmpi.so.40") at run time, so the build needs no
  * MPI headers; without mpirun (or that library) it is skipped with a line saying so.
@@ -24,6 +24,10 @@
  * 2-core machine, the two ranks of either library often shared a core, and a polling wait then kept
  * the partner off it for a time slice: 4 KiB medians of 33-233 us instead of 1.2 us (weft), and one
  * of 23 ms (Open MPI with --bind-to none). --no-bind leaves both unbound (mpirun --bind-to none).
+ * --huge-pages: both libraries' buffers are 2 MiB-aligned and advised for transparent huge
+ * pages (as weft's own arenas and gradient buckets are: memory/huge.h), the JSON's "pages"
+ * says "2m" instead of "4k". Single-copy transfers pin every page they copy, so this changes
+ * the large sizes on shared memory most.
  */
 #include "bench_util.h"
 
@@ -35,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_THREAD__)
@@ -53,7 +58,7 @@
 #endif
 
 typedef struct ab_opts {
-    bool json, quick, no_mpi, shm, tcp, no_bind;
+    bool json, quick, no_mpi, shm, tcp, no_bind, huge;
     int reps; /* 0: by size */
     long min_bytes, max_bytes;
     uint32_t spin_us;    /* wf_comm_opts.spin_us (0: default) */
@@ -75,6 +80,19 @@ static int warmup_for(size_t bytes)
     return bytes >= (16u << 20) ? 1 : 3;
 }
 
+/* The benchmark's buffers: with --huge-pages, 2 MiB-aligned and advised for huge pages. */
+static void *ab_alloc(const ab_opts *o, size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (!o->huge)
+        return malloc(bytes ? bytes : 1);
+    size_t whole = (bytes + huge - 1) / huge * huge;
+    void *p = aligned_alloc(huge, whole ? whole : huge);
+    if (p && whole)
+        (void)madvise(p, whole, MADV_HUGEPAGE);
+    return p;
+}
+
 static void report(FILE *f, const ab_opts *o, const char *impl, const char *transport, size_t bytes,
                    double median_s, int reps)
 {
@@ -82,8 +100,9 @@ static void report(FILE *f, const ab_opts *o, const char *impl, const char *tran
     if (o->json)
         fprintf(f,
                 "{\"bench\":\"allreduce_%zu\",\"impl\":\"%s\",\"transport\":\"%s\",\"threads\":2,"
-                "\"ranks\":2,\"bytes\":%zu,\"median_s\":%.9f,\"reps\":%d,\"busbw_gbs\":%.4f}\n",
-                bytes, impl, transport, bytes, median_s, reps, busbw);
+                "\"ranks\":2,\"pages\":\"%s\",\"bytes\":%zu,\"median_s\":%.9f,\"reps\":%d,"
+                "\"busbw_gbs\":%.4f}\n",
+                bytes, impl, transport, o->huge ? "2m" : "4k", bytes, median_s, reps, busbw);
     else
         fprintf(f, "%-8s %-4s %10zu B  %10.2f us  %8.3f GB/s\n", impl, transport, bytes,
                 median_s * 1e6, busbw);
@@ -120,7 +139,7 @@ static int weft_rank(const ab_opts *o, const char *transport, const char *out_pa
         out = stdout;
     }
     size_t maxn = (size_t)o->max_bytes / sizeof(float);
-    float *x = malloc(maxn * sizeof *x), *y = malloc(maxn * sizeof *y);
+    float *x = ab_alloc(o, maxn * sizeof *x), *y = ab_alloc(o, maxn * sizeof *y);
     double *t = malloc(100000 * sizeof *t);
     if (!x || !y || !t) {
         fprintf(stderr, "allreduce_bench: rank %d: out of memory\n", co.rank);
@@ -166,10 +185,10 @@ static int weft_rank(const ab_opts *o, const char *transport, const char *out_pa
 static void common_args(const ab_opts *o, char *s, size_t n)
 {
     snprintf(s, n,
-             "%s%s%s--min-bytes %ld --max-bytes %ld --reps %d --spin-us %u --chunk-bytes %ld%s%s",
+             "%s%s%s%s--min-bytes %ld --max-bytes %ld --reps %d --spin-us %u --chunk-bytes %ld%s%s",
              o->json ? "--json " : "", o->quick ? "--quick " : "", o->no_bind ? "--no-bind " : "",
-             o->min_bytes, o->max_bytes, o->reps, o->spin_us, o->chunk_bytes,
-             o->shm_tls ? " --shm-tls " : "", o->shm_tls ? o->shm_tls : "");
+             o->huge ? "--huge-pages " : "", o->min_bytes, o->max_bytes, o->reps, o->spin_us,
+             o->chunk_bytes, o->shm_tls ? " --shm-tls " : "", o->shm_tls ? o->shm_tls : "");
 }
 
 /* Runs the weft side of 'transport' under weft-run and prints rank 0's lines. */
@@ -233,7 +252,9 @@ static int mpi_peer(const ab_opts *o, const char *transport, int argc, char **ar
     int rank = 0;
     rank_of(world, &rank);
     size_t maxn = (size_t)o->max_bytes / sizeof(float);
-    float *x = malloc(maxn * sizeof *x), *y = calloc(maxn, sizeof *y);
+    float *x = ab_alloc(o, maxn * sizeof *x), *y = ab_alloc(o, maxn * sizeof *y);
+    if (y)
+        memset(y, 0, maxn * sizeof *y);
     double *t = malloc(100000 * sizeof *t);
     for (size_t i = 0; x && i < maxn; i++)
         x[i] = (float)(rank + 1);
@@ -324,6 +345,8 @@ int main(int argc, char **argv)
             o.no_mpi = true;
         } else if (!strcmp(argv[i], "--no-bind")) {
             o.no_bind = true;
+        } else if (!strcmp(argv[i], "--huge-pages")) {
+            o.huge = true;
         } else if (!strcmp(argv[i], "--mpi-peer") && i + 1 < argc) {
             peer = argv[++i];
         } else if (!strcmp(argv[i], "--rank") && i + 1 < argc) {
@@ -361,7 +384,7 @@ int main(int argc, char **argv)
 usage:
     fprintf(stderr, "usage: allreduce_bench [--json] [--quick] [--reps N] [--min-bytes B] "
                     "[--max-bytes B] [--transport shm|tcp|both] [--spin-us US] [--chunk-bytes B] "
-                    "[--shm-tls TLS] [--no-mpi] [--no-bind]\n"
+                    "[--shm-tls TLS] [--no-mpi] [--no-bind] [--huge-pages]\n"
                     "  (sizes: powers of two from 4096 to 2^30)\n");
     return 2;
 }

@@ -5,7 +5,7 @@
  *   reuse, best-fit placement, ordering edges), its independent checker (wf__memplan_check,
  *   for tests), the debug-build poisoning of dead outputs, and each slot's arena: one block
  *   of the session's pool (so the pool's statistics count it; advised to use transparent
- *   huge pages, arena_hugepages()) and one tensor header per planned output over it, made at
+ *   huge pages, memory/huge.h) and one tensor header per planned output over it, made at
  *   the slot's first run and kept across runs (made again only when a plan with -1
  *   dimensions sees new feed shapes). So after its first run a
  *   slot takes from the pool only the outputs of fetched and targeted kernel nodes (a
@@ -58,6 +58,7 @@
  *   more (its value slot) while its value lives; wf__memplan_out() hands it out only when
  *   nobody else holds it, else the output comes from the pool.
  * Not here: running (exec.c), the plan arrays (plan.c), the pool (memory/). */
+#include "../memory/huge.h"
 #include "../memory/pool.h"
 #include "internal.h"
 
@@ -867,27 +868,6 @@ void wf__memplan_slot_release(wf__slot *sl)
     sl->mp = NULL;
 }
 
-/* Asks Linux for transparent huge pages over the whole 2 MiB pages of an arena of 'bytes' at
- * 'a' (when THP is in "madvise" mode, Debian's default, nothing else gets them). A training
- * step streams through its arena several times: the GPT step's is 53 MB, 13000 pages of 4 KiB
- * against about 2000 second-level TLB entries. Measured there (perf/train/train_bench,
- * "cpu_s", 5 interleaved pairs of processes): 126 -> 122 ms of CPU a step, peak RSS the same.
- * With 2 MiB pages the arena's cache-set mapping also stops depending on which physical
- * pages a process happened to get. Advice only: its failure changes nothing. */
-static void arena_hugepages(void *a, size_t bytes)
-{
-#ifdef MADV_HUGEPAGE
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t lo = ((uintptr_t)a + huge - 1) & ~(huge - 1),
-              hi = ((uintptr_t)a + bytes) & ~(huge - 1);
-    if (hi > lo)
-        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-#else
-    (void)a;
-    (void)bytes;
-#endif
-}
-
 /* Makes the arena and the planned tensors of 'sl' for 'mp'. Returns 0 or WF_ENOMEM (the
  * slot is then left without an arena). */
 static int slot_arena(wf__slot *sl, const wf__memplan *mp)
@@ -900,7 +880,14 @@ static int slot_arena(wf__slot *sl, const wf__memplan *mp)
         sl->arena_bytes = 0;
         return rc;
     }
-    arena_hugepages(sl->arena, sl->arena_bytes);
+    /* Transparent huge pages over the whole 2 MiB pages of the arena (memory/huge.h; when THP is in
+     * "madvise" mode, Debian's default, nothing else gets them). A training step streams through
+     * its arena several times: the GPT step's is 53 MB, 13000 pages of 4 KiB against about 2000
+     * second-level TLB entries. Measured there (perf/train/train_bench, "cpu_s", 5 interleaved
+     * pairs of processes): 126 -> 122 ms of CPU a step, peak RSS the same. With 2 MiB pages the
+     * arena's cache-set mapping also stops depending on which physical pages a process happened to
+     * get. Advice only: its failure changes nothing. */
+    wf__advise_huge(sl->arena, sl->arena_bytes);
     if (!(sl->planned = calloc((size_t)(n ? n : 1), sizeof *sl->planned)))
         return WF_ENOMEM;
     for (int i = 0; i < n; i++) {

@@ -16,6 +16,7 @@
  * Invariants: 'mu' guards the queue, 'in_flight', the free list and the error; 'cur' is the
  * caller's alone. Lock order: 'mu' is never held while calling the comm.
  * Not here: the collectives themselves (coll.c). */
+#include "../memory/huge.h"
 #include "internal.h"
 
 #include <stdio.h>
@@ -194,7 +195,8 @@ static job *take_job(wf_comm_bucket *b, bool packed)
     pthread_mutex_unlock(&b->mu);
     if (!j && !(j = calloc(1, sizeof *j)))
         return NULL;
-    if (packed && !j->buf && !(j->buf = malloc(b->cap_bytes))) {
+    /* On huge pages: the single-copy all-reduce pins each page it copies (memory/huge.h). */
+    if (packed && !j->buf && !(j->buf = wf__alloc_huge(b->cap_bytes))) {
         job_free(j);
         return NULL;
     }
