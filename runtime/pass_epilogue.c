@@ -15,7 +15,9 @@
  *     than the chain's last node (so the plan's order stays topological once those edges
  *     point at the fused node: passes.h, the epilogue exception);
  *   - the chain's last node is replaceable; it may be fetched (the fused node computes its
- *     value bit for bit).
+ *     value bit for bit);
+ *   - the chain's nodes have one wf_node_set_device() hint (or none), which the fused node
+ *     keeps.
  * Exactness: the kernel runs the elementwise kernels' own loops over each tile (ops/scalar.h),
  *   add before activation as the nodes ran them, so the pass changes no result bit.
  * Training graphs: the gradients of leaky_relu, gelu, gelu_tanh and silu read the activation's
@@ -91,7 +93,8 @@ static bool float_dtype(wf_dtype dt)
 
 /* Makes a node of 'op' in the place of 'for_id' (wf__pass_make()), named for the dumps:
  * wf__pass_make() names it "<name>.simplified<k>"; "epilogue" is shorter, so the name is
- * rewritten in its own (plan-owned, writable) storage. */
+ * rewritten in its own (plan-owned, writable) storage. It keeps the device the user placed
+ * 'for_id' on (wf_node_set_device(); a chain's nodes share it: try_chain()). */
 static wf_node *make(wf__pass_ctx *c, int32_t for_id, const wf_op_def *op, wf_node *const *in,
                      int n_in, const wf_attrs *at)
 {
@@ -100,6 +103,7 @@ static wf_node *make(wf__pass_ctx *c, int32_t for_id, const wf_op_def *op, wf_no
     if (f) {
         char *name = (char *)f->name;
         snprintf(name, strlen(name) + 1, "%s.epilogue%d", like ? like : "?", f->id - c->n_orig);
+        f->device = c->node[for_id]->device;
     }
     return f;
 }
@@ -214,6 +218,9 @@ static bool try_chain(ep_state *st, wf_node *tail, int *rc)
     } else {
         return false;
     }
+    /* One placement hint for the chain: the fused node keeps it (make()). */
+    if (mm->device != tail->device || (add && add->device != tail->device))
+        return false;
     wf_attrs at;
     memset(&at, 0, sizeof at); /* padding too: equal bags compare equal (core/graph.h) */
     at.transpose_a = mm->attrs->transpose_a;

@@ -23,6 +23,8 @@
  *   edges to it: plan.c's index_of resolves through the map) move to the fused node, which
  *   has its dtype and shape; the interior nodes keep their ids, have no reader left, and the
  *   next prune drops them.
+ * Placement hints: the members of a group share their wf_node_set_device() hint (none, or the
+ *   CPU), which the fused node keeps.
  * GPUs: a node the user placed on a GPU (wf_node_set_device()) is never a member, and the
  *   pass does nothing in a session whose rule may put nodes on a GPU (a runtime with a CUDA
  *   device and wf_session_opts.device not -1, pass_place.c): there the members' own CUDA
@@ -153,6 +155,7 @@ static int emit(wf__pass_ctx *c, const group *g, int gi, const int32_t *gid, con
                                WF__RW_FUSED);
     if (!f)
         return 0; /* no memory for the node, or inference refused it: keep the group unfused */
+    f->device = c->node[g->root]->device; /* the members' common hint (-1 or the CPU) */
     /* wf__pass_make() names made nodes "<root>.simplified<k>"; "fused" is shorter, so it
      * fits the same storage (the node's own allocation, passes.c). */
     char *name = (char *)f->name, *dot = strrchr(name, '.');
@@ -209,6 +212,7 @@ int wf__pass_fuse(wf__pass_ctx *c)
             int32_t ext[WF__FUSED_MAX_INPUTS + 3];
             if (g >= 0 && !pinned[id] && gs[g].n_ops < WF__FUSED_MAX_OPS &&
                 wf_shape_equal(n->shape, c->node[gs[g].root]->shape) &&
+                n->device == c->node[gs[g].root]->device &&
                 (!uses_alpha(n) || !gs[g].has_alpha || same_bits(gs[g].alpha, n->attrs->alpha))) {
                 int k = ext_with(c, &gs[g], n, ext);
                 if (k <= WF__FUSED_MAX_INPUTS) { /* joins 'g' */

@@ -830,11 +830,9 @@ Test(runtime_internal_devflow, a_checkpoint_of_device_training_holds_the_trained
 
 Test(runtime_internal_devflow, evaluation_plans_on_the_cpu_and_the_device_see_the_current_values)
 {
-    /* Without epilogue and elementwise fusion, whose nodes would not keep the evaluation's
-     * placement on the CPU (a node a pass makes is placed by the rule: runtime/README.md,
-     * "Not yet"). */
+    /* With every pass: epilogue and fused nodes keep the evaluation's placement on the CPU. */
     mlp m = mlp_make(rt, wf_sgd(0.05));
-    uint32_t fl = WF_SESSION_NO_EPILOGUE | WF_SESSION_NO_FUSE;
+    uint32_t fl = 0;
     wf_session *cpu = mlp_session(&m, fl, 0, 0), *dev = mlp_session(&m, fl, 1, 0);
     for (int round = 0; round < 3; round++) {
         mlp_train(cpu, &m, 2, NULL);
@@ -954,8 +952,7 @@ Test(runtime_internal_devflow, concurrent_device_training_and_host_reads_stay_va
      * at once, or evaluating on the device during training, race by design, on the host as
      * on a device: runtime/exec.c, take_writable().) */
     mlp m = mlp_make(rt, wf_adam(1e-3));
-    /* Without the passes that would move the evaluation's nodes to the device (above). */
-    wf_session *dev = mlp_session(&m, WF_SESSION_NO_EPILOGUE | WF_SESSION_NO_FUSE, 1, 0);
+    wf_session *dev = mlp_session(&m, 0, 1, 0);
     trainer ts[3];
     pthread_t th[3];
     for (int i = 0; i < 3; i++) {
@@ -1006,7 +1003,7 @@ Test(runtime_internal_devflow, a_variable_resident_on_two_devices_in_turn_moves_
     wf_node *ev_nodes[] = { mm, m.ev->inputs[0]->inputs[0], m.ev->inputs[0], m.ev };
     for (int i = 0; i < 4; i++)
         cr_assert_eq(wf_node_set_device(ev_nodes[i], b), 0);
-    uint32_t fl = WF_SESSION_NO_EPILOGUE | WF_SESSION_NO_FUSE;
+    uint32_t fl = 0; /* epilogue nodes keep sim:1 (pass_epilogue.c); fusion leaves them alone */
     /* The reference trains on the CPU (its evaluation, on sim:1 too, copies in each time). */
     wf_session *cpu = sim_session_failing(m.g, fl, -1, 2, 10, 0, 0);
     wf_session *dev = sim_session_failing(m.g, fl, wf_device_count(rt) > 1 ? a : 0, 2, 10, 0, 0);
