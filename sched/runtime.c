@@ -209,13 +209,18 @@ int wf_runtime_stats(const wf_runtime *rt, wf_worker_stats *out, int n)
     for (int i = 0; i < n && i < rt->nw; i++) {
         const wf__worker *w = rt->w[i];
         const wf__counters *c = &w->ctr, *b = &w->base;
+        /* Won steals before tried ones: each steal is counted as tried before it is counted
+         * as won, so read in this order 'won' does not exceed 'tried' (on x86, where neither
+         * stores nor loads pass one another; the counters are relaxed). */
+        uint64_t local = LD(c, steals_won_local) - LD(b, steals_won_local),
+                 remote = LD(c, steals_won_remote) - LD(b, steals_won_remote);
         out[i] = (wf_worker_stats){
             .tasks_run = LD(c, tasks_run) - LD(b, tasks_run),
             .spawned = LD(c, spawned) - LD(b, spawned),
             .steals_tried = LD(c, steals_tried) - LD(b, steals_tried),
-            .steals_won = LD(c, steals_won) - LD(b, steals_won),
-            .steals_won_local = LD(c, steals_won_local) - LD(b, steals_won_local),
-            .steals_won_remote = LD(c, steals_won_remote) - LD(b, steals_won_remote),
+            .steals_won = local + remote,
+            .steals_won_local = local,
+            .steals_won_remote = remote,
             .inbox_taken = LD(c, inbox_taken) - LD(b, inbox_taken),
             .parks = LD(c, parks) - LD(b, parks),
             .idle_ns = LD(c, idle_ns) - LD(b, idle_ns),
@@ -237,7 +242,6 @@ void wf_runtime_stats_reset(wf_runtime *rt)
         CP(tasks_run);
         CP(spawned);
         CP(steals_tried);
-        CP(steals_won);
         CP(steals_won_local);
         CP(steals_won_remote);
         CP(inbox_taken);

@@ -87,7 +87,6 @@ wf__task *wf__steal_round(wf__worker *w)
             WF__INC(w, steals_tried, 1);
             wf__task *t = wf__deque_steal(&v->dq, &lost);
             if (t) {
-                WF__INC(w, steals_won, 1);
                 if (v->numa == w->numa)
                     WF__INC(w, steals_won_local, 1);
                 else

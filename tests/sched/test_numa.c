@@ -224,8 +224,6 @@ Test(sched_numa, thieves_steal_from_their_own_numa_node_first)
     format_stats(detail, sizeof detail, sn, 4);
     cr_log_info("%llu local steals, %llu remote:%s", (unsigned long long)local,
                 (unsigned long long)remote, detail);
-    cr_assert_eq(local + remote, WF_TEST_SUM(sn, 4, steals_won),
-                 "local + remote steals != steals won:%s", detail);
     cr_assert_geq(local + remote, 100, "too few steals to judge:%s", detail);
     /* Measured on 2 cores running two copies of this test at once: victims in random order
      * give 1.8-2.4 local steals per remote one (a thief skips empty victims); own node
