@@ -493,10 +493,10 @@ static int kernel_multi(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *c
  * (wf__update_multi_cuda(): the same arithmetic as the loops above, each operation rounded
  * alone in the variable's type), with the scalars computed here as for the CPU
  * (scalars_of(): the schedule, the bias corrections). The step counter and the
- * hyperparameters are read to the host first (wf__cuda_read_host(): waits for the stream;
+ * hyperparameters are read to the host first (wf__cuda_read_host(): one wait for the stream;
  * they may be device or host memory). RMSProp and Adagrad have no CUDA kernel (WF_ENODEV;
- * placement keeps them on the host: update_kernel_ok()). Every variable, state and gradient must be
- * contiguous device memory of one dtype, f32 or f64 (WF_EINVAL otherwise). */
+ * placement keeps them on the host: update_kernel_ok()). Every variable, state and gradient
+ * must be contiguous device memory of one dtype, f32 or f64 (WF_EINVAL otherwise). */
 static int kernel_multi_cuda(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
                              wf_tensor **out)
 {
@@ -515,9 +515,11 @@ static int kernel_multi_cuda(const wf_kernel_ctx *ctx, const wf_node *n, wf_tens
     double hp[WF__HP_COUNT];
     int64_t t = 0;
     upd u;
-    int rc = wf__cuda_read_host(ctx, n->op->name, hpt->data, hp, sizeof hp);
-    if (rc == 0)
-        rc = wf__cuda_read_host(ctx, n->op->name, step->data, &t, sizeof t);
+    /* Both in one wait for the stream (this runs once per update node and step). */
+    const void *src[2] = { hpt->data, step->data };
+    void *dst[2] = { hp, &t };
+    const size_t bytes[2] = { sizeof hp, sizeof t };
+    int rc = wf__cuda_read_host(ctx, n->op->name, 2, src, dst, bytes);
     if (rc == 0)
         rc = scalars_of(hp, t, k, &u);
     if (rc < 0)

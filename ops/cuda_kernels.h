@@ -228,13 +228,14 @@ int wf__update_multi_cuda(const wf_kernel_ctx *ctx, const wf_cuda_update *u, int
  * counter) or WF_EDEVICE naming 'op'. */
 int wf__increment_cuda(const wf_kernel_ctx *ctx, const char *op, wf_tensor *t);
 
-/* Copies 'bytes' from 'src' (device memory of ctx's device, managed or host memory: the
- * direction is inferred from the pointer, cudaMemcpyDefault) to host memory 'dst' in the
- * order of ctx's stream, and waits for the stream: how a kernel whose scalars live in tensors
- * reads them on the host (grad/optim_cpu.c: multi_update's step counter and hyperparameters).
- * Returns 0, WF_EINVAL (no device queue, NULL pointers) or WF_EDEVICE naming 'op'. */
-int wf__cuda_read_host(const wf_kernel_ctx *ctx, const char *op, const void *src, void *dst,
-                       size_t bytes);
+/* Copies bytes[i] from src[i] (device memory of ctx's device, managed or host memory: the
+ * direction is inferred from the pointer, cudaMemcpyDefault) to host memory dst[i], i < n, in
+ * the order of ctx's stream, and waits for the stream once: how a kernel whose scalars live in
+ * tensors reads them on the host (grad/optim_cpu.c: an update's step counter and
+ * hyperparameters). Returns 0, WF_EINVAL (no device queue, NULL pointers) or WF_EDEVICE
+ * naming 'op'. */
+int wf__cuda_read_host(const wf_kernel_ctx *ctx, const char *op, int n, const void *const *src,
+                       void *const *dst, const size_t *bytes);
 
 /* ---- Checks ---------------------------------------------------------------------------------- */
 

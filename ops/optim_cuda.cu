@@ -244,18 +244,21 @@ int wf__increment_cuda(const wf_kernel_ctx *ctx, const char *op, wf_tensor *t)
     return 0;
 }
 
-int wf__cuda_read_host(const wf_kernel_ctx *ctx, const char *op, const void *src, void *dst,
-                       size_t bytes)
+int wf__cuda_read_host(const wf_kernel_ctx *ctx, const char *op, int n, const void *const *src,
+                       void *const *dst, const size_t *bytes)
 {
-    if (bytes > 0 && (!src || !dst))
-        return wf__err(WF_EINVAL, "%s: NULL %s for a copy to the host", op,
-                       !src ? "source" : "dst");
+    for (int i = 0; i < n; i++)
+        if (bytes[i] > 0 && (!src[i] || !dst[i]))
+            return wf__err(WF_EINVAL, "%s: NULL %s for copy %d to the host", op,
+                           !src[i] ? "source" : "dst", i);
     const wf__cuda_queue *q;
     int rc = wf__cuda_enter(ctx, op, &q);
-    if (rc < 0 || bytes == 0)
+    if (rc < 0 || n <= 0)
         return rc;
-    WF_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, q->stream), op,
-              "cudaMemcpyAsync to the host");
+    for (int i = 0; i < n; i++)
+        if (bytes[i] > 0)
+            WF_CU_TRY(cudaMemcpyAsync(dst[i], src[i], bytes[i], cudaMemcpyDefault, q->stream), op,
+                      "cudaMemcpyAsync to the host");
     WF_CU_TRY(cudaStreamSynchronize(q->stream), op, "cudaStreamSynchronize");
     return 0;
 }

@@ -228,6 +228,12 @@ int wf__plan_vars_ready(wf__plan *p)
 
 /* ---- Copying in, and updates on the device --------------------------------------------- */
 
+/* Whether 'vd' holds the latest write on device 'id' (under var_lock, either mode). */
+static bool current_on(const wf__var_dev *vd, int id)
+{
+    return vd->dval && vd->dev == id && vd->dev_ver == vd->ver;
+}
+
 int wf__var_device_read(wf__slot *sl, int i)
 {
     const wf__plan *p = sl->plan;
@@ -236,9 +242,18 @@ int wf__var_device_read(wf__slot *sl, int i)
     int k = p->var[i], id = p->dev->where[i];
     wf_device *d = p->dev->devs[id];
     char why[WF_ERRMSG_MAX];
-    pthread_rwlock_wrlock(&s->var_lock);
     wf__var_dev *vd = &s->var_dev[k];
-    if (vd->dval && vd->dev == id && vd->dev_ver == vd->ver) { /* current: the usual step */
+    /* The usual step: the device value is current; a read lock is enough to take it, so the
+     * readers of concurrent runs do not queue behind one another. */
+    pthread_rwlock_rdlock(&s->var_lock);
+    bool current = current_on(vd, id);
+    if (current)
+        sl->dev->dvals[i] = wf_tensor_retain(vd->dval);
+    pthread_rwlock_unlock(&s->var_lock);
+    if (current)
+        return 0;
+    pthread_rwlock_wrlock(&s->var_lock);
+    if (current_on(vd, id)) { /* made current meanwhile */
         sl->dev->dvals[i] = wf_tensor_retain(vd->dval);
         pthread_rwlock_unlock(&s->var_lock);
         return 0;

@@ -542,7 +542,7 @@ static int ring_cma(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, con
         for (size_t k = 0; rc == 0 && s > first && k < nch; k++)
             rc = wf__irecv(c, left, coll_tag(seq, s), NULL, 0, &recvs[k]);
         for (size_t k = 0; rc == 0 && k < nch; k++) {
-            size_t cl = len[rb] - k * ce < ce ? len[rb] - k * ce : ce;
+            size_t cl = chunk_len(len[rb], k, ce);
             if (s > first) {
                 rc = wf__wait(recvs[k], dl, what);
                 recvs[k] = NULL;
