@@ -37,6 +37,18 @@ static wf_tensor *from_f64(wf_dtype dt, wf_shape s, const double *v)
     return t;
 }
 
+/* Row r's max in '*m' and its sum of exp(x - max), in f64 (the reference of both tests). */
+static double row_sum_exp(const wf_tensor *x, int64_t r, int64_t C, double *m)
+{
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < C; j++)
+        mx = fmax(mx, wf_tensor_get(x, r * C + j));
+    for (int64_t j = 0; j < C; j++)
+        sum += exp(wf_tensor_get(x, r * C + j) - mx);
+    *m = mx;
+    return sum;
+}
+
 /* Rows of C logits: row r < C is a causal-mask row (0..r finite, then -inf), the others
  * spread over [0, -800] and random. */
 static double *logits(int64_t rows, int64_t C, uint64_t seed)
@@ -67,11 +79,7 @@ Test(ops_row_kernels, softmax_with_masks_and_underflowing_exps_matches_f64_refer
         cr_assert_eq(wf__softmax_cpu(&serial, -1, x, out), 0, "%s", wf_last_errmsg());
         double abs_tol = d == 0 ? 1e-15 : 1e-7, rel_tol = d == 0 ? 1e-13 : 1e-6;
         for (int64_t r = 0; r < rows; r++) {
-            double m = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < C; j++)
-                m = fmax(m, wf_tensor_get(x, r * C + j));
-            for (int64_t j = 0; j < C; j++)
-                sum += exp(wf_tensor_get(x, r * C + j) - m);
+            double m, sum = row_sum_exp(x, r, C, &m);
             for (int64_t j = 0; j < C; j++) {
                 double want = exp(wf_tensor_get(x, r * C + j) - m) / sum;
                 double got = wf_tensor_get(out, r * C + j);
@@ -103,11 +111,7 @@ Test(ops_row_kernels, cross_entropy_over_wide_rows_matches_f64_reference)
         cr_assert_eq(wf__softmax_cross_entropy_cpu(&serial, x, y, out), 0, "%s", wf_last_errmsg());
         double abs_tol = d == 0 ? 1e-13 : 1e-6, rel_tol = d == 0 ? 1e-13 : 1e-6;
         for (int64_t r = 0; r < rows; r++) {
-            double m = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < C; j++)
-                m = fmax(m, wf_tensor_get(x, r * C + j));
-            for (int64_t j = 0; j < C; j++)
-                sum += exp(wf_tensor_get(x, r * C + j) - m);
+            double m, sum = row_sum_exp(x, r, C, &m);
             double want = m + log(sum) - wf_tensor_get(x, r * C + labels[r]);
             double got = wf_tensor_get(out, r);
             cr_assert(fabs(got - want) <= abs_tol + rel_tol * fabs(want),

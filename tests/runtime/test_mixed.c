@@ -34,10 +34,24 @@ TestSuite(runtime_mixed, .init = wf_test_rt_setup, .fini = wf_test_rt_teardown,
           .timeout = WF_TEST_TIMEOUT(120));
 
 #define MIXED_TOL 5e-3
-#define N_BATCH   64
-#define N_IN      16
-#define N_HID     32
-#define N_OUT     4
+
+/* Asserts that the first 'n' losses of a mixed run follow the f32 run's within MIXED_TOL and
+ * that some differ (bits equal everywhere would mean nothing ran in bf16). */
+static void expect_mixed_follows(const float *mixed, const float *f32, int n)
+{
+    bool differ = false;
+    for (int i = 0; i < n; i++) {
+        cr_assert_leq(fabsf(mixed[i] - f32[i]), MIXED_TOL, "step %d: mixed %.6f, f32 %.6f", i,
+                      mixed[i], f32[i]);
+        differ = differ || mixed[i] != f32[i];
+    }
+    cr_assert(differ, "the mixed run gave the f32 run's bits: nothing ran in bf16");
+}
+
+#define N_BATCH 64
+#define N_IN    16
+#define N_HID   32
+#define N_OUT   4
 
 typedef struct mlp {
     wf_graph *g;
@@ -209,13 +223,7 @@ Test(runtime_mixed, mixed_losses_follow_the_f32_run_within_bf16_precision)
     float f32[8], mixed[8];
     train(&m, 0, 8, f32, NULL);
     train(&m, WF_SESSION_MIXED_BF16, 8, mixed, NULL);
-    bool differ = false;
-    for (int i = 0; i < 8; i++) {
-        cr_assert_leq(fabsf(mixed[i] - f32[i]), MIXED_TOL, "step %d: mixed %.6f, f32 %.6f", i,
-                      mixed[i], f32[i]);
-        differ = differ || mixed[i] != f32[i];
-    }
-    cr_assert(differ, "the mixed run gave the f32 run's bits: nothing ran in bf16");
+    expect_mixed_follows(mixed, f32, 8);
     mlp_free(&m);
 }
 
@@ -272,13 +280,7 @@ Test(runtime_mixed, convolutions_and_their_gradients_compute_in_bf16_too)
     /* conv2d, its filter gradient (x is a placeholder: no input gradient), the linear
      * layer's forward and its weight gradient; the input gradient of fc feeds the pool. */
     cr_assert_geq(st.n_mixed, 4, "n_mixed %d", st.n_mixed);
-    bool differ = false;
-    for (int i = 0; i < 5; i++) {
-        cr_assert_leq(fabsf(mixed[i] - f32[i]), MIXED_TOL, "step %d: mixed %.6f, f32 %.6f", i,
-                      mixed[i], f32[i]);
-        differ = differ || mixed[i] != f32[i];
-    }
-    cr_assert(differ, "the mixed run gave the f32 run's bits");
+    expect_mixed_follows(mixed, f32, 5);
     cr_assert_lt(mixed[29], 0.5f * mixed[0], "loss %g at step 0, %g at step 29", mixed[0],
                  mixed[29]);
 }
