@@ -1,6 +1,6 @@
 /* core/error.c: status names, messages, the version, and the thread-local error message.
  * Owns: the one thread-local buffer behind wf_last_errmsg() (the only mutable state of core/,
- * allowed by STYLE.md section 7).
+ * allowed by docs/conventions.md, "State").
  * Not here: messages kept by objects; each object formats into its own buffer. */
 #include "error.h"
 

@@ -8,7 +8,7 @@
  *   calling thread just before the constructor runs; a graph argument is not available to
  *   the macro in a form it could write to without evaluating it twice. Each entry is
  *   consumed by the node its constructor makes, so nothing carries over between graphs or
- *   runtimes (the one exception to STYLE.md section 7 besides the error slot).
+ *   runtimes (the one exception to docs/conventions.md, "State", besides the error slot).
  * Sizes: a node is sizeof(wf_node) (232 bytes) in a 1024-node chunk, its name in the arena
  *   and two 16-byte name-table slots: ~280 bytes. Nothing else is allocated per node except
  *   inputs beyond WF_NODE_INLINE_INPUTS; equal attribute bags are shared. Measured (2 vCPUs,
@@ -84,9 +84,9 @@ typedef struct thread_cache {
 /* initial-exec: a general-dynamic access calls __tls_get_addr (~1% of an eager add). */
 static _Thread_local thread_cache tcache __attribute__((tls_model("initial-exec")));
 
-/* Process-wide (STYLE.md section 7 allows such items with a reason): the pthread key whose
- * destructor empties a thread's cache when the thread exits. Made once, never deleted: a
- * library cannot know when the last thread that may hold a cache is gone. */
+/* Process-wide (docs/conventions.md, "State", allows such items with a reason): the
+ * pthread key whose destructor empties a thread's cache when the thread exits. Made once,
+ * never deleted: a library cannot know when the last thread that may hold a cache is gone. */
 static pthread_key_t cache_key;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 static bool cache_key_made;

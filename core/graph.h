@@ -174,8 +174,8 @@ void wf__cache_trim(void);
 /* Writes the graph to 'f', one node per line in creation (topological) order:
  *   "%3 logits: f32 [?, 10] = matmul(%0 x, %2 w) after(%1 b) @ model.c:42"
  * or, with 'dot' true, as a Graphviz digraph (control edges dashed). For debugging passes
- * (LESSONS.md: dump the graph before and after each). Returns 0, WF_EINVAL (NULL argument)
- * or WF_EIO (a write failed). */
+ * (dump the graph before and after each to see what a pass did). Returns 0, WF_EINVAL
+ * (NULL argument) or WF_EIO (a write failed). */
 int wf__graph_dump(const wf_graph *g, FILE *f, bool dot);
 
 /* "<basename of file>:<line>" of a node, or "?" (for messages). Writes into 'buf'. */

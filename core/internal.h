@@ -75,7 +75,7 @@ struct wf_graph {
  *   the items held and never exceeds WF__CACHE_MAX (an item that does not fit is freed); a
  *   thread's cache is emptied when the thread exits (a pthread key's destructor), and is off
  *   for that thread from then on.
- * Why per thread (the third exception to STYLE.md section 7, with the error slot and the
+ * Why per thread (the third exception to docs/conventions.md, "State", with the error slot and the
  *   pending source locations): graphs of one runtime are built on many threads at once, so
  *   a per-runtime cache would need a lock or a lock-free list per node chunk and value; a
  *   per-thread one needs nothing, like malloc's own tcache. It holds only free memory, so two

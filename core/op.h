@@ -4,8 +4,8 @@
  *   gradient slot, a cost function, flags), the kernel calling convention (wf_kernel_ctx,
  *   wf_kernel_fn), the three op defs core itself needs (placeholder, constant, variable),
  *   and lookup by name.
- * How ops are registered: there is no mutable registry (STYLE.md section 7). Each op is a
- *   'const wf_op_def' defined once, in the file of ops/ that implements it
+ * How ops are registered: there is no mutable registry (docs/conventions.md, "State").
+ *   Each op is a 'const wf_op_def' defined once, in the file of ops/ that implements it
  *   ('const wf_op_def wf_op_add = { .name = "add", ... };'); the op's constructor hands its
  *   address to wf__node_add(), so a graph only ever holds ops by pointer. Lookup by name
  *   (for loading a saved graph, for tools) takes an explicit table: ops/ keeps one

@@ -158,8 +158,8 @@ int wf__cuda_count(void)
 }
 
 /* The NUMA node the GPU hangs off (the kernel's view of its PCI slot), as an index of the
- * runtime's nodes, or -1 when unknown. hwloc is sched/'s and memory/'s (DESIGN.md's table);
- * sysfs gives the same answer for the one fact needed here. */
+ * runtime's nodes, or -1 when unknown. hwloc is sched/'s and memory/'s
+ * (docs/architecture.md, "Layers"); sysfs gives the same answer for the one fact needed here. */
 static int gpu_numa(wf_runtime *rt, int ordinal)
 {
     int nodes = wf_runtime_numa_count(rt);

@@ -4,7 +4,7 @@
  *   the device's compute stream with its cuBLAS, cuBLASLt and cuDNN handles bound to it and
  *   their workspace), stream-ordered scratch memory from the device's pool, device tensors
  *   for ops that allocate their own output, and the conversion of CUDA, cuBLAS and cuDNN
- *   status codes into a wf_status plus a message (STYLE.md section 4).
+ *   status codes into a wf_status plus a message (docs/conventions.md, "Errors").
  * Invariants:
  * - A kernel enqueues its work on wf__cuda_stream(ctx) only, and returns once it is queued
  *   (never synchronises the stream): the executor orders everything else through events.

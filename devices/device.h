@@ -1,7 +1,7 @@
 /* devices/device.h: the device interface, for the modules above devices/ (ops/ kernels,
  * runtime/'s executor, transport/) (a module interface: not installed, not internal.h).
  * Owns: the layout of an open device (a vtable plus its description) and of events, and
- * the calls every device implements (DESIGN.md, "Devices"): allocate, free, copy in and
+ * the calls every device implements (docs/architecture.md, "Devices"): allocate, free, copy in and
  * out of host memory and from another device, run a kernel node, record or wait for an
  * event, and call back (on a worker) once the work given so far has completed; and the
  * simulated device (sim.c) that tests placed graphs without a GPU.

@@ -1,5 +1,5 @@
-/* design_example.c: the training sketch of DESIGN.md ("The API at a glance") as a program
- * that builds and runs: a linear softmax classifier on synthetic 784-feature data, trained
+/* design_example.c: weft's core calls in one training program (docs/guide.md starts from
+ * the same model): a linear softmax classifier on synthetic 784-feature data, trained
  * with Adam for a few steps through a session. Its loss must fall; the test suite runs it.
  * Build: cc design_example.c $(pkg-config --cflags --libs weft) -o design_example */
 #include <weft/weft.h>

@@ -1,7 +1,7 @@
 /* ops/blas.c: the one door to BLAS for the kernels of ops/ (matmul_cpu.c, conv_cpu.c): a
  * single-threaded, row-major GEMM on weft's private OpenBLAS.
  * Owns: the private OpenBLAS's one-time setup, the one mutable process-wide state of ops/
- *   (a pthread_once flag, STYLE.md section 7).
+ *   (a pthread_once flag, docs/conventions.md, "State").
  * Which OpenBLAS, and why (measured, 2026-11-30): weft's workers split big products into
  *   tiles and call BLAS from several workers at once, each call single-threaded.
  *   - Debian's serial archive (libopenblas-serial-dev, 0.3.21, built without USE_LOCKING)

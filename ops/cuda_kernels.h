@@ -6,7 +6,7 @@
  *   then reports WF_ENODEV), the declarations of those kernels (core/op.h's wf_kernel_fn
  *   convention: tensors of device memory, ctx->stream a cudaStream_t of ctx->device), and
  *   the entries they wrap, wf__<op>_cuda(ctx, <attributes>, <tensors>), with their CPU
- *   twins' names, attributes and argument order (STYLE.md section 10).
+ *   twins' names, attributes and argument order (docs/conventions.md, "CUDA twins").
  * Contract shared by every entry, besides ops/kernels.h's (shapes, dtypes and strides as the
  * CPU twin takes them; 'out' contiguous, allocated by the caller, in device memory):
  * - ctx and ctx->stream are required (WF_EINVAL otherwise); the work is enqueued on that

@@ -1,7 +1,7 @@
 /* ops/kernels.h: the CPU kernels of the op set, as plain functions over tensors (a module
  * interface of ops/: the op table, shape inference and the executor call these; not
  * installed).
- * Owns: wf_kctx and the entry signature every CPU kernel has (STYLE.md section 10):
+ * Owns: wf_kctx and the entry signature every CPU kernel has (docs/conventions.md, "CUDA twins"):
  *   int wf__<op>_cpu(const wf_kctx *ctx, <attributes>, const wf_tensor *x..., wf_tensor *out)
  * Contract shared by every entry below:
  * - Inputs may be any strided view (transposed, negative or zero strides). 'out' is a

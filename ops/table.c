@@ -1,7 +1,7 @@
 /* ops/table.c: the table of every op def of ops/ (ops/table.h says how runtime/ and tools
  * use it) and lookup by name.
- * Owns: wf__ops_table, a 'static const'-style list with static storage (STYLE.md section 7:
- *   no mutable registry); adding an op to ops/ means adding its def here.
+ * Owns: wf__ops_table, a 'static const'-style list with static storage (no mutable
+ *   registry: docs/conventions.md, "State"); adding an op to ops/ means adding its def here.
  * Not here: the defs themselves (elementwise.c, reduce.c, matmul.c, softmax.c). */
 #include "internal.h"
 

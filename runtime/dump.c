@@ -47,7 +47,7 @@ static void dot_escaped(FILE *f, const char *s)
 
 static const char *device_str(const wf_node *n, char *buf, size_t size)
 {
-    if (n->device < 0) /* not placed: every kernel runs on the CPU (DESIGN.md, placement) */
+    if (n->device < 0) /* not placed: every kernel runs on the CPU */
         return "cpu";
     snprintf(buf, size, "device %d", n->device);
     return buf;

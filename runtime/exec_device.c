@@ -1,5 +1,5 @@
 /* runtime/exec_device.c: running plan nodes placed on a GPU, and the copy steps between the
- *   host and GPUs and between GPUs (DESIGN.md, "The path of one training step", step 4).
+ *   host and GPUs and between GPUs (docs/architecture.md, "The path of a training step", Run).
  * Owns: a run slot's device values ('sl->dev': per plan node, its value on its GPU; per copy
  *   step, the copy on its destination GPU), what the task of a GPU node does, and what the
  *   task of a copy step does.

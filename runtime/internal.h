@@ -314,7 +314,7 @@ int wf__slot_reinfer(wf__slot *sl, const wf_node *n, wf_tensor *const *in, wf_dt
 int wf__slot_check_out(wf__slot *sl, const wf_node *n, const char *kernel, const wf_tensor *out,
                        wf_dtype dt, wf_shape shape, bool dynamic);
 
-/* pass_place.c and exec_device.c: nodes on GPUs (DESIGN.md, "Devices"). */
+/* pass_place.c and exec_device.c: nodes on GPUs (docs/architecture.md, "Devices"). */
 
 /* A copy step of a plan that runs nodes on devices (exec_device.c): the value of plan node
  * 'value', made on device 'from', copied to device 'to' (0: the host). Copy k is task-graph

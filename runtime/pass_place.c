@@ -3,7 +3,7 @@
  *   a compiled plan (wf__plan_dev: the device of every node, which values cross devices,
  *   which variables are resident on a device), and which of the session's devices a plan
  *   uses.
- * The rule (DESIGN.md, "Placement": user hints first): a node placed with
+ * The rule (user hints first, as TensorFlow's placer): a node placed with
  *   wf_node_set_device() goes there (checked: WF_EINVAL for a device the runtime lacks,
  *   WF_ENODEV for an op without a kernel for it, naming the node and the device); the
  *   others follow wf_session_opts.device: -1 keeps them on the CPU, D >= 1 puts them on

@@ -1,12 +1,13 @@
 /* runtime/plan.c: compiling one set of fetches and targets into an executable plan.
- * Owns: the compile pipeline (pruning, then the passes of DESIGN.md in order, each a file
- *   of its own that the session's flags can switch off: runtime/passes.h), the plan's
- *   order, its input CSR arrays and consumer counts, and the session's cache of plans keyed
- *   by the set of fetched and targeted node ids.
+ * Owns: the compile pipeline (pruning, then the passes in the order docs/architecture.md
+ *   gives, each a file of its own that the session's flags can switch off:
+ *   runtime/passes.h), the plan's order, its input CSR arrays and consumer counts, and the
+ *   session's cache of plans keyed by the set of fetched and targeted node ids.
  * Why a cache keyed by the set: TensorFlow's DirectSession does the same (one executor per
  *   feed/fetch/target signature): the first run of a set compiles, every later run replays
- *   the plan and its pre-built task graphs (LESSONS.md, "replay pre-built graphs"). Feeds are
- *   not part of the key because only placeholders can be fed, and they prune nothing.
+ *   the plan and its pre-built task graphs (a replayed task graph allocates and builds
+ *   nothing: sched/taskgraph.c). Feeds are not part of the key because only placeholders
+ *   can be fed, and they prune nothing.
  * Cost: O(nodes + edges) of the needed subgraph per pass, plus a few bytes per graph node
  *   for the marks and 'index_of'. Measured on a 100,000-node chain of adds (thread CPU time
  *   of the first run, which compiles): ~17 ms with every pass off, ~50 ms with all on

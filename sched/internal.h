@@ -8,7 +8,7 @@
  *   waiter bits. The decrement that reaches zero is the last touch of the group by a task;
  *   after it only futex/eventcount wakes (which tolerate a reused address) may follow.
  * - 'n_sleeping' counts workers between ec_prepare() and the end of their wait; notifiers read
- *   it after a seq_cst fence (two-phase event count, LESSONS.md), so no wake-up is lost.
+ *   it after a seq_cst fence (two-phase event count: park.c), so no wake-up is lost.
  * Not here: anything about tensors or devices. */
 #ifndef WF_SCHED_INTERNAL_H
 #define WF_SCHED_INTERNAL_H
@@ -39,7 +39,7 @@
 #ifdef WF_DEBUG_ASSERTS
 #    include <stdio.h>
 #    include <stdlib.h>
-/* Internal invariants only (STYLE.md section 4): never for caller input. */
+/* Internal invariants only (docs/conventions.md, "Errors"): never for caller input. */
 #    define WF_ASSERT(c)                                                                       \
         do {                                                                                   \
             if (!(c)) {                                                                        \
@@ -224,7 +224,7 @@ struct wf_runtime {
 typedef struct wf__poller wf__poller;
 
 /* The worker the calling thread is, or NULL. Thread-local like the error slot: it holds no
- * state of its own, only which worker this thread is (STYLE.md section 7). */
+ * state of its own, only which worker this thread is (docs/conventions.md, "State"). */
 extern _Thread_local wf__worker *wf__self;
 
 static inline wf__worker *wf__worker_of(const wf_runtime *rt)

@@ -1,6 +1,6 @@
 /* sched/park.c: sleeping and waking workers without losing a wake-up.
  * Owns: the two-phase event count of the runtime ('epoch', 'n_sleeping') and the futex calls.
- * Protocol (LESSONS.md, "Scheduler"): a waiter announces itself (seq_cst increment of
+ * Protocol (docs/architecture.md, "Scheduler"): a waiter announces itself (seq_cst increment of
  * 'n_sleeping'), reads 'epoch', re-checks every place work can appear, then either cancels
  * or sleeps on 'epoch' with the value it read. A notifier publishes its work, issues a seq_cst
  * read-modify-write of 'n_sleeping' (adding 0), and only if it is non-zero bumps 'epoch' and

@@ -2,7 +2,7 @@
  * Owns: struct wf_runtime's life cycle. The runtime is defined here, in sched/, because it is
  * the thing that owns the workers and everything above runs on them; upper modules keep
  * their own per-runtime state in their own objects (sessions, devices) that point to it.
- * Process-wide state (STYLE.md section 7), all of it: the thread-local error slot
+ * Process-wide state (docs/conventions.md, "State"), all of it: the thread-local error slot
  * (core/error.c) and the thread-local "which worker am I" pointer (worker.c). Nothing else:
  * two runtimes in one process do not see each other.
  * Not here: what workers do (worker.c), the topology (topo.c). */

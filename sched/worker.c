@@ -5,10 +5,10 @@
  * Policy (after Go's scheduler): a worker that runs out of work becomes a searcher for at
  * most 'spin_ns', then parks. A push from a worker wakes a sleeper only when nobody is
  * searching; a searcher that finds work, if it was the last one, wakes another. So one thief
- * stays awake while work exists and the rest sleep (LESSONS.md). Pushes from a worker skip
- * the seq_cst fence: if their wake-up is missed, the pushing worker runs the task itself.
- * Every push from outside a worker notifies with the fence (an inbox task may be the only
- * work there is).
+ * stays awake while work exists and the rest sleep (idle workers burn no CPU). Pushes from a
+ * worker skip the seq_cst fence: if their wake-up is missed, the pushing worker runs the
+ * task itself. Every push from outside a worker notifies with the fence (an inbox task may
+ * be the only work there is).
  * Not here: the event count (park.c), groups (task.c). */
 #include "internal.h"
 #include "probes.h"

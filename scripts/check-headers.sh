@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# scripts/check-headers.sh: every public header compiles on its own (STYLE.md section 1): for
-# each include/weft/*.h, a file that includes only it (twice, for the include guard) must
-# compile as strict C11 with the C compiler and as C++11 and C++17 with the C++ compiler,
-# -Wall -Wextra -Wpedantic -Werror. It must also not need a private header or a
+# scripts/check-headers.sh: every public header compiles on its own (docs/conventions.md,
+# "Layout"): for each include/weft/*.h, a file that includes only it (twice, for the include
+# guard) must compile as strict C11 with the C compiler and as C++11 and C++17 with the C++
+# compiler, -Wall -Wextra -Wpedantic -Werror. It must also not need a private header or a
 # third-party one.
 # Usage: scripts/check-headers.sh     (CC and CXX choose the compilers; default cc and c++)
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/check-layers.sh: enforces DESIGN.md's "who may include whom" table.
+# scripts/check-layers.sh: enforces the "who may use whom" table of docs/architecture.md ("Layers").
 # For every C/C++/CUDA file of a module (core/ sched/ memory/ devices/ ops/ grad/ placement/
 # transport/ runtime/) and of tests/ perf/ examples/ include/weft/:
 #  - a quoted include ("x.h", "../sched/deque.h") is resolved as the compiler would (beside the
@@ -12,7 +12,8 @@
 #    TBB, OpenMP) appear only in the modules the table gives that library to;
 #  - tests/ use the public API, except files named test_internal_*.c; perf/ and examples/ use
 #    the public API only (their own helper headers are fine);
-#  - a module's CMake target links only the weft_* modules it may use (STYLE.md section 1).
+#  - a module's CMake target links only the weft_* modules it may use (docs/conventions.md,
+#    "Layout").
 # Usage: scripts/check-layers.sh     Exit 1 with one 'file:line: why' per violation.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -34,7 +35,7 @@ import os
 import re
 import sys
 
-# DESIGN.md, "Folders, what each owns, and who may include whom". Keep the two equal.
+# docs/architecture.md, "Layers", shows this table. Keep the two equal.
 USES = {
     "core": [],
     "sched": ["core"],  # core: status and errors only (RESTRICT below)
@@ -49,7 +50,7 @@ USES = {
 MODULES = list(USES)
 # Of a used module, only these files (relative to the repo root).
 RESTRICT = {("sched", "core"): {"core/error.h"}}
-# The public header of each module (STYLE.md section 1).
+# The public header of each module (docs/conventions.md, "Layout").
 PUBLIC = {m: ("core.h" if m == "core" else m + ".h") for m in MODULES}
 # Modules with a second public header (an area big enough for its own): header -> module.
 MORE_PUBLIC = {"nn.h": "ops"}
@@ -134,7 +135,7 @@ for path in files:
                             h for h, m in MORE_PUBLIC.items() if m in mods}
                         if hdr not in allowed:
                             err(path, ln, f"{owner}/ may not use <weft/{hdr}> (may use: "
-                                f"{', '.join(USES[owner]) or 'nothing'}; DESIGN.md's table)")
+                                f"{', '.join(USES[owner]) or 'nothing'}; docs/architecture.md)")
                 continue
             key = lib_key(name)
             if key is None:
@@ -148,7 +149,7 @@ for path in files:
                 pass
             else:
                 err(path, ln, f"<{name}> belongs to {' and '.join(who)}/, not {owner}/ "
-                    "(DESIGN.md's table)")
+                    "(docs/architecture.md, \"Layers\")")
             continue
         # A quoted include: beside the file first, then from an include folder inside the
         # file's own top folder (tests/support, say), then from the repo root (-I.).
@@ -186,7 +187,7 @@ for path in files:
             err(path, ln, f'"{name}": {to}/internal.h is private to {to}/')
         elif to not in USES[owner]:
             err(path, ln, f'"{name}": {owner}/ may not use {to}/ (may use: '
-                f"{', '.join(USES[owner]) or 'nothing'}; DESIGN.md's table)")
+                f"{', '.join(USES[owner]) or 'nothing'}; docs/architecture.md)")
         elif (owner, to) in RESTRICT and target not in RESTRICT[(owner, to)]:
             err(path, ln, f'"{name}": {owner}/ may use only '
                 f"{', '.join(sorted(RESTRICT[(owner, to)]))} of {to}/")

@@ -52,7 +52,8 @@ static int resolve(wf_comm *c, const char *addr)
 
 /* The interface that carries traffic to rank 0's address: "lo" on loopback, else the
  * interface owning the local address the kernel picks to reach it (a connected UDP socket
- * sends nothing). UCX_NET_DEVICES is always set (LESSONS.md); "all" only if this fails. */
+ * sends nothing). UCX_NET_DEVICES is always set (UCX otherwise advertises every interface);
+ * "all" only if this fails. */
 static void pick_net_devices(wf_comm *c)
 {
     const struct sockaddr_in *sin = (const struct sockaddr_in *)c->sa;
@@ -233,7 +234,7 @@ int wf_comm_create(wf_runtime *rt, const wf_comm_opts *o, wf_comm **out)
     if ((rc = wf__cma_setup(c, o->tls)) < 0)
         goto fail;
     /* The copying ring (between hosts, or over TCP) wants larger chunks than the single-copy
-     * one: each chunk is a UCX rendezvous of its own (LESSONS.md: 1-4 MiB on TCP). 16 MiB
+     * one: each chunk is a UCX rendezvous of its own (chunks of 1-4 MiB suit TCP). 16 MiB
      * all-reduces of 2 ranks over TCP loopback, chunks of 4 MiB against 1 MiB in the same
      * session: 1.74-1.91 vs 1.50-1.74 GB/s on a quiet machine, 1.12-1.22 vs 1.03 loaded. */
     if (!o->chunk_bytes && !c->cma)

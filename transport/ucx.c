@@ -4,7 +4,7 @@
  * bits 49..40 the low 10 bits of the sender's incarnation (a restarted rank never matches a
  * receive posted for its earlier life), bits 39..0 the key. The destination is the worker
  * the message goes to. Receives match the whole tag.
- * Progress: a waiter polls the worker for spin_us (LESSONS.md: a wake-up costs 25-40 us),
+ * Progress: a waiter polls the worker for spin_us (a wake-up costs 25-40 us with UCX 1.13),
  * then arms the worker's event fd and sleeps on the comm's condition variable; "weft-net"
  * sleeps in epoll on that fd and drains progress when it fires (wf__ucx_progress_arm), so
  * no thread spins while the network is idle; while the worker cannot be armed (its events
@@ -13,7 +13,7 @@
  * without sleeping for up to WF__BUSY_NS, and "weft-net" leaves the event fd alone
  * meanwhile (net.c, on_efd). The worker is UCS_THREAD_MODE_MULTI because both threads make
  * progress. UCX keepalive is off: with it, ucp_worker_arm() kept returning BUSY on shared
- * memory, a hidden spin (LESSONS.md). Failure: endpoints use UCP_ERR_HANDLING_MODE_NONE,
+ * memory, a hidden spin (UCX 1.13). Failure: endpoints use UCP_ERR_HANDLING_MODE_NONE,
  * since PEER mode silently drops shared memory in UCX 1.13; a dead peer is seen by the
  * control plane (net.c), and a waiter that finds the comm failed cancels its own request
  * (ucp_request_cancel), or lets it finish first while UCX may still use its buffer
@@ -80,7 +80,7 @@ int wf__ucx_init(wf_comm *c, const char *tls)
     ucs_status_t st = c->api.ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK)
         return ucx_err(c, st, "wf_comm_create: ucp_config_read");
-    /* Always name the devices: UCX otherwise advertises every interface (LESSONS.md). */
+    /* Always name the devices: UCX otherwise advertises every interface. */
     st = c->api.ucp_config_modify(cfg, "NET_DEVICES", c->net_devices);
     /* No CMA by default: with UCP_ERR_HANDLING_MODE_NONE, a peer that dies during a CMA
      * rendezvous makes UCX abort the survivor (cma_ep.c: process_vm_readv failed, fatal;

@@ -310,7 +310,7 @@ static inline wf_init wf_init_he_normal(uint64_t seed)
 
 /* Fills a new tensor of 'dt' and 'shape' from 'init' (fan_in is dims[0] and fan_out the
  * product of the other dims for rank 2, PyTorch's convention for [in, out] weights as
- * DESIGN.md's example uses them; for rank >= 3, [out, in, k...]: fan_in = in * k...,
+ * wf_matmul(x, w) uses them; for rank >= 3, [out, in, k...]: fan_in = in * k...,
  * fan_out = out * k...). Returns 0, WF_EINVAL or WF_ENOMEM. Ownership: '*out' is owned. */
 WF_API WF_NODISCARD int wf_init_tensor(wf_init init, wf_dtype dt, wf_shape shape, wf_tensor **out);
 

@@ -2,7 +2,7 @@
  * call of the system's threaded OpenBLAS (n = 512, 1024, 2048), the eager 1-element and
  * 1000-element add, and a static graph of 10^5 tiny chained nodes.
  * Owns: options, the cases and their checks, the order of runs, and the output (a table, or
- * with --json one object per line as ../../../shared/DESIGN.md "Benchmarks" asks).
+ * with --json one object per line as docs/conventions.md, "Benchmarks", asks).
  * What each case times (only that is inside the clock):
  * - sgemm_N, weft: one wf_session_run() of a static graph [N,N] @ [N,N] (two f32
  *   placeholders, wf_matmul), feeding tensors made once outside the clock and fetching the

@@ -1,8 +1,8 @@
 /* perf/sched/sched_bench.c: the scheduler benchmark's driver: weft against oneTBB and
  * OpenMP on fib, wide, chain, chain_replay and dag, plus the idle CPU burn after a burst.
  * Owns: options, the order of runs, the checks of every result, and the output
- * (a table, or with --json one object per line as ../../../shared/DESIGN.md "Benchmarks"
- * asks). Also the serial reference of the DAG (impl "serial").
+ * (a table, or with --json one object per line as docs/conventions.md,
+ * "Benchmarks", asks). Also the serial reference of the DAG (impl "serial").
  * Invariants: every case is warmed up once and timed --reps times; implementations take
  * turns within each round (the order rotates by one each round) with a --gap-ms sleep
  * before each run, so that noise hits all of them alike and no runtime's idle spinning

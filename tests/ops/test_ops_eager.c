@@ -1,8 +1,8 @@
 /* tests/ops/test_ops_eager.c: the op constructors of weft/ops.h through the public API:
  * every constructor in an eager graph against an f64 reference computed here (f32 and f64,
  * integer forms where the op takes them), dtype and shape inference in static graphs with -1
- * dimensions (DESIGN.md's example model), and the failures: shapes and dtypes that do not fit
- * (NULL, WF_ESHAPE / WF_EDTYPE / WF_EINVAL, a message naming the op, both shapes and the
+ * dimensions (examples/design_example.c's model), and the failures: shapes and dtypes that
+ * do not fit (NULL, WF_ESHAPE / WF_EDTYPE / WF_EINVAL, a message naming the op, both shapes and the
  * file:line of the call), NULL inputs keeping the first error, and source locations that
  * stay right after failures. Links libweft.so. */
 #include "eager_util.h"
