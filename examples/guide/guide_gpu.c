@@ -56,7 +56,7 @@ int main(void)
     wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(N), ys);
     wf_feed feeds[] = { { x, xt }, { y, yt } };
     int rc = 0;
-    for (int step = 0; step < 400 && rc == 0; step++)
+    for (int step = 0; step < 200 && rc == 0; step++)
         rc = wf_session_run(s, feeds, 2, NULL, 0, NULL, &train, 1);
     wf_tensor *a = NULL, *w = NULL;
     if (rc == 0)
