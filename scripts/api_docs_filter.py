@@ -134,15 +134,17 @@ def check(paths):
     for p in paths:
         lines = open(p, encoding="utf-8").read().split("\n")
         documented = set()
-        ends = {el for (_, _, el, _) in comment_spans(lines)}
-        trailing = {sl for (sl, sc, _, _) in comment_spans(lines) if lines[sl][:sc].strip()}
+        spans = list(comment_spans(lines))
+        # comments that open their line (not after code), by the line they end on
+        ends = {el for (sl, sc, el, _) in spans if not lines[sl][:sc].strip()}
+        trailing = {sl for (sl, sc, _, _) in spans if lines[sl][:sc].strip()}
         for i, l in enumerate(lines):
             if not DECL.match(l):
                 continue
             j = i - 1
             while j >= 0 and not lines[j].strip():
                 j -= 1
-            if j in ends and lines[j].rstrip().endswith("*/") and not DECL.match(lines[j]):
+            if j in ends and lines[j].rstrip().endswith("*/"):
                 documented.update(decl_block(lines, i)[0])
             if i in trailing:
                 documented.add(i)
