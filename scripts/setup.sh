@@ -55,6 +55,7 @@ if ((tests)); then
         python3-torch # the PyTorch parity tests (perf/torch_train_compare.py,
                       # examples/train_gpt/torch_compare.py), run with /usr/bin/python3
         doxygen       # scripts/api-docs.sh: the API reference from include/weft/*.h
+        clang         # .ci/run's clang stage: weft builds and passes its tests with clang
     )
 fi
 
