@@ -559,6 +559,7 @@ static const char *const unary_names[WF_UNARY_COUNT] = {
 /* The dtypes each op takes are the ones it has a loop for in 'unary_fns', on every device. */
 int wf__ops_unary_check(wf_unary_op op, const wf_tensor *x, const char **name)
 {
+    *name = "unary"; /* set on every return, the errors' too */
     if ((unsigned)op >= WF_UNARY_COUNT)
         return wf__err(WF_EINVAL, "unary: op %d is not a wf_unary_op", (int)op);
     *name = unary_names[op];
@@ -738,6 +739,7 @@ static const char *const binary_names[WF_BINARY_COUNT] = {
 /* As wf__ops_unary_check(): the dtypes are the ones with a loop in 'binary_fns'. */
 int wf__ops_binary_check(wf_binary_op op, const wf_tensor *a, const wf_tensor *b, const char **name)
 {
+    *name = "binary"; /* set on every return, the errors' too */
     if ((unsigned)op >= WF_BINARY_COUNT)
         return wf__err(WF_EINVAL, "binary: op %d is not a wf_binary_op", (int)op);
     *name = binary_names[op];

@@ -198,6 +198,7 @@ static int expect(parser *ps, char c, const char *why)
 static int hex4(parser *ps, uint32_t *out)
 {
     uint32_t v = 0;
+    *out = 0; /* defined on the error paths too */
     for (int i = 0; i < 4; i++) {
         if (ps->p >= ps->end)
             return syntax(ps, "\\u escape cut short by the end of the header");

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# scripts/check-install.sh: installs weft as a user would and builds programs against it.
-#  1. configures a library-only build (no tests, perf, examples) with CMAKE_INSTALL_PREFIX set
-#     to a temporary prefix, builds it and runs 'cmake --install';
-#  2. checks the tree: public headers and libweft.so/.a installed, no private header, and
-#     libweft.so exports only wf_* names (no wf__ internals);
-#  3. compiles and runs a consumer with 'pkg-config --cflags --libs weft' (shared) and one
-#     against libweft.a;
-#  4. configures, builds and runs a CMake project with find_package(weft) linking weft::weft
-#     and one linking weft::weft_static;
+# scripts/check-install.sh: installs weft as a user would and runs what it installed.
+#  1. configures BUILD_DIR as scripts/demo.sh does (Release, tests and examples configured),
+#     builds only the 'programs' target the demo builds (no test is built) and runs
+#     'cmake --install' into a temporary prefix: installing right after the demo must work;
+#  2. checks the tree: public headers, libweft.so/.a, the programs, no private header,
+#     libweft.so exports only wf_* names (no wf__ internals), and every installed program
+#     has a relative runtime path (RUNPATH $ORIGIN/...) and none into the build tree;
+#  3. runs every installed program ('--help') from the prefix, then MOVES the prefix and runs
+#     them again from there, with no LD_LIBRARY_PATH and no ldconfig;
+#  4. builds a training program (examples/design_example.c: a model trained with Adam)
+#     against the moved prefix four ways and runs each: pkg-config shared,
+#     'pkg-config --static' as written in the README, pkg-config --static with libweft.a
+#     (no libweft.so loaded), and a CMake project with find_package(weft) linking weft::weft
+#     and weft::weft_static;
 #  5. installs the same build again with 'cmake --install --prefix OTHER' (a relocated
-#     install, as packagers do) and runs the CMake consumer and pkg-config against that.
+#     install, as packagers do) and builds the CMake and pkg-config consumers against that.
 # Usage: scripts/check-install.sh [BUILD_DIR]   (default build-install; WF_JOBS, WF_CMAKE_ARGS)
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -28,11 +33,16 @@ bad() {
     fail=1
 }
 
-wf_configure "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" \
-    -DWF_BUILD_TESTS=OFF -DWF_BUILD_PERF=OFF -DWF_BUILD_EXAMPLES=OFF >"$tmp/configure.log" ||
+# --- 1. a demo-style build, then install ---------------------------------------------------
+wf_configure "$build" -DCMAKE_BUILD_TYPE=Release -DWF_BUILD_EXAMPLES=ON \
+    -DCMAKE_INSTALL_PREFIX="$prefix" >"$tmp/configure.log" ||
     { cat "$tmp/configure.log" >&2; exit 1; }
-wf_build "$build"
-cmake --install "$build" >"$tmp/install.log"
+wf_build "$build" programs
+if ! cmake --install "$build" >"$tmp/install.log" 2>&1; then
+    cat "$tmp/install.log" >&2
+    bad "cmake --install after building only 'programs' (what scripts/demo.sh builds)"
+    exit 1
+fi
 say "installed into $prefix:"
 (cd "$prefix" && find . -type f -o -type l | sed 's|^\./|  |' | sort)
 
@@ -54,46 +64,45 @@ leaked+="$(grep '^wf__' <<<"$exported" || true)"
 [[ -z "$leaked" ]] || bad "libweft.so exports names that are not public API: $(tr '\n' ' ' <<<"$leaked")"
 say "libweft.so exports $(wc -l <<<"$exported") symbols, all wf_*"
 
-# --- the consumer: uses a task group, a task graph and the error path --------------------
-cat >"$tmp/consumer.c" <<'C'
-#include <weft/weft.h>
+programs=()
+for f in "$prefix"/bin/*; do
+    [[ -f "$f" && -x "$f" ]] && programs+=("$(basename "$f")")
+done
+for p in weft-run weft-train train_gpt; do
+    [[ -x "$prefix/bin/$p" ]] || bad "bin/$p is not installed"
+done
+for p in "${programs[@]}"; do
+    rp="$(readelf -d "$prefix/bin/$p" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p;s/.*(RPATH).*\[\(.*\)\]/\1/p')"
+    # shellcheck disable=SC2016 # a literal $ORIGIN
+    if readelf -d "$prefix/bin/$p" | grep -q 'NEEDED.*libweft' && [[ "$rp" != *'$ORIGIN/'* ]]; then
+        bad "bin/$p loads libweft.so but its runtime path is '$rp', not relative (\$ORIGIN/...)"
+    fi
+    [[ "$rp" != *"$WF_ROOT"* ]] || bad "bin/$p's runtime path '$rp' points into the source tree"
+done
+say "installed programs: ${programs[*]}"
 
-#include <stdio.h>
-
-static int add(void *arg)
-{
-    __atomic_fetch_add((int *)arg, 1, __ATOMIC_RELAXED);
-    return 0;
+# --- 3. the programs start from the prefix, and from the prefix moved --------------------
+run_programs()
+{ # $1: prefix, $2: label
+    local p
+    for p in "${programs[@]}"; do
+        if env -u LD_LIBRARY_PATH "$1/bin/$p" --help >"$tmp/help.txt" 2>&1; then
+            say "$2: bin/$p --help ok ($(wc -l <"$tmp/help.txt") lines)"
+        else
+            sed 's/^/    /' "$tmp/help.txt" >&2
+            bad "$2: bin/$p --help does not run"
+        fi
+    done
 }
+run_programs "$prefix" "install"
+moved="$tmp/moved/somewhere/else"
+mkdir -p "$(dirname "$moved")"
+mv "$prefix" "$moved"
+run_programs "$moved" "moved"
 
-int main(void)
-{
-    wf_runtime *rt;
-    wf_runtime_opts o = { .n_workers = 2 };
-    if (wf_runtime_create(&rt, &o) < 0) {
-        fprintf(stderr, "consumer: %s\n", wf_last_errmsg());
-        return 1;
-    }
-    int n = 0, rc;
-    wf_group g;
-    if ((rc = wf_group_init(&g, rt)) == 0) {
-        for (int i = 0; i < 1000 && rc == 0; i++)
-            rc = wf_spawn(&g, add, &n);
-        int w = wf_group_wait(&g);
-        rc = rc ? rc : w;
-        wf_group_deinit(&g);
-    }
-    wf_runtime_destroy(rt);
-    if (rc != 0 || n != 1000 || wf_version() != WF_VERSION_HEX) {
-        fprintf(stderr, "consumer: rc %d (%s), n %d, version %x\n", rc, wf_strerror(rc), n,
-                (unsigned)wf_version());
-        return 1;
-    }
-    printf("consumer ok: 1000 tasks, weft %d.%d.%d\n", WF_VERSION_MAJOR, WF_VERSION_MINOR,
-           WF_VERSION_PATCH);
-    return 0;
-}
-C
+# --- 4. the consumer: a training program -------------------------------------------------
+cp examples/design_example.c "$tmp/consumer.c"
+consumer_ok() { grep -q 'after 20 Adam steps: learning' "$1"; }
 
 pc_consumers()
 { # $1: prefix, $2: label
@@ -102,48 +111,53 @@ pc_consumers()
     local pcprefix
     pcprefix="$(PKG_CONFIG_PATH="$pc" pkg-config --variable=prefix weft)"
     if [[ "$(realpath -m "$pcprefix")" != "$(realpath -m "$1")" ]]; then
-        # The fix: in cmake/weft.pc.in 'prefix=${pcfiledir}/@WF_PC_TO_PREFIX@', and before
-        # its configure_file() in CMakeLists.txt:
-        #   file(RELATIVE_PATH WF_PC_TO_PREFIX "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
-        #   string(REGEX REPLACE "/$" "" WF_PC_TO_PREFIX "${WF_PC_TO_PREFIX}")
-        bad "$2: weft.pc says prefix=$pcprefix, but it was installed in $1: weft.pc must find" \
-            "its prefix from \${pcfiledir} (see the comment above this line in $0)"
+        bad "$2: weft.pc says prefix=$pcprefix, but it is in $1: weft.pc must find its" \
+            "prefix from \${pcfiledir}"
         return
     fi
+    local lib
+    lib="$(PKG_CONFIG_PATH="$pc" pkg-config --variable=libdir weft)"
     # shellcheck disable=SC2046
     if cc -std=c11 -Wall -Werror "$tmp/consumer.c" -o "$tmp/pc_shared" \
         $(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs weft) &&
-        LD_LIBRARY_PATH="$(dirname "$pc")" "$tmp/pc_shared"; then
-        say "$2: pkg-config consumer (shared) ok"
+        LD_LIBRARY_PATH="$lib" "$tmp/pc_shared" >"$tmp/out.txt" 2>&1 && consumer_ok "$tmp/out.txt"; then
+        say "$2: pkg-config consumer (shared): $(cat "$tmp/out.txt")"
     else
+        cat "$tmp/out.txt" >&2 || true
         bad "$2: pkg-config consumer (shared)"
     fi
-    # libweft.a, with the libraries of weft.pc's Requires.private linked shared. (Not
-    # 'pkg-config --static': that also asks for what a static libhwloc would need, -ludev
-    # among them, which Debian's libhwloc-dev does not bring.)
-    local req deps=()
-    req="$(PKG_CONFIG_PATH="$pc" pkg-config --print-requires-private weft | awk '{print $1}')"
-    # shellcheck disable=SC2086 # one word per package
-    [[ -z "$req" ]] || read -r -a deps <<<"$(pkg-config --libs $req)"
+    # The README's static line, word for word (libweft.so is still the one found by -lweft).
     # shellcheck disable=SC2046
-    if cc -std=c11 -Wall -Werror "$tmp/consumer.c" -o "$tmp/pc_static" \
-        $(PKG_CONFIG_PATH="$pc" pkg-config --cflags weft) \
-        "$(PKG_CONFIG_PATH="$pc" pkg-config --variable=libdir weft)/libweft.a" \
-        "${deps[@]}" -pthread -lm &&
-        "$tmp/pc_static"; then
+    if cc "$tmp/consumer.c" $(PKG_CONFIG_PATH="$pc" pkg-config --static --cflags --libs weft) \
+        -o "$tmp/pc_static_flags" &&
+        LD_LIBRARY_PATH="$lib" "$tmp/pc_static_flags" >"$tmp/out.txt" 2>&1 && consumer_ok "$tmp/out.txt"; then
+        say "$2: 'pkg-config --static' consumer ok"
+    else
+        cat "$tmp/out.txt" >&2 || true
+        bad "$2: cc design_example.c \$(pkg-config --static --cflags --libs weft)"
+    fi
+    # libweft.a itself, with everything 'pkg-config --static' lists for it.
+    local flags=()
+    read -r -a flags <<<"$(PKG_CONFIG_PATH="$pc" pkg-config --static --cflags --libs weft)"
+    for i in "${!flags[@]}"; do
+        [[ "${flags[$i]}" == -lweft ]] && flags[i]="$lib/libweft.a"
+    done
+    if cc -std=c11 -Wall -Werror "$tmp/consumer.c" -o "$tmp/pc_static" "${flags[@]}" &&
+        env -u LD_LIBRARY_PATH "$tmp/pc_static" >"$tmp/out.txt" 2>&1 && consumer_ok "$tmp/out.txt"; then
         if ldd "$tmp/pc_static" | grep -q libweft; then
             bad "$2: the static consumer still loads libweft.so"
         else
-            say "$2: pkg-config consumer (static libweft.a) ok"
+            say "$2: pkg-config --static consumer (libweft.a, no libweft.so) ok"
         fi
     else
-        bad "$2: pkg-config consumer (static libweft.a)"
+        cat "$tmp/out.txt" >&2 || true
+        bad "$2: pkg-config --static consumer with libweft.a"
     fi
 }
 
 cmake_consumer()
 { # $1: prefix, $2: label
-    local src="$tmp/cmake-src" bin="$tmp/cmake-bin-$2"
+    local src="$tmp/cmake-src" bin="$tmp/cmake-bin-$2" t
     mkdir -p "$src"
     cp "$tmp/consumer.c" "$src/consumer.c"
     cat >"$src/CMakeLists.txt" <<'CM'
@@ -155,24 +169,34 @@ target_link_libraries(consumer_shared PRIVATE weft::weft)
 add_executable(consumer_static consumer.c)
 target_link_libraries(consumer_static PRIVATE weft::weft_static)
 CM
-    if cmake -S "$src" -B "$bin" -G Ninja -DCMAKE_PREFIX_PATH="$1" >"$tmp/cc.log" 2>&1 &&
-        cmake --build "$bin" >>"$tmp/cc.log" 2>&1 &&
-        "$bin/consumer_shared" && "$bin/consumer_static"; then
-        say "$2: CMake find_package(weft) consumers (weft::weft, weft::weft_static) ok"
-    else
+    if ! { cmake -S "$src" -B "$bin" -G Ninja -DCMAKE_PREFIX_PATH="$1" &&
+        cmake --build "$bin"; } >"$tmp/cc.log" 2>&1; then
         cat "$tmp/cc.log" >&2
-        bad "$2: CMake find_package(weft) consumer"
+        bad "$2: CMake find_package(weft) consumer does not build"
+        return
+    fi
+    for t in consumer_shared consumer_static; do
+        if env -u LD_LIBRARY_PATH "$bin/$t" >"$tmp/out.txt" 2>&1 && consumer_ok "$tmp/out.txt"; then
+            say "$2: CMake find_package(weft) $t ok"
+        else
+            cat "$tmp/out.txt" >&2
+            bad "$2: CMake find_package(weft) $t"
+        fi
+    done
+    if ldd "$bin/consumer_static" | grep -q libweft; then
+        bad "$2: weft::weft_static's consumer loads libweft.so"
     fi
 }
 
-pc_consumers "$prefix" "install"
-cmake_consumer "$prefix" "install"
+pc_consumers "$moved" "moved"
+cmake_consumer "$moved" "moved"
 
 # --- 5. relocated install ----------------------------------------------------------------
-moved="$tmp/moved"
-cmake --install "$build" --prefix "$moved" >"$tmp/install2.log"
-cmake_consumer "$moved" "relocated"
-pc_consumers "$moved" "relocated"
+other="$tmp/other"
+cmake --install "$build" --prefix "$other" >"$tmp/install2.log"
+run_programs "$other" "relocated"
+cmake_consumer "$other" "relocated"
+pc_consumers "$other" "relocated"
 
 if ((fail)); then
     echo "check-install: FAILED" >&2

@@ -21,7 +21,8 @@ if [[ "${1:-}" == --sched ]]; then
     cd "$build/examples"
     exec ./sched_demo "$@"
 fi
-wf_build "$build" weft-train
+# programs: the libraries and every tool, so that "cmake --install" works right after the demo.
+wf_build "$build" programs
 cd "$build/examples/weft-train"
 if [[ $# -eq 0 ]]; then
     set -- --save digits-mlp.safetensors --log steps.jsonl --trace weft-train.trace.json

@@ -3,8 +3,21 @@
 # Idempotent and quick: it asks dpkg first and touches apt only when a package is missing
 # (then one 'apt-get update' and one 'apt-get install'). Needs root for that; without root it
 # prints the command to run and fails.
-# Usage: scripts/setup.sh            (WF_SETUP_SKIP=1 skips it, for machines set up by hand)
+# Usage: scripts/setup.sh [--tests]   (WF_SETUP_SKIP=1 skips it, for machines set up by hand)
+#   --tests: also what only the test suite and CI's checks need (PyTorch for the parity tests,
+#            Doxygen for the API reference); scripts/test.sh and .ci/run pass it, the demo not.
 set -euo pipefail
+
+tests=0
+for a in "$@"; do
+    case "$a" in
+    --tests) tests=1 ;;
+    *)
+        echo "setup: unknown argument '$a' (usage: scripts/setup.sh [--tests])" >&2
+        exit 2
+        ;;
+    esac
+done
 
 if [[ "${WF_SETUP_SKIP:-0}" == 1 ]]; then
     echo "setup: skipped (WF_SETUP_SKIP=1)"
@@ -34,10 +47,24 @@ packages=(
     libomp-dev        # perf/: the OpenMP peer
     python3           # perf/ and scripts that post-process JSON
     util-linux        # setarch (ThreadSanitizer with ASLR off, where the kernel needs it)
+    libudev-dev       # 'pkg-config --static weft': libhwloc's static link needs -ludev
 )
+# --tests: the test suite's and CI's extra needs. Not the demo's: PyTorch is large.
+if ((tests)); then
+    packages+=(
+        python3-torch # the PyTorch parity tests (perf/torch_train_compare.py,
+                      # examples/train_gpt/torch_compare.py), run with /usr/bin/python3
+        doxygen       # scripts/api-docs.sh: the API reference from include/weft/*.h
+        clang         # .ci/run's clang stage: weft builds and passes its tests with clang
+    )
+fi
 
 missing=()
 for p in "${packages[@]}"; do
+    # PyTorch installed another way (pip) into /usr/bin/python3 serves the tests as well.
+    if [[ "$p" == python3-torch ]] && /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+        continue
+    fi
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
         missing+=("$p")
     fi

@@ -42,8 +42,8 @@
     do {                                  \
         T *d = dst;                       \
         const T *a = lo, *b = hi;         \
-        size_t i = 0;                     \
-        for (; i + 8 <= n; i += 8) {      \
+        size_t i = 0, n8 = n - n % 8;     \
+        for (; i < n8; i += 8) {          \
             T x[8], y[8];                 \
             for (int k = 0; k < 8; k++) { \
                 x[k] = a[i + k];          \

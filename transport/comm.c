@@ -311,7 +311,7 @@ int wf_dist_opts_from_env(wf_comm_opts *opts)
     wf_comm_opts o = *opts;
     int found = 0;
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0] && !found; i++) {
-        long rank, size;
+        long rank = 0, size = 0; /* read only where env_int() returned 1 and set them */
         int a = env_int(pairs[i][0], 0, WF_COMM_MAX_RANKS - 1, &rank);
         int b = env_int(pairs[i][1], 1, WF_COMM_MAX_RANKS, &size);
         if (a < 0 || b < 0)

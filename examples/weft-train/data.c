@@ -499,7 +499,7 @@ int wt_load_idx(const char *images_path, const char *labels_path, wt_dataset *ou
         return fail(err, errlen, WF_EINVAL, "wt_load_idx: a path is NULL");
     unsigned char *img = NULL, *lab = NULL;
     size_t img_len, lab_len, img_off, lab_off;
-    uint32_t idims[3], ldims[1];
+    uint32_t idims[3] = { 0 }, ldims[1] = { 0 }; /* idx_header() fills them when it succeeds */
     int rc = read_all(images_path, &img, &img_len, err, errlen);
     if (rc == 0)
         rc = idx_header(images_path, img, img_len, 3, "images [n, rows, cols]", idims, &img_off,

@@ -108,11 +108,18 @@ WF_API wf_tensor *wf_tensor_retain(wf_tensor *t);
  * NULL is a no-op. Threads: any. */
 WF_API void wf_tensor_release(wf_tensor *t);
 
+/* Tensor queries: the dtype, the shape and the number of elements (the product of the
+ * dimensions). A NULL tensor gives WF_DTYPE_INVALID, rank 0 and 0. Threads: any. */
 WF_API wf_dtype wf_tensor_dtype(const wf_tensor *t);
 WF_API wf_shape wf_tensor_shape(const wf_tensor *t);
 WF_API int64_t wf_tensor_numel(const wf_tensor *t);
-/* The strides in elements, one per dimension. Ownership: borrowed from 't'. */
+
+/* The strides in elements, one per dimension (NULL for a NULL tensor).
+ * Ownership: borrowed from 't'. */
 WF_API const int64_t *wf_tensor_strides(const wf_tensor *t);
+
+/* Returns true when the elements are stored densely in row-major order (a new tensor, or a
+ * view whose strides are those), false for other views and for NULL. */
 WF_API bool wf_tensor_is_contiguous(const wf_tensor *t);
 
 /* The address of element 0 (borrowed, read-only: tensors are immutable). */
@@ -166,6 +173,9 @@ WF_API const char *wf_graph_errmsg(const wf_graph *g);
 /* Forgets the first error, so building can go on after a mistake was handled. */
 WF_API void wf_graph_clear_error(wf_graph *g);
 
+/* Graph queries: the mode it was created with (WF_STATIC or WF_EAGER; WF_EINVAL for NULL),
+ * its number of nodes (0 for NULL) and its runtime (borrowed; NULL for NULL). Threads: any,
+ * while no thread adds nodes. */
 WF_API int wf_graph_mode(const wf_graph *g);
 WF_API int wf_graph_node_count(const wf_graph *g);
 WF_API wf_runtime *wf_graph_runtime(const wf_graph *g);

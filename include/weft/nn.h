@@ -86,8 +86,8 @@ typedef struct wf_pool2d_opts {
                                TensorFlow's behaviour; PyTorch's AvgPool2d default is true */
 } wf_pool2d_opts;
 
-/* y[n, c, i, j] = the maximum of x[n, c, ...] over window (i, j) (rows i stride_h - top ..
- * + KH - 1, columns alike), ignoring padded positions; y is [N, C, OH, OW] with
+/* y[n, c, i, j] = the maximum of x[n, c, ...] over window (i, j) (rows i stride_h - top to
+ * i stride_h - top + KH - 1, columns alike), ignoring padded positions; y is [N, C, OH, OW] with
  * OH = (H + top + bottom - KH) / stride_h + 1 (rounded down). A NaN in the window gives NaN.
  * Errors: WF_ESHAPE (rank, a window larger than the padded input), WF_EINVAL (NULL opts,
  * window <= 0, negative stride or padding, padding not smaller than the window), WF_EDTYPE. */
