@@ -97,13 +97,18 @@ GRAD_FN(grad_reshape) /* reshape, expand_dims, squeeze, reshape_like: back to th
     return 0;
 }
 
-GRAD_FN(grad_transpose) /* the inverse permutation (n_axes 0: a reversal, its own inverse) */
+/* The inverse permutation, of the forward's normalised one: perm entries may be negative
+ * (counted from the end), and indexing 'inv' with one wrote outside it. */
+GRAD_FN(grad_transpose)
 {
     (void)need;
-    int k = n->attrs->n_axes, inv[WF_MAX_RANK];
-    for (int d = 0; d < k; d++)
-        inv[n->attrs->axes[d]] = d;
-    dx[0] = wf_transpose(g, dy, k ? inv : NULL, k);
+    int r = n->inputs[0]->shape.rank, perm[WF_MAX_RANK], inv[WF_MAX_RANK];
+    if (!wf__transpose_perm(n->attrs, r, perm)) /* inference accepted it: cannot happen */
+        return wf__graph_fail(g, WF_EINVAL, "wf_gradients: transpose '%s' has no permutation",
+                              n->name);
+    for (int d = 0; d < r; d++)
+        inv[perm[d]] = d;
+    dx[0] = wf_transpose(g, dy, inv, r);
     return 0;
 }
 

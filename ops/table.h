@@ -60,6 +60,12 @@ extern const wf_op_def wf_op_softmax, wf_op_log_softmax, wf_op_softmax_cross_ent
 /* Shape ops (ops/shape.c; attributes listed in its header). */
 extern const wf_op_def wf_op_reshape, wf_op_expand_dims, wf_op_squeeze, wf_op_transpose,
     wf_op_slice, wf_op_split, wf_op_concat, wf_op_stack, wf_op_pad, wf_op_broadcast_to;
+/* transpose (ops/shape.c): the permutation a transpose node with attributes 'a' applies to
+ * an input of rank 'r', into 'perm[0..r)', every entry made non-negative (the constructor
+ * keeps negative entries, which count from the end; n_axes 0: the axes reversed). False when
+ * 'a' is not a permutation of r axes. Inference, the kernel and the gradient all read the
+ * permutation through it. */
+bool wf__transpose_perm(const struct wf_attrs *a, int r, int *perm);
 /* Indexing (ops/index.c). */
 extern const wf_op_def wf_op_gather, wf_op_one_hot;
 /* Convolution and pooling (ops/conv.c, ops/pool.c). */

@@ -275,6 +275,10 @@ static wf_node *shape_ops(wf_graph *g, wf_node *const *x, const void *ctx)
         return wf_broadcast_to(g, x[1], WF_SHAPE(4, 2, 3, 2));
     case 8:
         return wf_squeeze(g, wf_expand_dims(g, v, 1), 1);
+    case 9: { /* negative entries count from the end (issue 18: the gradient ignored that) */
+        static const int perm[] = { -1, 0, -2 };
+        return wf_transpose(g, v, perm, 3);
+    }
     default:
         return NULL;
     }
@@ -282,7 +286,7 @@ static wf_node *shape_ops(wf_graph *g, wf_node *const *x, const void *ctx)
 
 Test(gradcheck, shape_ops)
 {
-    for (int k = 0; k <= 8; k++) {
+    for (int k = 0; k <= 9; k++) {
         gc_in in[] = { { WF_SHAPE(2, 3, 4), -2, 2, false, 0, NULL },
                        { WF_SHAPE(2, 3, 2), -2, 2, false, 0, NULL } };
         char name[32];

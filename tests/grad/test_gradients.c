@@ -228,3 +228,56 @@ Test(gradients, add_n_mean_n_and_clipping)
     cr_assert_eq(wf_clip_by_global_norm(g, xs, 2, -1.0, out, NULL), WF_EINVAL);
     wf_graph_destroy(g);
 }
+
+/* ---- Defects found by random graphs (issue 18) ------------------------------------------- */
+
+/* wf_transpose takes negative perm entries (counted from the end); its gradient inverted the
+ * permutation with them unnormalised, writing inv[-1] outside its array: on x [3, 1] with
+ * perm {0, -1} wf_gradients failed with "perm ... [0, 22032] is not a permutation" (ASan: a
+ * stack buffer overflow). */
+Test(gradients, transpose_gradient_normalises_negative_perm_entries)
+{
+    static const struct {
+        wf_shape s;
+        int perm[3];
+    } cs[] = { { { 2, { 3, 1 } }, { 0, -1 } },
+               { { 2, { 5, 3 } }, { -1, 0 } },
+               { { 3, { 2, 3, 4 } }, { -1, -3, 1 } } };
+
+    for (int k = 0; k < 3; k++) {
+        wf_graph *g = wf_graph_create(rt, WF_EAGER);
+        int r = cs[k].s.rank;
+        int64_t n = wf_shape_numel(cs[k].s);
+        double xv[24], wv[24];
+        for (int64_t i = 0; i < n; i++) {
+            xv[i] = 0.5 * (double)i - 1;
+            wv[i] = (double)(i * 7 % 11) - 5;
+        }
+        wf_node *x = gc_const(g, WF_F64, cs[k].s, xv);
+        wf_node *y = wf_transpose(g, x, cs[k].perm, r);
+        cr_assert_not_null(y, "case %d: %s", k, wf_graph_errmsg(g));
+        wf_node *w = gc_const(g, WF_F64, wf_node_shape(y), wv);
+        wf_node *loss = wf_sum(g, wf_mul(g, y, w)), *gr;
+        cr_assert_eq(wf_gradients(g, loss, &x, 1, &gr), 0, "case %d: %s", k, wf_graph_errmsg(g));
+        cr_assert(wf_shape_equal(wf_node_shape(gr), cs[k].s), "case %d", k);
+        /* dL/dx[i] is the W element y[j] took x[i] into: y.dims[d] = x.dims[perm[d]] */
+        wf_shape ys = wf_node_shape(y);
+        for (int64_t j = 0; j < n; j++) {
+            int64_t idx[3], rem = j, xi = 0;
+            for (int d = r - 1; d >= 0; d--) {
+                idx[d] = rem % ys.dims[d];
+                rem /= ys.dims[d];
+            }
+            int64_t xidx[3];
+            for (int d = 0; d < r; d++) {
+                int p = cs[k].perm[d] < 0 ? cs[k].perm[d] + r : cs[k].perm[d];
+                xidx[p] = idx[d];
+            }
+            for (int d = 0; d < r; d++)
+                xi = xi * cs[k].s.dims[d] + xidx[d];
+            cr_assert_eq(wf_tensor_get(wf_node_value(gr), xi), wv[j], "case %d: dx[%lld]", k,
+                         (long long)xi);
+        }
+        wf_graph_destroy(g);
+    }
+}
