@@ -208,11 +208,13 @@ GRAD_FN(grad_extreme)
     return 0;
 }
 
-GRAD_FN(grad_prod) /* dy y / x (x without zeros: a zero gives inf or NaN, as TensorFlow's fast
-                      path) */
+/* dy times the product of the other elements (ops/ prod_grad: prefix and suffix products),
+ * not dy y / x, which is NaN where x is 0 (TensorFlow's fast path; zeros from ReLU, padding
+ * and masks are common). */
+GRAD_FN(grad_prod)
 {
     (void)need;
-    dx[0] = wf_div(g, wf__unreduce(g, wf_mul(g, dy, Y), X0, n->attrs, false), X0);
+    dx[0] = wf__prod_grad(g, X0, dy, n->attrs);
     return 0;
 }
 

@@ -12,6 +12,8 @@
  * Sums and means down the columns of a row-major matrix take a column path (col_items) that
  * reads rows in order; it folds every output in the same order as the general path, so the
  * choice of path never changes a bit.
+ * prod_grad (prod's gradient) walks each output's reduced range in the same row-major order,
+ * with prefix and suffix products in f64.
  * Not here: elementwise kernels and the shared output check (elementwise_cpu.c). */
 #include "../core/error.h"
 #include "../core/tensor.h"
@@ -574,6 +576,127 @@ int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int 
     }
     free(pl.part);
     return rc;
+}
+
+/* ---- prod's gradient --------------------------------------------------------------------- */
+
+/* The plan of wf__prod_grad_cpu: the kept and the reduced axes of x (in x's order, so the
+ * reduced positions are visited in row-major order), with x's and out's strides on each. */
+typedef struct pg_plan {
+    int kr, rr, dr;
+    int64_t kdims[WF_MAX_RANK], kx[WF_MAX_RANK], ko[WF_MAX_RANK];
+    int64_t rdims[WF_MAX_RANK], rx[WF_MAX_RANK], ro[WF_MAX_RANK];
+    int64_t ddims[WF_MAX_RANK], dst[WF_MAX_RANK]; /* dy's shape and strides */
+    int64_t m;                                    /* reduced positions per output */
+    const wf_tensor *x, *dy;
+    wf_tensor *out;
+} pg_plan;
+
+/* Outputs [lo, hi): for each, the prefix products of its reduced range in order and the
+ * suffix products backwards, so out = dy * (prefix before it * suffix after it): exact where
+ * x holds zeros, where dy * y / x gives inf or NaN. Products in f64, in the forward's order. */
+static int pg_items(void *ctx, int64_t lo, int64_t hi)
+{
+    const pg_plan *pl = ctx;
+    size_t xes = wf_dtype_size(pl->x->dtype), oes = wf_dtype_size(pl->out->dtype);
+    double *v = malloc((size_t)(2 * pl->m) * sizeof *v), *suf = v ? v + pl->m : NULL;
+    int64_t *oo = malloc((size_t)(pl->m ? pl->m : 1) * sizeof *oo);
+    if (!v || !oo) {
+        free(v);
+        free(oo);
+        return wf__err(WF_ENOMEM, "prod_grad: no memory for %lld positions", (long long)pl->m);
+    }
+    for (int64_t o = lo; o < hi; o++) {
+        int64_t bx = 0, bo = 0, bd = 0, rem = o;
+        for (int d = pl->kr - 1; d >= 0; d--) {
+            int64_t i = rem % pl->kdims[d];
+            rem /= pl->kdims[d];
+            bx += i * pl->kx[d];
+            bo += i * pl->ko[d];
+        }
+        rem = o;
+        for (int d = pl->dr - 1; d >= 0; d--) {
+            bd += (rem % pl->ddims[d]) * pl->dst[d];
+            rem /= pl->ddims[d];
+        }
+        double dy = wf__load_f64(pl->dy->dtype, pl->dy->data + bd * (int64_t)xes);
+        int64_t idx[WF_MAX_RANK] = { 0 }, ox = bx, oq = bo;
+        for (int64_t p = 0; p < pl->m; p++) {
+            v[p] = wf__load_f64(pl->x->dtype, pl->x->data + ox * (int64_t)xes);
+            oo[p] = oq;
+            for (int d = pl->rr - 1; d >= 0; d--) { /* next position, row-major */
+                ox += pl->rx[d];
+                oq += pl->ro[d];
+                if (++idx[d] < pl->rdims[d])
+                    break;
+                ox -= pl->rdims[d] * pl->rx[d];
+                oq -= pl->rdims[d] * pl->ro[d];
+                idx[d] = 0;
+            }
+        }
+        suf[pl->m - 1] = 1.0;
+        for (int64_t p = pl->m - 2; p >= 0; p--)
+            suf[p] = suf[p + 1] * v[p + 1];
+        double pre = 1.0;
+        for (int64_t p = 0; p < pl->m; p++) {
+            wf__store_f64(pl->out->dtype, pl->out->data + oo[p] * (int64_t)oes,
+                          dy * (pre * suf[p]));
+            pre *= v[p];
+        }
+    }
+    free(v);
+    free(oo);
+    return 0;
+}
+
+int wf__prod_grad_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims,
+                      const wf_tensor *x, const wf_tensor *dy, wf_tensor *out)
+{
+    bool mask[WF_MAX_RANK];
+    wf_shape ds;
+    char s1[160], s2[160], s3[160];
+    if (!x || !dy || !wf_dtype_is_float(x->dtype) || dy->dtype != x->dtype)
+        return wf__err(WF_EDTYPE, "prod_grad: x is %s and dy %s (floating, equal dtypes)",
+                       x ? wf_dtype_name(x->dtype) : "NULL",
+                       dy ? wf_dtype_name(dy->dtype) : "NULL");
+    int rc = axes_mask("prod_grad", x->shape, axes, n_axes, mask);
+    if (rc == 0)
+        rc = wf__reduce_shape(x->shape, axes, n_axes, keepdims, &ds);
+    if (rc == 0 && !wf_shape_equal(ds, dy->shape))
+        rc = wf__err(WF_ESHAPE, "prod_grad: dy is %s but reducing x of shape %s gives %s",
+                     wf_shape_str(dy->shape, s1, sizeof s1), wf_shape_str(x->shape, s2, sizeof s2),
+                     wf_shape_str(ds, s3, sizeof s3));
+    if (rc == 0)
+        rc = wf__kernel_check_out("prod_grad", out, x->dtype, x->shape);
+    if (rc < 0)
+        return rc;
+    pg_plan pl = { .x = x, .dy = dy, .out = out, .m = 1, .dr = dy->shape.rank };
+    int64_t nout = 1;
+    for (int d = 0; d < x->shape.rank; d++) {
+        int64_t dim = x->shape.dims[d];
+        if (mask[d]) {
+            pl.m *= dim;
+            pl.rdims[pl.rr] = dim;
+            pl.rx[pl.rr] = x->strides[d];
+            pl.ro[pl.rr++] = out->strides[d];
+        } else {
+            nout *= dim;
+            pl.kdims[pl.kr] = dim;
+            pl.kx[pl.kr] = x->strides[d];
+            pl.ko[pl.kr++] = out->strides[d];
+        }
+    }
+    for (int d = 0; d < pl.dr; d++) {
+        pl.ddims[d] = dy->shape.dims[d];
+        pl.dst[d] = dy->strides[d];
+    }
+    if (nout == 0 || pl.m == 0)
+        return 0;
+    if (ctx && ctx->rt && nout * pl.m > RD_PAR_MIN) {
+        int64_t grain = RD_PAR_MIN / 2 / pl.m;
+        return wf_parallel_for(ctx->rt, 0, nout, grain > 0 ? grain : 1, pg_items, &pl);
+    }
+    return pg_items(&pl, 0, nout);
 }
 
 #define REDUCE_ENTRY(name, OP)                                                           \

@@ -44,6 +44,7 @@ const wf_op_def *const wf__ops_table[] = {
     &wf_op_argmax,
     &wf_op_logsumexp,
     &wf_op_unreduce,
+    &wf_op_prod_grad,
     &wf_op_matmul,
     &wf_op_softmax,
     &wf_op_log_softmax,

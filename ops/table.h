@@ -42,12 +42,17 @@ extern const wf_op_def wf_op_sum, wf_op_mean, wf_op_max, wf_op_min, wf_op_prod, 
  *   x's tensor when the node runs), divided by the reduced count when 'mean'; its attrs are
  *   the reduction's plus alpha 1 for mean.
  * reshape_like (ops/like.c): dy's elements, row-major, in the shape of 'ref' (from its
- *   tensor when the node runs). */
-extern const wf_op_def wf_op_unreduce, wf_op_reshape_like;
+ *   tensor when the node runs).
+ * prod_grad (ops/reduce.c): the gradient of prod(x) over 'reduce_attrs' (n_axes, axes,
+ *   keepdims) for dy of the reduced shape: dy times the product of the other elements of
+ *   each element's reduced range, from prefix and suffix products (exact where x has zeros,
+ *   where dy y / x is NaN). No CUDA kernel: a NULL slot keeps the node on the host. */
+extern const wf_op_def wf_op_unreduce, wf_op_reshape_like, wf_op_prod_grad;
 struct wf_attrs;
 wf_node *wf__unreduce(wf_graph *g, wf_node *dy, wf_node *x, const struct wf_attrs *reduce_attrs,
                       bool mean);
 wf_node *wf__reshape_like(wf_graph *g, wf_node *dy, wf_node *ref);
+wf_node *wf__prod_grad(wf_graph *g, wf_node *x, wf_node *dy, const struct wf_attrs *reduce_attrs);
 /* Matrix products (ops/matmul.c). */
 extern const wf_op_def wf_op_matmul;
 /* matmul with a GEMM epilogue (ops/matmul.c): a plan-only op that runtime/pass_epilogue.c

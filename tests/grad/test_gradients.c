@@ -281,3 +281,77 @@ Test(gradients, transpose_gradient_normalises_negative_perm_entries)
         wf_graph_destroy(g);
     }
 }
+
+/* prod's gradient was dy * y / x: NaN where x is 0 ([2, 0, 3] gave [0, nan, 0], [0, 0, 0]
+ * NaN everywhere). It is the product of the other elements of each reduced range: checked
+ * here exactly (small integers and halves: every product is exact) against a plain f64
+ * loop, for every axis setting, with one zero, two zeros in one range, and all zeros. */
+static void prod_grad_case(const double *xv, wf_shape s, const int *axes, int n_axes, bool keep,
+                           const char *what)
+{
+    wf_graph *g = wf_graph_create(rt, WF_EAGER);
+    wf_node *x = gc_const(g, WF_F64, s, xv);
+    wf_node *y = wf_reduce_prod(g, x, axes, n_axes, keep), *gr;
+    cr_assert_not_null(y, "%s: %s", what, wf_graph_errmsg(g));
+    cr_assert_eq(wf_gradients(g, wf_sum(g, y), &x, 1, &gr), 0, "%s: %s", what, wf_graph_errmsg(g));
+    bool red[WF_MAX_RANK];
+    for (int d = 0; d < s.rank; d++)
+        red[d] = n_axes == 0;
+    for (int i = 0; i < n_axes; i++)
+        red[axes[i] < 0 ? axes[i] + s.rank : axes[i]] = true;
+    int64_t n = wf_shape_numel(s);
+    for (int64_t i = 0; i < n; i++) {
+        double want = 1;
+        for (int64_t j = 0; j < n; j++) { /* j in i's range: equal on every kept axis */
+            int64_t a = i, b = j;
+            bool same = true;
+            for (int d = s.rank - 1; d >= 0; d--) {
+                if (!red[d] && a % s.dims[d] != b % s.dims[d])
+                    same = false;
+                a /= s.dims[d];
+                b /= s.dims[d];
+            }
+            if (same && j != i)
+                want *= xv[j];
+        }
+        double got = wf_tensor_get(wf_node_value(gr), i);
+        cr_assert(got == want, "%s: dx[%lld] is %g, the product of the others %g", what,
+                  (long long)i, got, want);
+    }
+    wf_graph_destroy(g);
+}
+
+Test(gradients, prod_gradient_is_the_product_of_the_others_where_x_has_zeros)
+{
+    prod_grad_case((const double[]){ 2, 0, 3 }, WF_SHAPE(3), NULL, 0, false, "[2, 0, 3]");
+    prod_grad_case((const double[]){ 0, 0, 0 }, WF_SHAPE(3), NULL, 0, false, "[0, 0, 0]");
+    prod_grad_case((const double[]){ 2, 0, 3 }, WF_SHAPE(3), NULL, 0, true, "keepdims");
+
+    static const struct {
+        int n, axes[3];
+        bool keep;
+    } cs[] = { { 0, { 0 }, false },      { 1, { 0 }, false },    { 1, { 1 }, true },
+               { 1, { -1 }, false },     { 2, { 0, 2 }, false }, { 2, { 2, 1 }, true },
+               { 3, { 0, 1, 2 }, false } };
+
+    for (int z = 0; z < 4; z++) {
+        double v[24];
+        for (int i = 0; i < 24; i++)
+            v[i] = (i % 5 == 0 ? -0.5 : 1.0) * (double)(1 + i % 3); /* -0.5 .. 3, exact */
+        if (z == 1)
+            v[5] = 0; /* one zero */
+        if (z == 2) {
+            v[5] = v[6] = 0;   /* two in one last-axis row */
+            v[1] = v[13] = 0;  /* two along axis 0 */
+            v[16] = v[20] = 0; /* two along axis 1 */
+        }
+        if (z == 3)
+            for (int i = 0; i < 24; i++)
+                v[i] = 0;
+        for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+            char what[64];
+            snprintf(what, sizeof what, "zeros %d, case %zu", z, k);
+            prod_grad_case(v, WF_SHAPE(2, 3, 4), cs[k].axes, cs[k].n, cs[k].keep, what);
+        }
+    }
+}
