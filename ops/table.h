@@ -43,15 +43,19 @@ extern const wf_op_def wf_op_sum, wf_op_mean, wf_op_max, wf_op_min, wf_op_prod, 
  *   the reduction's plus alpha 1 for mean.
  * reshape_like (ops/like.c): dy's elements, row-major, in the shape of 'ref' (from its
  *   tensor when the node runs).
+ * sum_like (ops/like.c): dx, a gradient in a broadcast shape, summed back to the shape of
+ *   'ref' (from its tensor when the node runs): over the leading axes ref lacks and the axes
+ *   where ref has size 1 and dx does not. No CUDA kernel.
  * prod_grad (ops/reduce.c): the gradient of prod(x) over 'reduce_attrs' (n_axes, axes,
  *   keepdims) for dy of the reduced shape: dy times the product of the other elements of
  *   each element's reduced range, from prefix and suffix products (exact where x has zeros,
  *   where dy y / x is NaN). No CUDA kernel: a NULL slot keeps the node on the host. */
-extern const wf_op_def wf_op_unreduce, wf_op_reshape_like, wf_op_prod_grad;
+extern const wf_op_def wf_op_unreduce, wf_op_reshape_like, wf_op_sum_like, wf_op_prod_grad;
 struct wf_attrs;
 wf_node *wf__unreduce(wf_graph *g, wf_node *dy, wf_node *x, const struct wf_attrs *reduce_attrs,
                       bool mean);
 wf_node *wf__reshape_like(wf_graph *g, wf_node *dy, wf_node *ref);
+wf_node *wf__sum_like(wf_graph *g, wf_node *dx, wf_node *ref);
 wf_node *wf__prod_grad(wf_graph *g, wf_node *x, wf_node *dy, const struct wf_attrs *reduce_attrs);
 /* Matrix products (ops/matmul.c). */
 extern const wf_op_def wf_op_matmul;

@@ -355,3 +355,98 @@ Test(gradients, prod_gradient_is_the_product_of_the_others_where_x_has_zeros)
         }
     }
 }
+
+/* Runs 'fetch' of static graph 'g' with 'x' fed 'xt' (released); the value, owned. */
+static wf_tensor *run1(wf_graph *g, wf_node *x, wf_tensor *xt, wf_node *fetch)
+{
+    wf_session *s;
+    cr_assert_eq(wf_session_create(g, NULL, &s), 0, "%s", wf_graph_errmsg(g));
+    wf_feed f = { x, xt };
+    wf_tensor *out = NULL;
+    int rc = wf_session_run(s, &f, 1, &fetch, 1, &out, NULL, 0);
+    cr_assert_eq(rc, 0, "%s", wf_session_errmsg(s));
+    wf_session_destroy(s);
+    wf_tensor_release(xt);
+    return out;
+}
+
+/* Broadcasting undone when a -1 dimension is 1 at run time: x [-1] fed [1] times c [4]
+ * gave dx of shape [4] (1 2 3 4) and no error; it is [1] holding sum(c) = 10. */
+Test(gradients, broadcast_is_undone_when_a_minus_one_dimension_is_one_at_run_time)
+{
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F64, WF_SHAPE(-1));
+    wf_node *c = vec(g, 4, (const double[]){ 1, 2, 3, 4 });
+    wf_node *loss = wf_sum(g, wf_mul(g, x, c)), *gr;
+    cr_assert_eq(wf_gradients(g, loss, &x, 1, &gr), 0, "%s", wf_graph_errmsg(g));
+    wf_tensor *v = run1(g, x, wf_tensor_from(WF_F64, WF_SHAPE(1), (const double[]){ 0.5 }), gr);
+    cr_assert(wf_shape_equal(wf_tensor_shape(v), WF_SHAPE(1)), "dx has %lld elements",
+              (long long)wf_tensor_numel(v));
+    cr_assert_eq(wf_tensor_get(v, 0), 10.0);
+    wf_tensor_release(v);
+    /* fed [4], nothing is summed: dx = c */
+    v = run1(g, x, wf_tensor_from(WF_F64, WF_SHAPE(4), (const double[]){ 1, 1, 1, 1 }), gr);
+    cr_assert(wf_shape_equal(wf_tensor_shape(v), WF_SHAPE(4)));
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(wf_tensor_get(v, i), (double)(i + 1));
+    wf_tensor_release(v);
+    wf_graph_destroy(g);
+}
+
+/* The same through relu, which failed: "relu_grad: x is [1, 2, 3] but dy is [4, 2, 3]"; and
+ * (next test) through a batched matmul whose batch was broadcast. */
+Test(gradients, relu_gradient_with_a_minus_one_batch_fed_one)
+{
+    double cv[24], xv[6];
+    for (int i = 0; i < 24; i++)
+        cv[i] = (double)(i % 7) - 2.5;
+    for (int i = 0; i < 6; i++)
+        xv[i] = (double)i - 2.5; /* no zeros: relu's kink */
+    {
+        wf_graph *g = wf_graph_create(rt, WF_STATIC);
+        wf_node *x = wf_placeholder(g, "x", WF_F64, WF_SHAPE(-1, 2, 3));
+        wf_node *c = gc_const(g, WF_F64, WF_SHAPE(4, 2, 3), cv);
+        wf_node *loss = wf_sum(g, wf_mul(g, wf_relu(g, x), c)), *gr;
+        cr_assert_eq(wf_gradients(g, loss, &x, 1, &gr), 0, "%s", wf_graph_errmsg(g));
+        wf_tensor *v = run1(g, x, wf_tensor_from(WF_F64, WF_SHAPE(1, 2, 3), xv), gr);
+        cr_assert(wf_shape_equal(wf_tensor_shape(v), WF_SHAPE(1, 2, 3)));
+        for (int i = 0; i < 6; i++) {
+            double want = 0;
+            for (int b = 0; b < 4; b++)
+                want += xv[i] > 0 ? cv[b * 6 + i] : 0;
+            cr_assert_eq(wf_tensor_get(v, i), want, "relu: dx[%d]", i);
+        }
+        wf_tensor_release(v);
+        wf_graph_destroy(g);
+    }
+}
+
+Test(gradients, matmul_gradient_with_a_minus_one_batch_fed_one)
+{
+    double xv[6], bv[60];
+    for (int i = 0; i < 6; i++)
+        xv[i] = (double)i - 2.5;
+    for (int i = 0; i < 60; i++)
+        bv[i] = (double)(i % 5) * 0.5 - 1;
+    {
+        /* a [-1, 2, 3] fed [1, 2, 3] times b [4, 3, 5]: da = sum over the batch of dy b^T */
+        wf_graph *g = wf_graph_create(rt, WF_STATIC);
+        wf_node *a = wf_placeholder(g, "a", WF_F64, WF_SHAPE(-1, 2, 3));
+        wf_node *b = gc_const(g, WF_F64, WF_SHAPE(4, 3, 5), bv);
+        wf_node *loss = wf_sum(g, wf_matmul(g, wf_tanh(g, a), b)), *gr;
+        cr_assert_eq(wf_gradients(g, loss, &a, 1, &gr), 0, "%s", wf_graph_errmsg(g));
+        wf_tensor *v = run1(g, a, wf_tensor_from(WF_F64, WF_SHAPE(1, 2, 3), xv), gr);
+        cr_assert(wf_shape_equal(wf_tensor_shape(v), WF_SHAPE(1, 2, 3)));
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < 3; k++) {
+                double s = 0, t = tanh(xv[i * 3 + k]);
+                for (int bb = 0; bb < 4; bb++)
+                    for (int j = 0; j < 5; j++)
+                        s += bv[bb * 15 + k * 5 + j];
+                cr_assert_float_eq(wf_tensor_get(v, i * 3 + k), s * (1 - t * t), 1e-12,
+                                   "matmul: da[%d, %d]", i, k);
+            }
+        wf_tensor_release(v);
+        wf_graph_destroy(g);
+    }
+}

@@ -40,7 +40,7 @@ static bool in_table(const wf_op_def *op)
  * their nodes on the host. */
 static bool host_only(const wf_op_def *op)
 {
-    return op == &wf_op_prod_grad;
+    return op == &wf_op_prod_grad || op == &wf_op_sum_like;
 }
 #endif
 
@@ -162,6 +162,7 @@ Test(ops_internal_ops, every_constructor_makes_a_node_of_a_table_op_and_covers_t
         wf__unreduce(g, wf_sum(g, x), x, &(wf_attrs){ 0 }, false),
         wf__reshape_like(g, w, x4),
         wf__prod_grad(g, x, wf_prod(g, x), &(wf_attrs){ 0 }),
+        wf__sum_like(g, wf_add(g, x, w), x),
         wf_conv2d(g, img, k33, NULL),
         wf_conv2d_backward_input(g, wf_conv2d(g, img, k33, NULL), k33, WF_SHAPE(-1, 2, 6, 6), NULL),
         wf_conv2d_backward_filter(g, img, wf_conv2d(g, img, k33, NULL), WF_SHAPE(3, 2, 3, 3), NULL),
