@@ -4,9 +4,13 @@
  * reduced axes (size-1 axes dropped, contiguous neighbours merged, which keeps the row-major
  * order of the reduced sub-block that argmax reports positions in).
  * Invariant (determinism): the reduced range of every output element is cut into fixed
- * blocks of RD_BLOCK positions; each block gives a partial (accumulated in runs along the
- * innermost reduced axis, unit-stride runs in 8 fixed lanes), and the partials are combined
- * in block order. Which worker computes a block never changes its bits, so results do not
+ * blocks of RD_BLOCK positions; each block gives a partial, and the partials are combined in
+ * block order. Within a block, a floating sum puts reduced position p in lane p % 8 and adds
+ * the 8 lanes in a fixed tree; the other ops fold positions one by one. Positions are the
+ * row-major order of the reduced axes (the logical order, never the memory order), so the
+ * bits depend on the values and the shape only, not on x's strides: a strided view and its
+ * contiguous copy reduce to the same bits (a pass that drops a copy changes nothing).
+ * Which worker computes a block never changes its bits, so results do not
  * depend on ctx->rt or its worker count; wf_parallel_for only decides who computes what.
  * Floating sums and products accumulate in f64, integer ones in wrapping 64-bit.
  * Sums and means down the columns of a row-major matrix take a column path (col_items) that
@@ -22,6 +26,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define RD_BLOCK   4096  /* reduced positions per partial: fixed, never from the worker count */
 #define RD_PAR_MIN 32768 /* a runtime splits reductions of more input elements than this */
@@ -32,6 +37,7 @@
 typedef struct acc {
     double v, s;
     int64_t iv, idx;
+    double l[8]; /* floating sums: lane k takes the reduced positions p with p % 8 == k */
 } acc;
 
 /* Folds 'n' elements at 'p' (stride 's' elements; the first is at reduced position 'pos'). */
@@ -64,21 +70,23 @@ typedef void (*rd_fn)(acc *a, const char *p, int64_t s, int64_t n, int64_t pos);
     static void sum_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
     {                                                                                \
         const T *x = (const T *)p;                                                   \
-        double t = 0;                                                                \
+        double l[8];                                                                 \
+        memcpy(l, a->l, sizeof l);                                                   \
+        int64_t i = 0;                                                               \
+        for (; i < n && ((pos + i) & 7); i++) /* up to a position of lane 0 */       \
+            l[(pos + i) & 7] += LOAD(x[i * s]);                                      \
         if (s == 1) {                                                                \
-            double l[8] = { 0 };                                                     \
-            int64_t i = 0;                                                           \
             for (; i + 8 <= n; i += 8)                                               \
                 for (int j = 0; j < 8; j++)                                          \
                     l[j] += LOAD(x[i + j]);                                          \
-            for (; i < n; i++)                                                       \
-                l[0] += LOAD(x[i]);                                                  \
-            t = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));   \
         } else {                                                                     \
-            for (int64_t i = 0; i < n; i++)                                          \
-                t += LOAD(x[i * s]);                                                 \
+            for (; i + 8 <= n; i += 8)                                               \
+                for (int j = 0; j < 8; j++)                                          \
+                    l[j] += LOAD(x[(i + j) * s]);                                    \
         }                                                                            \
-        a->v += t;                                                                   \
+        for (; i < n; i++)                                                           \
+            l[(pos + i) & 7] += LOAD(x[i * s]);                                      \
+        memcpy(a->l, l, sizeof l);                                                   \
     }                                                                                \
     static void prod_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos) \
     {                                                                                \
@@ -91,10 +99,10 @@ typedef void (*rd_fn)(acc *a, const char *p, int64_t s, int64_t n, int64_t pos);
     static void lse_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
     {                                                                                \
         const T *x = (const T *)p;                                                   \
-        double t = 0, m = a->v;                                                      \
+        double t = a->s, m = a->v; /* in position order: no per-run partial */       \
         for (int64_t i = 0; i < n; i++)                                              \
             t += exp(LOAD(x[i * s]) - m);                                            \
-        a->s += t;                                                                   \
+        a->s = t;                                                                    \
     }
 
 #define RD_INT_RUNS(sfx, T)                                                          \
@@ -118,29 +126,40 @@ typedef void (*rd_fn)(acc *a, const char *p, int64_t s, int64_t n, int64_t pos);
     RD_EXTREME(min, sfx, T, int64_t, RD_ID, iv, INT_MIN_WINS)
 
 /* Column sums (see col_items): 'w' adjacent outputs at unit stride, rows [0, n) at stride
- * 'rs'. Each tmp[j] takes its rows in order from 0, exactly as sum_* folds one strided run,
- * so the column path gives the bits of the general one. */
+ * 'rs' (row 0 at a position of lane 0). Row r goes to lane r % 8 of its column, in order, so
+ * each lane sums exactly what sum_* gives that lane: the column path gives the bits of the
+ * general one. 'tmp' holds 8 lanes of w accumulators, lane-major. */
 typedef void (*rd_cols_fn)(const char *p, int64_t rs, int64_t n, int64_t w, void *tmp);
-#define RD_COLS_FN(sfx, T, LOAD, A)                                                    \
-    static void cols_##sfx(const char *p, int64_t rs, int64_t n, int64_t w, void *tmp) \
-    {                                                                                  \
-        const T *x = (const T *)p;                                                     \
-        A *t = tmp;                                                                    \
-        int64_t r = 0;                                                                 \
-        for (; r + 4 <= n; r += 4) { /* four rows per pass over t, still in order */   \
-            const T *x0 = x + r * rs, *x1 = x0 + rs, *x2 = x1 + rs, *x3 = x2 + rs;     \
-            for (int64_t j = 0; j < w; j++) {                                          \
-                A v = t[j];                                                            \
-                v += (A)LOAD(x0[j]);                                                   \
-                v += (A)LOAD(x1[j]);                                                   \
-                v += (A)LOAD(x2[j]);                                                   \
-                v += (A)LOAD(x3[j]);                                                   \
-                t[j] = v;                                                              \
-            }                                                                          \
-        }                                                                              \
-        for (; r < n; r++)                                                             \
-            for (int64_t j = 0; j < w; j++)                                            \
-                t[j] += (A)LOAD(x[r * rs + j]);                                        \
+#define RD_COLS_FN(sfx, T, LOAD, A)                                                     \
+    static void cols_##sfx(const char *p, int64_t rs, int64_t n, int64_t w, void *tmp)  \
+    {                                                                                   \
+        const T *x = (const T *)p;                                                      \
+        A *t = tmp;                                                                     \
+        int64_t r = 0;                                                                  \
+        for (; r + 32 <= n; r += 32) /* per lane, its next 4 rows in one pass over t */ \
+            for (int q = 0; q < 8; q++) {                                               \
+                const T *x0 = x + (r + q) * rs, *x1 = x0 + 8 * rs, *x2 = x1 + 8 * rs;   \
+                const T *x3 = x2 + 8 * rs;                                              \
+                A *tq = t + q * w;                                                      \
+                for (int64_t j = 0; j < w; j++) {                                       \
+                    A v = tq[j];                                                        \
+                    v += (A)LOAD(x0[j]);                                                \
+                    v += (A)LOAD(x1[j]);                                                \
+                    v += (A)LOAD(x2[j]);                                                \
+                    v += (A)LOAD(x3[j]);                                                \
+                    tq[j] = v;                                                          \
+                }                                                                       \
+            }                                                                           \
+        for (; r + 8 <= n; r += 8) /* eight rows per pass, one lane each */             \
+            for (int q = 0; q < 8; q++) {                                               \
+                const T *xr = x + (r + q) * rs;                                         \
+                A *tq = t + q * w;                                                      \
+                for (int64_t j = 0; j < w; j++)                                         \
+                    tq[j] += (A)LOAD(xr[j]);                                            \
+            }                                                                           \
+        for (; r < n; r++)                                                              \
+            for (int64_t j = 0; j < w; j++)                                             \
+                t[(r & 7) * w + j] += (A)LOAD(x[r * rs + j]);                           \
     }
 
 #define LOAD_F32(x)  ((double)(x))
@@ -300,8 +319,20 @@ int wf__reduce_shape(wf_shape x_shape, const int *axes, int n_axes, bool keepdim
     return 0;
 }
 
+/* The lanes' sum in a fixed tree. */
+static double lanes(const double *l)
+{
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 static void acc_init(const rd_plan *pl, acc *a)
 {
+    /* Lanes start at -0.0, the identity of IEEE addition (x + -0.0 is x for every x, -0.0
+     * included), so a sum of one element is that element: summing a size-1 axis changes no
+     * bit, and a static graph that sums an axis that is 1 at run time matches an eager one
+     * that does not. An empty range still gives +0.0 (v). */
+    for (int k = 0; k < 8; k++)
+        a->l[k] = -0.0;
     a->v = pl->op == WF__REDUCE_PROD ? 1.0 : 0.0;
     a->s = 0;
     a->iv = pl->op == WF__REDUCE_PROD ? 1 : 0;
@@ -350,6 +381,8 @@ static void block(const rd_plan *pl, int64_t o, int64_t b, acc *a)
     int64_t lo = b * RD_BLOCK, hi = lo + RD_BLOCK < pl->g.m ? lo + RD_BLOCK : pl->g.m;
     acc_init(pl, a);
     fold(pl, base, lo, hi, pl->pass1, a);
+    if ((pl->op == WF__REDUCE_SUM || pl->op == WF__REDUCE_MEAN) && !pl->is_int)
+        a->v = lanes(a->l);
     if (pl->pass2) {
         if (isfinite(a->v))
             fold(pl, base, lo, hi, pl->pass2, a);
@@ -451,23 +484,26 @@ static int col_items(void *ctx, int64_t lo, int64_t hi)
             off += (rem % pl->g.kdims[d]) * pl->g.kst[d];
             rem /= pl->g.kdims[d];
         }
-        double dsum[RD_COLS], dblk[RD_COLS];
-        uint64_t isum[RD_COLS], iblk[RD_COLS];
-        for (int64_t j = 0; j < w; j++) {
-            dsum[j] = 0;
-            isum[j] = 0;
-        }
+        double dsum[RD_COLS], dblk[8 * RD_COLS];
+        uint64_t isum[RD_COLS], iblk[8 * RD_COLS];
         for (int64_t b = 0; b < pl->nblocks; b++) {
             int64_t r0 = b * RD_BLOCK, n = pl->g.m - r0 < RD_BLOCK ? pl->g.m - r0 : RD_BLOCK;
             const char *p = pl->base + (off + r0 * pl->g.rst[0]) * pl->es;
-            for (int64_t j = 0; j < w; j++) {
-                dblk[j] = 0;
+            for (int64_t j = 0; j < 8 * w; j++) {
+                dblk[j] = -0.0; /* acc_init's lanes */
                 iblk[j] = 0;
             }
             pl->cols(p, pl->g.rst[0], n, w, pl->is_int ? (void *)iblk : (void *)dblk);
-            for (int64_t j = 0; j < w; j++) {
-                dsum[j] += dblk[j];
-                isum[j] += iblk[j];
+            for (int64_t j = 0; j < w; j++) { /* the block's partial, then block order */
+                double l[8];
+                uint64_t iv = 0;
+                for (int q = 0; q < 8; q++) {
+                    l[q] = dblk[q * w + j];
+                    iv += iblk[q * w + j];
+                }
+                double v = lanes(l);
+                dsum[j] = b == 0 ? v : dsum[j] + v;
+                isum[j] = b == 0 ? iv : isum[j] + iv;
             }
         }
         for (int64_t j = 0; j < w; j++) {
