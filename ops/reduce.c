@@ -197,26 +197,36 @@ wf_node *(wf_argmax)(wf_graph *g, wf_node *x, int axis)
 
 /* ---- unreduce: a reduction's gradient spread back over its input ------------------------- */
 
-/* Inputs dy (the reduced shape of x under the attrs) and x (only its shape is used). */
-static int infer_unreduce(wf_node *n, char *err, size_t errlen)
+/* dy has the shape of reducing x with 'a' (where both are known): unreduce's and prod_grad's
+ * check. */
+static int dy_fits(const wf_attrs *a, const wf_node *x, const wf_node *dy, char *err, size_t errlen)
 {
-    const wf_node *dy = n->inputs[0], *x = n->inputs[1];
-    if (!wf__ops_dtype_ok(dy->dtype, false))
-        return wf__ops_bad_dtype(n, 1, "dy", false, err, errlen);
     wf_shape r;
-    int rc = reduced_shape(n->attrs, x, &r, err, errlen);
+    int rc = reduced_shape(a, x, &r, err, errlen);
     if (rc < 0)
         return rc;
     bool fits = r.rank == dy->shape.rank;
     for (int d = 0; fits && d < r.rank; d++)
         fits = wf__ops_dims_fit(r.dims[d], dy->shape.dims[d]);
     if (!fits) {
-        char a[160], b[160], c[160];
+        char s1[160], s2[160], s3[160];
         snprintf(err, errlen, "dy is %s but reducing x of shape %s gives %s",
-                 wf_shape_str(dy->shape, a, sizeof a), wf_shape_str(x->shape, b, sizeof b),
-                 wf_shape_str(r, c, sizeof c));
+                 wf_shape_str(dy->shape, s1, sizeof s1), wf_shape_str(x->shape, s2, sizeof s2),
+                 wf_shape_str(r, s3, sizeof s3));
         return WF_ESHAPE;
     }
+    return 0;
+}
+
+/* Inputs dy (the reduced shape of x under the attrs) and x (only its shape is used). */
+static int infer_unreduce(wf_node *n, char *err, size_t errlen)
+{
+    const wf_node *dy = n->inputs[0], *x = n->inputs[1];
+    if (!wf__ops_dtype_ok(dy->dtype, false))
+        return wf__ops_bad_dtype(n, 1, "dy", false, err, errlen);
+    int rc = dy_fits(n->attrs, x, dy, err, errlen);
+    if (rc < 0)
+        return rc;
     n->dtype = dy->dtype;
     n->shape = x->shape;
     return 0;
@@ -318,20 +328,9 @@ static int infer_prod_grad(wf_node *n, char *err, size_t errlen)
                  wf_dtype_name(dy->dtype));
         return WF_EDTYPE;
     }
-    wf_shape r;
-    int rc = reduced_shape(n->attrs, x, &r, err, errlen);
+    int rc = dy_fits(n->attrs, x, dy, err, errlen);
     if (rc < 0)
         return rc;
-    bool fits = r.rank == dy->shape.rank;
-    for (int d = 0; fits && d < r.rank; d++)
-        fits = wf__ops_dims_fit(r.dims[d], dy->shape.dims[d]);
-    if (!fits) {
-        char a[160], b[160], c[160];
-        snprintf(err, errlen, "dy is %s but reducing x of shape %s gives %s",
-                 wf_shape_str(dy->shape, a, sizeof a), wf_shape_str(x->shape, b, sizeof b),
-                 wf_shape_str(r, c, sizeof c));
-        return WF_ESHAPE;
-    }
     n->dtype = x->dtype;
     n->shape = x->shape;
     return 0;
