@@ -98,36 +98,36 @@ GRAD_FN(grad_cast) /* back to the input's dtype; integer inputs get none (wf_gra
 GRAD_FN(grad_add)
 {
     if (WF__NEED(need, 0))
-        dx[0] = wf__grad_unbroadcast(g, dy, n->inputs[0]);
+        dx[0] = wf__grad_unbroadcast(g, dy, n, 0);
     if (WF__NEED(need, 1))
-        dx[1] = wf__grad_unbroadcast(g, dy, n->inputs[1]);
+        dx[1] = wf__grad_unbroadcast(g, dy, n, 1);
     return 0;
 }
 
 GRAD_FN(grad_sub)
 {
     if (WF__NEED(need, 0))
-        dx[0] = wf__grad_unbroadcast(g, dy, n->inputs[0]);
+        dx[0] = wf__grad_unbroadcast(g, dy, n, 0);
     if (WF__NEED(need, 1))
-        dx[1] = wf__grad_unbroadcast(g, wf_neg(g, dy), n->inputs[1]);
+        dx[1] = wf__grad_unbroadcast(g, wf_neg(g, dy), n, 1);
     return 0;
 }
 
 GRAD_FN(grad_mul)
 {
     if (WF__NEED(need, 0))
-        dx[0] = wf__grad_unbroadcast(g, wf_mul(g, dy, X1), n->inputs[0]);
+        dx[0] = wf__grad_unbroadcast(g, wf_mul(g, dy, X1), n, 0);
     if (WF__NEED(need, 1))
-        dx[1] = wf__grad_unbroadcast(g, wf_mul(g, dy, X0), n->inputs[1]);
+        dx[1] = wf__grad_unbroadcast(g, wf_mul(g, dy, X0), n, 1);
     return 0;
 }
 
 GRAD_FN(grad_div) /* y = a / b: da = dy / b, db = -dy a / b^2 = -dy y / b */
 {
     if (WF__NEED(need, 0))
-        dx[0] = wf__grad_unbroadcast(g, wf_div(g, dy, X1), n->inputs[0]);
+        dx[0] = wf__grad_unbroadcast(g, wf_div(g, dy, X1), n, 0);
     if (WF__NEED(need, 1))
-        dx[1] = wf__grad_unbroadcast(g, wf_neg(g, wf_mul(g, dy, wf_div(g, Y, X1))), n->inputs[1]);
+        dx[1] = wf__grad_unbroadcast(g, wf_neg(g, wf_mul(g, dy, wf_div(g, Y, X1))), n, 1);
     return 0;
 }
 
@@ -135,10 +135,10 @@ GRAD_FN(grad_pow) /* y = a^b: da = dy b a^(b-1), db = dy y log(a) (0 where a <= 
 {
     if (WF__NEED(need, 0))
         dx[0] = wf__grad_unbroadcast(
-            g, wf_mul(g, dy, wf_mul(g, X1, wf_pow(g, X0, wf_sub(g, X1, K(1))))), n->inputs[0]);
+            g, wf_mul(g, dy, wf_mul(g, X1, wf_pow(g, X0, wf_sub(g, X1, K(1))))), n, 0);
     if (WF__NEED(need, 1)) {
         wf_node *loga = wf_where(g, wf_gt(g, X0, K(0)), wf_log(g, X0), K(0));
-        dx[1] = wf__grad_unbroadcast(g, wf_mul(g, dy, wf_mul(g, Y, loga)), n->inputs[1]);
+        dx[1] = wf__grad_unbroadcast(g, wf_mul(g, dy, wf_mul(g, Y, loga)), n, 1);
     }
     return 0;
 }
@@ -149,9 +149,9 @@ static int grad_select(wf_graph *g, const wf_node *n, wf_node *dy, uint32_t need
                        wf_node *to_a)
 {
     if (WF__NEED(need, 0))
-        dx[0] = wf__grad_unbroadcast(g, wf_where(g, to_a, dy, K(0)), n->inputs[0]);
+        dx[0] = wf__grad_unbroadcast(g, wf_where(g, to_a, dy, K(0)), n, 0);
     if (WF__NEED(need, 1))
-        dx[1] = wf__grad_unbroadcast(g, wf_where(g, to_a, K(0), dy), n->inputs[1]);
+        dx[1] = wf__grad_unbroadcast(g, wf_where(g, to_a, K(0), dy), n, 1);
     return 0;
 }
 
@@ -169,9 +169,9 @@ GRAD_FN(grad_where) /* where(cond, a, b): cond (bool) gets none */
 {
     wf_node *c = X0;
     if (WF__NEED(need, 1))
-        dx[1] = wf__grad_unbroadcast(g, wf_where(g, c, dy, K(0)), n->inputs[1]);
+        dx[1] = wf__grad_unbroadcast(g, wf_where(g, c, dy, K(0)), n, 1);
     if (WF__NEED(need, 2))
-        dx[2] = wf__grad_unbroadcast(g, wf_where(g, c, K(0), dy), n->inputs[2]);
+        dx[2] = wf__grad_unbroadcast(g, wf_where(g, c, K(0), dy), n, 2);
     return 0;
 }
 
@@ -208,11 +208,13 @@ GRAD_FN(grad_extreme)
     return 0;
 }
 
-GRAD_FN(grad_prod) /* dy y / x (x without zeros: a zero gives inf or NaN, as TensorFlow's fast
-                      path) */
+/* dy times the product of the other elements (ops/ prod_grad: prefix and suffix products),
+ * not dy y / x, which is NaN where x is 0 (TensorFlow's fast path; zeros from ReLU, padding
+ * and masks are common). */
+GRAD_FN(grad_prod)
 {
     (void)need;
-    dx[0] = wf_div(g, wf__unreduce(g, wf_mul(g, dy, Y), X0, n->attrs, false), X0);
+    dx[0] = wf__prod_grad(g, X0, dy, n->attrs);
     return 0;
 }
 

@@ -1,7 +1,7 @@
 /* grad/grad_nn.c: the gradient functions of matmul, softmax and the cross-entropy loss, the
  * shape ops, indexing, convolution and pooling, layer norm and dropout, and of the backward
  * helper ops themselves where a second derivative is a plain op (slice_backward, scatter_add,
- * reshape_like).
+ * reshape_like, sum_like).
  * Owns: wf__grad_nn[], the table of those ops and their gradient functions.
  * Conventions: those of grad_math.c (core/op.h's wf_grad_fn; X0, X1 the forward inputs, Y
  *   the forward node, dy the gradient flowing in). Axes stored by a constructor may be
@@ -46,11 +46,11 @@ GRAD_FN(grad_matmul)
     wf_node *a = X0, *b = X1, *da = NULL, *db = NULL;
     if (WF__NEED(need, 0)) {
         da = ta ? (wf_matmul_ex)(g, b, dy, tb, true) : (wf_matmul_ex)(g, dy, b, false, !tb);
-        dx[0] = wf__grad_unbroadcast(g, da, a);
+        dx[0] = wf__grad_unbroadcast(g, da, n, 0);
     }
     if (WF__NEED(need, 1)) {
         db = tb ? (wf_matmul_ex)(g, dy, a, true, ta) : (wf_matmul_ex)(g, a, dy, !ta, false);
-        dx[1] = wf__grad_unbroadcast(g, db, b);
+        dx[1] = wf__grad_unbroadcast(g, db, n, 1);
     }
     return 0;
 }
@@ -97,13 +97,18 @@ GRAD_FN(grad_reshape) /* reshape, expand_dims, squeeze, reshape_like: back to th
     return 0;
 }
 
-GRAD_FN(grad_transpose) /* the inverse permutation (n_axes 0: a reversal, its own inverse) */
+/* The inverse permutation, of the forward's normalised one: perm entries may be negative
+ * (counted from the end), and indexing 'inv' with one wrote outside it. */
+GRAD_FN(grad_transpose)
 {
     (void)need;
-    int k = n->attrs->n_axes, inv[WF_MAX_RANK];
-    for (int d = 0; d < k; d++)
-        inv[n->attrs->axes[d]] = d;
-    dx[0] = wf_transpose(g, dy, k ? inv : NULL, k);
+    int r = n->inputs[0]->shape.rank, perm[WF_MAX_RANK], inv[WF_MAX_RANK];
+    if (!wf__transpose_perm(n->attrs, r, perm)) /* inference accepted it: cannot happen */
+        return wf__graph_fail(g, WF_EINVAL, "wf_gradients: transpose '%s' has no permutation",
+                              n->name);
+    for (int d = 0; d < r; d++)
+        inv[perm[d]] = d;
+    dx[0] = wf_transpose(g, dy, inv, r);
     return 0;
 }
 
@@ -196,7 +201,16 @@ GRAD_FN(grad_pad) /* the middle of dy */
 GRAD_FN(grad_broadcast_to)
 {
     (void)need;
-    dx[0] = wf__grad_unbroadcast(g, dy, n->inputs[0]);
+    dx[0] = wf__grad_unbroadcast(g, dy, n, 0);
+    return 0;
+}
+
+/* sum_like(dx, ref)'s adjoint: dy (ref's shape) spread back over dx's shape. where(c, dy, dy)
+ * with c of dx's shape is that broadcast exactly, whatever the run-time shapes. */
+GRAD_FN(grad_sum_like)
+{
+    (void)need;
+    dx[0] = wf_where(g, wf_eq(g, X0, X0), dy, dy);
     return 0;
 }
 
@@ -327,6 +341,7 @@ const wf__grad_entry wf__grad_nn[] = {
     { &wf_op_stack, grad_stack },
     { &wf_op_pad, grad_pad },
     { &wf_op_broadcast_to, grad_broadcast_to },
+    { &wf_op_sum_like, grad_sum_like },
     { &wf_op_gather, grad_gather },
     { &wf_op_scatter_add, grad_scatter_add },
     { &wf_op_conv2d, grad_conv2d },

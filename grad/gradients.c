@@ -384,11 +384,57 @@ wf_node *wf__grad_scalar(wf_graph *g, const wf_node *like, double v)
     return (wf_scalar)(g, like->dtype, v);
 }
 
-wf_node *wf__grad_unbroadcast(wf_graph *g, wf_node *dx, const wf_node *x)
+/* The shapes input 'i' of 'n' was broadcast against, into 'peers' (their count returned):
+ * the other inputs; matmul's other operand with its matrix axes 1 (only the batch axes
+ * broadcast); broadcast_to's output. */
+static int broadcast_peers(const wf_node *n, int i, wf_shape *peers)
+{
+    if (n->op == &wf_op_broadcast_to) {
+        peers[0] = n->shape;
+        return 1;
+    }
+    int k = 0;
+    for (int j = 0; j < n->n_inputs && k < WF__UNBROADCAST_PEERS; j++) {
+        if (j == i)
+            continue;
+        peers[k] = n->inputs[j]->shape;
+        if (n->op == &wf_op_matmul)
+            for (int d = peers[k].rank - 2; d < peers[k].rank; d++)
+                if (d >= 0)
+                    peers[k].dims[d] = 1;
+        k++;
+    }
+    return k;
+}
+
+/* True when axis 'd' of dx (rank 'r') may or may not be summed depending on the run-time
+ * shapes: x's dimension there is unknown, dx's is not known to be 1, and some peer may
+ * broadcast x along it (its dimension there is not 1). */
+static bool open_axis(const wf_node *x, const wf_node *dx, const wf_shape *peers, int n_peers,
+                      int d)
+{
+    int r = dx->shape.rank, lead = r - x->shape.rank;
+    if (d < lead || x->shape.dims[d - lead] != -1 || dx->shape.dims[d] == 1)
+        return false;
+    for (int k = 0; k < n_peers; k++) {
+        int pd = d - (r - peers[k].rank);
+        if (pd >= 0 && peers[k].dims[pd] != 1)
+            return true;
+    }
+    return false;
+}
+
+wf_node *wf__grad_unbroadcast(wf_graph *g, wf_node *dx, const wf_node *n, int i)
 {
     if (!dx)
         return NULL;
+    const wf_node *x = n->inputs[i];
     int r = dx->shape.rank, k = x->shape.rank, lead = r - k;
+    wf_shape peers[WF__UNBROADCAST_PEERS];
+    int n_peers = broadcast_peers(n, i, peers);
+    for (int d = lead; d < r; d++)
+        if (open_axis(x, dx, peers, n_peers, d)) /* decided when the node runs */
+            return wf__sum_like(g, dx, wf__grad_mut(x));
     int axes[WF_MAX_RANK], m = 0;
     for (int d = lead; d < r; d++)
         if (x->shape.dims[d - lead] == 1 && dx->shape.dims[d] != 1)

@@ -39,10 +39,14 @@ extern const int wf__grad_math_len;
 extern const wf__grad_entry wf__grad_nn[];
 extern const int wf__grad_nn_len;
 
-/* 'dx' (a gradient with the broadcast shape of an op's output) summed back to the shape of
- * input 'x': over the leading axes x lacks and over the axes where x has size 1 and dx does
- * not. Returns dx itself when nothing is to sum, NULL on error (the graph's error set). */
-wf_node *wf__grad_unbroadcast(wf_graph *g, wf_node *dx, const wf_node *x);
+/* 'dx' (a gradient with the broadcast shape of node n's output) summed back to the shape of
+ * n's input 'i': over the leading axes the input lacks and over the axes where it has size 1
+ * and dx does not. Where a -1 dimension of the input leaves that open (it may be 1 when the
+ * graph runs while another input of n is not), one sum_like node (ops/like.c) decides from
+ * the run-time shapes; otherwise reduce_sum nodes, which sum the same way. Returns dx itself
+ * when nothing is to sum, NULL on error (the graph's error set). */
+#define WF__UNBROADCAST_PEERS 3 /* where() has the most inputs that broadcast */
+wf_node *wf__grad_unbroadcast(wf_graph *g, wf_node *dx, const wf_node *n, int i);
 
 /* A scalar constant of n's dtype. */
 wf_node *wf__grad_scalar(wf_graph *g, const wf_node *like, double v);

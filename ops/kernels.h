@@ -160,6 +160,13 @@ int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int 
  * Returns 0 or WF_EINVAL (an axis out of range or repeated) with a message. */
 int wf__reduce_shape(wf_shape x_shape, const int *axes, int n_axes, bool keepdims, wf_shape *out);
 
+/* prod's gradient: out (x's shape) = dy times the product of the other elements of each
+ * element's reduced range (the reduction of x over 'axes' with 'keepdims' has dy's shape);
+ * from prefix and suffix products in f64, so zeros in x give exact values, not NaN. x and
+ * dy floating of one dtype. */
+int wf__prod_grad_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims,
+                      const wf_tensor *x, const wf_tensor *dy, wf_tensor *out);
+
 int wf__sum_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims, const wf_tensor *x,
                 wf_tensor *out);
 int wf__mean_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims, const wf_tensor *x,

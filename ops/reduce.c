@@ -3,7 +3,8 @@
  * Owns: the op defs wf_op_sum ... wf_op_logsumexp (ops/table.h) and the public constructors
  *   of weft/ops.h's reduction section; and "unreduce" (wf__unreduce(), ops/table.h), which
  *   spreads a reduction's gradient back over its input's shape (read from the tensor when
- *   the node runs, so -1 dimensions work), dividing by the count for mean.
+ *   the node runs, so -1 dimensions work), dividing by the count for mean; and "prod_grad"
+ *   (wf__prod_grad()), prod's gradient as products of the other elements.
  * Invariants: a node's attrs hold its axes in canonical form whenever they are valid:
  *   non-negative, sorted, and n_axes 0 for "every axis" (also when all of them were listed),
  *   so that equal reductions have equal attribute bags (CSE, shared bags). Invalid axes are
@@ -196,26 +197,36 @@ wf_node *(wf_argmax)(wf_graph *g, wf_node *x, int axis)
 
 /* ---- unreduce: a reduction's gradient spread back over its input ------------------------- */
 
-/* Inputs dy (the reduced shape of x under the attrs) and x (only its shape is used). */
-static int infer_unreduce(wf_node *n, char *err, size_t errlen)
+/* dy has the shape of reducing x with 'a' (where both are known): unreduce's and prod_grad's
+ * check. */
+static int dy_fits(const wf_attrs *a, const wf_node *x, const wf_node *dy, char *err, size_t errlen)
 {
-    const wf_node *dy = n->inputs[0], *x = n->inputs[1];
-    if (!wf__ops_dtype_ok(dy->dtype, false))
-        return wf__ops_bad_dtype(n, 1, "dy", false, err, errlen);
     wf_shape r;
-    int rc = reduced_shape(n->attrs, x, &r, err, errlen);
+    int rc = reduced_shape(a, x, &r, err, errlen);
     if (rc < 0)
         return rc;
     bool fits = r.rank == dy->shape.rank;
     for (int d = 0; fits && d < r.rank; d++)
         fits = wf__ops_dims_fit(r.dims[d], dy->shape.dims[d]);
     if (!fits) {
-        char a[160], b[160], c[160];
+        char s1[160], s2[160], s3[160];
         snprintf(err, errlen, "dy is %s but reducing x of shape %s gives %s",
-                 wf_shape_str(dy->shape, a, sizeof a), wf_shape_str(x->shape, b, sizeof b),
-                 wf_shape_str(r, c, sizeof c));
+                 wf_shape_str(dy->shape, s1, sizeof s1), wf_shape_str(x->shape, s2, sizeof s2),
+                 wf_shape_str(r, s3, sizeof s3));
         return WF_ESHAPE;
     }
+    return 0;
+}
+
+/* Inputs dy (the reduced shape of x under the attrs) and x (only its shape is used). */
+static int infer_unreduce(wf_node *n, char *err, size_t errlen)
+{
+    const wf_node *dy = n->inputs[0], *x = n->inputs[1];
+    if (!wf__ops_dtype_ok(dy->dtype, false))
+        return wf__ops_bad_dtype(n, 1, "dy", false, err, errlen);
+    int rc = dy_fits(n->attrs, x, dy, err, errlen);
+    if (rc < 0)
+        return rc;
     n->dtype = dy->dtype;
     n->shape = x->shape;
     return 0;
@@ -302,4 +313,63 @@ wf_node *wf__unreduce(wf_graph *g, wf_node *dy, wf_node *x, const wf_attrs *redu
     a.alpha = mean ? 1 : 0;
     wf_node *in[2] = { dy, x };
     return wf__node_add(g, &wf_op_unreduce, in, 2, &a);
+}
+
+/* ---- prod_grad: prod's gradient ------------------------------------------------------------ */
+
+/* Inputs x and dy (the reduced shape of x under the attrs); the output has x's shape. */
+static int infer_prod_grad(wf_node *n, char *err, size_t errlen)
+{
+    const wf_node *x = n->inputs[0], *dy = n->inputs[1];
+    if (!wf__ops_dtype_ok(x->dtype, false))
+        return wf__ops_bad_dtype(n, 0, "x", false, err, errlen);
+    if (dy->dtype != x->dtype) {
+        snprintf(err, errlen, "x is %s but dy is %s", wf_dtype_name(x->dtype),
+                 wf_dtype_name(dy->dtype));
+        return WF_EDTYPE;
+    }
+    int rc = dy_fits(n->attrs, x, dy, err, errlen);
+    if (rc < 0)
+        return rc;
+    n->dtype = x->dtype;
+    n->shape = x->shape;
+    return 0;
+}
+
+static int kernel_prod_grad(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                            wf_tensor **out)
+{
+    int axes[WF_MAX_RANK];
+    int k = wf__ops_reduce_axes(n, axes);
+    wf_kctx kc = wf__ops_kctx(ctx);
+    return wf__prod_grad_cpu(&kc, k ? axes : NULL, k, n->attrs->keepdims, in[0], in[1], *out);
+}
+
+/* Three multiplies per element (prefix, suffix, dy). */
+static void cost_prod_grad(const wf_node *n, double *flops, double *bytes)
+{
+    *flops = 3 * wf__ops_numel(n->shape);
+    *bytes = wf__ops_bytes(n);
+}
+
+/* No CUDA twin: a NULL slot keeps the node on the host (placement). */
+const wf_op_def wf_op_prod_grad = {
+    .name = "prod_grad",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .infer = infer_prod_grad,
+    .kernel = { [WF_KERNEL_CPU] = kernel_prod_grad },
+    .cost = cost_prod_grad,
+    .flags = 0,
+};
+
+wf_node *wf__prod_grad(wf_graph *g, wf_node *x, wf_node *dy, const wf_attrs *reduce_attrs)
+{
+    wf_attrs a;
+    memset(&a, 0, sizeof a);
+    a.n_axes = reduce_attrs->n_axes;
+    memcpy(a.axes, reduce_attrs->axes, sizeof a.axes);
+    a.keepdims = reduce_attrs->keepdims;
+    wf_node *in[2] = { x, dy };
+    return wf__node_add(g, &wf_op_prod_grad, in, 2, &a);
 }

@@ -4,14 +4,20 @@
  * reduced axes (size-1 axes dropped, contiguous neighbours merged, which keeps the row-major
  * order of the reduced sub-block that argmax reports positions in).
  * Invariant (determinism): the reduced range of every output element is cut into fixed
- * blocks of RD_BLOCK positions; each block gives a partial (accumulated in runs along the
- * innermost reduced axis, unit-stride runs in 8 fixed lanes), and the partials are combined
- * in block order. Which worker computes a block never changes its bits, so results do not
+ * blocks of RD_BLOCK positions; each block gives a partial, and the partials are combined in
+ * block order. Within a block, a floating sum puts reduced position p in lane p % 8 and adds
+ * the 8 lanes in a fixed tree; the other ops fold positions one by one. Positions are the
+ * row-major order of the reduced axes (the logical order, never the memory order), so the
+ * bits depend on the values and the shape only, not on x's strides: a strided view and its
+ * contiguous copy reduce to the same bits (a pass that drops a copy changes nothing).
+ * Which worker computes a block never changes its bits, so results do not
  * depend on ctx->rt or its worker count; wf_parallel_for only decides who computes what.
  * Floating sums and products accumulate in f64, integer ones in wrapping 64-bit.
  * Sums and means down the columns of a row-major matrix take a column path (col_items) that
  * reads rows in order; it folds every output in the same order as the general path, so the
  * choice of path never changes a bit.
+ * prod_grad (prod's gradient) walks each output's reduced range in the same row-major order,
+ * with prefix and suffix products in f64.
  * Not here: elementwise kernels and the shared output check (elementwise_cpu.c). */
 #include "../core/error.h"
 #include "../core/tensor.h"
@@ -20,6 +26,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define RD_BLOCK   4096  /* reduced positions per partial: fixed, never from the worker count */
 #define RD_PAR_MIN 32768 /* a runtime splits reductions of more input elements than this */
@@ -30,6 +37,7 @@
 typedef struct acc {
     double v, s;
     int64_t iv, idx;
+    double l[8]; /* floating sums: lane k takes the reduced positions p with p % 8 == k */
 } acc;
 
 /* Folds 'n' elements at 'p' (stride 's' elements; the first is at reduced position 'pos'). */
@@ -62,21 +70,23 @@ typedef void (*rd_fn)(acc *a, const char *p, int64_t s, int64_t n, int64_t pos);
     static void sum_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
     {                                                                                \
         const T *x = (const T *)p;                                                   \
-        double t = 0;                                                                \
+        double l[8];                                                                 \
+        memcpy(l, a->l, sizeof l);                                                   \
+        int64_t i = 0;                                                               \
+        for (; i < n && ((pos + i) & 7); i++) /* up to a position of lane 0 */       \
+            l[(pos + i) & 7] += LOAD(x[i * s]);                                      \
         if (s == 1) {                                                                \
-            double l[8] = { 0 };                                                     \
-            int64_t i = 0;                                                           \
             for (; i + 8 <= n; i += 8)                                               \
                 for (int j = 0; j < 8; j++)                                          \
                     l[j] += LOAD(x[i + j]);                                          \
-            for (; i < n; i++)                                                       \
-                l[0] += LOAD(x[i]);                                                  \
-            t = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));   \
         } else {                                                                     \
-            for (int64_t i = 0; i < n; i++)                                          \
-                t += LOAD(x[i * s]);                                                 \
+            for (; i + 8 <= n; i += 8)                                               \
+                for (int j = 0; j < 8; j++)                                          \
+                    l[j] += LOAD(x[(i + j) * s]);                                    \
         }                                                                            \
-        a->v += t;                                                                   \
+        for (; i < n; i++)                                                           \
+            l[(pos + i) & 7] += LOAD(x[i * s]);                                      \
+        memcpy(a->l, l, sizeof l);                                                   \
     }                                                                                \
     static void prod_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos) \
     {                                                                                \
@@ -89,10 +99,10 @@ typedef void (*rd_fn)(acc *a, const char *p, int64_t s, int64_t n, int64_t pos);
     static void lse_##sfx(acc *a, const char *p, int64_t s, int64_t n, int64_t pos)  \
     {                                                                                \
         const T *x = (const T *)p;                                                   \
-        double t = 0, m = a->v;                                                      \
+        double t = a->s, m = a->v; /* in position order: no per-run partial */       \
         for (int64_t i = 0; i < n; i++)                                              \
             t += exp(LOAD(x[i * s]) - m);                                            \
-        a->s += t;                                                                   \
+        a->s = t;                                                                    \
     }
 
 #define RD_INT_RUNS(sfx, T)                                                          \
@@ -116,29 +126,40 @@ typedef void (*rd_fn)(acc *a, const char *p, int64_t s, int64_t n, int64_t pos);
     RD_EXTREME(min, sfx, T, int64_t, RD_ID, iv, INT_MIN_WINS)
 
 /* Column sums (see col_items): 'w' adjacent outputs at unit stride, rows [0, n) at stride
- * 'rs'. Each tmp[j] takes its rows in order from 0, exactly as sum_* folds one strided run,
- * so the column path gives the bits of the general one. */
+ * 'rs' (row 0 at a position of lane 0). Row r goes to lane r % 8 of its column, in order, so
+ * each lane sums exactly what sum_* gives that lane: the column path gives the bits of the
+ * general one. 'tmp' holds 8 lanes of w accumulators, lane-major. */
 typedef void (*rd_cols_fn)(const char *p, int64_t rs, int64_t n, int64_t w, void *tmp);
-#define RD_COLS_FN(sfx, T, LOAD, A)                                                    \
-    static void cols_##sfx(const char *p, int64_t rs, int64_t n, int64_t w, void *tmp) \
-    {                                                                                  \
-        const T *x = (const T *)p;                                                     \
-        A *t = tmp;                                                                    \
-        int64_t r = 0;                                                                 \
-        for (; r + 4 <= n; r += 4) { /* four rows per pass over t, still in order */   \
-            const T *x0 = x + r * rs, *x1 = x0 + rs, *x2 = x1 + rs, *x3 = x2 + rs;     \
-            for (int64_t j = 0; j < w; j++) {                                          \
-                A v = t[j];                                                            \
-                v += (A)LOAD(x0[j]);                                                   \
-                v += (A)LOAD(x1[j]);                                                   \
-                v += (A)LOAD(x2[j]);                                                   \
-                v += (A)LOAD(x3[j]);                                                   \
-                t[j] = v;                                                              \
-            }                                                                          \
-        }                                                                              \
-        for (; r < n; r++)                                                             \
-            for (int64_t j = 0; j < w; j++)                                            \
-                t[j] += (A)LOAD(x[r * rs + j]);                                        \
+#define RD_COLS_FN(sfx, T, LOAD, A)                                                     \
+    static void cols_##sfx(const char *p, int64_t rs, int64_t n, int64_t w, void *tmp)  \
+    {                                                                                   \
+        const T *x = (const T *)p;                                                      \
+        A *t = tmp;                                                                     \
+        int64_t r = 0;                                                                  \
+        for (; r + 32 <= n; r += 32) /* per lane, its next 4 rows in one pass over t */ \
+            for (int q = 0; q < 8; q++) {                                               \
+                const T *x0 = x + (r + q) * rs, *x1 = x0 + 8 * rs, *x2 = x1 + 8 * rs;   \
+                const T *x3 = x2 + 8 * rs;                                              \
+                A *tq = t + q * w;                                                      \
+                for (int64_t j = 0; j < w; j++) {                                       \
+                    A v = tq[j];                                                        \
+                    v += (A)LOAD(x0[j]);                                                \
+                    v += (A)LOAD(x1[j]);                                                \
+                    v += (A)LOAD(x2[j]);                                                \
+                    v += (A)LOAD(x3[j]);                                                \
+                    tq[j] = v;                                                          \
+                }                                                                       \
+            }                                                                           \
+        for (; r + 8 <= n; r += 8) /* eight rows per pass, one lane each */             \
+            for (int q = 0; q < 8; q++) {                                               \
+                const T *xr = x + (r + q) * rs;                                         \
+                A *tq = t + q * w;                                                      \
+                for (int64_t j = 0; j < w; j++)                                         \
+                    tq[j] += (A)LOAD(xr[j]);                                            \
+            }                                                                           \
+        for (; r < n; r++)                                                              \
+            for (int64_t j = 0; j < w; j++)                                             \
+                t[(r & 7) * w + j] += (A)LOAD(x[r * rs + j]);                           \
     }
 
 #define LOAD_F32(x)  ((double)(x))
@@ -298,8 +319,20 @@ int wf__reduce_shape(wf_shape x_shape, const int *axes, int n_axes, bool keepdim
     return 0;
 }
 
+/* The lanes' sum in a fixed tree. */
+static double lanes(const double *l)
+{
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 static void acc_init(const rd_plan *pl, acc *a)
 {
+    /* Lanes start at -0.0, the identity of IEEE addition (x + -0.0 is x for every x, -0.0
+     * included), so a sum of one element is that element: summing a size-1 axis changes no
+     * bit, and a static graph that sums an axis that is 1 at run time matches an eager one
+     * that does not. An empty range still gives +0.0 (v). */
+    for (int k = 0; k < 8; k++)
+        a->l[k] = -0.0;
     a->v = pl->op == WF__REDUCE_PROD ? 1.0 : 0.0;
     a->s = 0;
     a->iv = pl->op == WF__REDUCE_PROD ? 1 : 0;
@@ -348,6 +381,8 @@ static void block(const rd_plan *pl, int64_t o, int64_t b, acc *a)
     int64_t lo = b * RD_BLOCK, hi = lo + RD_BLOCK < pl->g.m ? lo + RD_BLOCK : pl->g.m;
     acc_init(pl, a);
     fold(pl, base, lo, hi, pl->pass1, a);
+    if ((pl->op == WF__REDUCE_SUM || pl->op == WF__REDUCE_MEAN) && !pl->is_int)
+        a->v = lanes(a->l);
     if (pl->pass2) {
         if (isfinite(a->v))
             fold(pl, base, lo, hi, pl->pass2, a);
@@ -449,23 +484,26 @@ static int col_items(void *ctx, int64_t lo, int64_t hi)
             off += (rem % pl->g.kdims[d]) * pl->g.kst[d];
             rem /= pl->g.kdims[d];
         }
-        double dsum[RD_COLS], dblk[RD_COLS];
-        uint64_t isum[RD_COLS], iblk[RD_COLS];
-        for (int64_t j = 0; j < w; j++) {
-            dsum[j] = 0;
-            isum[j] = 0;
-        }
+        double dsum[RD_COLS], dblk[8 * RD_COLS];
+        uint64_t isum[RD_COLS], iblk[8 * RD_COLS];
         for (int64_t b = 0; b < pl->nblocks; b++) {
             int64_t r0 = b * RD_BLOCK, n = pl->g.m - r0 < RD_BLOCK ? pl->g.m - r0 : RD_BLOCK;
             const char *p = pl->base + (off + r0 * pl->g.rst[0]) * pl->es;
-            for (int64_t j = 0; j < w; j++) {
-                dblk[j] = 0;
+            for (int64_t j = 0; j < 8 * w; j++) {
+                dblk[j] = -0.0; /* acc_init's lanes */
                 iblk[j] = 0;
             }
             pl->cols(p, pl->g.rst[0], n, w, pl->is_int ? (void *)iblk : (void *)dblk);
-            for (int64_t j = 0; j < w; j++) {
-                dsum[j] += dblk[j];
-                isum[j] += iblk[j];
+            for (int64_t j = 0; j < w; j++) { /* the block's partial, then block order */
+                double l[8];
+                uint64_t iv = 0;
+                for (int q = 0; q < 8; q++) {
+                    l[q] = dblk[q * w + j];
+                    iv += iblk[q * w + j];
+                }
+                double v = lanes(l);
+                dsum[j] = b == 0 ? v : dsum[j] + v;
+                isum[j] = b == 0 ? iv : isum[j] + iv;
             }
         }
         for (int64_t j = 0; j < w; j++) {
@@ -574,6 +612,127 @@ int wf__reduce_cpu(const wf_kctx *ctx, wf__reduce_kind op, const int *axes, int 
     }
     free(pl.part);
     return rc;
+}
+
+/* ---- prod's gradient --------------------------------------------------------------------- */
+
+/* The plan of wf__prod_grad_cpu: the kept and the reduced axes of x (in x's order, so the
+ * reduced positions are visited in row-major order), with x's and out's strides on each. */
+typedef struct pg_plan {
+    int kr, rr, dr;
+    int64_t kdims[WF_MAX_RANK], kx[WF_MAX_RANK], ko[WF_MAX_RANK];
+    int64_t rdims[WF_MAX_RANK], rx[WF_MAX_RANK], ro[WF_MAX_RANK];
+    int64_t ddims[WF_MAX_RANK], dst[WF_MAX_RANK]; /* dy's shape and strides */
+    int64_t m;                                    /* reduced positions per output */
+    const wf_tensor *x, *dy;
+    wf_tensor *out;
+} pg_plan;
+
+/* Outputs [lo, hi): for each, the prefix products of its reduced range in order and the
+ * suffix products backwards, so out = dy * (prefix before it * suffix after it): exact where
+ * x holds zeros, where dy * y / x gives inf or NaN. Products in f64, in the forward's order. */
+static int pg_items(void *ctx, int64_t lo, int64_t hi)
+{
+    const pg_plan *pl = ctx;
+    size_t xes = wf_dtype_size(pl->x->dtype), oes = wf_dtype_size(pl->out->dtype);
+    double *v = malloc((size_t)(2 * pl->m) * sizeof *v), *suf = v ? v + pl->m : NULL;
+    int64_t *oo = malloc((size_t)(pl->m ? pl->m : 1) * sizeof *oo);
+    if (!v || !oo) {
+        free(v);
+        free(oo);
+        return wf__err(WF_ENOMEM, "prod_grad: no memory for %lld positions", (long long)pl->m);
+    }
+    for (int64_t o = lo; o < hi; o++) {
+        int64_t bx = 0, bo = 0, bd = 0, rem = o;
+        for (int d = pl->kr - 1; d >= 0; d--) {
+            int64_t i = rem % pl->kdims[d];
+            rem /= pl->kdims[d];
+            bx += i * pl->kx[d];
+            bo += i * pl->ko[d];
+        }
+        rem = o;
+        for (int d = pl->dr - 1; d >= 0; d--) {
+            bd += (rem % pl->ddims[d]) * pl->dst[d];
+            rem /= pl->ddims[d];
+        }
+        double dy = wf__load_f64(pl->dy->dtype, pl->dy->data + bd * (int64_t)xes);
+        int64_t idx[WF_MAX_RANK] = { 0 }, ox = bx, oq = bo;
+        for (int64_t p = 0; p < pl->m; p++) {
+            v[p] = wf__load_f64(pl->x->dtype, pl->x->data + ox * (int64_t)xes);
+            oo[p] = oq;
+            for (int d = pl->rr - 1; d >= 0; d--) { /* next position, row-major */
+                ox += pl->rx[d];
+                oq += pl->ro[d];
+                if (++idx[d] < pl->rdims[d])
+                    break;
+                ox -= pl->rdims[d] * pl->rx[d];
+                oq -= pl->rdims[d] * pl->ro[d];
+                idx[d] = 0;
+            }
+        }
+        suf[pl->m - 1] = 1.0;
+        for (int64_t p = pl->m - 2; p >= 0; p--)
+            suf[p] = suf[p + 1] * v[p + 1];
+        double pre = 1.0;
+        for (int64_t p = 0; p < pl->m; p++) {
+            wf__store_f64(pl->out->dtype, pl->out->data + oo[p] * (int64_t)oes,
+                          dy * (pre * suf[p]));
+            pre *= v[p];
+        }
+    }
+    free(v);
+    free(oo);
+    return 0;
+}
+
+int wf__prod_grad_cpu(const wf_kctx *ctx, const int *axes, int n_axes, bool keepdims,
+                      const wf_tensor *x, const wf_tensor *dy, wf_tensor *out)
+{
+    bool mask[WF_MAX_RANK];
+    wf_shape ds;
+    char s1[160], s2[160], s3[160];
+    if (!x || !dy || !wf_dtype_is_float(x->dtype) || dy->dtype != x->dtype)
+        return wf__err(WF_EDTYPE, "prod_grad: x is %s and dy %s (floating, equal dtypes)",
+                       x ? wf_dtype_name(x->dtype) : "NULL",
+                       dy ? wf_dtype_name(dy->dtype) : "NULL");
+    int rc = axes_mask("prod_grad", x->shape, axes, n_axes, mask);
+    if (rc == 0)
+        rc = wf__reduce_shape(x->shape, axes, n_axes, keepdims, &ds);
+    if (rc == 0 && !wf_shape_equal(ds, dy->shape))
+        rc = wf__err(WF_ESHAPE, "prod_grad: dy is %s but reducing x of shape %s gives %s",
+                     wf_shape_str(dy->shape, s1, sizeof s1), wf_shape_str(x->shape, s2, sizeof s2),
+                     wf_shape_str(ds, s3, sizeof s3));
+    if (rc == 0)
+        rc = wf__kernel_check_out("prod_grad", out, x->dtype, x->shape);
+    if (rc < 0)
+        return rc;
+    pg_plan pl = { .x = x, .dy = dy, .out = out, .m = 1, .dr = dy->shape.rank };
+    int64_t nout = 1;
+    for (int d = 0; d < x->shape.rank; d++) {
+        int64_t dim = x->shape.dims[d];
+        if (mask[d]) {
+            pl.m *= dim;
+            pl.rdims[pl.rr] = dim;
+            pl.rx[pl.rr] = x->strides[d];
+            pl.ro[pl.rr++] = out->strides[d];
+        } else {
+            nout *= dim;
+            pl.kdims[pl.kr] = dim;
+            pl.kx[pl.kr] = x->strides[d];
+            pl.ko[pl.kr++] = out->strides[d];
+        }
+    }
+    for (int d = 0; d < pl.dr; d++) {
+        pl.ddims[d] = dy->shape.dims[d];
+        pl.dst[d] = dy->strides[d];
+    }
+    if (nout == 0 || pl.m == 0)
+        return 0;
+    if (ctx && ctx->rt && nout * pl.m > RD_PAR_MIN) {
+        int64_t grain = RD_PAR_MIN / 2 / pl.m;
+        return wf_parallel_for(ctx->rt, 0, nout, grain > 0 ? grain : 1, pg_items, &pl);
+    }
+    return pg_items(&pl, 0, nout);
 }
 
 #define REDUCE_ENTRY(name, OP)                                                           \

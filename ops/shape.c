@@ -191,10 +191,9 @@ wf_node *(wf_squeeze)(wf_graph *g, wf_node *x, int axis)
 
 /* ---- transpose ----------------------------------------------------------------------------- */
 
-/* The permutation of 'n' for input rank 'r' into 'perm'; false if it is not one. */
-static bool transpose_perm(const wf_node *n, int r, int *perm)
+bool wf__transpose_perm(const wf_attrs *a, int r, int *perm)
 {
-    int k = n->attrs->n_axes;
+    int k = a->n_axes;
     if (k == 0) {
         for (int d = 0; d < r; d++)
             perm[d] = r - 1 - d;
@@ -204,7 +203,7 @@ static bool transpose_perm(const wf_node *n, int r, int *perm)
         return false;
     bool seen[WF_MAX_RANK] = { false };
     for (int d = 0; d < r; d++) {
-        int p = n->attrs->axes[d];
+        int p = a->axes[d];
         if (p < 0)
             p += r;
         if (p < 0 || p >= r || seen[p])
@@ -219,7 +218,7 @@ static int infer_transpose(wf_node *n, char *err, size_t errlen)
 {
     const wf_node *x = n->inputs[0];
     int r = x->shape.rank, perm[WF_MAX_RANK];
-    if (!transpose_perm(n, r, perm)) {
+    if (!wf__transpose_perm(n->attrs, r, perm)) {
         char s1[160], p[200];
         size_t k = 0;
         p[0] = '\0';
@@ -246,7 +245,7 @@ static int kernel_transpose(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
 {
     wf_kctx k = wf__ops_kctx(ctx);
     int perm[WF_MAX_RANK], r = in[0]->shape.rank;
-    if (!transpose_perm(n, r, perm))
+    if (!wf__transpose_perm(n->attrs, r, perm))
         return wf__err(WF_EINVAL, "transpose: bad permutation for rank %d", r);
     return wf__transpose_cpu(&k, perm, r, in[0], *out);
 }

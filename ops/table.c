@@ -44,6 +44,7 @@ const wf_op_def *const wf__ops_table[] = {
     &wf_op_argmax,
     &wf_op_logsumexp,
     &wf_op_unreduce,
+    &wf_op_prod_grad,
     &wf_op_matmul,
     &wf_op_softmax,
     &wf_op_log_softmax,
@@ -59,6 +60,7 @@ const wf_op_def *const wf__ops_table[] = {
     &wf_op_pad,
     &wf_op_broadcast_to,
     &wf_op_reshape_like,
+    &wf_op_sum_like,
     &wf_op_gather,
     &wf_op_one_hot,
     /* Convolution and pooling (ops/conv.c, ops/pool.c). */

@@ -42,12 +42,21 @@ extern const wf_op_def wf_op_sum, wf_op_mean, wf_op_max, wf_op_min, wf_op_prod, 
  *   x's tensor when the node runs), divided by the reduced count when 'mean'; its attrs are
  *   the reduction's plus alpha 1 for mean.
  * reshape_like (ops/like.c): dy's elements, row-major, in the shape of 'ref' (from its
- *   tensor when the node runs). */
-extern const wf_op_def wf_op_unreduce, wf_op_reshape_like;
+ *   tensor when the node runs).
+ * sum_like (ops/like.c): dx, a gradient in a broadcast shape, summed back to the shape of
+ *   'ref' (from its tensor when the node runs): over the leading axes ref lacks and the axes
+ *   where ref has size 1 and dx does not. No CUDA kernel.
+ * prod_grad (ops/reduce.c): the gradient of prod(x) over 'reduce_attrs' (n_axes, axes,
+ *   keepdims) for dy of the reduced shape: dy times the product of the other elements of
+ *   each element's reduced range, from prefix and suffix products (exact where x has zeros,
+ *   where dy y / x is NaN). No CUDA kernel: a NULL slot keeps the node on the host. */
+extern const wf_op_def wf_op_unreduce, wf_op_reshape_like, wf_op_sum_like, wf_op_prod_grad;
 struct wf_attrs;
 wf_node *wf__unreduce(wf_graph *g, wf_node *dy, wf_node *x, const struct wf_attrs *reduce_attrs,
                       bool mean);
 wf_node *wf__reshape_like(wf_graph *g, wf_node *dy, wf_node *ref);
+wf_node *wf__sum_like(wf_graph *g, wf_node *dx, wf_node *ref);
+wf_node *wf__prod_grad(wf_graph *g, wf_node *x, wf_node *dy, const struct wf_attrs *reduce_attrs);
 /* Matrix products (ops/matmul.c). */
 extern const wf_op_def wf_op_matmul;
 /* matmul with a GEMM epilogue (ops/matmul.c): a plan-only op that runtime/pass_epilogue.c
@@ -60,6 +69,12 @@ extern const wf_op_def wf_op_softmax, wf_op_log_softmax, wf_op_softmax_cross_ent
 /* Shape ops (ops/shape.c; attributes listed in its header). */
 extern const wf_op_def wf_op_reshape, wf_op_expand_dims, wf_op_squeeze, wf_op_transpose,
     wf_op_slice, wf_op_split, wf_op_concat, wf_op_stack, wf_op_pad, wf_op_broadcast_to;
+/* transpose (ops/shape.c): the permutation a transpose node with attributes 'a' applies to
+ * an input of rank 'r', into 'perm[0..r)', every entry made non-negative (the constructor
+ * keeps negative entries, which count from the end; n_axes 0: the axes reversed). False when
+ * 'a' is not a permutation of r axes. Inference, the kernel and the gradient all read the
+ * permutation through it. */
+bool wf__transpose_perm(const struct wf_attrs *a, int r, int *perm);
 /* Indexing (ops/index.c). */
 extern const wf_op_def wf_op_gather, wf_op_one_hot;
 /* Convolution and pooling (ops/conv.c, ops/pool.c). */

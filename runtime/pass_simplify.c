@@ -14,13 +14,13 @@
  *     own static shape -> the input; cast to the input's dtype -> the input;
  *   - sum(broadcast_to(x)) over exactly the broadcast axes, f32: the sum adds k equal f32
  *     values in double, which is exact (k < 2^24), then rounds once, as an f32 multiply by k
- *     rounds the exact product once; the sum starts from +0.0, so it gives +0.0 where x is
- *     -0.0: the rewrite is reshape(x) * k + 0.0, the same bits, and the k-fold broadcast is
- *     never made. (f64 sums of k copies round at each step, so they keep their broadcast.)
- * Never: a rewrite that makes a node read a variable it did not read (passes.h: updates are
- *   ordered after the readers the graph had), or that touches a node that is not
- *   replaceable (control edges, stateful, updates).
- * Not here: the other passes (pass_*.c), the framework (passes.c). */
+ *     rounds the exact product once; the sum starts from -0.0 (ops/reduce_cpu.c), so it
+ *     gives -0.0 where x is -0.0, as the product does: the rewrite is reshape(x) * k, the
+ *     same bits, and the k-fold broadcast is never made. (f64 sums of k copies round at each step,
+ * so they keep their broadcast.) Never: a rewrite that makes a node read a variable it did not read
+ * (passes.h: updates are ordered after the readers the graph had), or that touches a node that is
+ * not replaceable (control edges, stateful, updates). Not here: the other passes (pass_*.c), the
+ * framework (passes.c). */
 #include "../ops/table.h"
 #include "passes.h"
 
@@ -119,7 +119,7 @@ static wf_node *scalar_f32(wf__pass_ctx *c, int32_t for_id, float v)
     return k;
 }
 
-/* sum(broadcast_to(x)) -> reshape(x) * k + 0.0 (file header); NULL when it does not apply. */
+/* sum(broadcast_to(x)) -> reshape(x) * k (file header); NULL when it does not apply. */
 static wf_node *sum_of_broadcast(wf__pass_ctx *c, int32_t id, const wf_node *n, const wf_node *b)
 {
     if (b->op != &wf_op_broadcast_to || n->dtype != WF_F32)
@@ -164,10 +164,7 @@ static wf_node *sum_of_broadcast(wf__pass_ctx *c, int32_t id, const wf_node *n, 
             !(v = wf__pass_make(c, id, &wf_op_mul, in, 2, NULL, NULL, false, WF__RW_SIMPLIFIED)))
             return NULL;
     }
-    wf_node *zero = scalar_f32(c, id, 0.0f);
-    wf_node *in[2] = { v, zero };
-    return zero ? wf__pass_make(c, id, &wf_op_add, in, 2, NULL, NULL, false, WF__RW_SIMPLIFIED)
-                : NULL;
+    return v;
 }
 
 /* What node 'id' simplifies to, or NULL. May make new nodes. */

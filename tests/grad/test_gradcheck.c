@@ -173,6 +173,34 @@ Test(gradcheck, reductions)
     reduce_cases("logsumexp", (wf_reduce_logsumexp), -2, 2, false);
 }
 
+/* prod with zeros in x (issue 18: its gradient was dy y / x, NaN there): prod is linear in
+ * each element, so the central differences are exact up to rounding at and around 0. */
+Test(gradcheck, prod_with_zeros_every_axis)
+{
+    const red_case cs[] = { { (wf_reduce_prod), 0, { 0 }, false },
+                            { (wf_reduce_prod), 1, { 1 }, false },
+                            { (wf_reduce_prod), 1, { -1 }, true },
+                            { (wf_reduce_prod), 2, { 0, 2 }, false },
+                            { (wf_reduce_prod), 2, { 2, 0 }, true } };
+    for (int z = 0; z < 3; z++) {
+        double v[24];
+        uint64_t st = 31 + (uint64_t)z;
+        for (int i = 0; i < 24; i++)
+            v[i] = 0.5 + (double)wf_test_rand_below(&st, 1001) / 1000.0;
+        v[7] = 0; /* one zero */
+        if (z >= 1)
+            v[4] = 0; /* two in one range for every axis setting that reduces axis 2 */
+        if (z == 2)
+            v[19] = v[3] = 0;
+        for (int k = 0; k < 5; k++) {
+            gc_in in[] = { { WF_SHAPE(2, 3, 4), 0, 0, false, 0, v } };
+            char name[64];
+            snprintf(name, sizeof name, "prod with zeros %d case %d", z, k);
+            gradcheck(name, apply_reduce, &cs[k], 1, in, 250 + (uint64_t)k);
+        }
+    }
+}
+
 /* ---- matmul ------------------------------------------------------------------------------ */
 
 typedef struct mm_case {
@@ -275,6 +303,10 @@ static wf_node *shape_ops(wf_graph *g, wf_node *const *x, const void *ctx)
         return wf_broadcast_to(g, x[1], WF_SHAPE(4, 2, 3, 2));
     case 8:
         return wf_squeeze(g, wf_expand_dims(g, v, 1), 1);
+    case 9: { /* negative entries count from the end (issue 18: the gradient ignored that) */
+        static const int perm[] = { -1, 0, -2 };
+        return wf_transpose(g, v, perm, 3);
+    }
     default:
         return NULL;
     }
@@ -282,7 +314,7 @@ static wf_node *shape_ops(wf_graph *g, wf_node *const *x, const void *ctx)
 
 Test(gradcheck, shape_ops)
 {
-    for (int k = 0; k <= 8; k++) {
+    for (int k = 0; k <= 9; k++) {
         gc_in in[] = { { WF_SHAPE(2, 3, 4), -2, 2, false, 0, NULL },
                        { WF_SHAPE(2, 3, 2), -2, 2, false, 0, NULL } };
         char name[32];

@@ -35,6 +35,15 @@ static bool in_table(const wf_op_def *op)
     return false;
 }
 
+#ifdef WF_HAVE_CUDA
+/* Backward helpers without a CUDA twin (ops/table.h says so of each): a NULL slot keeps
+ * their nodes on the host. */
+static bool host_only(const wf_op_def *op)
+{
+    return op == &wf_op_prod_grad || op == &wf_op_sum_like;
+}
+#endif
+
 Test(ops_internal_ops, table_is_valid_and_every_entry_has_a_cpu_kernel_and_a_cost)
 {
     cr_assert_eq(wf__op_check_table(wf__ops_table, wf__ops_table_len), 0, "%s", wf_last_errmsg());
@@ -42,8 +51,11 @@ Test(ops_internal_ops, table_is_valid_and_every_entry_has_a_cpu_kernel_and_a_cos
     for (size_t i = 0; i < wf__ops_table_len; i++) {
         const wf_op_def *op = wf__ops_table[i];
         cr_assert_not_null(op->kernel[WF_KERNEL_CPU], "%s has no CPU kernel", op->name);
-#ifdef WF_HAVE_CUDA /* every op has a CUDA twin (ops/cuda_kernels.h) */
-        cr_assert_not_null(op->kernel[WF_KERNEL_CUDA], "%s has no CUDA kernel", op->name);
+#ifdef WF_HAVE_CUDA /* every op has a CUDA twin (ops/cuda_kernels.h) but the host-only helpers */
+        if (!host_only(op))
+            cr_assert_not_null(op->kernel[WF_KERNEL_CUDA], "%s has no CUDA kernel", op->name);
+        else
+            cr_assert_null(op->kernel[WF_KERNEL_CUDA], "%s is host-only", op->name);
 #else
         cr_assert_null(op->kernel[WF_KERNEL_CUDA], "%s: built without CUDA", op->name);
 #endif
@@ -149,6 +161,8 @@ Test(ops_internal_ops, every_constructor_makes_a_node_of_a_table_op_and_covers_t
         wf_one_hot(g, y, 3, WF_F32),
         wf__unreduce(g, wf_sum(g, x), x, &(wf_attrs){ 0 }, false),
         wf__reshape_like(g, w, x4),
+        wf__prod_grad(g, x, wf_prod(g, x), &(wf_attrs){ 0 }),
+        wf__sum_like(g, wf_add(g, x, w), x),
         wf_conv2d(g, img, k33, NULL),
         wf_conv2d_backward_input(g, wf_conv2d(g, img, k33, NULL), k33, WF_SHAPE(-1, 2, 6, 6), NULL),
         wf_conv2d_backward_filter(g, img, wf_conv2d(g, img, k33, NULL), WF_SHAPE(3, 2, 3, 3), NULL),
