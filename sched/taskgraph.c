@@ -57,6 +57,13 @@ struct wf_taskgraph {
     _Atomic int32_t *pending;
     _Atomic int32_t *later;    /* per node: arrivals of a WF_TASK_LATER node (see above) */
     _Atomic int32_t *later_rc; /* per node: the result given to wf_taskgraph_complete() */
+    /* tracing: the graph's id, its runs so far, the op kind of each node (wf_taskgraph_set_kind,
+     * 'nkinds' entries) and, when the runtime traces, the predecessor that made each node
+     * ready in this run (-1: none, a root) */
+    uint32_t id, runs;
+    const char **kinds;
+    int nkinds;
+    int32_t *ready_by;
     /* a run */
     _Atomic int running;
     _Atomic int64_t remaining;
@@ -95,6 +102,7 @@ int wf_taskgraph_create(wf_runtime *rt, wf_taskgraph **out)
         return wf__err(WF_ENOMEM, "wf_taskgraph_create: no memory");
     g->rt = rt;
     g->dirty = true;
+    g->id = atomic_fetch_add_explicit(&rt->graph_ids, 1, memory_order_relaxed) + 1;
     if (wf_group_init(&g->own, rt) < 0) {
         free(g);
         return WF_EINVAL;
@@ -110,6 +118,8 @@ static void free_compiled(wf_taskgraph *g)
     free((void *)g->pending);
     free((void *)g->later);
     free((void *)g->later_rc);
+    free(g->ready_by);
+    g->ready_by = NULL;
     g->succ = g->roots = NULL;
     g->pending = g->later = g->later_rc = NULL;
 }
@@ -123,8 +133,45 @@ void wf_taskgraph_destroy(wf_taskgraph *g)
         free(g->chunks[c]);
     free(g->chunks);
     free(g->edges);
+    free(g->kinds);
     wf_group_deinit(&g->own);
     free(g);
+}
+
+int wf_taskgraph_set_kind(wf_taskgraph *g, int id, const char *kind)
+{
+    if (!g)
+        return wf__err(WF_EINVAL, "wf_taskgraph_set_kind: g is NULL");
+    if (id < 0 || id >= g->n)
+        return gerr(g, WF_EINVAL, "wf_taskgraph_set_kind: node %d of a graph of %d nodes", id,
+                    g->n);
+    if (atomic_load_explicit(&g->running, memory_order_acquire))
+        return gerr(g, WF_EBUSY, "wf_taskgraph_set_kind: the graph is running");
+    if (id >= g->nkinds) {
+        int cap = g->nkinds ? g->nkinds : 64;
+        while (cap <= id)
+            cap *= 2;
+        const char **k = realloc(g->kinds, (size_t)cap * sizeof *k);
+        if (!k)
+            return gerr(g, WF_ENOMEM, "wf_taskgraph_set_kind: no memory");
+        memset(k + g->nkinds, 0, (size_t)(cap - g->nkinds) * sizeof *k);
+        g->kinds = k;
+        g->nkinds = cap;
+    }
+    g->kinds[id] = kind;
+    return 0;
+}
+
+void wf__graph_trace_ctx(const wf__task *t, wf__tctx *out)
+{
+    const wf_taskgraph *g = t->owner;
+    int i = (int)t->node;
+    out->kind = i < g->nkinds ? g->kinds[i] : NULL;
+    out->graph = g->id;
+    out->run = g->runs - 1;
+    out->node = i;
+    out->after = g->ready_by ? g->ready_by[i] : -1;
+    out->chunk = false;
 }
 
 int wf_taskgraph_node_count(const wf_taskgraph *g)
@@ -301,7 +348,10 @@ static int compile(wf_taskgraph *g)
     g->later = calloc((size_t)(n ? n : 1), sizeof *g->later);
     g->later_rc = calloc((size_t)(n ? n : 1), sizeof *g->later_rc);
     int *cur = malloc((size_t)(n ? n : 1) * sizeof *cur);
-    if (!g->succ || !g->pending || !g->roots || !g->later || !g->later_rc || !cur) {
+    if (g->rt->trace_cap)
+        g->ready_by = malloc((size_t)(n ? n : 1) * sizeof *g->ready_by);
+    if (!g->succ || !g->pending || !g->roots || !g->later || !g->later_rc || !cur ||
+        (g->rt->trace_cap && !g->ready_by)) {
         free(cur);
         free_compiled(g);
         return gerr(g, WF_ENOMEM, "wf_taskgraph: no memory to compile %d nodes", n);
@@ -318,6 +368,8 @@ static int compile(wf_taskgraph *g)
         sum += outdeg;
         atomic_init(&g->pending[i], t->npred);
         atomic_init(&t->cancel, 0);
+        if (g->ready_by)
+            g->ready_by[i] = -1;
         if (!t->npred)
             g->roots[nroots++] = i;
     }
@@ -360,6 +412,7 @@ int wf_taskgraph_submit(wf_taskgraph *g, wf_group *grp)
         return 0;
     }
     g->grp = x;
+    g->runs++; /* read by the nodes of this run: pushing them publishes it */
     atomic_store_explicit(&g->remaining, g->n, memory_order_relaxed);
     if (wf__group_add(x, (uint32_t)g->n) < 0) {
         atomic_store_explicit(&g->running, 0, memory_order_release);
@@ -404,6 +457,8 @@ static wf__task *release_successors(wf_taskgraph *g, wf__worker *w, const wf__ta
             atomic_store_explicit(&st->cancel, 1, memory_order_relaxed);
         if (atomic_fetch_sub_explicit(&g->pending[s], 1, memory_order_acq_rel) == 1) {
             atomic_store_explicit(&g->pending[s], st->npred, memory_order_relaxed);
+            if (g->ready_by)
+                g->ready_by[s] = (int32_t)t->node; /* the last predecessor: 's' is ours now */
             if (!keep && w)
                 keep = st;
             else if (w)
@@ -467,9 +522,12 @@ void wf__graph_run_node(wf__worker *w, wf__task *t)
             }
         }
         WF_PROBE3(task_end, w->index, t->name, rc);
-        if (w->ring)
+        if (w->ring) {
+            wf__tctx c;
+            wf__graph_trace_ctx(t, &c);
             wf__trace_event(w, WF__EV_TASK, t0 - rt->t_start, wf__now_ns() - rt->t_start, t->name,
-                            (uint32_t)rc);
+                            (uint32_t)rc, &c);
+        }
         WF__INC(w, tasks_run, 1);
         if (WF_UNLIKELY(rc == WF_TASK_LATER)) {
             if (atomic_fetch_add_explicit(&g->later[i], 1, memory_order_acq_rel) == 0)
