@@ -136,11 +136,12 @@ typedef struct wf__tev {
     uint32_t type, arg;
     char name[24];
     /* A graph node (or a parallel_for chunk of one, 'chunk'): the op kind given to
-     * wf_taskgraph_set_kind() (copied, "" if none), the graph, its run, the node, and the
-     * predecessor whose end made it ready (-1: a root). 'graph' 0: not a graph node. */
+     * wf_taskgraph_set_kind() (copied, "" if none), the graph, its run, the node, the
+     * predecessor whose end made it ready and the one with the longest chain of work before
+     * it (-1: a root). 'graph' 0: not a graph node. */
     char kind[24];
     uint32_t graph, run;
-    int32_t node, after;
+    int32_t node, after, crit;
     bool chunk;
 } wf__tev;
 
@@ -148,7 +149,7 @@ typedef struct wf__tev {
 typedef struct wf__tctx {
     const char *kind;
     uint32_t graph, run;
-    int32_t node, after;
+    int32_t node, after, crit;
     bool chunk;
 } wf__tctx;
 

@@ -5,12 +5,14 @@
  * oldest events. Names and op kinds are copied into the event (at most 23 bytes, cut at a
  * UTF-8 character boundary), so the trace stays valid after the tasks' own strings are gone.
  * The format (what weft-trace reads): a task event ("cat":"task", "ph":"X") of a graph node
- * has args {"rc", "kind", "graph", "run", "node", "after"}: "after" is the predecessor whose
- * end made the node ready (-1 for a root), so the chain of "after"s from a run's last node is
- * that run's critical path; a parallel_for chunk run for a node has {"kind", "graph", "run",
- * "node", "chunk":1} instead of "after". Steals are instants ("cat":"steal", args "victim",
- * "task"), parks and actor turns ("cat":"park" / "actor", args "messages") are spans.
- * Not here: deciding what to record (worker.c, taskgraph.c, actor.c, pfor.c). */
+ * has args {"rc", "kind", "graph", "run", "node", "after", "crit"}: "after" is the
+ * predecessor whose end made the node ready, "crit" the predecessor with the longest chain of
+ * measured work (node durations) before it (-1 for a root; sched/taskgraph.c finds it as the
+ * node becomes ready), so following "crit" back from the node with the most work gives the
+ * run's critical path, its longest chain of dependent work. A parallel_for chunk run for a
+ * node has {"kind", "graph", "run", "node", "chunk":1} instead. Steals are instants ("cat":"steal",
+ * args "victim", "task"), parks and actor turns ("cat":"park" / "actor", args "messages") are
+ * spans. Not here: deciding what to record (worker.c, taskgraph.c, actor.c, pfor.c). */
 #include "internal.h"
 
 #include <errno.h>
@@ -49,6 +51,7 @@ void wf__trace_event(wf__worker *w, uint32_t type, uint64_t t0, uint64_t t1, con
         e->run = ctx->run;
         e->node = ctx->node;
         e->after = ctx->after;
+        e->crit = ctx->crit;
         e->chunk = ctx->chunk;
     } else {
         e->kind[0] = '\0';
@@ -131,7 +134,7 @@ int wf_runtime_trace_write(wf_runtime *rt, const char *path)
                     if (e->chunk)
                         fputs(",\"chunk\":1", f);
                     else
-                        fprintf(f, ",\"after\":%d", e->after);
+                        fprintf(f, ",\"after\":%d,\"crit\":%d", e->after, e->crit);
                 }
                 fputs("}}", f);
             }

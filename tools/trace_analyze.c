@@ -9,10 +9,11 @@
  *   parks are the part of it spent asleep;
  * - a step: one run of one task graph (args "graph", "run"); by default the graph with the
  *   most runs (a training loop's step);
- * - the critical path of a step: from the node that ended last, back through each node's
- *   "after" (the predecessor whose end released it) to a root. Each link's wait is the time
- *   from the predecessor's end to the node's start (a ready node waiting for a worker); the
- *   path's task time plus its waits is the step's length from its first start.
+ * - the critical path of a step: its longest chain of dependent work (trace_data.h), found
+ *   from the "crit" links the trace carries. Each link's wait is the time from the
+ *   predecessor's end to the node's start (a ready node waiting for a worker, or for another
+ *   predecessor that ended later). Traces without "crit" follow "after" (the predecessor
+ *   whose end released the node) back from the run's last node instead.
  * Not here: reading the file (trace_parse.c), printing (trace_report.c, trace_svg.c). */
 #include "trace_data.h"
 
@@ -157,36 +158,47 @@ static int sweep(const tr_trace *t, const int *ekind, tr_summary *s, double *sel
     return 0;
 }
 
-/* The critical path of run 'r' (see the top) into 'out' (room for r->nodes); returns its
- * length, and sets '*cut' when a predecessor's event is missing. 'map' has room for the
- * run's node ids. */
+/* The node event that 'e' links back to (its "crit", or its "after" without one) in the
+ * run mapped by 'map', or 'none'; '*missing' when it links to an event not in the trace. */
+static size_t link_of(const tr_event *e, const size_t *map, size_t mapcap, bool *missing)
+{
+    int32_t l = e->crit >= -1 ? e->crit : e->after;
+    *missing = l >= 0 && ((size_t)l >= mapcap || map[l] == (size_t)-1);
+    return l >= 0 && !*missing ? map[l] : (size_t)-1;
+}
+
+/* The critical path of run 'r' (trace_data.h) into 'out' (room for r->nodes); returns its
+ * length, and sets '*cut' when a predecessor's event is missing (overwritten in the ring).
+ * 'map' and 'work' have room for the run's node ids. Events of a run are in start order,
+ * and a node starts after its predecessors end, so one pass sums the chains. */
 static int critical_path(const tr_trace *t, const tr_summary *s, const tr_run *r, size_t *map,
-                         size_t mapcap, tr_path_node *out, bool *cut)
+                         double *work, size_t mapcap, tr_path_node *out, bool *cut)
 {
     const size_t none = (size_t)-1;
     for (size_t i = 0; i < mapcap; i++)
         map[i] = none;
-    size_t last = none;
+    size_t end = none;
     for (size_t k = 0; k < r->count; k++) {
         size_t i = s->by_run[r->first + k];
         const tr_event *e = &t->ev[i];
         if (e->chunk || e->node < 0 || (size_t)e->node >= mapcap)
             continue;
+        bool missing;
+        size_t l = link_of(e, map, mapcap, &missing);
+        work[e->node] = e->dur + (l != none ? work[t->ev[l].node] : 0);
         map[e->node] = i;
-        if (last == none || e->ts + e->dur > t->ev[last].ts + t->ev[last].dur)
-            last = i;
+        /* the end: the most work behind it; without "crit", the last to end */
+        if (end == none || (e->crit >= -1 ? work[e->node] > work[t->ev[end].node]
+                                          : e->ts + e->dur > t->ev[end].ts + t->ev[end].dur))
+            end = i;
     }
     int n = 0;
     *cut = false;
-    for (size_t cur = last; cur != none && n < r->nodes;) {
+    for (size_t cur = end; cur != none && n < r->nodes;) {
         const tr_event *e = &t->ev[cur];
-        size_t prev = none;
-        if (e->after >= 0) {
-            if ((size_t)e->after < mapcap)
-                prev = map[e->after];
-            if (prev == none)
-                *cut = true;
-        }
+        bool missing;
+        size_t prev = link_of(e, map, mapcap, &missing);
+        *cut |= missing;
         double from = prev != none ? t->ev[prev].ts + t->ev[prev].dur : r->t0;
         out[n++] = (tr_path_node){ cur, e->ts - from };
         cur = prev;
@@ -327,18 +339,20 @@ static int steps(const tr_trace *t, const tr_opts *o, tr_summary *s, const int *
     /* Every step's critical path: by kind, and the shown step's in full. */
     size_t mapcap = (size_t)maxnode + 1;
     size_t *map = malloc(mapcap * sizeof *map);
+    double *work = malloc(mapcap * sizeof *work);
     tr_path_node *path = malloc((size_t)(maxnodes ? maxnodes : 1) * sizeof *path);
     s->path = malloc((size_t)(maxnodes ? maxnodes : 1) * sizeof *s->path);
     double *pk = calloc((size_t)t->nstr, sizeof *pk);
-    if (!map || !path || !s->path || !pk) {
+    if (!map || !work || !path || !s->path || !pk) {
         free(map);
+        free(work);
         free(path);
         free(pk);
         return -1;
     }
     for (size_t i = first; i < end; i++) {
         bool cut;
-        int n = critical_path(t, s, &s->runs[i], map, mapcap, path, &cut);
+        int n = critical_path(t, s, &s->runs[i], map, work, mapcap, path, &cut);
         for (int k = 0; k < n; k++) {
             const tr_event *e = &t->ev[path[k].ev];
             pk[ekind[path[k].ev]] += e->dur;
@@ -349,6 +363,7 @@ static int steps(const tr_trace *t, const tr_opts *o, tr_summary *s, const int *
             memcpy(s->path, path, (size_t)n * sizeof *path);
             s->npath = n;
             s->path_cut = cut;
+            s->by_after = n > 0 && t->ev[path[n - 1].ev].crit < -1;
         }
     }
     int nk = 0;
@@ -362,6 +377,7 @@ static int steps(const tr_trace *t, const tr_opts *o, tr_summary *s, const int *
         qsort(s->pkind, (size_t)s->npkind, sizeof *s->pkind, by_total);
     }
     free(map);
+    free(work);
     free(path);
     free(pk);
     return s->pkind ? 0 : -1;

@@ -23,6 +23,7 @@ typedef struct tr_event {
     uint32_t graph; /* 0: not a graph node */
     uint32_t run;
     int32_t node, after;
+    int32_t crit; /* -2: the trace does not say (older traces: 'after' stands in) */
 } tr_event;
 
 typedef struct tr_thread {
@@ -82,6 +83,11 @@ typedef struct tr_path_node {
     double wait; /* from its predecessor's end (or the run's start) to its start */
 } tr_path_node;
 
+/* A step's critical path is its longest chain of dependent work: from the node whose chain of
+ * measured durations (its own and its critical predecessors', "crit" in the trace) is the
+ * longest, back through "crit" to a root. Its work (the durations' sum) is the step's span:
+ * no schedule of the same node times on any number of workers finishes sooner. */
+
 typedef struct tr_summary {
     double t0, t1; /* the trace's extent */
     double busy;   /* all workers' busy time */
@@ -101,7 +107,9 @@ typedef struct tr_summary {
     bool path_cut;       /* a predecessor's event was not in the trace (overwritten) */
     tr_kind_stat *pkind; /* time on the critical paths of all steps, by kind */
     int npkind;
-    double path_busy_all, step_total_all; /* over all steps: path task time, step time */
+    double path_busy_all, step_total_all; /* over all steps: path work, step time */
+    bool by_after; /* the trace has no "crit": the path follows "after" (what released each
+                    * node) from the run's last node instead */
 } tr_summary;
 
 typedef struct tr_opts {

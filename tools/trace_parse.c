@@ -385,7 +385,7 @@ static bool intern_to(parser *ps, const char *s, size_t n, int *id)
 typedef struct raw_event {
     int name, cat, ph, kind, thread_name; /* string ids or -1 */
     bool has_ts, has_dur, has_tid, chunk;
-    double ts, dur, tid, graph, run, node, after;
+    double ts, dur, tid, graph, run, node, after, crit;
 } raw_event;
 
 static bool event_args(parser *ps, raw_event *e)
@@ -415,6 +415,8 @@ static bool event_args(parser *ps, raw_event *e)
             ok = integer(ps, "node", 0, 2147483647.0, &e->node);
         else if (key_is(k, kl, "after"))
             ok = integer(ps, "after", -1, 2147483647.0, &e->after);
+        else if (key_is(k, kl, "crit"))
+            ok = integer(ps, "crit", -1, 2147483647.0, &e->crit);
         else if (key_is(k, kl, "chunk"))
             ok = number(ps, &d) && ((e->chunk = d != 0), true);
         else
@@ -458,7 +460,9 @@ static bool event(parser *ps, size_t index)
     const char *start = (ws(ps), ps->p);
     if (!eat(ps, '{'))
         return expected(ps, "an event object");
-    raw_event e = { .name = -1, .cat = -1, .ph = -1, .kind = -1, .thread_name = -1, .after = -1 };
+    raw_event e = {
+        .name = -1, .cat = -1, .ph = -1, .kind = -1, .thread_name = -1, .after = -1, .crit = -2
+    };
     bool has_graph = false;
     if (!eat(ps, '}')) {
         for (;;) {
@@ -530,7 +534,8 @@ static bool event(parser *ps, size_t index)
                      .graph = has_graph ? (uint32_t)e.graph : 0,
                      .run = (uint32_t)e.run,
                      .node = (int32_t)e.node,
-                     .after = (int32_t)e.after };
+                     .after = (int32_t)e.after,
+                     .crit = (int32_t)e.crit };
     if (o->name < 0)
         return fail(ps, start, "no memory for the string table");
     o->cat = str_is(t, e.cat, "task")    ? TR_TASK

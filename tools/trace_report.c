@@ -90,9 +90,13 @@ void tr_report_text(FILE *f, const tr_trace *t, const tr_summary *s, const char 
             wait += s->path[i].wait;
         }
         fprintf(f,
-                "critical path of run %u (%.3f ms; the chain of last-finishing predecessors "
-                "from its last node): %d nodes, %.3f ms running, %.3f ms waiting%s\n",
-                r->run, (r->t1 - r->t0) / 1e3, s->npath, busy / 1e3, wait / 1e3,
+                "critical path of run %u, a step of %.3f ms: %s: %d nodes, %.3f ms of work, "
+                "%.3f ms of waits before them%s\n",
+                r->run, (r->t1 - r->t0) / 1e3,
+                s->by_after ? "the chain of the predecessors that released each node, from the "
+                              "run's last (the trace has no \"crit\" links)"
+                            : "its longest chain of dependent work (the span)",
+                s->npath, busy / 1e3, wait / 1e3,
                 s->path_cut ? " (cut: an earlier node's event was overwritten in the ring)" : "");
         fprintf(f, "  %10s %10s %9s %6s  %-22s %s\n", "start us", "dur us", "wait us", "worker",
                 "kind", "node");
@@ -107,7 +111,7 @@ void tr_report_text(FILE *f, const tr_trace *t, const tr_summary *s, const char 
                     s->path[i].wait, e->tid, e->kind >= 0 ? t->str[e->kind] : "", t->str[e->name]);
         }
         fprintf(f,
-                "time on the critical paths of all %ld steps: %.1f%% of the steps' time; by "
+                "the critical paths' work in all %ld steps: %.1f%% of the steps' time; by "
                 "kind:",
                 s->steps, pct(s->path_busy_all, s->step_total_all));
         for (int i = 0; i < s->npkind && i < 8; i++)
@@ -182,8 +186,9 @@ void tr_report_json(FILE *f, const tr_trace *t, const tr_summary *s, const char 
     json_kinds(f, t, s->pkind, s->npkind, false);
     fprintf(f,
             "},\"critical_path\":{\"graph\":%u,\"run\":%u,\"t0_us\":%.3f,\"t1_us\":%.3f,"
-            "\"cut\":%s,\"nodes\":[",
-            r->graph, r->run, r->t0, r->t1, s->path_cut ? "true" : "false");
+            "\"cut\":%s,\"by\":\"%s\",\"nodes\":[",
+            r->graph, r->run, r->t0, r->t1, s->path_cut ? "true" : "false",
+            s->by_after ? "after" : "crit");
     for (int i = 0; i < s->npath; i++) {
         const tr_event *e = &t->ev[s->path[i].ev];
         fprintf(f, "%s{\"name\":", i ? "," : "");

@@ -21,6 +21,7 @@
 #define LANE_H   34
 #define LANE_GAP 8
 #define NCOLORS  10
+#define LEGEND_W 250 /* px per legend item */
 
 /* Tableau 10, without its grey, which marks the other kinds. */
 static const char *const palette[NCOLORS] = {
@@ -61,6 +62,18 @@ void tr_xml_text(FILE *f, const char *s)
             fwrite(p, 1, (size_t)n, f);
         p += n;
     }
+}
+
+/* Cuts 's' to at most 'max' bytes, before a character rather than inside one. */
+static void cut_utf8(char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n <= max)
+        return;
+    n = max;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--; /* s[n] continues a character: cut before that character starts */
+    s[n] = '\0';
 }
 
 /* A tick step of 1, 2 or 5 times a power of ten giving about 'want' ticks over 'range'. */
@@ -161,7 +174,7 @@ int tr_svg_write(const char *path, const char *trace_path, const tr_trace *t, co
     int lanes_h = s->nworkers * (LANE_H + LANE_GAP);
     int axis_y = TOP + lanes_h + 4;
     int nlegend = norder + others + 2; /* + parked + critical path */
-    int per_row = (WIDTH - LEFT - RIGHT) / 200;
+    int per_row = (WIDTH - LEFT - RIGHT) / LEGEND_W;
     int legend_y = axis_y + 52;
     int height = legend_y + ((nlegend + per_row - 1) / per_row) * 22 + 16;
     fprintf(f,
@@ -228,20 +241,29 @@ int tr_svg_write(const char *path, const char *trace_path, const tr_trace *t, co
             tr_xml_text(f, t->str[kind]);
             fprintf(f, "): %.2f us%s</title></rect>\n", e->dur,
                     onpath[d[k].ev] ? ", on the critical path" : "");
-            if (wd > 70 && depth == 0) { /* a label where it fits: ~6.6 px a character */
-                int chars = (int)((wd - 8) / 6.6);
-                char lab[64];
-                snprintf(lab, sizeof lab, "%.*s", chars < 63 ? chars : 63, t->str[e->name]);
-                size_t ll = strlen(lab);
-                while (ll > 0 && ((unsigned char)lab[ll] & 0xC0) == 0x80)
-                    lab[--ll] = '\0'; /* never cut a character in two */
-                fprintf(f,
-                        "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"#111\" "
-                        "pointer-events=\"none\">",
-                        x0 + 4, y + LANE_H - 8);
-                tr_xml_text(f, lab);
-                fprintf(f, "</text>\n");
-            }
+        }
+        /* Labels after the boxes, so that none is drawn over; each in the part of its box
+         * before the first box nested in it, at ~7 px a character. */
+        for (size_t k = 0; k < nd; k++) {
+            const tr_event *e = &t->ev[d[k].ev];
+            if (e->tid != w->tid || d[k].depth != 0 || (e->cat != TR_TASK && e->cat != TR_ACTOR))
+                continue;
+            double end = e->ts + e->dur;
+            if (k + 1 < nd && t->ev[d[k + 1].ev].tid == e->tid && t->ev[d[k + 1].ev].ts < end)
+                end = t->ev[d[k + 1].ev].ts; /* the first nested box */
+            double x0 = X(e->ts < w0 ? w0 : e->ts), x1 = X(end > w1 ? w1 : end);
+            int chars = (int)((x1 - x0 - 8) / 7);
+            if (chars < 4)
+                continue;
+            char lab[64];
+            snprintf(lab, sizeof lab, "%s", t->str[e->name]);
+            cut_utf8(lab, (size_t)chars);
+            fprintf(f,
+                    "<text x=\"%.2f\" y=\"%d\" font-size=\"11\" fill=\"#111\" "
+                    "pointer-events=\"none\">",
+                    x0 + 4, y + LANE_H - 8);
+            tr_xml_text(f, lab);
+            fprintf(f, "</text>\n");
         }
         fprintf(f, "</g>\n");
     }
@@ -265,7 +287,7 @@ int tr_svg_write(const char *path, const char *trace_path, const tr_trace *t, co
     /* legend */
     fprintf(f, "<g class=\"legend\">\n");
     for (int i = 0; i < nlegend; i++) {
-        int x = LEFT + (i % per_row) * 200, y = legend_y + (i / per_row) * 22;
+        int x = LEFT + (i % per_row) * LEGEND_W, y = legend_y + (i / per_row) * 22;
         const char *label, *fill = "white", *extra = "";
         char ms[48];
         if (i < norder) {
@@ -284,11 +306,9 @@ int tr_svg_write(const char *path, const char *trace_path, const tr_trace *t, co
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\"%s/>\n", x, y,
                 fill, extra);
         fprintf(f, "<text x=\"%d\" y=\"%d\">", x + 20, y + 12);
-        char cut[28]; /* a legend item is 200 px wide */
+        char cut[64]; /* a legend item is LEGEND_W px wide: room for its time too */
         snprintf(cut, sizeof cut, "%s", label);
-        size_t cl = strlen(cut);
-        while (cl > 0 && ((unsigned char)cut[cl] & 0xC0) == 0x80)
-            cut[--cl] = '\0';
+        cut_utf8(cut, i < norder ? 22 : 30);
         tr_xml_text(f, cut);
         if (i < norder) {
             snprintf(ms, sizeof ms, " %.0f us", ktime[order[i]]);

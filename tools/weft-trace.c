@@ -11,7 +11,8 @@
  *   name, busy_us, idle_us, park_us, parks, tasks, steals}]; transfers (as ops, the copy, send
  *   and recv kinds); steps (null without graph runs, else {graph, runs, mean_us, median_us,
  *   min_us, max_us, critical_path_share, critical_path_kinds}); critical_path {graph, run,
- *   t0_us, t1_us, cut, nodes [{name, kind, node, tid, ts_us, dur_us, wait_us}]}.
+ *   t0_us, t1_us, cut, by ("crit", or "after" for traces without crit links), nodes [{name,
+ *   kind, node, tid, ts_us, dur_us, wait_us}]}.
  * trace_analyze.c defines each number.
  * Owns: the command line. The reading, the numbers and the outputs are trace_*.c. */
 #include "trace_data.h"

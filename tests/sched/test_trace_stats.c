@@ -358,7 +358,7 @@ static int busy_node(void *arg)
 /* The fields of the trace event of node 'name' in run 'run' (a line of the file). */
 typedef struct node_event {
     double ts, dur;
-    int after;
+    int after, crit;
     bool kind_ok;
 } node_event;
 
@@ -378,8 +378,9 @@ static node_event find_node_event(const char *text, const char *name, int run)
             continue;
         node_event e = { 0 };
         const char *ts = strstr(line, "\"ts\":"), *dur = strstr(line, "\"dur\":"),
-                   *after = strstr(line, "\"after\":");
-        cr_assert(ts && dur && after, "event without ts, dur or after: %s", line);
+                   *after = strstr(line, "\"after\":"), *crit = strstr(line, "\"crit\":");
+        cr_assert(ts && dur && after && crit, "event without ts, dur, after or crit: %s", line);
+        e.crit = (int)strtol(crit + 7, NULL, 10);
         e.ts = strtod(ts + 5, NULL);
         e.dur = strtod(dur + 6, NULL);
         e.after = (int)strtol(after + 8, NULL, 10);
@@ -390,10 +391,11 @@ static node_event find_node_event(const char *text, const char *name, int run)
     return (node_event){ 0 };
 }
 
-/* A diamond a -> (b, c) -> d, run twice: every node event names its kind, graph, run and
- * node, and d's "after" is whichever of b and c ended last (what weft-trace follows back as
- * the critical path); the root a has none (-1). */
-Test(sched_trace, graph_node_events_name_their_kind_run_and_the_predecessor_that_ended_last)
+/* A diamond a -> (b, c) -> d, run twice, b 3 ms long and c 1 us: every node event names its
+ * kind, graph, run and node; d's "after" is whichever of b and c ended last, and its "crit"
+ * (what weft-trace follows back as the critical path) is b, the one with more work before
+ * d, whichever ended last; the root a has neither (-1). */
+Test(sched_trace, graph_node_events_name_their_kind_run_and_critical_predecessor)
 {
     wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .trace_events = 4096 });
     wf_taskgraph *tg;
@@ -423,6 +425,9 @@ Test(sched_trace, graph_node_events_name_their_kind_run_and_the_predecessor_that
                    c = find_node_event(text, "tg_c", run), d = find_node_event(text, "tg_d", run);
         cr_assert(a.kind_ok && b.kind_ok && c.kind_ok && d.kind_ok, "a kind is missing");
         cr_assert_eq(a.after, -1, "run %d: the root's after is %d", run, a.after);
+        cr_assert_eq(a.crit, -1, "run %d: the root's crit is %d", run, a.crit);
+        cr_assert_eq(c.crit, 0, "run %d: c's crit is %d", run, c.crit);
+        cr_assert_eq(d.crit, 1, "run %d: d's crit is %d, not the slow b", run, d.crit);
         cr_assert_eq(b.after, 0, "run %d: b's after is %d", run, b.after);
         int last = b.ts + b.dur >= c.ts + c.dur ? 1 : 2;
         cr_assert_eq(d.after, last, "run %d: d's after is %d, but node %d ended last", run, d.after,

@@ -7,8 +7,9 @@ each mode as its own test; see tests/CMakeLists.txt).
              tick labels
   summary    weft-trace --json on weft-train's --trace: the op kinds' times add up to the
              busy time computed here from the trace (the union of each worker's task and
-             actor spans) within 1%, and the critical path is a chain of "after" links in
-             one run of the trace, ending at that run's last node
+             actor spans) within 1%, and the critical path is a chain of "crit" links in one
+             run of the trace, ending at the node with the longest such chain of work (summed
+             here from the trace), its durations adding up to that work
   truncated  a trace cut short (inside a string, between events, before the last bracket),
              or with a bad byte, is refused: exit status 1 and a message with the offset; a
              hand-written one (a bare array, escapes, surrogate pairs) is read
@@ -123,29 +124,40 @@ def mode_summary(weft_train, weft_trace, tmp):
     check(abs(s["busy_us"] - busy) <= 0.01 * busy, f"busy_us {s['busy_us']} vs {busy}")
     chunks = sum(1 for e in trace["traceEvents"] if e.get("args", {}).get("chunk"))
     print(f"{chunks} parallel_for chunk events")
-    # the critical path: consecutive nodes linked by "after", all in one run, the last the
-    # run's last node to end
+    # the critical path: consecutive nodes linked by "crit", all in one run, ending at the
+    # node with the most work behind it (its duration plus its crit's, recursively)
     cp = s["critical_path"]
     nodes = cp["nodes"]
-    check(len(nodes) >= 2, f"a critical path of {len(nodes)} nodes")
+    check(cp["by"] == "crit" and len(nodes) >= 2, f"a critical path of {len(nodes)} nodes by {cp['by']}")
     run_ev = [e for e in trace["traceEvents"]
               if e.get("args", {}).get("graph") == cp["graph"]
               and e["args"].get("run") == cp["run"] and not e["args"].get("chunk")]
     by_node = {e["args"]["node"]: e for e in run_ev}
-    last = max(run_ev, key=lambda e: e["ts"] + e["dur"])
-    check(nodes[-1]["node"] == last["args"]["node"],
-          f"the path ends at node {nodes[-1]['node']}, the run's last is {last['args']['node']}")
-    check(by_node[nodes[0]["node"]]["args"]["after"] == -1, "the path does not start at a root")
+    work = {}
+
+    def work_of(n):
+        if n not in work:
+            c = by_node[n]["args"]["crit"]
+            work[n] = by_node[n]["dur"] + (work_of(c) if c >= 0 else 0)
+        return work[n]
+    most = max(by_node, key=work_of)
+    check(nodes[-1]["node"] == most,
+          f"the path ends at node {nodes[-1]['node']}, the most work is behind node {most}")
+    check(by_node[nodes[0]["node"]]["args"]["crit"] == -1, "the path does not start at a root")
     for a, b in zip(nodes, nodes[1:]):
-        check(by_node[b["node"]]["args"]["after"] == a["node"],
-              f"node {b['node']} follows {a['node']} on the path but its after is "
-              f"{by_node[b['node']]['args']['after']}")
+        check(by_node[b["node"]]["args"]["crit"] == a["node"],
+              f"node {b['node']} follows {a['node']} on the path but its crit is "
+              f"{by_node[b['node']]['args']['crit']}")
+    span = sum(n["dur_us"] for n in nodes)
+    check(abs(span - work_of(most)) <= 1e-6 * work_of(most) + 0.01,
+          f"the path's durations add up to {span}, its work is {work_of(most)}")
     check(s["steps"]["runs"] >= 30, f"{s['steps']['runs']} runs of the step graph")
     r = run([weft_trace, out["trace"]])
     check(r.returncode == 0 and "critical path of run" in r.stdout and "time per op kind"
           in r.stdout and "stolen %" in r.stdout, "the table lacks a section")
     print(r.stdout)
-    print(f"ok: op kinds {ops:.3f} us = busy {busy:.3f} us; a path of {len(nodes)} nodes")
+    print(f"ok: op kinds {ops:.3f} us = busy {busy:.3f} us; a path of {len(nodes)} nodes, "
+          f"{span:.3f} us of work")
 
 
 def mode_truncated(weft_train, weft_trace, tmp):
