@@ -305,29 +305,64 @@ static bool literal(parser *ps, const char *word)
 
 static bool skip_value(parser *ps, int depth);
 
-/* '{' or '[' already eaten: the members or elements up to the closing bracket. */
-static bool skip_container(parser *ps, char close, int depth)
+/* Reads one member's value; 'k' (not NUL-terminated) is its key. */
+typedef bool (*member_fn)(parser *ps, const char *k, size_t kl, void *ctx);
+
+/* An object: '{', then each member's key, ':' and the value (read by 'fn'), up to '}'.
+ * 'what' names it in messages. Every object of the file is read by this loop. */
+static bool object(parser *ps, const char *what, member_fn fn, void *ctx)
+{
+    if (!eat(ps, '{')) {
+        char b[64];
+        snprintf(b, sizeof b, "'{' to open %s", what);
+        return expected(ps, b);
+    }
+    if (eat(ps, '}'))
+        return true;
+    for (;;) {
+        const char *k;
+        size_t kl;
+        if (!string(ps, &k, &kl))
+            return false;
+        if (!eat(ps, ':'))
+            return expected(ps, "':' after a key");
+        if (!fn(ps, k, kl, ctx))
+            return false;
+        if (eat(ps, '}'))
+            return true;
+        if (!eat(ps, ',')) {
+            char b[64];
+            snprintf(b, sizeof b, "',' or '}' in %s", what);
+            return expected(ps, b);
+        }
+    }
+}
+
+static bool skip_member(parser *ps, const char *k, size_t kl, void *depth)
+{
+    (void)k;
+    (void)kl;
+    return skip_value(ps, *(int *)depth);
+}
+
+/* An object or array nested 'depth' deep, its values checked and dropped. */
+static bool skip_container(parser *ps, int depth)
 {
     if (depth > MAX_DEPTH)
         return fail(ps, ps->p, "values nested more than %d deep", MAX_DEPTH);
-    if (eat(ps, close))
+    int inner = depth + 1;
+    if (*ps->p == '{')
+        return object(ps, "an object", skip_member, &inner);
+    ps->p++; /* '[' */
+    if (eat(ps, ']'))
         return true;
     for (;;) {
-        if (close == '}') {
-            const char *k;
-            size_t kl;
-            if (!string(ps, &k, &kl))
-                return false;
-            if (!eat(ps, ':'))
-                return expected(ps, "':' after a key");
-        }
-        if (!skip_value(ps, depth + 1))
+        if (!skip_value(ps, inner))
             return false;
-        if (eat(ps, close))
+        if (eat(ps, ']'))
             return true;
         if (!eat(ps, ','))
-            return expected(ps,
-                            close == '}' ? "',' or '}' in an object" : "',' or ']' in an array");
+            return expected(ps, "',' or ']' in an array");
     }
 }
 
@@ -341,11 +376,8 @@ static bool skip_value(parser *ps, int depth)
     double d;
     switch (*ps->p) {
     case '{':
-        ps->p++;
-        return skip_container(ps, '}', depth);
     case '[':
-        ps->p++;
-        return skip_container(ps, ']', depth);
+        return skip_container(ps, depth);
     case '"':
         return string(ps, &k, &kl);
     case 't':
@@ -388,46 +420,53 @@ typedef struct raw_event {
     double ts, dur, tid, graph, run, node, after, crit;
 } raw_event;
 
-static bool event_args(parser *ps, raw_event *e)
+static bool arg_member(parser *ps, const char *k, size_t kl, void *ctx)
 {
-    if (!eat(ps, '{'))
-        return expected(ps, "an object as \"args\"");
-    if (eat(ps, '}'))
-        return true;
-    for (;;) {
-        const char *k, *v;
-        size_t kl, vl;
-        if (!string(ps, &k, &kl))
-            return false;
-        if (!eat(ps, ':'))
-            return expected(ps, "':' after a key");
-        double d;
-        bool ok;
-        if (key_is(k, kl, "kind"))
-            ok = string(ps, &v, &vl) && intern_to(ps, v, vl, &e->kind);
-        else if (key_is(k, kl, "name"))
-            ok = string(ps, &v, &vl) && intern_to(ps, v, vl, &e->thread_name);
-        else if (key_is(k, kl, "graph"))
-            ok = integer(ps, "graph", 0, 4294967295.0, &e->graph);
-        else if (key_is(k, kl, "run"))
-            ok = integer(ps, "run", 0, 4294967295.0, &e->run);
-        else if (key_is(k, kl, "node"))
-            ok = integer(ps, "node", 0, 2147483647.0, &e->node);
-        else if (key_is(k, kl, "after"))
-            ok = integer(ps, "after", -1, 2147483647.0, &e->after);
-        else if (key_is(k, kl, "crit"))
-            ok = integer(ps, "crit", -1, 2147483647.0, &e->crit);
-        else if (key_is(k, kl, "chunk"))
-            ok = number(ps, &d) && ((e->chunk = d != 0), true);
-        else
-            ok = skip_value(ps, 2);
-        if (!ok)
-            return false;
-        if (eat(ps, '}'))
-            return true;
-        if (!eat(ps, ','))
-            return expected(ps, "',' or '}' in \"args\"");
-    }
+    raw_event *e = ctx;
+    const char *v;
+    size_t vl;
+    double d;
+    if (key_is(k, kl, "kind"))
+        return string(ps, &v, &vl) && intern_to(ps, v, vl, &e->kind);
+    if (key_is(k, kl, "name"))
+        return string(ps, &v, &vl) && intern_to(ps, v, vl, &e->thread_name);
+    if (key_is(k, kl, "graph"))
+        return integer(ps, "graph", 0, 4294967295.0, &e->graph);
+    if (key_is(k, kl, "run"))
+        return integer(ps, "run", 0, 4294967295.0, &e->run);
+    if (key_is(k, kl, "node"))
+        return integer(ps, "node", 0, 2147483647.0, &e->node);
+    if (key_is(k, kl, "after"))
+        return integer(ps, "after", -1, 2147483647.0, &e->after);
+    if (key_is(k, kl, "crit"))
+        return integer(ps, "crit", -1, 2147483647.0, &e->crit);
+    if (key_is(k, kl, "chunk"))
+        return number(ps, &d) && ((e->chunk = d != 0), true);
+    int depth = 2;
+    return skip_member(ps, k, kl, &depth);
+}
+
+static bool event_member(parser *ps, const char *k, size_t kl, void *ctx)
+{
+    raw_event *e = ctx;
+    const char *v;
+    size_t vl;
+    if (key_is(k, kl, "name"))
+        return string(ps, &v, &vl) && intern_to(ps, v, vl, &e->name);
+    if (key_is(k, kl, "cat"))
+        return string(ps, &v, &vl) && intern_to(ps, v, vl, &e->cat);
+    if (key_is(k, kl, "ph"))
+        return string(ps, &v, &vl) && intern_to(ps, v, vl, &e->ph);
+    if (key_is(k, kl, "ts"))
+        return (e->has_ts = true) && number(ps, &e->ts);
+    if (key_is(k, kl, "dur"))
+        return (e->has_dur = true) && number(ps, &e->dur);
+    if (key_is(k, kl, "tid"))
+        return (e->has_tid = true) && integer(ps, "tid", -2147483648.0, 2147483647.0, &e->tid);
+    if (key_is(k, kl, "args"))
+        return object(ps, "\"args\"", arg_member, e);
+    int depth = 1;
+    return skip_member(ps, k, kl, &depth);
 }
 
 static bool add_thread(tr_trace *t, int tid, int name)
@@ -458,49 +497,17 @@ static bool str_is(const tr_trace *t, int id, const char *s)
 static bool event(parser *ps, size_t index)
 {
     const char *start = (ws(ps), ps->p);
-    if (!eat(ps, '{'))
-        return expected(ps, "an event object");
-    raw_event e = {
-        .name = -1, .cat = -1, .ph = -1, .kind = -1, .thread_name = -1, .after = -1, .crit = -2
-    };
-    bool has_graph = false;
-    if (!eat(ps, '}')) {
-        for (;;) {
-            const char *k, *v;
-            size_t kl, vl;
-            if (!string(ps, &k, &kl))
-                return false;
-            if (!eat(ps, ':'))
-                return expected(ps, "':' after a key");
-            bool ok;
-            if (key_is(k, kl, "name"))
-                ok = string(ps, &v, &vl) && intern_to(ps, v, vl, &e.name);
-            else if (key_is(k, kl, "cat"))
-                ok = string(ps, &v, &vl) && intern_to(ps, v, vl, &e.cat);
-            else if (key_is(k, kl, "ph"))
-                ok = string(ps, &v, &vl) && intern_to(ps, v, vl, &e.ph);
-            else if (key_is(k, kl, "ts"))
-                ok = (e.has_ts = true) && number(ps, &e.ts);
-            else if (key_is(k, kl, "dur"))
-                ok = (e.has_dur = true) && number(ps, &e.dur);
-            else if (key_is(k, kl, "tid"))
-                ok = (e.has_tid = true) && integer(ps, "tid", -2147483648.0, 2147483647.0, &e.tid);
-            else if (key_is(k, kl, "args")) {
-                e.graph = -1;
-                ok = event_args(ps, &e);
-                has_graph = e.graph >= 0;
-                if (!has_graph)
-                    e.graph = 0;
-            } else
-                ok = skip_value(ps, 1);
-            if (!ok)
-                return false;
-            if (eat(ps, '}'))
-                break;
-            if (!eat(ps, ','))
-                return expected(ps, "',' or '}' in an event");
-        }
-    }
+    raw_event e = { .name = -1,
+                    .cat = -1,
+                    .ph = -1,
+                    .kind = -1,
+                    .thread_name = -1,
+                    .graph = -1,
+                    .after = -1,
+                    .crit = -2 };
+    if (!object(ps, "an event", event_member, &e))
+        return false;
+    bool has_graph = e.graph >= 0;
     tr_trace *t = ps->t;
     if (str_is(t, e.ph, "M")) { /* metadata: thread names are the lanes' names */
         if (str_is(t, e.name, "thread_name") && e.has_tid &&
@@ -564,6 +571,18 @@ static bool events(parser *ps)
     }
 }
 
+static bool events(parser *ps);
+
+static bool doc_member(parser *ps, const char *k, size_t kl, void *seen)
+{
+    if (!key_is(k, kl, "traceEvents")) {
+        int depth = 1;
+        return skip_member(ps, k, kl, &depth);
+    }
+    *(bool *)seen = true;
+    return events(ps);
+}
+
 static bool document(parser *ps)
 {
     ws(ps);
@@ -571,27 +590,9 @@ static bool document(parser *ps)
         if (!events(ps))
             return false;
     } else {
-        if (!eat(ps, '{'))
-            return expected(ps, "'{' or '[' to open a trace");
         bool seen = false;
-        if (!eat(ps, '}')) {
-            for (;;) {
-                const char *k;
-                size_t kl;
-                if (!string(ps, &k, &kl))
-                    return false;
-                if (!eat(ps, ':'))
-                    return expected(ps, "':' after a key");
-                bool is_ev = key_is(k, kl, "traceEvents");
-                if (is_ev ? !events(ps) : !skip_value(ps, 1))
-                    return false;
-                seen |= is_ev;
-                if (eat(ps, '}'))
-                    break;
-                if (!eat(ps, ','))
-                    return expected(ps, "',' or '}' in the trace object");
-            }
-        }
+        if (!object(ps, "the trace object", doc_member, &seen))
+            return false;
         if (!seen)
             return fail(ps, ps->s, "no \"traceEvents\" array: not a Chrome/Perfetto trace");
     }
