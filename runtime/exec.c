@@ -323,8 +323,8 @@ static int slot_make(wf__plan *p, wf__slot **out)
     for (int i = 0; i < n; i++) {
         sl->args[i] = (wf__task_arg){ sl, i };
         int id = wf_taskgraph_add(sl->tg, node_task, &sl->args[i], p->nodes[i]->name);
-        if (id < 0) {
-            rc = id;
+        if (id < 0 || (rc = wf_taskgraph_set_kind(sl->tg, id, p->nodes[i]->op->name)) < 0) {
+            rc = id < 0 ? id : rc;
             goto fail;
         }
     }

@@ -262,7 +262,10 @@ int wf__slot_dev_add_copies(wf__slot *sl)
         int id = wf_taskgraph_add(sl->tg, copy_task, &sl->dev->cargs[k], n->name);
         if (id < 0)
             return id;
-        int rc = wf_taskgraph_precede(sl->tg, pd->copies[k].value, id);
+        int rc = wf_taskgraph_set_kind(sl->tg, id, "copy"); /* a transfer, for traces */
+        if (rc < 0)
+            return rc;
+        rc = wf_taskgraph_precede(sl->tg, pd->copies[k].value, id);
         if (rc < 0)
             return rc;
         /* A fetched resident variable is copied after this run's updates of it, which write

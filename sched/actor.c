@@ -211,7 +211,7 @@ void wf__actor_turn(wf__worker *w, wf__task *t)
     WF__INC(w, tasks_run, 1);
     if (w->ring)
         wf__trace_event(w, WF__EV_ACTOR, t0 - w->rt->t_start, wf__now_ns() - w->rt->t_start,
-                        a->name, handled);
+                        a->name, handled, NULL);
     if (more)
         schedule(a, true); /* 'count' still holds our messages: nobody else schedules */
     /* The last touch of 'a': wf_actor_destroy() waits for 'count' and then 'running' to be 0

@@ -135,7 +135,23 @@ typedef struct wf__tev {
     uint64_t t0, t1; /* ns since the runtime started */
     uint32_t type, arg;
     char name[24];
+    /* A graph node (or a parallel_for chunk of one, 'chunk'): the op kind given to
+     * wf_taskgraph_set_kind() (copied, "" if none), the graph, its run, the node, the
+     * predecessor whose end made it ready and the one with the longest chain of work before
+     * it (-1: a root). 'graph' 0: not a graph node. */
+    char kind[24];
+    uint32_t graph, run;
+    int32_t node, after, crit;
+    bool chunk;
 } wf__tev;
+
+/* What a trace event of a graph node records beside its name (see wf__tev). */
+typedef struct wf__tctx {
+    const char *kind;
+    uint32_t graph, run;
+    int32_t node, after, crit;
+    bool chunk;
+} wf__tctx;
 
 /* ---- Counters: written by the owner only (relaxed load + store), read by anyone ---- */
 
@@ -204,6 +220,7 @@ struct wf_runtime {
     bool pin;
     size_t trace_cap;
     uint64_t t_start;
+    _Atomic uint32_t graph_ids; /* task graphs created: a graph's id in traces (from 1) */
     /* Two-phase event count. */
     _Alignas(WF_CACHELINE) _Atomic uint32_t epoch;
     _Atomic int32_t n_sleeping;
@@ -342,6 +359,10 @@ void wf__topo_pin(wf_runtime *rt, wf__worker *w);
 
 /* trace.c */
 void wf__trace_event(wf__worker *w, uint32_t type, uint64_t t0, uint64_t t1, const char *name,
-                     uint32_t arg);
+                     uint32_t arg, const wf__tctx *ctx);
+
+/* taskgraph.c: the trace context of graph node task 't' in its current run (its kind, graph,
+ * run and node; 'after' -1). */
+void wf__graph_trace_ctx(const wf__task *t, wf__tctx *out);
 
 #endif /* WF_SCHED_INTERNAL_H */

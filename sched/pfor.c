@@ -14,6 +14,8 @@ typedef struct pfor {
     void *ctx;
     int64_t grain;
     wf__group *grp;
+    bool traced; /* called by a graph node while tracing: chunks carry its 'tctx' */
+    wf__tctx tctx;
 } pfor;
 
 /* Lengths as unsigned: a range may span more than INT64_MAX iterations. */
@@ -75,7 +77,7 @@ void wf__range_run(wf__worker *w, wf__task *t)
     WF_PROBE3(task_end, w->index, "parallel_for", rc);
     if (w->ring)
         wf__trace_event(w, WF__EV_TASK, t0 - w->rt->t_start, wf__now_ns() - w->rt->t_start,
-                        "parallel_for", 0);
+                        "parallel_for", 0, pf->traced ? &pf->tctx : NULL);
     WF__INC(w, tasks_run, 1);
     wf__group_done(g, 1);
 }
@@ -97,8 +99,15 @@ int wf_parallel_for(wf_runtime *rt, int64_t begin, int64_t end, int64_t grain, w
     wf_group g;
     if (wf_group_init(&g, rt) < 0) /* cannot fail: both arguments are set */
         return WF_EINVAL;
-    pfor pf = { fn, ctx, grain, (wf__group *)&g };
+    pfor pf = { fn, ctx, grain, (wf__group *)&g, false, { 0 } };
     wf__worker *w = wf__worker_of(rt);
+    /* Chunks run for a graph node are that node's time in a trace (weft-trace adds them to
+     * its op kind), wherever they run. */
+    if (w && w->ring && w->current && w->current->kind == WF__TK_GRAPH) {
+        wf__graph_trace_ctx(w->current, &pf.tctx);
+        pf.tctx.chunk = true;
+        pf.traced = true;
+    }
     if (w) {
         range_loop(w, &pf, begin, end);
     } else {

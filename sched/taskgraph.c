@@ -57,6 +57,17 @@ struct wf_taskgraph {
     _Atomic int32_t *pending;
     _Atomic int32_t *later;    /* per node: arrivals of a WF_TASK_LATER node (see above) */
     _Atomic int32_t *later_rc; /* per node: the result given to wf_taskgraph_complete() */
+    /* tracing: the graph's id, its runs so far, the op kind of each node (wf_taskgraph_set_kind,
+     * 'nkinds' entries) and, when the runtime traces (compile_trace()), per node in this run:
+     * the predecessor that made it ready ('ready_by'), the one with the longest chain of work
+     * before it ('crit', work_in' ns of it) and that chain with the node's own run ('work');
+     * -1 and 0 for roots. The predecessors as CSR arrays ('pred_off', 'pred') to find 'crit'. */
+    uint32_t id, runs;
+    const char **kinds;
+    int nkinds;
+    int32_t *ready_by, *crit, *pred;
+    int64_t *pred_off;
+    uint64_t *work, *work_in;
     /* a run */
     _Atomic int running;
     _Atomic int64_t remaining;
@@ -95,6 +106,7 @@ int wf_taskgraph_create(wf_runtime *rt, wf_taskgraph **out)
         return wf__err(WF_ENOMEM, "wf_taskgraph_create: no memory");
     g->rt = rt;
     g->dirty = true;
+    g->id = atomic_fetch_add_explicit(&rt->graph_ids, 1, memory_order_relaxed) + 1;
     if (wf_group_init(&g->own, rt) < 0) {
         free(g);
         return WF_EINVAL;
@@ -110,6 +122,15 @@ static void free_compiled(wf_taskgraph *g)
     free((void *)g->pending);
     free((void *)g->later);
     free((void *)g->later_rc);
+    free(g->ready_by);
+    free(g->crit);
+    free(g->pred_off);
+    free(g->pred);
+    free(g->work);
+    free(g->work_in);
+    g->ready_by = g->crit = g->pred = NULL;
+    g->pred_off = NULL;
+    g->work = g->work_in = NULL;
     g->succ = g->roots = NULL;
     g->pending = g->later = g->later_rc = NULL;
 }
@@ -123,8 +144,46 @@ void wf_taskgraph_destroy(wf_taskgraph *g)
         free(g->chunks[c]);
     free(g->chunks);
     free(g->edges);
+    free(g->kinds);
     wf_group_deinit(&g->own);
     free(g);
+}
+
+int wf_taskgraph_set_kind(wf_taskgraph *g, int id, const char *kind)
+{
+    if (!g)
+        return wf__err(WF_EINVAL, "wf_taskgraph_set_kind: g is NULL");
+    if (id < 0 || id >= g->n)
+        return gerr(g, WF_EINVAL, "wf_taskgraph_set_kind: node %d of a graph of %d nodes", id,
+                    g->n);
+    if (atomic_load_explicit(&g->running, memory_order_acquire))
+        return gerr(g, WF_EBUSY, "wf_taskgraph_set_kind: the graph is running");
+    if (id >= g->nkinds) {
+        int cap = g->nkinds ? g->nkinds : 64;
+        while (cap <= id)
+            cap *= 2;
+        const char **k = realloc(g->kinds, (size_t)cap * sizeof *k);
+        if (!k)
+            return gerr(g, WF_ENOMEM, "wf_taskgraph_set_kind: no memory");
+        memset(k + g->nkinds, 0, (size_t)(cap - g->nkinds) * sizeof *k);
+        g->kinds = k;
+        g->nkinds = cap;
+    }
+    g->kinds[id] = kind;
+    return 0;
+}
+
+void wf__graph_trace_ctx(const wf__task *t, wf__tctx *out)
+{
+    const wf_taskgraph *g = t->owner;
+    int i = (int)t->node;
+    out->kind = i < g->nkinds ? g->kinds[i] : NULL;
+    out->graph = g->id;
+    out->run = g->runs - 1;
+    out->node = i;
+    out->after = g->ready_by ? g->ready_by[i] : -1;
+    out->crit = g->crit ? g->crit[i] : -1;
+    out->chunk = false;
 }
 
 int wf_taskgraph_node_count(const wf_taskgraph *g)
@@ -288,6 +347,34 @@ static int check_acyclic(wf_taskgraph *g)
     return rc;
 }
 
+/* The arrays a traced run fills (see struct wf_taskgraph), with every node a root until it
+ * is released, and the predecessor lists: a counting sort of the edges by destination. */
+static int compile_trace(wf_taskgraph *g)
+{
+    size_t n = (size_t)(g->n ? g->n : 1), m = (size_t)(g->nedges ? g->nedges : 1);
+    g->ready_by = malloc(n * sizeof *g->ready_by);
+    g->crit = malloc(n * sizeof *g->crit);
+    g->work = calloc(n, sizeof *g->work);
+    g->work_in = calloc(n, sizeof *g->work_in);
+    g->pred_off = malloc((n + 1) * sizeof *g->pred_off);
+    g->pred = malloc(m * sizeof *g->pred);
+    if (!g->ready_by || !g->crit || !g->work || !g->work_in || !g->pred_off || !g->pred)
+        return WF_ENOMEM; /* the caller frees what was allocated */
+    g->pred_off[0] = 0;
+    for (int i = 0; i < g->n; i++) {
+        g->ready_by[i] = g->crit[i] = -1;
+        g->pred_off[i + 1] = g->pred_off[i] + node(g, i)->npred;
+    }
+    int64_t *cur = malloc(n * sizeof *cur);
+    if (!cur)
+        return WF_ENOMEM;
+    memcpy(cur, g->pred_off, (size_t)g->n * sizeof *cur);
+    for (int64_t e = 0; e < g->nedges; e++)
+        g->pred[cur[g->edges[e][1]]++] = g->edges[e][0];
+    free(cur);
+    return 0;
+}
+
 /* One pass over the nodes (offsets, pending counts, roots) and one over the edges (a
  * counting sort by source): the in- and out-degrees were counted as edges were added. */
 static int compile(wf_taskgraph *g)
@@ -301,7 +388,8 @@ static int compile(wf_taskgraph *g)
     g->later = calloc((size_t)(n ? n : 1), sizeof *g->later);
     g->later_rc = calloc((size_t)(n ? n : 1), sizeof *g->later_rc);
     int *cur = malloc((size_t)(n ? n : 1) * sizeof *cur);
-    if (!g->succ || !g->pending || !g->roots || !g->later || !g->later_rc || !cur) {
+    if (!g->succ || !g->pending || !g->roots || !g->later || !g->later_rc || !cur ||
+        (g->rt->trace_cap && compile_trace(g) < 0)) {
         free(cur);
         free_compiled(g);
         return gerr(g, WF_ENOMEM, "wf_taskgraph: no memory to compile %d nodes", n);
@@ -360,6 +448,7 @@ int wf_taskgraph_submit(wf_taskgraph *g, wf_group *grp)
         return 0;
     }
     g->grp = x;
+    g->runs++; /* read by the nodes of this run: pushing them publishes it */
     atomic_store_explicit(&g->remaining, g->n, memory_order_relaxed);
     if (wf__group_add(x, (uint32_t)g->n) < 0) {
         atomic_store_explicit(&g->running, 0, memory_order_release);
@@ -390,6 +479,25 @@ int wf_taskgraph_run(wf_taskgraph *g)
     return rc;
 }
 
+/* Node 's' became ready when predecessor 'by' ended: its critical predecessor is the one
+ * with the most work before it. The last decrement of pending[s] (acq_rel) orders every
+ * predecessor's write of its 'work' before these reads. */
+static void trace_ready(wf_taskgraph *g, int s, int32_t by)
+{
+    int32_t best = -1;
+    uint64_t most = 0;
+    for (int64_t k = g->pred_off[s]; k < g->pred_off[s + 1]; k++) {
+        int32_t p = g->pred[k];
+        if (best < 0 || g->work[p] > most) {
+            best = p;
+            most = g->work[p];
+        }
+    }
+    g->ready_by[s] = by;
+    g->crit[s] = best;
+    g->work_in[s] = most;
+}
+
 /* Releases the successors of node 't' ('skip': it failed or was skipped, so they are
  * canceled): the first that becomes ready is returned for the caller to run, the others
  * are pushed on 'w' (or submitted from outside when 'w' is NULL, which returns none). */
@@ -404,6 +512,8 @@ static wf__task *release_successors(wf_taskgraph *g, wf__worker *w, const wf__ta
             atomic_store_explicit(&st->cancel, 1, memory_order_relaxed);
         if (atomic_fetch_sub_explicit(&g->pending[s], 1, memory_order_acq_rel) == 1) {
             atomic_store_explicit(&g->pending[s], st->npred, memory_order_relaxed);
+            if (g->ready_by) /* traced: 's' is ours now, and every predecessor's 'work' seen */
+                trace_ready(g, s, (int32_t)t->node);
             if (!keep && w)
                 keep = st;
             else if (w)
@@ -467,9 +577,15 @@ void wf__graph_run_node(wf__worker *w, wf__task *t)
             }
         }
         WF_PROBE3(task_end, w->index, t->name, rc);
-        if (w->ring)
-            wf__trace_event(w, WF__EV_TASK, t0 - rt->t_start, wf__now_ns() - rt->t_start, t->name,
-                            (uint32_t)rc);
+        if (w->ring) {
+            uint64_t t1 = wf__now_ns();
+            if (g->work) /* published to the successors by release_successors() */
+                g->work[i] = g->work_in[i] + (t1 - t0);
+            wf__tctx c;
+            wf__graph_trace_ctx(t, &c);
+            wf__trace_event(w, WF__EV_TASK, t0 - rt->t_start, t1 - rt->t_start, t->name,
+                            (uint32_t)rc, &c);
+        }
         WF__INC(w, tasks_run, 1);
         if (WF_UNLIKELY(rc == WF_TASK_LATER)) {
             if (atomic_fetch_add_explicit(&g->later[i], 1, memory_order_acq_rel) == 0)

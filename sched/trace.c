@@ -2,17 +2,40 @@
  * Owns: the event format and the writer. Each worker writes only its own ring, under the
  * ring's mutex (uncontended but for the writer: tracing costs ~30 ns an event anyway, and a
  * worker may record a park even while the runtime counts as idle); a full ring overwrites its
- * oldest events. Names are copied into the event (at most 23 bytes, cut at a UTF-8 character
- * boundary), so the trace stays valid after the tasks' own strings are gone.
- * Not here: deciding what to record (worker.c, taskgraph.c, actor.c, pfor.c). */
+ * oldest events. Names and op kinds are copied into the event (at most 23 bytes, cut at a
+ * UTF-8 character boundary), so the trace stays valid after the tasks' own strings are gone.
+ * The format (what weft-trace reads): a task event ("cat":"task", "ph":"X") of a graph node
+ * has args {"rc", "kind", "graph", "run", "node", "after", "crit"}: "after" is the
+ * predecessor whose end made the node ready, "crit" the predecessor with the longest chain of
+ * measured work (node durations) before it (-1 for a root; sched/taskgraph.c finds it as the
+ * node becomes ready), so following "crit" back from the node with the most work gives the
+ * run's critical path, its longest chain of dependent work. A parallel_for chunk run for a
+ * node has {"kind", "graph", "run", "node", "chunk":1} instead. Steals are instants ("cat":"steal",
+ * args "victim", "task"), parks and actor turns ("cat":"park" / "actor", args "messages") are
+ * spans. Not here: deciding what to record (worker.c, taskgraph.c, actor.c, pfor.c). */
 #include "internal.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+/* Copies 's' (NULL: "") into 'dst' of 'cap' bytes, cut at a UTF-8 character boundary. */
+static void copy_name(char *dst, size_t cap, const char *s)
+{
+    if (!s)
+        s = "";
+    size_t n = strlen(s);
+    if (n >= cap) {
+        n = cap - 1;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--; /* s[n] continues a character: cut before that character starts */
+    }
+    memcpy(dst, s, n);
+    dst[n] = '\0';
+}
+
 void wf__trace_event(wf__worker *w, uint32_t type, uint64_t t0, uint64_t t1, const char *name,
-                     uint32_t arg)
+                     uint32_t arg, const wf__tctx *ctx)
 {
     pthread_mutex_lock(&w->ring_mu);
     wf__tev *e = &w->ring[w->ring_head % w->rt->trace_cap];
@@ -21,16 +44,19 @@ void wf__trace_event(wf__worker *w, uint32_t type, uint64_t t0, uint64_t t1, con
     e->t1 = t1;
     e->type = type;
     e->arg = arg;
-    if (!name)
-        name = "task";
-    size_t n = strlen(name);
-    if (n >= sizeof e->name) {
-        n = sizeof e->name - 1;
-        while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
-            n--; /* name[n] continues a character: cut before that character starts */
+    copy_name(e->name, sizeof e->name, name ? name : "task");
+    if (ctx) {
+        copy_name(e->kind, sizeof e->kind, ctx->kind);
+        e->graph = ctx->graph;
+        e->run = ctx->run;
+        e->node = ctx->node;
+        e->after = ctx->after;
+        e->crit = ctx->crit;
+        e->chunk = ctx->chunk;
+    } else {
+        e->kind[0] = '\0';
+        e->graph = 0;
     }
-    memcpy(e->name, name, n);
-    e->name[n] = '\0';
     pthread_mutex_unlock(&w->ring_mu);
 }
 
@@ -99,8 +125,18 @@ int wf_runtime_trace_write(wf_runtime *rt, const char *path)
             default:
                 fprintf(f,
                         ",\"cat\":\"task\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
-                        "\"dur\":%.3f,\"args\":{\"rc\":%d}}",
+                        "\"dur\":%.3f,\"args\":{\"rc\":%d",
                         i, ts, dur, (int)e->arg);
+                if (e->graph) {
+                    fputs(",\"kind\":", f);
+                    json_str(f, e->kind);
+                    fprintf(f, ",\"graph\":%u,\"run\":%u,\"node\":%d", e->graph, e->run, e->node);
+                    if (e->chunk)
+                        fputs(",\"chunk\":1", f);
+                    else
+                        fprintf(f, ",\"after\":%d,\"crit\":%d", e->after, e->crit);
+                }
+                fputs("}}", f);
             }
             count++;
         }

@@ -94,7 +94,7 @@ wf__task *wf__steal_round(wf__worker *w)
                 WF_PROBE2(steal, w->index, v->index);
                 if (w->ring) {
                     uint64_t now = wf__now_ns() - rt->t_start;
-                    wf__trace_event(w, WF__EV_STEAL, now, now, t->name, (uint32_t)v->index);
+                    wf__trace_event(w, WF__EV_STEAL, now, now, t->name, (uint32_t)v->index, NULL);
                 }
                 return t;
             }
@@ -213,7 +213,7 @@ static void park(wf__worker *w)
     WF__INC(w, idle_ns, t1 - t0);
     WF_PROBE2(unpark, w->index, t1 - t0);
     if (w->ring)
-        wf__trace_event(w, WF__EV_PARK, t0 - rt->t_start, t1 - rt->t_start, "park", 0);
+        wf__trace_event(w, WF__EV_PARK, t0 - rt->t_start, t1 - rt->t_start, "park", 0, NULL);
 }
 
 void wf__run_body(wf__worker *w, wf__group *g, wf_task_fn fn, void *arg, const char *name)
@@ -238,7 +238,7 @@ void wf__run_body(wf__worker *w, wf__group *g, wf_task_fn fn, void *arg, const c
     WF_PROBE3(task_end, w->index, name, rc);
     if (w->ring)
         wf__trace_event(w, WF__EV_TASK, t0 - w->rt->t_start, wf__now_ns() - w->rt->t_start, name,
-                        (uint32_t)rc);
+                        (uint32_t)rc, NULL);
     WF__INC(w, tasks_run, 1);
 }
 

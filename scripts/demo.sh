@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/demo.sh: sets up, builds (Release) and runs the main demo: weft-train
 # (examples/weft-train) trains an MLP on the bundled handwritten digits with a progress bar,
-# prints the test accuracy, and saves a checkpoint and a Perfetto trace in the build tree.
+# prints the test accuracy, and saves a checkpoint, a Perfetto trace and a plot of the loss
+# and accuracy (an SVG; weft-train prints its full path) in the build tree.
 # Usage: scripts/demo.sh [weft-train args...]   e.g. scripts/demo.sh --model cnn --epochs 20
 #        scripts/demo.sh --sched [sched_demo args...]   the scheduler demo (a traced DAG)
 # Env: WEFT_WORKERS, WEFT_TOPOLOGY, WEFT_NO_PIN, WEFT_TRACE (see README.md); WF_BUILD_DIR
@@ -25,6 +26,7 @@ fi
 wf_build "$build" programs
 cd "$build/examples/weft-train"
 if [[ $# -eq 0 ]]; then
-    set -- --save digits-mlp.safetensors --log steps.jsonl --trace weft-train.trace.json
+    set -- --save digits-mlp.safetensors --log steps.jsonl --trace weft-train.trace.json \
+        --plot "$PWD/digits-mlp.svg"
 fi
 exec ./weft-train "$@"

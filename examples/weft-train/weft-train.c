@@ -1,11 +1,15 @@
 /* weft-train.c: trains a classifier with weft and shows it happening: the bundled handwritten
  * digits (or a CSV, MNIST IDX or .npy dataset), an MLP or a small CNN, any of weft's
  * optimizers, a progress bar with loss, accuracy and samples/s, the test accuracy after each
- * epoch, a checkpoint, a per-step JSON log and a Perfetto trace.
+ * epoch, a checkpoint, a per-step JSON log, a Perfetto trace and a plot of the losses.
  *   weft-train                                  the digits, an MLP 64-128-10, Adam
  *   weft-train --model cnn --epochs 15          a conv/pool/linear stack
  *   weft-train --data-idx train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz
  *   weft-train --save model.safetensors --log steps.jsonl --trace trace.json
+ *   weft-train --plot curves.svg                loss and accuracy per step and evaluation
+ * Ctrl-C stops training after the current step: the log, the plot and the trace so far are
+ * written (the checkpoint is not: it would look like a finished run), and the exit status
+ * is 130. A second Ctrl-C kills the program as usual.
  * Static mode (the default) builds one graph (forward, wf_minimize's backward and update
  * nodes) and runs it as a session once per step; --eager builds an eager graph per step, its
  * variables carried over from the last (wf_variable_set()): the two give the same losses.
@@ -14,11 +18,13 @@
  * PyTorch from its --init file and compares the losses step by step.
  * Public API only, as every example. */
 #include "data.h"
+#include "plot.h"
 #include "progress.h"
 
 #include <weft/weft.h>
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +54,7 @@ typedef struct options {
     bool mixed_bf16; /* --mixed-bf16: products in bf16, f32 master weights */
     double test_fraction;
     uint64_t split_seed; /* 0: the test set is the last rows */
-    const char *init, *save, *log, *trace;
+    const char *init, *save, *log, *trace, *plot;
     const char *dump_graph; /* --dump-graph: the step's plan as Graphviz DOT */
 } options;
 
@@ -478,10 +484,16 @@ static void usage(FILE *f)
             "  --init FILE.safetensors  start from these weights (PyTorch names: fc1.weight ...)\n"
             "  --save FILE.safetensors  write the weights and optimizer state at the end\n"
             "  --log FILE.jsonl         one JSON object per step, and per evaluation\n"
-            "  --trace FILE.json        a Perfetto/chrome://tracing trace of the scheduler\n"
+            "  --plot FILE.svg          loss and accuracy per step (train) and per evaluation\n"
+            "                           (test) as an SVG picture; open it in a browser\n"
+            "  --trace FILE.json        a Perfetto/chrome://tracing trace of the scheduler;\n"
+            "                           weft-trace FILE.json summarises it (time per op,\n"
+            "                           critical path, idle and steals; --svg: a timeline)\n"
             "  --dump-graph FILE.dot    the training step after the compile passes, as Graphviz\n"
             "                           DOT (render: dot -Tsvg FILE.dot > graph.svg)\n"
-            "  --quiet                  only the final line\n");
+            "  --quiet                  only the final line\n"
+            "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
+            "(not the checkpoint); the exit status is then 130.\n");
 }
 
 static int parse_hidden(const char *s, options *o)
@@ -568,7 +580,7 @@ static int parse_args(int argc, char **argv, options *o)
                 fprintf(stderr, "weft-train: %s %s: expected a positive integer\n", a, ARG(1));
                 return -1;
             }
-            if (a[3] == 'p')
+            if (strcmp(a, "--split-seed") == 0) /* not a[3]: "--epochs" has a 'p' there too */
                 o->split_seed = (uint64_t)v;
             else if (a[2] == 'b')
                 o->batch = v > 1 << 20 ? 1 << 20 : (int)v;
@@ -593,9 +605,10 @@ static int parse_args(int argc, char **argv, options *o)
             o->quiet = true;
         } else if (strcmp(a, "--init") == 0 || strcmp(a, "--save") == 0 ||
                    strcmp(a, "--log") == 0 || strcmp(a, "--trace") == 0 ||
-                   strcmp(a, "--dump-graph") == 0) {
+                   strcmp(a, "--dump-graph") == 0 || strcmp(a, "--plot") == 0) {
             NEED(1);
             const char **dst = a[2] == 'd'   ? &o->dump_graph
+                               : a[2] == 'p' ? &o->plot
                                : a[2] == 'i' ? &o->init
                                : a[2] == 's' ? &o->save
                                : a[2] == 'l' ? &o->log
@@ -661,6 +674,44 @@ static int load_data(const options *o, wt_dataset *ds, char *err, size_t errlen)
     return wt_dataset_reshape(ds, 3, (const int64_t[]){ 1, side, side }, err, errlen);
 }
 
+/* Set by the first Ctrl-C (SIGINT): the training loop stops after the step it is in. A
+ * handler can only talk to the program through such a flag; it is the program's one
+ * mutable global. */
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+/* Writes the plot, if one was asked for, and says where; 'rc' is the run's status so far,
+ * returned unless writing fails. */
+static int finish_plot(wt_plot *plot, const options *o, const trainer *t, long steps, int rc,
+                       char *err, size_t errlen)
+{
+    if (!o->plot)
+        return rc;
+    char title[256];
+    snprintf(title, sizeof title, "weft-train: %s model, %s lr %g, batch %d, %ld steps%s", o->model,
+             o->optimizer, t->opt.lr, o->batch, steps,
+             rc < 0        ? " (stopped by an error)"
+             : interrupted ? " (interrupted)"
+                           : "");
+    char perr[600];
+    if (wt_plot_finish(plot, title, perr, sizeof perr) < 0) {
+        if (rc < 0) { /* keep the first error; this one is printed */
+            fprintf(stderr, "weft-train: %s\n", perr);
+            return rc;
+        }
+        snprintf(err, errlen, "%s", perr);
+        return WF_EIO;
+    }
+    printf("weft-train: plot of %ld steps in %s (open it in a browser)\n", plot->train_loss.n,
+           o->plot);
+    return rc;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -691,6 +742,10 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "--log %s: cannot open it for writing", o.log);
         rc = WF_EIO;
     }
+    /* The plot's file is opened now, so a bad path fails before any training is done. */
+    wt_plot plot = { 0 };
+    if (rc == 0 && o.plot && wt_plot_open(&plot, o.plot, err, sizeof err) < 0)
+        rc = WF_EIO;
     /* WEFT_WORKERS, WEFT_NO_PIN, WEFT_TOPOLOGY, WEFT_TRACE as every tool; options win. */
     wf_runtime_opts ro = { 0 };
     const char *env_trace = NULL;
@@ -735,7 +790,10 @@ int main(int argc, char **argv)
     long step = 0;
     wt_progress bar;
     wt_progress_opts po = { .quiet = o.quiet };
-    for (long epoch = 1; epoch <= n_epochs && rc == 0; epoch++) {
+    struct sigaction sa = { .sa_handler = on_sigint, .sa_flags = SA_RESETHAND | SA_RESTART };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    for (long epoch = 1; epoch <= n_epochs && rc == 0 && !interrupted; epoch++) {
         wt_permutation(train.n, o.shuffle ? o.seed * 1000003 + (uint64_t)epoch : WT_SPLIT_IN_ORDER,
                        perm);
         int64_t this_epoch = per_epoch;
@@ -747,7 +805,7 @@ int main(int argc, char **argv)
         wt_progress_begin(&bar, &po, (int)epoch, (int)n_epochs, n_samples);
         double lsum = 0, right = 0;
         int64_t seen = 0;
-        for (int64_t b = 0; b < this_epoch && rc == 0; b++, step++) {
+        for (int64_t b = 0; b < this_epoch && rc == 0 && !interrupted; b++, step++) {
             int64_t at = b * o.batch, cnt = train.n - at < o.batch ? train.n - at : o.batch;
             wt_batch(&train, perm, at, cnt, xb, yb);
             wf_tensor *x = wf_tensor_from(WF_F32, batch_shape(&m, cnt), xb);
@@ -768,27 +826,44 @@ int main(int argc, char **argv)
             right += correct;
             seen += cnt;
             if (log)
-                fprintf(log, "{\"step\":%ld,\"loss\":%.9g}\n", step, loss);
+                fprintf(log, "{\"step\":%ld,\"loss\":%.9g,\"accuracy\":%.6f}\n", step, loss,
+                        correct / (double)cnt);
+            if (o.plot && wt_plot_step(&plot, step, loss, correct / (double)cnt) < 0) {
+                snprintf(err, sizeof err, "--plot: no memory for step %ld", step);
+                rc = WF_ENOMEM;
+                break;
+            }
             wt_progress_update(&bar, seen, lsum / (double)seen, right / (double)seen);
         }
-        if (rc == 0 && test.n > 0) {
+        if (rc == 0 && test.n > 0 && !interrupted) {
             rc = evaluate(&t, &test, &test_loss, &test_acc, err, sizeof err);
             if (rc == 0 && log)
                 fprintf(log, "{\"step\":%ld,\"eval\":\"test\",\"loss\":%.9g,\"accuracy\":%.6f}\n",
                         step, test_loss, test_acc);
+            if (rc == 0 && o.plot && wt_plot_eval(&plot, step, test_loss, test_acc) < 0) {
+                snprintf(err, sizeof err, "--plot: no memory for an evaluation");
+                rc = WF_ENOMEM;
+            }
         }
         char note[64];
         snprintf(note, sizeof note, "test acc %.1f%%", 100 * test_acc);
         wt_progress_end_note(&bar, rc == 0 && test.n > 0 ? note : NULL);
     }
-    if (rc < 0) {
+    if (rc < 0) { /* the plot of the steps done may show why */
         fprintf(stderr, "weft-train: %s\n", err);
+        finish_plot(&plot, &o, &t, step, rc, err, sizeof err);
         goto out_batch;
     }
     double secs = now_s() - t0;
-    printf("weft-train: %ld steps in %.2f s (%.0f samples/s); test accuracy %.2f%% (loss %.4f)\n",
-           step, secs, (double)step * o.batch / secs, 100 * test_acc, test_loss);
-    if (o.save && (rc = save(&t, o.save, err, sizeof err)) == 0)
+    if (interrupted)
+        printf("weft-train: interrupted (Ctrl-C) after %ld steps in %.2f s; no checkpoint "
+               "saved\n",
+               step, secs);
+    else
+        printf("weft-train: %ld steps in %.2f s (%.0f samples/s); test accuracy %.2f%% (loss "
+               "%.4f)\n",
+               step, secs, (double)step * o.batch / secs, 100 * test_acc, test_loss);
+    if (o.save && !interrupted && (rc = save(&t, o.save, err, sizeof err)) == 0)
         printf("weft-train: saved %s (safetensors: weights and optimizer state)\n", o.save);
     if (o.trace) {
         int ev = wf_runtime_trace_write(t.rt, o.trace);
@@ -800,6 +875,8 @@ int main(int argc, char **argv)
                    ev, o.trace);
         }
     }
+    if (rc == 0)
+        rc = finish_plot(&plot, &o, &t, step, rc, err, sizeof err);
     if (o.dump_graph && rc == 0) { /* the plan of a training step, after the passes */
         FILE *df = t.s ? fopen(o.dump_graph, "w") : NULL;
         wf_node *fetch[2] = { t.loss, t.correct };
@@ -824,6 +901,7 @@ out_batch:
     free(yb);
     free(perm);
 out:
+    wt_plot_free(&plot);
     if (log)
         fclose(log);
     for (int i = 0; i < t.n_state; i++)
@@ -834,5 +912,5 @@ out:
     wt_dataset_free(&all);
     wt_dataset_free(&train);
     wt_dataset_free(&test);
-    return rc < 0 ? 1 : 0;
+    return rc < 0 ? 1 : interrupted ? 130 : 0;
 }

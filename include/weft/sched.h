@@ -154,6 +154,12 @@ WF_API void wf_taskgraph_destroy(wf_taskgraph *g);
 WF_API WF_NODISCARD int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg,
                                          const char *name);
 
+/* Names the kind of work node 'id' does (an op name such as "matmul"; NULL: none) for
+ * traces: a traced run records it with the node's name, so tools can add up time per kind.
+ * 'kind' must outlive the graph; traces copy at most 23 bytes of it.
+ * Returns 0, WF_EINVAL (an unknown id), WF_EBUSY (the graph is running) or WF_ENOMEM. */
+WF_API WF_NODISCARD int wf_taskgraph_set_kind(wf_taskgraph *g, int id, const char *kind);
+
 /* Makes node 'after' run only once node 'before' has finished.
  * Returns 0, WF_EINVAL (an unknown id, or before == after), WF_EBUSY or WF_ENOMEM.
  * A cycle is reported by the next run. */

@@ -349,6 +349,95 @@ Test(sched_trace, the_trace_of_tasks_steals_actors_and_graphs_is_valid_json)
     wf_runtime_destroy(rt);
 }
 
+static int busy_node(void *arg)
+{
+    wf_test_busy_ns(*(const uint64_t *)arg);
+    return 0;
+}
+
+/* The fields of the trace event of node 'name' in run 'run' (a line of the file). */
+typedef struct node_event {
+    double ts, dur;
+    int after, crit;
+    bool kind_ok;
+} node_event;
+
+static node_event find_node_event(const char *text, const char *name, int run)
+{
+    char key[64], runkey[32];
+    snprintf(key, sizeof key, "{\"name\":\"%s\",\"cat\":\"task\"", name);
+    snprintf(runkey, sizeof runkey, "\"run\":%d,", run);
+    for (const char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char line[512];
+        cr_assert_lt(len, sizeof line, "an event line of %zu bytes", len);
+        memcpy(line, p, len);
+        line[len] = '\0';
+        if (!strstr(line, runkey))
+            continue;
+        node_event e = { 0 };
+        const char *ts = strstr(line, "\"ts\":"), *dur = strstr(line, "\"dur\":"),
+                   *after = strstr(line, "\"after\":"), *crit = strstr(line, "\"crit\":");
+        cr_assert(ts && dur && after && crit, "event without ts, dur, after or crit: %s", line);
+        e.crit = (int)strtol(crit + 7, NULL, 10);
+        e.ts = strtod(ts + 5, NULL);
+        e.dur = strtod(dur + 6, NULL);
+        e.after = (int)strtol(after + 8, NULL, 10);
+        e.kind_ok = strstr(line, "\"kind\":\"k_") != NULL;
+        return e;
+    }
+    cr_assert_fail("no event of node %s in run %d", name, run);
+    return (node_event){ 0 };
+}
+
+/* A diamond a -> (b, c) -> d, run twice, b 3 ms long and c 1 us: every node event names its
+ * kind, graph, run and node; d's "after" is whichever of b and c ended last, and its "crit"
+ * (what weft-trace follows back as the critical path) is b, the one with more work before
+ * d, whichever ended last; the root a has neither (-1). */
+Test(sched_trace, graph_node_events_name_their_kind_run_and_critical_predecessor)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2, .trace_events = 4096 });
+    wf_taskgraph *tg;
+    cr_assert_eq(wf_taskgraph_create(rt, &tg), 0);
+    static const uint64_t ns[4] = { 1000, 3000000, 1000, 1000 };
+    const char *names[4] = { "tg_a", "tg_b", "tg_c", "tg_d" };
+    const char *kinds[4] = { "k_load", "k_slow", "k_fast", "k_join" };
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(wf_taskgraph_add(tg, busy_node, (void *)&ns[i], names[i]), i);
+        cr_assert_eq(wf_taskgraph_set_kind(tg, i, kinds[i]), 0);
+    }
+    cr_assert_eq(wf_taskgraph_set_kind(tg, 4, "k_none"), WF_EINVAL);
+    cr_assert_eq(wf_taskgraph_precede(tg, 0, 1), 0);
+    cr_assert_eq(wf_taskgraph_precede(tg, 0, 2), 0);
+    cr_assert_eq(wf_taskgraph_precede(tg, 1, 3), 0);
+    cr_assert_eq(wf_taskgraph_precede(tg, 2, 3), 0);
+    cr_assert_eq(wf_taskgraph_run(tg), 0);
+    cr_assert_eq(wf_taskgraph_run(tg), 0);
+    wf_taskgraph_destroy(tg);
+    tmpfile_path t = temp_path();
+    cr_assert_gt(wf_runtime_trace_write(rt, t.path), 0, "%s", wf_last_errmsg());
+    size_t len, at;
+    char *text = slurp(t.path, &len);
+    cr_assert_null(json_error(text, len, &at), "the trace is not valid JSON at byte %zu", at);
+    for (int run = 0; run < 2; run++) {
+        node_event a = find_node_event(text, "tg_a", run), b = find_node_event(text, "tg_b", run),
+                   c = find_node_event(text, "tg_c", run), d = find_node_event(text, "tg_d", run);
+        cr_assert(a.kind_ok && b.kind_ok && c.kind_ok && d.kind_ok, "a kind is missing");
+        cr_assert_eq(a.after, -1, "run %d: the root's after is %d", run, a.after);
+        cr_assert_eq(a.crit, -1, "run %d: the root's crit is %d", run, a.crit);
+        cr_assert_eq(c.crit, 0, "run %d: c's crit is %d", run, c.crit);
+        cr_assert_eq(d.crit, 1, "run %d: d's crit is %d, not the slow b", run, d.crit);
+        cr_assert_eq(b.after, 0, "run %d: b's after is %d", run, b.after);
+        int last = b.ts + b.dur >= c.ts + c.dur ? 1 : 2;
+        cr_assert_eq(d.after, last, "run %d: d's after is %d, but node %d ended last", run, d.after,
+                     last);
+    }
+    free(text);
+    unlink(t.path);
+    wf_runtime_destroy(rt);
+}
+
 /* Names are cut to fit an event; a cut in the middle of a UTF-8 sequence would make the
  * file invalid JSON (RFC 8259 requires UTF-8), and strict readers refuse it. */
 Test(sched_trace, long_utf8_task_names_stay_valid_utf8_in_the_trace)
