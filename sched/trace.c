@@ -4,8 +4,14 @@
  * worker may record a park even while the runtime counts as idle); a full ring overwrites its
  * oldest events. Names are copied into the event (at most 23 bytes, cut at a UTF-8 character
  * boundary), so the trace stays valid after the tasks' own strings are gone.
- * Not here: deciding what to record (worker.c, taskgraph.c, actor.c, pfor.c). */
+ * Transfers (trace.h) are recorded by the modules above, on the worker that saw them
+ *   complete (the transport's actor), as spans from their post to their completion.
+ * Not here: deciding what to record (worker.c, taskgraph.c, actor.c, pfor.c, callers of
+ *   wf__trace_transfer()). */
+#include "trace.h"
+
 #include "internal.h"
+#include "probes.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -32,6 +38,25 @@ void wf__trace_event(wf__worker *w, uint32_t type, uint64_t t0, uint64_t t1, con
     memcpy(e->name, name, n);
     e->name[n] = '\0';
     pthread_mutex_unlock(&w->ring_mu);
+}
+
+uint64_t wf__trace_clock(void)
+{
+    return wf__now_ns();
+}
+
+void wf__trace_transfer(wf_runtime *rt, const char *name, uint64_t t0, int peer, size_t bytes,
+                        int is_recv)
+{
+    WF_PROBE3(transfer, peer, bytes, is_recv);
+    wf__worker *w = rt ? wf__worker_of(rt) : NULL;
+    if (!w || !w->ring)
+        return;
+    uint64_t t1 = wf__now_ns();
+    if (t0 < rt->t_start || t0 > t1)
+        t0 = t1;
+    wf__trace_event(w, WF__EV_XFER, t0 - rt->t_start, t1 - rt->t_start, name,
+                    bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)bytes);
 }
 
 static void json_str(FILE *f, const char *s)
@@ -94,6 +119,12 @@ int wf_runtime_trace_write(wf_runtime *rt, const char *path)
                 fprintf(f,
                         ",\"cat\":\"actor\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
                         "\"dur\":%.3f,\"args\":{\"messages\":%u}}",
+                        i, ts, dur, e->arg);
+                break;
+            case WF__EV_XFER:
+                fprintf(f,
+                        ",\"cat\":\"transfer\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
+                        "\"dur\":%.3f,\"args\":{\"bytes\":%u}}",
                         i, ts, dur, e->arg);
                 break;
             default:
