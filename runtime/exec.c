@@ -181,7 +181,6 @@ typedef struct cpu_node {
 
 static wf_tensor *cpu_alloc(void *arg, const wf_node *n, wf_dtype dt, wf_shape shape)
 {
-    (void)n;
     const cpu_node *c = arg;
     wf__slot *sl = c->sl;
     wf_tensor *out = wf__memplan_out(sl, c->i, dt, shape);
@@ -189,6 +188,11 @@ static wf_tensor *cpu_alloc(void *arg, const wf_node *n, wf_dtype dt, wf_shape s
         out = spare_take(sl, dt, shape);
     if (!out)
         out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, shape);
+    /* A node that may finish later has its value in place before its kernel starts: the
+     * completion (node_complete(), on another thread, possibly before the kernel returns)
+     * reads it. */
+    if (n->op->flags & WF_OP_ASYNC)
+        sl->vals[c->i] = out;
     return out;
 }
 
@@ -274,12 +278,16 @@ static int run_kernel(wf__slot *sl, int i)
     rc = wf__node_run(&cpu_env, &(cpu_node){ sl, i }, p->kernel[i], &ctx, n, in, dt, shape, NULL,
                       &out, msg, sizeof msg);
     if (rc < 0) {
+        if (n->op->flags & WF_OP_ASYNC)
+            sl->vals[i] = NULL; /* cpu_alloc()'s alias of the output wf__node_run() released */
         rc = wf__slot_fail_msg(sl, rc, msg);
         goto done;
     }
-    /* WF_KERNEL_PENDING: the value is still being written; successors wait for
-     * node_complete(), which the task graph's edges guarantee (WF_TASK_LATER). */
-    sl->vals[i] = out;
+    /* WF_KERNEL_PENDING: the value (in 'sl->vals[i]' since cpu_alloc()) is still being
+     * written, and node_complete() may already have run; successors wait for it
+     * (WF_TASK_LATER). */
+    if (!(n->op->flags & WF_OP_ASYNC))
+        sl->vals[i] = out;
     out = NULL;
 done:
     wf_tensor_release(out);
