@@ -704,11 +704,11 @@ static bool valid_dtype(wf_dtype dt)
 }
 
 /* Eager outputs: fresh tensors. */
-static wf_tensor *eager_alloc(void *arg, const wf_node *n, wf_dtype dt, wf_shape shape)
+static wf_tensor *eager_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_shape *shape)
 {
     (void)arg;
     (void)n;
-    wf_tensor *t = wf__tensor_alloc_value(dt, shape);
+    wf_tensor *t = wf__tensor_alloc_value(dt, *shape);
     if (!t)
         wf__err(WF_ENOMEM, "no memory for the output");
     return t;
@@ -771,7 +771,7 @@ static int eager_cpu(wf_graph *g, wf_node *n, char *msg, size_t msglen)
     wf_tensor *out = NULL;
     if (rc == 0) {
         wf_kernel_ctx ctx = { .rt = g->rt };
-        rc = wf__node_run(&eager_env, NULL, k, &ctx, n, in, n->dtype, n->shape, NULL, &out, msg,
+        rc = wf__node_run(&eager_env, NULL, k, &ctx, n, in, n->dtype, &n->shape, NULL, &out, msg,
                           msglen);
     }
     if (in != stack)

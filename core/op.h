@@ -228,7 +228,8 @@ typedef struct wf__node_env {
     /* A fresh output of 'dt' and 'shape' for 'n' (not an update, not WF_OP_DYNAMIC_SHAPE)
      * that only the kernel writes; NULL with wf_last_errmsg() set: the run fails with
      * WF_ENOMEM. Required. */
-    struct wf_tensor *(*alloc)(void *arg, const struct wf_node *n, wf_dtype dt, wf_shape shape);
+    struct wf_tensor *(*alloc)(void *arg, const struct wf_node *n, wf_dtype dt,
+                               const wf_shape *shape);
     /* Updates: replaces in[0 .. n->op->n_assign-1] by exclusive contiguous tensors that
      * become the variables' values, one reference each for the routine (which releases them
      * after the kernel). Returns 0 or a negative wf_status with wf_last_errmsg() set (the
@@ -245,16 +246,16 @@ typedef struct wf__node_env {
 /* Runs kernel node 'n' with 'k' (NULL: fails with WF_ENODEV) on inputs 'in' (n->n_inputs
  * of them, borrowed; an update's first n_assign are replaced as env->writable says and
  * released again before the return) into '*out' (on success the value, one reference for
- * the caller; NULL on failure). 'dt' and 'shape' are the output's concrete type (n's, or
- * re-inferred). 'arg' goes to env's hooks, so an env can be a static const table. 'where'
- * is NULL for the CPU, else the device's name: messages then read "the <where> kernel
- * gave ..." and "on <where>: <why>".
- * Returns 0, WF_KERNEL_PENDING (a WF_OP_ASYNC kernel that will call ctx->complete: '*out'
- * is its output, which it writes until then; its check is the caller's once complete), or
- * a negative wf_status, with the whole message in 'msg' ('msglen' bytes; may be NULL) and
- * in wf_last_errmsg(). Threads: any; 'n' is only read. */
+ * the caller; NULL on failure). 'dt' and '*shape' are the output's concrete type (n's, or
+ * re-inferred; by pointer: a shape is 72 bytes, and copies of it were a third of the
+ * routine's cost in an eager add). 'arg' goes to env's hooks, so an env can be a static const
+ * table. 'where' is NULL for the CPU, else the device's name: messages then read "the <where>
+ * kernel gave ..." and "on <where>: <why>". Returns 0, WF_KERNEL_PENDING (a WF_OP_ASYNC kernel that
+ * will call ctx->complete: '*out' is its output, which it writes until then; its check is the
+ * caller's once complete), or a negative wf_status, with the whole message in 'msg' ('msglen'
+ * bytes; may be NULL) and in wf_last_errmsg(). Threads: any; 'n' is only read. */
 int wf__node_run(const wf__node_env *env, void *arg, wf_kernel_fn k, const wf_kernel_ctx *ctx,
-                 const struct wf_node *n, struct wf_tensor **in, wf_dtype dt, wf_shape shape,
+                 const struct wf_node *n, struct wf_tensor **in, wf_dtype dt, const wf_shape *shape,
                  const char *where, struct wf_tensor **out, char *msg, size_t msglen);
 
 /* "<op> '<name>' (<file>:<line>)" of a node ("?" for what it lacks), for messages; writes

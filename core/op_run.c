@@ -43,16 +43,16 @@ static int fail(const wf_node *n, int code, const char *pre, const char *on, con
 
 /* Whether the kernel's output fits the inferred 'dt' and 'shape' (a -1 dimension of an op
  * that allocates its own output takes any size). */
-static bool fits(const wf_tensor *out, wf_dtype dt, wf_shape shape, bool dynamic)
+static bool fits(const wf_tensor *out, wf_dtype dt, const wf_shape *shape, bool dynamic)
 {
-    bool ok = out && out->dtype == dt && out->shape.rank == shape.rank;
-    for (int d = 0; ok && d < shape.rank; d++)
-        ok = out->shape.dims[d] == shape.dims[d] || (dynamic && shape.dims[d] < 0);
+    bool ok = out && out->dtype == dt && out->shape.rank == shape->rank;
+    for (int d = 0; ok && d < shape->rank; d++)
+        ok = out->shape.dims[d] == shape->dims[d] || (dynamic && shape->dims[d] < 0);
     return ok;
 }
 
 int wf__node_run(const wf__node_env *env, void *arg, wf_kernel_fn k, const wf_kernel_ctx *ctx,
-                 const struct wf_node *n, struct wf_tensor **in, wf_dtype dt, wf_shape shape,
+                 const struct wf_node *n, struct wf_tensor **in, wf_dtype dt, const wf_shape *shape,
                  const char *where, struct wf_tensor **out, char *msg, size_t msglen)
 {
     *out = NULL;
@@ -92,7 +92,7 @@ int wf__node_run(const wf__node_env *env, void *arg, wf_kernel_fn k, const wf_ke
         if (o)
             snprintf(why, sizeof why, "the %s kernel gave %s %s but inference said %s %s", kn,
                      wf_dtype_name(o->dtype), wf_shape_str(o->shape, a, sizeof a),
-                     wf_dtype_name(dt), wf_shape_str(shape, b, sizeof b));
+                     wf_dtype_name(dt), wf_shape_str(*shape, b, sizeof b));
         else
             snprintf(why, sizeof why, "the %s kernel returned no tensor", kn);
         wf_tensor_release(o);

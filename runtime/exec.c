@@ -179,15 +179,15 @@ typedef struct cpu_node {
     int i;
 } cpu_node;
 
-static wf_tensor *cpu_alloc(void *arg, const wf_node *n, wf_dtype dt, wf_shape shape)
+static wf_tensor *cpu_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_shape *shape)
 {
     const cpu_node *c = arg;
     wf__slot *sl = c->sl;
-    wf_tensor *out = wf__memplan_out(sl, c->i, dt, shape);
+    wf_tensor *out = wf__memplan_out(sl, c->i, dt, *shape);
     if (!out && sl->n_spare)
-        out = spare_take(sl, dt, shape);
+        out = spare_take(sl, dt, *shape);
     if (!out)
-        out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, shape);
+        out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, *shape);
     /* A node that may finish later has its value in place before its kernel starts: the
      * completion (node_complete(), on another thread, possibly before the kernel returns)
      * reads it. */
@@ -275,7 +275,7 @@ static int run_kernel(wf__slot *sl, int i)
         ctx.token = &sl->args[i];
     }
     char msg[WF_ERRMSG_MAX];
-    rc = wf__node_run(&cpu_env, &(cpu_node){ sl, i }, p->kernel[i], &ctx, n, in, dt, shape, NULL,
+    rc = wf__node_run(&cpu_env, &(cpu_node){ sl, i }, p->kernel[i], &ctx, n, in, dt, &shape, NULL,
                       &out, msg, sizeof msg);
     if (rc < 0) {
         if (n->op->flags & WF_OP_ASYNC)

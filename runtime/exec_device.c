@@ -291,10 +291,10 @@ typedef struct dev_node {
     wf_device *d;
 } dev_node;
 
-static wf_tensor *dev_alloc(void *arg, const wf_node *n, wf_dtype dt, wf_shape shape)
+static wf_tensor *dev_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_shape *shape)
 {
     (void)n;
-    return wf__device_tensor(((const dev_node *)arg)->d, dt, shape);
+    return wf__device_tensor(((const dev_node *)arg)->d, dt, *shape);
 }
 
 static int dev_writable(void *arg, const wf_node *n, wf_tensor **in)
@@ -371,7 +371,7 @@ int wf__exec_device_node(wf__slot *sl, int i)
     ctx.stream = wf__cuda_device_queue(d);
 #endif
     char msg[WF_ERRMSG_MAX];
-    rc = wf__node_run(&dev_env, &(dev_node){ sl, i, d }, p->kernel[i], &ctx, n, in, dt, shape,
+    rc = wf__node_run(&dev_env, &(dev_node){ sl, i, d }, p->kernel[i], &ctx, n, in, dt, &shape,
                       d->info.name, &out, msg, sizeof msg);
     if (rc < 0) {
         rc = wf__slot_fail_msg(sl, rc, msg);

@@ -42,11 +42,11 @@ static wf_tensor *stand_in(wf_dtype dt, wf_shape shape)
 #define MAX_FOLD_INPUTS 16
 
 /* Folded values: fresh tensors (the plan's constants own them). */
-static wf_tensor *fold_alloc(void *arg, const wf_node *n, wf_dtype dt, wf_shape shape)
+static wf_tensor *fold_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_shape *shape)
 {
     (void)arg;
     (void)n;
-    return wf__tensor_alloc(dt, shape);
+    return wf__tensor_alloc(dt, *shape);
 }
 
 static const wf__node_env fold_env = { .alloc = fold_alloc }; /* nothing that folds assigns */
@@ -75,7 +75,7 @@ static wf_tensor *compute(wf__pass_ctx *c, const wf_node *n)
          * "not folded": the node then fails, or not, when it runs. */
         wf_kernel_ctx kctx = { .rt = c->s->rt };
         ok = wf__node_run(&fold_env, NULL, wf__kernels_find(c->s->kernels, n->op, WF_KERNEL_CPU),
-                          &kctx, n, in, n->dtype, n->shape, NULL, &out, NULL, 0) >= 0;
+                          &kctx, n, in, n->dtype, &n->shape, NULL, &out, NULL, 0) >= 0;
     }
     for (int k = 0; k < n->n_inputs; k++)
         wf_tensor_release(owned[k]);
