@@ -703,26 +703,24 @@ static bool valid_dtype(wf_dtype dt)
     return dt != WF_DTYPE_INVALID && wf_dtype_size(dt) != 0;
 }
 
-/* The default eager execution: the op's CPU kernel, here and now, into a fresh tensor of
- * the inferred dtype and shape (eager graphs have no -1 dimensions, except in the output of
- * WF_OP_DYNAMIC_SHAPE ops, whose kernels allocate; the node then takes the actual shape). */
-static int eager_cpu(wf_graph *g, wf_node *n)
+/* Eager outputs: fresh tensors. */
+static wf_tensor *eager_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_shape *shape)
 {
-    wf_kernel_fn k = n->op->kernel[WF_KERNEL_CPU];
-    if (!k)
-        return wf__err(WF_ENOSYS, "op '%s' has no CPU kernel to run it eagerly", n->op->name);
-    bool dynamic = n->op->flags & WF_OP_DYNAMIC_SHAPE;
-    wf_tensor *stack[8]; /* in[i] is set before it is read */
-    wf_tensor **in = stack;
-    if (n->n_inputs > 8 && !(in = malloc((size_t)n->n_inputs * sizeof *in)))
-        return wf__err(WF_ENOMEM, "no memory for %d inputs", n->n_inputs);
-    int rc = 0;
-    for (int i = 0; i < n->n_inputs && rc == 0; i++)
-        if (!(in[i] = n->inputs[i]->value))
-            rc = wf__err(WF_EINVAL, "input %d ('%s') has no value", i, n->inputs[i]->name);
-    /* A variable the op writes: its value, made exclusive first (a copy when someone else
-     * holds it: a value already read stays as it was). */
-    for (int i = 0; i < n->op->n_assign && rc == 0; i++) {
+    (void)arg;
+    (void)n;
+    wf_tensor *t = wf__tensor_alloc_value(dt, *shape);
+    if (!t)
+        wf__err(WF_ENOMEM, "no memory for the output");
+    return t;
+}
+
+/* A variable the op writes: its value, made exclusive first (a copy when someone else holds
+ * it: a value already read stays as it was). */
+static int eager_writable(void *arg, const wf_node *n, wf_tensor **in)
+{
+    (void)arg;
+    int i = 0, rc = 0;
+    for (; i < n->op->n_assign; i++) {
         wf_node *var = n->inputs[i];
         wf_tensor *w = NULL;
         if ((rc = wf__tensor_writable(var->value, 1, &w)) < 0)
@@ -731,37 +729,55 @@ static int eager_cpu(wf_graph *g, wf_node *n)
             wf_tensor_release(var->value);
             var->value = w;
         }
-        in[i] = w;
+        in[i] = wf_tensor_retain(w);
     }
+    if (rc < 0)
+        while (i-- > 0)
+            wf_tensor_release(in[i]);
+    return rc;
+}
+
+static const wf__node_env eager_env = { .alloc = eager_alloc, .writable = eager_writable };
+
+/* The default eager execution: the op's CPU kernel, here and now, into a fresh tensor of
+ * the inferred dtype and shape (eager graphs have no -1 dimensions, except in the output of
+ * WF_OP_DYNAMIC_SHAPE ops, whose kernels allocate; the node then takes the actual shape).
+ * A failure's message is whole in 'msg' (wf__node_run()). */
+static int eager_cpu(wf_graph *g, wf_node *n, char *msg, size_t msglen)
+{
+    wf_kernel_fn k = wf__kernels_find(NULL, n->op, WF_KERNEL_CPU);
+    if (!k) {
+        char desc[WF_ERRMSG_MAX];
+        snprintf(msg, msglen, "%s: op '%s' has no CPU kernel to run it eagerly",
+                 wf__node_desc(n, desc, sizeof desc), n->op->name);
+        return WF_ENOSYS;
+    }
+    wf_tensor *stack[8]; /* in[i] is set before it is read */
+    wf_tensor **in = stack;
+    if (n->n_inputs > 8 && !(in = malloc((size_t)n->n_inputs * sizeof *in))) {
+        char desc[WF_ERRMSG_MAX];
+        snprintf(msg, msglen, "%s: no memory for %d inputs", wf__node_desc(n, desc, sizeof desc),
+                 n->n_inputs);
+        return WF_ENOMEM;
+    }
+    int rc = 0;
+    for (int i = 0; i < n->n_inputs && rc == 0; i++)
+        if (!(in[i] = n->inputs[i]->value)) {
+            char desc[WF_ERRMSG_MAX];
+            snprintf(msg, msglen, "%s: input %d ('%s') has no value",
+                     wf__node_desc(n, desc, sizeof desc), i, n->inputs[i]->name);
+            rc = WF_EINVAL;
+        }
     wf_tensor *out = NULL;
-    if (rc == 0 && !dynamic && !n->op->n_assign &&
-        !(out = wf__tensor_alloc_value(n->dtype, n->shape)))
-        rc = WF_ENOMEM;
     if (rc == 0) {
         wf_kernel_ctx ctx = { .rt = g->rt };
-        rc = k(&ctx, n, in, &out);
-        if (rc >= 0 && n->op->n_assign)
-            out = wf_tensor_retain(in[0]);
-        if (rc >= 0 && !out)
-            rc = wf__err(WF_EINVAL, "the CPU kernel of '%s' returned no tensor", n->op->name);
+        rc = wf__node_run(&eager_env, NULL, k, &ctx, n, in, n->dtype, &n->shape, NULL, &out, msg,
+                          msglen);
     }
     if (in != stack)
         free(in);
-    if (rc < 0) {
-        wf_tensor_release(out);
+    if (rc < 0)
         return rc;
-    }
-    bool fits = out->dtype == n->dtype && out->shape.rank == n->shape.rank;
-    for (int i = 0; fits && i < n->shape.rank; i++)
-        fits = out->shape.dims[i] == n->shape.dims[i] || (dynamic && n->shape.dims[i] == -1);
-    if (!fits) {
-        char a[160], b[160];
-        rc = wf__err(WF_EINVAL, "the CPU kernel gave %s %s but inference said %s %s",
-                     wf_dtype_name(out->dtype), wf_shape_str(out->shape, a, sizeof a),
-                     wf_dtype_name(n->dtype), wf_shape_str(n->shape, b, sizeof b));
-        wf_tensor_release(out);
-        return rc;
-    }
     n->shape = out->shape;
     n->value = out;
     return 0;
@@ -904,12 +920,17 @@ static wf_node *add_node(wf_graph *g, const wf_op_def *op, const char *name, wf_
     for (int i = n->shape.rank; i < WF_MAX_RANK; i++)
         n->shape.dims[i] = 0;
     if (g->mode == WF_EAGER) {
-        if (op->flags & WF_OP_SOURCE)
+        char msg[WF_ERRMSG_MAX];
+        if (!(op->flags & WF_OP_SOURCE) && !g->eager_fn) {
+            /* The message of wf__node_run() names the node already: kept whole. */
+            if ((rc = eager_cpu(g, n, msg, sizeof msg)) < 0) {
+                set_error(g, rc, msg);
+                goto fail;
+            }
+        } else if (op->flags & WF_OP_SOURCE)
             rc = eager_source(n);
-        else if (g->eager_fn)
-            rc = g->eager_fn(g->eager_ctx, n);
         else
-            rc = eager_cpu(g, n);
+            rc = g->eager_fn(g->eager_ctx, n);
         if (rc < 0) {
             char why[WF_ERRMSG_MAX];
             snprintf(why, sizeof why, "%s", wf_last_errmsg());

@@ -64,6 +64,8 @@ typedef struct wf_attrs {
     uint64_t seed;
     /* variable: how the first value is made. */
     wf_init init;
+    /* send, recv (core/op.h): the other rank, and the edge number of the message's key. */
+    int32_t peer, edge;
 } wf_attrs;
 
 /* A source location: file (e.g. __FILE__; the graph copies it when the node is made) and

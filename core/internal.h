@@ -134,6 +134,11 @@ wf_tensor *wf__tensor_alloc_value(wf_dtype dt, wf_shape shape);
  * what snprintf() returns. */
 int wf__node_prefix(const wf_node *n, char *buf, size_t size);
 
+/* Checks the value type of a source-like op's attributes (attrs.dtype, attrs.shape with
+ * every dimension >= 'min_dim': -1 allows "any"); returns 0 or WF_EINVAL with the reason in
+ * 'err' (op.c; placeholders, constants, variables, recv). */
+int wf__op_check_type(const wf_attrs *a, int64_t min_dim, char *err, size_t errlen);
+
 /* Checks an initializer for 'dt' and 'shape'; returns 0 or WF_EINVAL with the reason in
  * 'err' (no node name). */
 int wf__init_check(wf_init init, wf_dtype dt, wf_shape shape, char *err, size_t errlen);

@@ -13,7 +13,7 @@
 
 /* Checks the dtype and shape a source op got in its attributes; 'min_dim' is -1 where "any
  * size" is allowed (placeholders), else 0. */
-static int check_type(const wf_attrs *a, int64_t min_dim, char *err, size_t errlen)
+int wf__op_check_type(const wf_attrs *a, int64_t min_dim, char *err, size_t errlen)
 {
     if (a->dtype == WF_DTYPE_INVALID || !wf_dtype_size(a->dtype)) {
         snprintf(err, errlen, "dtype %d is not a wf_dtype", (int)a->dtype);
@@ -43,7 +43,7 @@ static void set_type(wf_node *n)
 
 static int infer_placeholder(wf_node *n, char *err, size_t errlen)
 {
-    int rc = check_type(n->attrs, -1, err, errlen);
+    int rc = wf__op_check_type(n->attrs, -1, err, errlen);
     if (rc == 0)
         set_type(n);
     return rc;
@@ -51,7 +51,7 @@ static int infer_placeholder(wf_node *n, char *err, size_t errlen)
 
 static int infer_constant(wf_node *n, char *err, size_t errlen)
 {
-    int rc = check_type(n->attrs, 0, err, errlen);
+    int rc = wf__op_check_type(n->attrs, 0, err, errlen);
     if (rc == 0)
         set_type(n);
     return rc;
@@ -59,7 +59,7 @@ static int infer_constant(wf_node *n, char *err, size_t errlen)
 
 static int infer_variable(wf_node *n, char *err, size_t errlen)
 {
-    int rc = check_type(n->attrs, 0, err, errlen);
+    int rc = wf__op_check_type(n->attrs, 0, err, errlen);
     if (rc == 0)
         rc = wf__init_check(n->attrs->init, n->attrs->dtype, n->attrs->shape, err, errlen);
     if (rc == 0)
@@ -104,7 +104,8 @@ const wf_op_def wf_op_variable = {
     .flags = WF_OP_SOURCE | WF_OP_STATEFUL,
 };
 
-static const wf_op_def *const builtins[] = { &wf_op_placeholder, &wf_op_constant, &wf_op_variable };
+static const wf_op_def *const builtins[] = { &wf_op_placeholder, &wf_op_constant, &wf_op_variable,
+                                             &wf_op_send, &wf_op_recv };
 
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
 

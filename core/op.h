@@ -1,11 +1,12 @@
 /* core/op.h: the op registry: what an op is, for ops/, grad/, placement/ and runtime/ (a
  * module interface: not installed, not internal.h).
- * Owns: struct wf_op_def (name, arity, shape and dtype inference, kernels per device kind, a
- *   gradient slot, a cost function, flags), the kernel calling convention (wf_kernel_ctx,
- *   wf_kernel_fn), the three op defs core itself needs (placeholder, constant, variable),
- *   and lookup by name.
- * How ops are registered: there is no mutable registry (docs/conventions.md, "State").
- *   Each op is a 'const wf_op_def' defined once, in the file of ops/ that implements it
+ * Owns: struct wf_op_def (name, arity, shape and dtype inference, default kernels per
+ *   device kind, a gradient slot, a cost function, flags), the kernel calling convention
+ *   (wf_kernel_ctx, wf_kernel_fn), the kernel registry keyed by (op, device kind) that
+ *   sessions fill at start (op_kernels.c), the one routine that runs a node (op_run.c), the
+ *   three op defs core itself needs (placeholder, constant, variable), and lookup by name.
+ * How ops are registered: there is no mutable table of ops. Each op is a
+ *   'const wf_op_def' defined once, in the file of ops/ that implements it
  *   ('const wf_op_def wf_op_add = { .name = "add", ... };'); the op's constructor hands its
  *   address to wf__node_add(), so a graph only ever holds ops by pointer. Lookup by name
  *   (for loading a saved graph, for tools) takes an explicit table: ops/ keeps one
@@ -47,8 +48,22 @@ typedef struct wf_kernel_ctx {
     size_t scratch_bytes; /* its size */
     uint64_t step;        /* the session's run count (static graphs; 0 in eager graphs): random
                              ops (dropout) mix it into their seed, so each run draws a new
-                             mask while a node and its gradient in one run draw the same */
+                             mask while a node and its gradient in one run draw the same;
+                             send and recv put it in their keys */
+    void *data;           /* what the layer that registered the kernel gave with it
+                             (wf__kernels_register()), or NULL (the op's own kernels) */
+    /* Ops with WF_OP_ASYNC: a kernel that returns WF_KERNEL_PENDING calls
+     * 'complete(token, rc)' exactly once later, from any thread, when its output is
+     * written ('rc' 0, or a negative wf_status with wf_last_errmsg() set on that thread).
+     * NULL where nothing can wait (eager graphs, constant folding): the kernel then fails
+     * instead of pending. Copy both before returning: the context is the caller's. */
+    void (*complete)(void *token, int rc);
+    void *token;
 } wf_kernel_ctx;
+
+/* What a kernel of a WF_OP_ASYNC op returns when its work finishes later (ctx->complete):
+ * positive, so it is no error. */
+#define WF_KERNEL_PENDING 0x50454e44
 
 /* A kernel: computes node 'n' (its op, attributes and dtype are read from 'n') from
  * 'in[0 .. n->n_inputs-1]' into '*out'.
@@ -121,6 +136,10 @@ enum {
                                       memory planner says input 0 dies here */
     WF_OP_DYNAMIC_SHAPE = 1u << 5, /* the output's shape depends on input values (inference
                                       gives -1 there): the kernel allocates its output */
+    WF_OP_ASYNC = 1u << 6,         /* the kernel may finish later (WF_KERNEL_PENDING, the
+                                      network's send and recv): the executor's task of the
+                                      node ends when ctx->complete is called, and no worker
+                                      waits for it */
 };
 
 struct wf_op_def {
@@ -152,11 +171,114 @@ static inline bool wf__op_kernel_ok(const wf_op_def *op, const struct wf_node *n
     return op->kernel[kind] && (!op->kernel_ok || op->kernel_ok(n, kind));
 }
 
+/* ---- The kernel registry ------------------------------------------------------------------
+ * Which kernel computes an op on a kind of device, for one session (runtime/ owns one per
+ * session and fills it when the session is created, before any plan exists). The op defs'
+ * own 'kernel[]' slots are the defaults; a layer above ops/ registers (op, kind) -> kernel for
+ * what it owns (devices/: copies between devices; transport/: send and receive; tests: their
+ * own), which extends an op that has no kernel of that kind or overrides the op's own.
+ * Placement asks the registry whether a node may run on a device, and the plan keeps the
+ * kernel it found per node, so a run never looks anything up.
+ * Why not a global table: two sessions (or two runtimes) in one process may be given
+ * different devices and communicators, so their kernels may differ; the registry belongs to
+ * the object that was given them.
+ * Threads: registering is single-threaded (before the session is shared); lookups may be
+ * concurrent with each other, never with registering. A NULL registry is a valid, empty
+ * one: lookups give the op defs' own kernels (eager graphs, op tests). */
+typedef struct wf__kernels wf__kernels;
+
+/* Creates an empty registry. Returns 0 or WF_ENOMEM. Ownership: the caller owns '*out'
+ * (wf__kernels_destroy()). */
+int wf__kernels_create(wf__kernels **out);
+
+/* Frees a registry. NULL is a no-op. */
+void wf__kernels_destroy(wf__kernels *r);
+
+/* Registers 'fn' as the kernel of 'op' on device kind 'kind' (WF_KERNEL_*), replacing an
+ * earlier registration of the pair; 'ok' (may be NULL: every node) says which nodes it
+ * computes, as an op's kernel_ok does; 'data' (may be NULL) reaches the kernel as
+ * wf_kernel_ctx.data (a communicator, a device table). 'fn' NULL removes what 'op' can do
+ * on 'kind', its own slot included (a test of placement's refusals).
+ * Returns 0, WF_EINVAL (NULL registry or op, a kind out of range) or WF_ENOMEM. */
+int wf__kernels_register(wf__kernels *r, const wf_op_def *op, int kind, wf_kernel_fn fn,
+                         wf_kernel_ok_fn ok, void *data);
+
+/* The kernel of 'op' on 'kind': a registered one, else the op's own slot (NULL: none). */
+wf_kernel_fn wf__kernels_find(const wf__kernels *r, const wf_op_def *op, int kind);
+
+/* The 'data' registered with the kernel of 'op' on 'kind', or NULL. */
+void *wf__kernels_data(const wf__kernels *r, const wf_op_def *op, int kind);
+
+/* Whether node 'n' (of op 'op') has a kernel on 'kind' that computes it: the registered
+ * kernel and its 'ok', else the op's own slot and its kernel_ok (wf__op_kernel_ok()). */
+bool wf__kernels_ok(const wf__kernels *r, const wf_op_def *op, const struct wf_node *n, int kind);
+
+/* ---- Running one node ---------------------------------------------------------------------
+ * wf__node_run() is the one routine that runs a kernel node, wherever it runs: eager graphs
+ * (core/graph.c), the CPU executor (runtime/exec.c), the device executor (runtime/
+ * exec_device.c) and constant folding (runtime/pass_fold.c). It does, in order: an update's
+ * writable inputs (op->n_assign), the output (unless the op allocates its own), the kernel
+ * call, an update's value (its first variable), the check of the output against the
+ * inferred dtype and shape, and on failure the message "<op> '<name>' (<file>:<line>):
+ * <why>". What differs between those places is in a wf__node_env: where outputs and
+ * writable variables come from, and how the kernel is called (directly, or on a device's
+ * queue). Gathering the inputs and re-inferring -1 dimensions stay with the caller, which
+ * knows where values live. */
+typedef struct wf__node_env {
+    /* A fresh output of 'dt' and 'shape' for 'n' (not an update, not WF_OP_DYNAMIC_SHAPE)
+     * that only the kernel writes; NULL with wf_last_errmsg() set: the run fails with
+     * WF_ENOMEM. Required. */
+    struct wf_tensor *(*alloc)(void *arg, const struct wf_node *n, wf_dtype dt,
+                               const wf_shape *shape);
+    /* Updates: replaces in[0 .. n->op->n_assign-1] by exclusive contiguous tensors that
+     * become the variables' values, one reference each for the routine (which releases them
+     * after the kernel). Returns 0 or a negative wf_status with wf_last_errmsg() set (the
+     * inputs then as they came in). Required for ops with n_assign > 0. */
+    int (*writable)(void *arg, const struct wf_node *n, struct wf_tensor **in);
+    /* Optional: after 'writable', whether the kernel was called successfully ('ok'). */
+    void (*written)(void *arg, const struct wf_node *n, bool ok);
+    /* Optional: calls 'k(ctx, n, in, out)' where the node runs (a device's queue) and
+     * returns its result; NULL: called here, on the calling thread. */
+    int (*call)(void *arg, wf_kernel_fn k, const wf_kernel_ctx *ctx, const struct wf_node *n,
+                struct wf_tensor *const *in, struct wf_tensor **out);
+} wf__node_env;
+
+/* Runs kernel node 'n' with 'k' (NULL: fails with WF_ENODEV) on inputs 'in' (n->n_inputs
+ * of them, borrowed; an update's first n_assign are replaced as env->writable says and
+ * released again before the return) into '*out' (on success the value, one reference for
+ * the caller; NULL on failure). 'dt' and '*shape' are the output's concrete type (n's, or
+ * re-inferred; by pointer: a shape is 72 bytes, and copies of it were a third of the
+ * routine's cost in an eager add). 'arg' goes to env's hooks, so an env can be a static const
+ * table. 'where' is NULL for the CPU, else the device's name: messages then read "the <where>
+ * kernel gave ..." and "on <where>: <why>". Returns 0, WF_KERNEL_PENDING (a WF_OP_ASYNC kernel that
+ * will call ctx->complete: '*out' is its output, which it writes until then; its check is the
+ * caller's once complete), or a negative wf_status, with the whole message in 'msg' ('msglen'
+ * bytes; may be NULL) and in wf_last_errmsg(). Threads: any; 'n' is only read. */
+int wf__node_run(const wf__node_env *env, void *arg, wf_kernel_fn k, const wf_kernel_ctx *ctx,
+                 const struct wf_node *n, struct wf_tensor **in, wf_dtype dt, const wf_shape *shape,
+                 const char *where, struct wf_tensor **out, char *msg, size_t msglen);
+
+/* "<op> '<name>' (<file>:<line>)" of a node ("?" for what it lacks), for messages; writes
+ * into 'buf' and returns it. */
+const char *wf__node_desc(const struct wf_node *n, char *buf, size_t size);
+
 /* The ops core defines itself (all WF_OP_SOURCE; attrs.dtype and attrs.shape hold the
  * value's type; a variable's initializer is attrs.init). */
 extern const wf_op_def wf_op_placeholder; /* "placeholder": -1 dimensions allowed */
 extern const wf_op_def wf_op_constant;    /* "constant": the node's 'value' is the tensor */
 extern const wf_op_def wf_op_variable;    /* "variable": named; no -1 dimensions */
+
+/* The boundary ops between ranks (core/op_comm.c): plain ops whose kernels only the layer
+ * that owns the network registers (transport/, through runtime/ when a session is given a
+ * communicator), so that the graph and the passes see them as any other node.
+ *   send: input x; attrs.peer (the destination rank) and attrs.edge (the key's edge, below
+ *     2^15); its value is an f32 scalar 0 (a token to order things after it).
+ *   recv: no input; attrs.peer (the source rank), attrs.edge, attrs.dtype and attrs.shape
+ *     (the value's, no -1 dimension).
+ * Both are WF_OP_STATEFUL (never folded, merged or pruned away when targeted) and
+ * WF_OP_ASYNC; keys are (step, edge) plus the transport's source rank and incarnation. */
+extern const wf_op_def wf_op_send;
+extern const wf_op_def wf_op_recv;
 
 /* Finds an op by name: core's built-ins first, then 'table[0 .. count-1]' (may be NULL
  * when 'count' is 0; NULL entries are skipped). Returns the def or NULL (also for a NULL

@@ -4,8 +4,12 @@
  *   the pool of idle slots, and what a node's task does: take its inputs' values, infer the
  *   concrete output shape when placeholders' -1 dimensions are involved, allocate the
  *   output (from the slot's arena where the memory plan put it, runtime/memplan.c, else
- *   from the session's pool), run the op's CPU kernel, and release each input value when
- *   its last reader has finished.
+ *   from the session's pool), run the node's kernel (the one the plan resolved from the
+ *   session's registry) through wf__node_run() (core/op.h), and release each input value
+ *   when its last reader has finished.
+ * Nodes that finish later (WF_OP_ASYNC, a recv waiting for the network): their kernel
+ *   pends, the task returns WF_TASK_LATER, and node_complete() (called by the kernel's
+ *   completion, on the transport's actor) does the rest and finishes the task-graph node.
  * Why slots: a wf_taskgraph runs once at a time, and the pending counters of the plan live
  *   in it; a session run from several threads at once takes one slot per run, so runs
  *   share nothing but the plan (read-only) and the session's pool and variables. A slot
@@ -38,6 +42,17 @@ int wf__slot_fail(wf__slot *sl, const wf_node *n, int code, const char *why)
         sl->err = code;
         snprintf(sl->errmsg, sizeof sl->errmsg, "%s: %s", wf__rt_node_desc(n, desc, sizeof desc),
                  why);
+    }
+    return code;
+}
+
+int wf__slot_fail_msg(wf__slot *sl, int code, const char *msg)
+{
+    if (!wf__status_known(code) || code >= 0)
+        code = WF_ETASK;
+    if (!atomic_exchange_explicit(&sl->failed, 1, memory_order_acq_rel)) {
+        sl->err = code;
+        snprintf(sl->errmsg, sizeof sl->errmsg, "%s", msg);
     }
     return code;
 }
@@ -93,8 +108,7 @@ static int take_writable(wf__slot *sl, int i, wf_tensor **in)
     for (; k < n->op->n_assign; k++) {
         int32_t j = idx[k], v = p->var[j];
         if (v < 0) {
-            rc = wf__slot_fail(sl, n, WF_EINVAL,
-                               "an assigned input is not a variable of the session");
+            rc = wf__err(WF_EINVAL, "an assigned input is not a variable of the session");
             break;
         }
         pthread_rwlock_wrlock(&s->var_lock);
@@ -109,10 +123,8 @@ static int take_writable(wf__slot *sl, int i, wf_tensor **in)
             wf__var_host_written(s, v); /* a device value, if any, is stale (var_device.c) */
         }
         pthread_rwlock_unlock(&s->var_lock);
-        if (rc < 0) {
-            rc = wf__slot_fail(sl, n, rc, wf_last_errmsg());
+        if (rc < 0)
             break;
-        }
     }
     if (rc < 0)
         while (k-- > 0)
@@ -152,33 +164,79 @@ int wf__slot_reinfer(wf__slot *sl, const wf_node *n, wf_tensor *const *in, wf_dt
         /* wf__op_infer()'s message already names the node: keep it whole. */
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", wf_last_errmsg());
-        if (!atomic_exchange_explicit(&sl->failed, 1, memory_order_acq_rel)) {
-            sl->err = rc;
-            snprintf(sl->errmsg, sizeof sl->errmsg, "%s", why);
-        }
+        wf__slot_fail_msg(sl, rc, why);
     }
     return rc;
 }
 
-int wf__slot_check_out(wf__slot *sl, const wf_node *n, const char *kernel, const wf_tensor *out,
-                       wf_dtype dt, wf_shape shape, bool dynamic)
+#define STACK_INPUTS 8
+
+/* The CPU executor's side of wf__node_run() (core/op.h): outputs from the memory plan's
+ * arena, an inline run's spare values or the session's pool; variables made writable under
+ * the session's lock. */
+typedef struct cpu_node {
+    wf__slot *sl;
+    int i;
+} cpu_node;
+
+static wf_tensor *cpu_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_shape *shape)
 {
-    bool fits = out && out->dtype == dt && out->shape.rank == shape.rank;
-    for (int d = 0; fits && d < shape.rank; d++)
-        fits = out->shape.dims[d] == shape.dims[d] || (dynamic && shape.dims[d] < 0);
-    if (fits)
-        return 0;
-    char a[160], b[160], why[WF_ERRMSG_MAX];
-    if (out)
-        snprintf(why, sizeof why, "the %s kernel gave %s %s but inference said %s %s", kernel,
-                 wf_dtype_name(out->dtype), wf_shape_str(out->shape, a, sizeof a),
-                 wf_dtype_name(dt), wf_shape_str(shape, b, sizeof b));
-    else
-        snprintf(why, sizeof why, "the %s kernel returned no tensor", kernel);
-    return wf__slot_fail(sl, n, WF_EINVAL, why);
+    const cpu_node *c = arg;
+    wf__slot *sl = c->sl;
+    wf_tensor *out = wf__memplan_out(sl, c->i, dt, *shape);
+    if (!out && sl->n_spare)
+        out = spare_take(sl, dt, *shape);
+    if (!out)
+        out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, *shape);
+    /* A node that may finish later has its value in place before its kernel starts: the
+     * completion (node_complete(), on another thread, possibly before the kernel returns)
+     * reads it. */
+    if (n->op->flags & WF_OP_ASYNC)
+        sl->vals[c->i] = out;
+    return out;
 }
 
-#define STACK_INPUTS 8
+static int cpu_writable(void *arg, const wf_node *n, wf_tensor **in)
+{
+    (void)n;
+    const cpu_node *c = arg;
+    return take_writable(c->sl, c->i, in);
+}
+
+static const wf__node_env cpu_env = { .alloc = cpu_alloc, .writable = cpu_writable };
+
+/* What a node does once its value exists: drops one use of each input, and lets a value
+ * nobody reads go at once (a target run for its effects). */
+static void node_after(wf__slot *sl, int i)
+{
+    const wf__plan *p = sl->plan;
+    for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++)
+        drop_use(sl, p->in_idx[e]);
+    if (atomic_load_explicit(&sl->uses[i], memory_order_relaxed) == 0) {
+        spare_put(sl, sl->vals[i]);
+        sl->vals[i] = NULL;
+        if (sl->dev)
+            wf__exec_device_drop(sl, i);
+    }
+}
+
+/* How a node whose kernel pended (WF_OP_ASYNC: a recv waiting for the network) finishes:
+ * called once by the kernel's completion (the transport's actor), it does what the task
+ * would have done after the kernel and finishes the node's task (WF_TASK_LATER), as the
+ * device executor's copies do (exec_device.c, copy_landed): one mechanism for every node
+ * that finishes elsewhere. */
+static void node_complete(void *token, int rc)
+{
+    const wf__task_arg *a = token;
+    wf__slot *sl = a->slot;
+    int i = a->index;
+    if (rc < 0)
+        rc = wf__slot_fail(sl, sl->plan->nodes[i], rc, wf_last_errmsg());
+    else
+        node_after(sl, i);
+    int r2 = wf_taskgraph_complete(sl->tg, i, rc < 0 ? rc : 0);
+    (void)r2; /* fails only for a graph that is not running, which waits for this node */
+}
 
 static int run_kernel(wf__slot *sl, int i)
 {
@@ -211,30 +269,25 @@ static int run_kernel(wf__slot *sl, int i)
     wf_shape shape = n->shape;
     if (p->reinfer[i] && (rc = wf__slot_reinfer(sl, n, in, dts, shapes, &dt, &shape)) < 0)
         goto done;
-    int n_assign = n->op->n_assign;
-    bool dynamic = n->op->flags & WF_OP_DYNAMIC_SHAPE;
-    if (n_assign > 0) {
-        if ((rc = take_writable(sl, i, in)) < 0)
-            goto done;
-    } else if (!dynamic && !(out = wf__memplan_out(sl, i, dt, shape)) &&
-               !(sl->n_spare && (out = spare_take(sl, dt, shape))) &&
-               !(out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, shape))) {
-        rc = wf__slot_fail(sl, n, WF_ENOMEM, wf_last_errmsg());
-        goto done;
+    wf_kernel_ctx ctx = { .rt = sl->plan->sess->rt, .step = sl->step, .data = p->kdata[i] };
+    if (n->op->flags & WF_OP_ASYNC) { /* never in inline plans (plan.c) */
+        ctx.complete = node_complete;
+        ctx.token = &sl->args[i];
     }
-    wf_kernel_ctx ctx = { .rt = sl->plan->sess->rt, .step = sl->step };
-    rc = n->op->kernel[WF_KERNEL_CPU](&ctx, n, in, &out);
-    if (n_assign > 0 && rc >= 0)
-        out = wf_tensor_retain(in[0]);
-    for (int k = 0; k < n_assign; k++)
-        wf_tensor_release(in[k]); /* take_writable()'s references */
+    char msg[WF_ERRMSG_MAX];
+    rc = wf__node_run(&cpu_env, &(cpu_node){ sl, i }, p->kernel[i], &ctx, n, in, dt, &shape, NULL,
+                      &out, msg, sizeof msg);
     if (rc < 0) {
-        rc = wf__slot_fail(sl, n, rc, wf_last_errmsg());
+        if (n->op->flags & WF_OP_ASYNC)
+            sl->vals[i] = NULL; /* cpu_alloc()'s alias of the output wf__node_run() released */
+        rc = wf__slot_fail_msg(sl, rc, msg);
         goto done;
     }
-    if ((rc = wf__slot_check_out(sl, n, "CPU", out, dt, shape, dynamic)) < 0)
-        goto done;
-    sl->vals[i] = out;
+    /* WF_KERNEL_PENDING: the value (in 'sl->vals[i]' since cpu_alloc()) is still being
+     * written, and node_complete() may already have run; successors wait for it
+     * (WF_TASK_LATER). */
+    if (!(n->op->flags & WF_OP_ASYNC))
+        sl->vals[i] = out;
     out = NULL;
 done:
     wf_tensor_release(out);
@@ -274,8 +327,10 @@ static int run_node(wf__slot *sl, int i)
         int rc = sl->dev && p->dev->where[i] ? wf__exec_device_node(sl, i) : run_kernel(sl, i);
         if (rc < 0)
             return rc;
-        for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++)
-            drop_use(sl, p->in_idx[e]);
+        if (rc == WF_KERNEL_PENDING)
+            return WF_TASK_LATER; /* node_complete() does the rest */
+        node_after(sl, i);
+        return 0;
     }
     }
     /* A value nobody reads (a target run for its effects) goes at once. */

@@ -4,9 +4,10 @@
  *   step, the copy on its destination GPU), what the task of a GPU node does, and what the
  *   task of a copy step does.
  * How a GPU node runs: its task (on a worker, like every node) takes its inputs' device
- *   values, allocates its output from the device's pool, and hands the kernel
- *   (op->kernel[WF_KERNEL_CUDA], with the device's queue as wf_kernel_ctx.stream) to the
- *   device, which enqueues it on its compute stream and returns. The task then ends: its
+ *   values and runs it through wf__node_run() (core/op.h) with this file's hooks: the
+ *   output from the device's pool, and the kernel the plan resolved from the session's
+ *   registry for the device's kind (with the device's queue as wf_kernel_ctx.stream) handed
+ *   to the device, which enqueues it on its compute stream and returns. The task then ends: its
  *   readers on the same device are released while the GPU has not even started, and their
  *   kernels queue behind it (the device completes its work in order, devices/device.h).
  * Copies are steps of their own (pass_place.c makes them, wf__slot_dev_add_copies() puts
@@ -284,6 +285,50 @@ int wf__slot_dev_add_copies(wf__slot *sl)
 
 #define STACK_INPUTS 8
 
+/* The device executor's side of wf__node_run() (core/op.h): outputs in the device's memory,
+ * updates writing their variables' device values (var_device.c), kernels handed to the
+ * device's queue. */
+typedef struct dev_node {
+    wf__slot *sl;
+    int i;
+    wf_device *d;
+} dev_node;
+
+static wf_tensor *dev_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_shape *shape)
+{
+    (void)n;
+    return wf__device_tensor(((const dev_node *)arg)->d, dt, *shape);
+}
+
+static int dev_writable(void *arg, const wf_node *n, wf_tensor **in)
+{
+    (void)n;
+    const dev_node *c = arg;
+    return wf__var_device_writable(c->sl, c->i, in);
+}
+
+static void dev_written(void *arg, const wf_node *n, bool ok)
+{
+    (void)n;
+    const dev_node *c = arg;
+    wf__var_device_written(c->sl, c->i, ok);
+}
+
+static int dev_call(void *arg, wf_kernel_fn k, const wf_kernel_ctx *ctx, const wf_node *n,
+                    wf_tensor *const *in, wf_tensor **out)
+{
+    wf_device *d = ((const dev_node *)arg)->d;
+    kernel_call call = { k, ctx, n, in, out };
+    return d->ops->run(d, call_kernel, &call, n->name, NULL);
+}
+
+static const wf__node_env dev_env = {
+    .alloc = dev_alloc,
+    .writable = dev_writable,
+    .written = dev_written,
+    .call = dev_call,
+};
+
 int wf__exec_device_node(wf__slot *sl, int i)
 {
     const wf__plan *p = sl->plan;
@@ -319,47 +364,22 @@ int wf__exec_device_node(wf__slot *sl, int i)
     wf_shape shape = n->shape;
     if (p->reinfer[i] && (rc = wf__slot_reinfer(sl, n, in, dts, shapes, &dt, &shape)) < 0)
         goto done;
-    bool dynamic = n->op->flags & WF_OP_DYNAMIC_SHAPE;
-    int n_assign = n->op->n_assign;
-    if (!n->op->kernel[d->info.kind]) { /* placement checked it; a pass's node may lack it */
-        rc =
-            wf__slot_fail(sl, n, WF_ENODEV, "its op has no kernel for the device it was placed on");
-        goto done;
-    }
-    if (n_assign > 0) { /* an update: it writes its variables' device values in place */
-        if ((rc = wf__var_device_writable(sl, i, in)) < 0)
-            goto done;
-    } else if (!dynamic && !(out = wf__device_tensor(d, dt, shape))) {
-        char why[WF_ERRMSG_MAX];
-        snprintf(why, sizeof why, "its output on %s: %s", d->info.name, wf_last_errmsg());
-        rc = wf__slot_fail(sl, n, WF_ENOMEM, why);
-        goto done;
-    }
     wf_kernel_ctx ctx = {
         .rt = p->sess->rt,
         .device = d->info.index,
         .step = sl->step,
+        .data = p->kdata[i],
     };
 #ifdef WF_HAVE_CUDA
     ctx.stream = wf__cuda_device_queue(d);
 #endif
-    kernel_call call = { n->op->kernel[d->info.kind], &ctx, n, in, &out };
-    rc = d->ops->run(d, call_kernel, &call, n->name, NULL);
-    if (n_assign > 0) {
-        if (rc >= 0) /* the node's value is its first variable's (core/op.h: n_assign) */
-            out = wf_tensor_retain(in[0]);
-        wf__var_device_written(sl, i, rc >= 0);
-        for (int k = 0; k < n_assign; k++)
-            wf_tensor_release(in[k]); /* wf__var_device_writable()'s references */
-    }
+    char msg[WF_ERRMSG_MAX];
+    rc = wf__node_run(&dev_env, &(dev_node){ sl, i, d }, p->kernel[i], &ctx, n, in, dt, &shape,
+                      d->info.name, &out, msg, sizeof msg);
     if (rc < 0) {
-        char why[WF_ERRMSG_MAX];
-        snprintf(why, sizeof why, "on %s: %s", d->info.name, wf_last_errmsg());
-        rc = wf__slot_fail(sl, n, rc, why);
+        rc = wf__slot_fail_msg(sl, rc, msg);
         goto done;
     }
-    if ((rc = wf__slot_check_out(sl, n, d->info.name, out, dt, shape, dynamic)) < 0)
-        goto done;
     sl->dev->dvals[i] = out;
     out = NULL;
 done:

@@ -58,7 +58,7 @@ typedef struct wf__memplan {
 } wf__memplan;
 
 enum {
-    WF__PN_KERNEL = 0,  /* runs the op's CPU kernel */
+    WF__PN_KERNEL = 0,  /* runs its kernel (wf__plan.kernel) */
     WF__PN_PLACEHOLDER, /* its value is the feed, set before the run starts */
     WF__PN_CONSTANT,    /* its value is the node's tensor */
     WF__PN_VARIABLE,    /* its value is the session's current value of the variable */
@@ -117,6 +117,11 @@ struct wf__plan {
     int n;                   /* plan nodes */
     wf_node **nodes;         /* 'n', in a topological order (see above) */
     uint8_t *kind;           /* WF__PN_* per plan node */
+    wf_kernel_fn *kernel;    /* per plan node: the kernel it runs (kernel nodes; NULL for the
+                                others), the session's registered one for the kind of its
+                                device (pass_place.c: resolve_kernels()) */
+    void **kdata;            /* per plan node: the data registered with that kernel (its
+                                wf_kernel_ctx.data), or NULL */
     uint8_t *reinfer;        /* 1: the shape depends on fed sizes: infer at kernel time */
     int32_t *var;            /* variable index per plan node (-1: not a variable) */
     int32_t *in_off;         /* CSR of input plan indices: node i reads in_idx[in_off[i] ..
@@ -195,6 +200,9 @@ struct wf_session {
     uint32_t sim_delay_us;      /* their wf__sim_opts (devices/device.h): delay, */
     int64_t sim_fail_alloc;     /* the allocation that fails, */
     int64_t sim_fail_notice;    /* the completion that faults */
+    wf__kernels *kernels;       /* the kernels by (op, device kind) (core/op.h): the op
+                                   defs' own, and what the layers below registered at
+                                   creation; read-only once the session is made */
     int n_plans;                /* plans compiled, guarded by 'plans_mu' */
     wf_plan_stats last_stats;   /* of the latest compiled plan, guarded by 'plans_mu' */
     char errmsg[WF_ERRMSG_MAX]; /* the latest failure */
@@ -308,11 +316,9 @@ int wf__slot_fail(wf__slot *sl, const wf_node *n, int code, const char *why);
 int wf__slot_reinfer(wf__slot *sl, const wf_node *n, wf_tensor *const *in, wf_dtype *dts,
                      wf_shape *shapes, wf_dtype *dt, wf_shape *shape);
 
-/* Checks that the output 'out' of the '<kernel>' kernel (a device name) of 'n' has the
- * inferred 'dt' and 'shape' (a -1 dimension matches any size when 'dynamic'). Returns 0, or
- * WF_EINVAL recorded in 'sl'. */
-int wf__slot_check_out(wf__slot *sl, const wf_node *n, const char *kernel, const wf_tensor *out,
-                       wf_dtype dt, wf_shape shape, bool dynamic);
+/* Records a failure whose message 'msg' is whole (it names the node already: wf__node_run(),
+ * wf__op_infer()), as wf__slot_fail() does. */
+int wf__slot_fail_msg(wf__slot *sl, int code, const char *msg);
 
 /* pass_place.c and exec_device.c: nodes on GPUs (docs/architecture.md, "Devices"). */
 
@@ -426,7 +432,8 @@ int wf__var_device_read(wf__slot *sl, int i);
 
 /* For update node 'i' on a device: replaces in[0 .. n_assign-1] by the device values it
  * may write (each with a reference of the caller's), copying one that someone else holds,
- * as exec.c's take_writable() does on the host. Returns 0 or the run's failure. */
+ * as exec.c's take_writable() does on the host. Returns 0 or a negative status with the
+ * reason in wf_last_errmsg() (wf__node_run() records it as the node's failure). */
 int wf__var_device_writable(wf__slot *sl, int i, wf_tensor **in);
 
 /* After update node 'i' has been given to its device ('ok': its kernel was): its

@@ -41,6 +41,16 @@ static wf_tensor *stand_in(wf_dtype dt, wf_shape shape)
 /* The most inputs of a node that folds (concat and add_n of more constants stay nodes). */
 #define MAX_FOLD_INPUTS 16
 
+/* Folded values: fresh tensors (the plan's constants own them). */
+static wf_tensor *fold_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_shape *shape)
+{
+    (void)arg;
+    (void)n;
+    return wf__tensor_alloc(dt, *shape);
+}
+
+static const wf__node_env fold_env = { .alloc = fold_alloc }; /* nothing that folds assigns */
+
 /* Computes node 'n' from its constant inputs; returns the value or NULL (not folded). */
 static wf_tensor *compute(wf__pass_ctx *c, const wf_node *n)
 {
@@ -59,29 +69,25 @@ static wf_tensor *compute(wf__pass_ctx *c, const wf_node *n)
             ok = false;
         }
     }
-    if (ok)
-        ok = (out = wf__tensor_alloc(n->dtype, n->shape)) != NULL;
     if (ok) {
-        /* The session's runtime, as the plan's task would have it; step 0 (nothing that
-         * folds is random: stateful ops never fold). */
+        /* The session's runtime and kernel, as the plan's task would have them; step 0
+         * (nothing that folds is random: stateful ops never fold). A failure only means
+         * "not folded": the node then fails, or not, when it runs. */
         wf_kernel_ctx kctx = { .rt = c->s->rt };
-        int rc = n->op->kernel[WF_KERNEL_CPU](&kctx, n, in, &out);
-        ok = rc >= 0 && out && out->dtype == n->dtype && wf_shape_equal(out->shape, n->shape);
+        ok = wf__node_run(&fold_env, NULL, wf__kernels_find(c->s->kernels, n->op, WF_KERNEL_CPU),
+                          &kctx, n, in, n->dtype, &n->shape, NULL, &out, NULL, 0) >= 0;
     }
     for (int k = 0; k < n->n_inputs; k++)
         wf_tensor_release(owned[k]);
-    if (!ok) {
-        wf_tensor_release(out);
-        return NULL;
-    }
-    return out;
+    return ok ? out : NULL;
 }
 
-static bool foldable(const wf_node *n)
+static bool foldable(const wf__pass_ctx *c, const wf_node *n)
 {
     const wf_op_def *op = n->op;
-    if (!wf__pass_replaceable(n) || n->n_inputs == 0 || !op->kernel[WF_KERNEL_CPU] ||
-        (op->flags & WF_OP_DYNAMIC_SHAPE) || !wf__pass_static(n->shape))
+    if (!wf__pass_replaceable(n) || n->n_inputs == 0 ||
+        !wf__kernels_find(c->s->kernels, op, WF_KERNEL_CPU) || (op->flags & WF_OP_DYNAMIC_SHAPE) ||
+        !wf__pass_static(n->shape))
         return false;
     return wf_shape_numel(n->shape) <= WF__FOLD_MAX_NUMEL;
 }
@@ -96,7 +102,7 @@ int wf__pass_fold(wf__pass_ctx *c)
     for (int i = 0; rc == 0 && i < m; i++) {
         int32_t id = ids[i];
         const wf_node *n = c->node[id];
-        if (wf__pass_find(c, id) != id || !foldable(n))
+        if (wf__pass_find(c, id) != id || !foldable(c, n))
             continue;
         bool all_const = true;
         for (int k = 0; all_const && k < n->n_inputs; k++) {

@@ -93,10 +93,10 @@ static int kernel_kind(int id, int n_real)
 /* Whether the rule may put 'n' (a kernel node) on device 'id' (a GPU) at all. f64 stays on
  * the CPU: most GPUs run it at 1/32 to 1/64 of their f32 rate, and f64 graphs are gradient
  * checks. */
-static bool kernel_able(const wf_node *n, int id, int n_real)
+static bool kernel_able(const wf__kernels *kr, const wf_node *n, int id, int n_real)
 {
-    if (!wf__op_kernel_ok(n->op, n, kernel_kind(id, n_real)) ||
-        (n->op->flags & WF_OP_DYNAMIC_SHAPE) || n->dtype == WF_F64)
+    if (!wf__kernels_ok(kr, n->op, n, kernel_kind(id, n_real)) ||
+        (n->op->flags & (WF_OP_DYNAMIC_SHAPE | WF_OP_ASYNC)) || n->dtype == WF_F64)
         return false;
     for (int k = 0; k < n->n_inputs; k++)
         if (n->inputs[k]->dtype == WF_F64)
@@ -107,9 +107,9 @@ static bool kernel_able(const wf_node *n, int id, int n_real)
 /* Whether update 'n' may run on device 'id': a kernel for it, and variables that are not
  * f64 (as above). Its other inputs may be: the step counter (i64) and the hyperparameters
  * (f64, read by the kernel as scalars). */
-static bool update_able(const wf_node *n, int id, int n_real)
+static bool update_able(const wf__kernels *kr, const wf_node *n, int id, int n_real)
 {
-    if (!wf__op_kernel_ok(n->op, n, kernel_kind(id, n_real)) ||
+    if (!wf__kernels_ok(kr, n->op, n, kernel_kind(id, n_real)) ||
         (n->op->flags & WF_OP_DYNAMIC_SHAPE))
         return false;
     for (int k = 0; k < n->op->n_assign; k++)
@@ -120,9 +120,9 @@ static bool update_able(const wf_node *n, int id, int n_real)
 
 /* Updates are placed after the other nodes, by where their variables are read
  * (place_updates()). */
-static bool gpu_able(const wf_node *n, int id, int n_real)
+static bool gpu_able(const wf__kernels *kr, const wf_node *n, int id, int n_real)
 {
-    return n->op->n_assign == 0 && kernel_able(n, id, n_real);
+    return n->op->n_assign == 0 && kernel_able(kr, n, id, n_real);
 }
 
 void wf__plan_place_free(wf__plan *p)
@@ -311,7 +311,7 @@ static int place_updates(wf__plan *p, int n_real, bool rule_gpu)
             if (!open[i])
                 continue;
             int dev = readers_device(p, &r, i, open);
-            if (dev > 0 && update_able(p->nodes[i], dev, n_real)) {
+            if (dev > 0 && update_able(p->sess->kernels, p->nodes[i], dev, n_real)) {
                 pd->where[i] = (int16_t)dev;
                 pd->n_gpu++;
                 open[i] = 0;
@@ -390,7 +390,7 @@ static int place_updates(wf__plan *p, int n_real, bool rule_gpu)
     return rc;
 }
 
-int wf__plan_place(wf__plan *p)
+static int place(wf__plan *p)
 {
     wf_session *s = p->sess;
     int n = p->n;
@@ -420,7 +420,7 @@ int wf__plan_place(wf__plan *p)
         if (want == 0 || p->kind[i] != WF__PN_KERNEL)
             continue;
         int kk = kernel_kind(want, n_real);
-        if (!wf__op_kernel_ok(node->op, node, kk)) {
+        if (!wf__kernels_ok(s->kernels, node->op, node, kk)) {
             char desc[WF_ERRMSG_MAX];
             return wf__err(WF_ENODEV,
                            "placement: %s is placed on device %d (%s), but op '%s' has no %s "
@@ -428,7 +428,9 @@ int wf__plan_place(wf__plan *p)
                            wf__rt_node_desc(node, desc, sizeof desc), want,
                            dev_name(want, n_real, dn, sizeof dn), node->op->name,
                            kk == WF_KERNEL_CUDA ? "CUDA" : "CPU",
-                           node->op->kernel[kk] ? " for this node (its attributes or inputs)" : "");
+                           wf__kernels_find(s->kernels, node->op, kk)
+                               ? " for this node (its attributes or inputs)"
+                               : "");
         }
         explicit_gpu = true; /* an update's variables are checked in place_updates() */
     }
@@ -474,7 +476,7 @@ int wf__plan_place(wf__plan *p)
                         break;
                     }
             }
-            if (gpu_able(node, want, n_real))
+            if (gpu_able(s->kernels, node, want, n_real))
                 where = want;
         }
         pd->where[i] = (int16_t)where;
@@ -508,4 +510,43 @@ int wf__plan_place(wf__plan *p)
     }
     p->run_inline = false; /* the task graph orders GPU work and copies */
     return 0;
+}
+
+/* Sets p->kernel[i] for every kernel node: the session's registered kernel (core/op.h) for
+ * the kind of the device the node runs on, so a run never looks one up. A node whose op has
+ * no kernel there is WF_ENODEV naming the node and the device (nodes a pass made included:
+ * their placement is their origin's). */
+static int resolve_kernels(wf__plan *p)
+{
+    wf_session *s = p->sess;
+    int n_real = wf_device_count(s->rt);
+    if (n_real < 1)
+        n_real = 1;
+    p->kernel = calloc((size_t)(p->n ? p->n : 1), sizeof *p->kernel);
+    p->kdata = calloc((size_t)(p->n ? p->n : 1), sizeof *p->kdata);
+    if (!p->kernel || !p->kdata)
+        return wf__err(WF_ENOMEM, "placement: no memory for %d nodes", p->n);
+    for (int i = 0; i < p->n; i++) {
+        if (p->kind[i] != WF__PN_KERNEL)
+            continue;
+        int id = p->dev ? p->dev->where[i] : 0, kk = kernel_kind(id, n_real);
+        const wf_node *node = p->nodes[i];
+        p->kdata[i] = wf__kernels_data(s->kernels, node->op, kk);
+        if (!(p->kernel[i] = wf__kernels_find(s->kernels, node->op, kk))) {
+            char desc[WF_ERRMSG_MAX], dn[32];
+            return wf__err(
+                WF_ENODEV, "placement: %s runs on device %d (%s), but op '%s' has no %s kernel",
+                wf__rt_node_desc(node, desc, sizeof desc), id, dev_name(id, n_real, dn, sizeof dn),
+                node->op->name, kk == WF_KERNEL_CUDA ? "CUDA" : "CPU");
+        }
+    }
+    return 0;
+}
+
+int wf__plan_place(wf__plan *p)
+{
+    int rc = place(p);
+    if (rc >= 0 && (rc = resolve_kernels(p)) < 0)
+        wf__plan_place_free(p);
+    return rc;
 }

@@ -23,10 +23,7 @@
 
 const char *wf__rt_node_desc(const wf_node *n, char *buf, size_t size)
 {
-    char where[256];
-    snprintf(buf, size, "%s '%s' (%s)", n->op ? n->op->name : "?", n->name ? n->name : "?",
-             wf__node_where(n, where, sizeof where));
-    return buf;
+    return wf__node_desc(n, buf, size);
 }
 
 void wf__plan_destroy(wf__plan *p)
@@ -42,6 +39,8 @@ void wf__plan_destroy(wf__plan *p)
     free(p->key);
     free(p->nodes);
     free(p->kind);
+    free(p->kernel);
+    free(p->kdata);
     free(p->reinfer);
     free(p->var);
     free(p->in_off);
@@ -100,7 +99,7 @@ static int build(wf_session *s, wf__plan *p, wf__pass_ctx *c, const int32_t *ids
         wf_node *node = p->nodes[i];
         const wf_op_def *op = node->op;
         /* See 'run_inline' in internal.h; a -1 dimension or a dynamic output may be big. */
-        if (has_any_dim(node->shape) || (op->flags & WF_OP_DYNAMIC_SHAPE) ||
+        if (has_any_dim(node->shape) || (op->flags & (WF_OP_DYNAMIC_SHAPE | WF_OP_ASYNC)) ||
             wf_shape_numel(node->shape) > WF__INLINE_NUMEL)
             p->run_inline = false;
         p->in_off[i] = e;
@@ -120,10 +119,7 @@ static int build(wf_session *s, wf__plan *p, wf__pass_ctx *c, const int32_t *ids
             rc = wf__err(WF_EINVAL, "%s: a source op the session cannot feed",
                          wf__rt_node_desc(node, desc, sizeof desc));
         } else {
-            p->kind[i] = WF__PN_KERNEL;
-            if (!op->kernel[WF_KERNEL_CPU])
-                rc = wf__err(WF_EINVAL, "%s: op '%s' has no CPU kernel",
-                             wf__rt_node_desc(node, desc, sizeof desc), op->name);
+            p->kind[i] = WF__PN_KERNEL; /* its kernel: after placement (pass_place.c) */
             bool dyn = has_any_dim(node->shape);
             for (int k = 0; k < node->n_inputs; k++)
                 dyn = dyn || has_any_dim(wf__pass_input(c, node, k)->shape);

@@ -11,6 +11,7 @@
  * Invariants: those of runtime/internal.h. A session runs only the first 'n_nodes' nodes of
  *   its graph (those that existed at creation), so every variable it may read has a value.
  * Not here: compiling plans (plan.c), running them (exec.c). */
+#include "../transport/post.h"
 #include "internal.h"
 
 #include <weft/devices.h>
@@ -57,6 +58,7 @@ void wf_session_destroy(wf_session *s)
     pthread_mutex_destroy(&s->dev_mu);
     free(s->var_of);
     wf_pool_destroy(s->pool);
+    wf__kernels_destroy(s->kernels);
     pthread_rwlock_destroy(&s->var_lock);
     pthread_mutex_destroy(&s->plans_mu);
     free(s);
@@ -101,6 +103,12 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     pthread_mutex_init(&s->plans_mu, NULL);
     pthread_mutex_init(&s->dev_mu, NULL);
     int rc = wf_pool_create(s->rt, NULL, &s->pool);
+    if (rc >= 0)
+        rc = wf__kernels_create(&s->kernels);
+    /* The kernels of the layers below, registered for this session: the network's send and
+     * recv for its communicator (transport/post.h). */
+    if (rc >= 0 && o.comm)
+        rc = wf__transport_register_kernels(s->kernels, o.comm);
     if (rc < 0) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", wf_last_errmsg());

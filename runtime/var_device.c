@@ -334,7 +334,7 @@ int wf__var_device_writable(wf__slot *sl, int i, wf_tensor **in)
             snprintf(why, sizeof why,
                      "assigned input %d is not a variable resident on %s (an internal error)", k,
                      d->info.name);
-            rc = wf__slot_fail(sl, n, WF_EINVAL, why);
+            rc = wf__err(WF_EINVAL, "%s", why);
             break;
         }
         pthread_rwlock_wrlock(&s->var_lock);
@@ -367,7 +367,7 @@ int wf__var_device_writable(wf__slot *sl, int i, wf_tensor **in)
         }
         pthread_rwlock_unlock(&s->var_lock);
         if (rc < 0) {
-            rc = wf__slot_fail(sl, n, rc, why);
+            wf__err(rc, "%s", why);
             break;
         }
         if (w != cur)

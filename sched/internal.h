@@ -129,7 +129,7 @@ typedef struct wf__inbox {
 
 /* ---- Trace rings ---- */
 
-enum { WF__EV_TASK, WF__EV_STEAL, WF__EV_PARK, WF__EV_ACTOR };
+enum { WF__EV_TASK, WF__EV_STEAL, WF__EV_PARK, WF__EV_ACTOR, WF__EV_XFER };
 
 typedef struct wf__tev {
     uint64_t t0, t1; /* ns since the runtime started */

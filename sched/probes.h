@@ -4,6 +4,7 @@
  *   task_begin(worker, name)      task_end(worker, name, rc)
  *   steal(thief, victim)          park(worker)        unpark(worker, slept_ns)
  *   actor_msg(worker, actor_name) spawn(worker, name)
+ *   transfer(peer, bytes, is_recv)  (sched/trace.h: fired by the modules above)
  * Without sys/sdt.h (systemtap-sdt-dev) they compile to nothing. */
 #ifndef WF_SCHED_PROBES_H
 #define WF_SCHED_PROBES_H

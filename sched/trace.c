@@ -12,8 +12,14 @@
  * run's critical path, its longest chain of dependent work. A parallel_for chunk run for a
  * node has {"kind", "graph", "run", "node", "chunk":1} instead. Steals are instants ("cat":"steal",
  * args "victim", "task"), parks and actor turns ("cat":"park" / "actor", args "messages") are
- * spans. Not here: deciding what to record (worker.c, taskgraph.c, actor.c, pfor.c). */
+ * spans. Transfers (trace.h) are recorded by the modules above, on the worker that saw them
+ * complete (the transport's actor), as spans from their post to their completion.
+ * Not here: deciding what to record (worker.c, taskgraph.c, actor.c, pfor.c, callers of
+ *   wf__trace_transfer()). */
+#include "trace.h"
+
 #include "internal.h"
+#include "probes.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -58,6 +64,25 @@ void wf__trace_event(wf__worker *w, uint32_t type, uint64_t t0, uint64_t t1, con
         e->graph = 0;
     }
     pthread_mutex_unlock(&w->ring_mu);
+}
+
+uint64_t wf__trace_clock(void)
+{
+    return wf__now_ns();
+}
+
+void wf__trace_transfer(wf_runtime *rt, const char *name, uint64_t t0, int peer, size_t bytes,
+                        int is_recv)
+{
+    WF_PROBE3(transfer, peer, bytes, is_recv);
+    wf__worker *w = rt ? wf__worker_of(rt) : NULL;
+    if (!w || !w->ring)
+        return;
+    uint64_t t1 = wf__now_ns();
+    if (t0 < rt->t_start || t0 > t1)
+        t0 = t1;
+    wf__trace_event(w, WF__EV_XFER, t0 - rt->t_start, t1 - rt->t_start, name,
+                    bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)bytes, NULL);
 }
 
 static void json_str(FILE *f, const char *s)
@@ -120,6 +145,12 @@ int wf_runtime_trace_write(wf_runtime *rt, const char *path)
                 fprintf(f,
                         ",\"cat\":\"actor\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
                         "\"dur\":%.3f,\"args\":{\"messages\":%u}}",
+                        i, ts, dur, e->arg);
+                break;
+            case WF__EV_XFER:
+                fprintf(f,
+                        ",\"cat\":\"transfer\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,"
+                        "\"dur\":%.3f,\"args\":{\"bytes\":%u}}",
                         i, ts, dur, e->arg);
                 break;
             default:

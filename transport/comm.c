@@ -88,6 +88,7 @@ static void comm_free(wf_comm *c)
     wf__nccl_fini(c);
 #endif
     wf__net_stop(c);
+    wf__post_fini(c); /* after "weft-net" (no more progress there), before UCX goes */
     wf__ucx_fini(c);
     for (int r = 0; c->peers && r < c->size; r++)
         free(c->peers[r].addr);
@@ -175,6 +176,7 @@ int wf_comm_create(wf_runtime *rt, const wf_comm_opts *o, wf_comm **out)
     c->size = o->size;
     c->failed_rank = -1;
     c->efd = -1;
+    c->timer_fd = -1;
     c->cuda_devices = -1;
     c->connect_timeout_ms = o->connect_timeout_ms ? o->connect_timeout_ms : 30000;
     c->op_timeout_ms = o->op_timeout_ms ? o->op_timeout_ms : 300000;

@@ -22,6 +22,7 @@
 
 #include "../core/error.h"
 
+#include <weft/sched.h>
 #include <weft/transport.h>
 
 #include <ucp/api/ucp.h>
@@ -189,7 +190,7 @@ enum wf__phase {
 
 struct wf_comm_req {
     wf_comm *c;
-    void *ureq; /* UCX request, or NULL when completed at once */
+    void *ureq; /* UCX request, or NULL when completed at once (posted requests: under mu) */
     int peer;
     bool is_recv;
     _Atomic bool done; /* set under mu, read without it (acquire) */
@@ -200,6 +201,14 @@ struct wf_comm_req {
     size_t bytes;
     ucp_tag_recv_info_t info;
     wf_comm_req *next_orphan; /* (mu) */
+    /* Posted requests (post.c): completed through the comm's actor, never waited for. */
+    wf_msg msg;                         /* to the actor, once UCX is done with the request */
+    void (*on_done)(void *arg, int rc); /* NULL: a waited request (wf__wait) */
+    void *done_arg;
+    uint64_t t0, deadline_ns; /* posted at (trace clock), fails the comm after */
+    void *buf;                /* the caller's buffer, until the actor hands it on */
+    bool handed;              /* (actor) given to UCX */
+    wf_comm_req *next_posted; /* (mu) on 'posted' until the actor finishes it */
 };
 
 struct wf_comm {
@@ -258,6 +267,15 @@ struct wf_comm {
     char failmsg[WF_ERRMSG_MAX];
     wf_comm_req *orphans; /* (mu) */
 
+    /* post.c: the transport's actor, which drives posted transfers (made at the first
+     * post; NULL before). Its handler is the only code that frees a posted request. */
+    _Atomic(struct wf_actor *) actor;
+    int timer_fd;        /* the actor's deadlines and retries (-1: none yet) */
+    uint64_t timer_at;   /* (actor) when 'timer_fd' fires next, 0: disarmed */
+    wf_comm_req *posted; /* (mu) posted requests UCX has not finished */
+    int n_posted;        /* (mu) entries of 'posted' */
+    bool posting_closed; /* (mu) wf_comm_destroy() began: no new posts */
+
     /* Collectives: one at a time (the caller's contract). */
     uint32_t coll_seq;
     bool cma;          /* the ring reads its left neighbour's buffer itself (wf__cma_setup) */
@@ -307,10 +325,27 @@ void wf__busy_end(wf_comm *c);
 /* Tag classes: bit 63 chooses user point-to-point keys or collective traffic. */
 #define WF__TAG_COLL (1ull << 63)
 
+/* post.c: the transport's actor. Kicks it (after a failure of the comm, so that it fails
+ * every posted request); a no-op before the first post. Threads: any. */
+void wf__post_kick(wf_comm *c);
+/* wf_comm_destroy(), after "weft-net" stopped and before UCX goes: cancels what is posted,
+ * lets the actor complete it (WF_ECANCELED, or the comm's failure) and frees the actor. */
+void wf__post_fini(wf_comm *c);
+/* ucx.c: UCX finished posted request 'r' (its fields are set): hands it to the actor. */
+void wf__post_completed(wf_comm_req *r);
+
 /* Posts a send or receive of a raw tag body (class bit plus 40-bit key). */
 int wf__isend(wf_comm *c, int peer, uint64_t body, const void *buf, size_t bytes,
               wf_comm_req **out);
 int wf__irecv(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, wf_comm_req **out);
+/* As wf__isend()/wf__irecv(), for the actor's posted requests: 'r' is made by the caller
+ * (calloc'ed, 'on_done' and friends set, already on 'posted'); on failure the caller frees it. */
+int wf__post_ucx(wf_comm *c, wf_comm_req *r, int peer, uint64_t body, void *buf, size_t bytes,
+                 bool is_recv);
+/* Frees request 'r' and its UCX request (once UCX is done with it). */
+void wf__req_free(wf_comm_req *r);
+/* "receive from rank 1 (host h, pid 9), key 0x10, 64 bytes": for messages. */
+void wf__req_describe(const wf_comm_req *r, char *s, size_t n);
 /* Waits for 'r' until 'deadline_ns'; 'what' names the operation in messages. Frees 'r'.
  * On timeout the comm fails (and tells every rank). */
 int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what);

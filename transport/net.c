@@ -151,8 +151,10 @@ int wf__comm_fail(wf_comm *c, int code, int rank, const char *fmt, ...)
     int rc = atomic_load(&c->failed);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    /* Let the net thread tell the others (a no-op once it has stopped). */
+    /* Let the net thread tell the others (a no-op once it has stopped), and the actor fail
+     * every posted request. */
     wf__net_kick(c);
+    wf__post_kick(c);
     return rc;
 }
 

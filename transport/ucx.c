@@ -248,6 +248,18 @@ static void complete(wf_comm_req *r, void *ureq, ucs_status_t st, size_t length)
     bool free_now = false;
     if (!r->is_recv && ureq)
         atomic_fetch_sub(&c->sends_in_flight, 1);
+    if (r->on_done) { /* posted (post.c): the actor finishes it, nobody waits */
+        pthread_mutex_lock(&c->mu);
+        if (ureq && !r->ureq)
+            r->ureq = ureq; /* wf__post_ucx() may not have stored it yet */
+        r->status = status;
+        r->ust = st;
+        r->info.length = length;
+        atomic_store_explicit(&r->done, true, memory_order_release);
+        pthread_mutex_unlock(&c->mu);
+        wf__post_completed(r);
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     r->status = status;
     r->ust = st;
@@ -310,13 +322,10 @@ int wf__peer_fail(wf_comm *c, int peer, const char *what, const char *why)
     return wf__comm_failed(c);
 }
 
-static int post(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, bool is_recv,
-                wf_comm_req **out)
+/* Hands request 'r' (filled by the caller) to UCX. */
+static int post_ucx(wf_comm *c, wf_comm_req *r, int peer, uint64_t body, void *buf, size_t bytes,
+                    bool is_recv)
 {
-    *out = NULL;
-    wf_comm_req *r = calloc(1, sizeof *r);
-    if (!r)
-        return wf__err(WF_ENOMEM, "wf_comm: no memory for a request");
     r->c = c;
     r->peer = peer;
     r->is_recv = is_recv;
@@ -345,7 +354,6 @@ static int post(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, bo
     }
     if (UCS_PTR_IS_ERR(p)) {
         /* The transport broke: fail the comm, so no rank waits for this message. */
-        free(r);
         char what[96];
         snprintf(what, sizeof what, "%s rank %d (%zu bytes)", is_recv ? "receive from" : "send to",
                  peer, bytes);
@@ -356,7 +364,34 @@ static int post(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, bo
     } else {
         if (!is_recv) /* before its callback can run: that needs a later progress call */
             atomic_fetch_add(&c->sends_in_flight, 1);
-        r->ureq = p;
+        if (r->on_done) { /* its completion may have run on another thread already */
+            pthread_mutex_lock(&c->mu);
+            r->ureq = p;
+            pthread_mutex_unlock(&c->mu);
+        } else {
+            r->ureq = p;
+        }
+    }
+    return 0;
+}
+
+int wf__post_ucx(wf_comm *c, wf_comm_req *r, int peer, uint64_t body, void *buf, size_t bytes,
+                 bool is_recv)
+{
+    return post_ucx(c, r, peer, body, buf, bytes, is_recv);
+}
+
+static int post(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, bool is_recv,
+                wf_comm_req **out)
+{
+    *out = NULL;
+    wf_comm_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return wf__err(WF_ENOMEM, "wf_comm: no memory for a request");
+    int rc = post_ucx(c, r, peer, body, buf, bytes, is_recv);
+    if (rc < 0) {
+        free(r);
+        return rc;
     }
     *out = r;
     return 0;
@@ -372,7 +407,7 @@ int wf__irecv(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, wf_c
     return post(c, peer, body, buf, bytes, true, out);
 }
 
-static void describe(const wf_comm_req *r, char *s, size_t n)
+void wf__req_describe(const wf_comm_req *r, char *s, size_t n)
 {
     const wf__peer *p = &r->c->peers[r->peer];
     snprintf(s, n, "%s rank %d (host %s, pid %u), %s %#llx, %zu bytes",
@@ -381,11 +416,16 @@ static void describe(const wf_comm_req *r, char *s, size_t n)
              (unsigned long long)(r->key & ~WF__TAG_COLL), r->bytes);
 }
 
-static void free_req(wf_comm_req *r)
+void wf__req_free(wf_comm_req *r)
 {
     if (r->ureq)
         r->c->api.ucp_request_free(r->ureq);
     free(r);
+}
+
+static void free_req(wf_comm_req *r)
+{
+    wf__req_free(r);
 }
 
 /* The comm failed or the wait timed out: cancel 'r' and free it, or leave it as an orphan
@@ -482,7 +522,7 @@ int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
         uint64_t now = wf__net_now_ns();
         if (now >= deadline_ns) {
             char d[200];
-            describe(r, d, sizeof d);
+            wf__req_describe(r, d, sizeof d);
             wf__comm_fail(c, WF_ETIMEDOUT, r->peer, "%s%srank %d: no progress within %llu ms: %s",
                           what ? what : "", what ? ": " : "", c->rank,
                           (unsigned long long)((now - start) / 1000000u), d);
@@ -538,7 +578,7 @@ int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
     }
     if (status == WF_EDEVICE) {
         char d[200];
-        describe(r, d, sizeof d);
+        wf__req_describe(r, d, sizeof d);
         int peer = r->peer;
         ucs_status_t ust = r->ust;
         free_req(r);
@@ -546,7 +586,7 @@ int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
     }
     if (status < 0) {
         char d[200];
-        describe(r, d, sizeof d);
+        wf__req_describe(r, d, sizeof d);
         if (status == WF_EFORMAT)
             wf__err(status, "%s%s%s: the message %s the buffer (got %zu bytes)", what ? what : "",
                     what ? ": " : "", d, got > r->bytes ? "is larger than" : "does not fill", got);

@@ -235,6 +235,21 @@ WF_API void wf_set_source_location(const char *file, int line);
 WF_API wf_node *wf_placeholder(wf_graph *g, const char *name, wf_dtype dt, wf_shape shape);
 #define wf_placeholder(g, name, dt, shape) (WF__HERE(), (wf_placeholder)(g, name, dt, shape))
 
+/* Boundaries between ranks: 'wf_send' sends x's value to rank 'peer', and 'wf_recv' takes
+ * the value that rank 'peer' sends under the same 'edge' (0 .. 32767), of dtype 'dt' and
+ * shape 'shape' (no -1). One pair per edge and step: each run of a session sends or
+ * receives once, matched by the run count, so both ranks run their sessions in step. A
+ * send's value is an f32 scalar 0, a token for targets and control edges. They run in a
+ * session given a communicator (wf_session_opts.comm); elsewhere placement fails with
+ * WF_ENODEV. A received value of another dtype or shape fails the receiving run with
+ * WF_ESHAPE naming both ranks and both types; a dead peer fails it with WF_EPEER.
+ * Returns the node, or NULL with the graph's error (negative peer, edge out of range, bad
+ * dtype or shape). Ownership: borrowed from 'g'. */
+WF_API wf_node *wf_send(wf_graph *g, wf_node *x, int peer, int edge);
+#define wf_send(g, x, peer, edge) (WF__HERE(), (wf_send)(g, x, peer, edge))
+WF_API wf_node *wf_recv(wf_graph *g, wf_dtype dt, wf_shape shape, int peer, int edge);
+#define wf_recv(g, dt, shape, peer, edge) (WF__HERE(), (wf_recv)(g, dt, shape, peer, edge))
+
 /* A constant node. Ownership: retains 't'. Returns NULL on error. */
 WF_API wf_node *wf_constant(wf_graph *g, wf_tensor *t);
 #define wf_constant(g, t) (WF__HERE(), (wf_constant)(g, t))

@@ -8,6 +8,7 @@
 
 #include <weft/base.h>
 #include <weft/core.h>
+#include <weft/transport.h>
 
 #include <stdio.h>
 
@@ -38,6 +39,9 @@ typedef struct wf_session_opts {
                         -1: every such node on the CPU; D >= 1: on device D where its op has
                         a kernel for it, else on the CPU. Without a GPU every value is the
                         CPU. Edges between devices get copies. */
+    wf_comm *comm;   /* NULL: none. The communicator the graph's send and recv nodes
+                        (wf_send, wf_recv) use: the transport registers their kernels for
+                        this session. Borrowed: it must outlive the session. */
 } wf_session_opts;
 
 /* Flags of wf_session_opts: each switches one compile pass off. The passes run in this

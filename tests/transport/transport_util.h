@@ -94,7 +94,12 @@ typedef struct tu_run {
     char addr[32];
     pid_t pids[TU_MAX_RANKS];
     int status[TU_MAX_RANKS]; /* waitpid status */
+    bool with_rt;             /* each rank makes a runtime first (tu_rt) and its comm on it */
 } tu_run;
+
+/* In a rank of a tu_run with 'with_rt': its runtime (2 workers, the last 4096 trace events
+ * of each kept), which its comm uses; else NULL. */
+static wf_runtime *tu_rt;
 
 static inline int tu_child(tu_run *t, int rank, void *arg)
 {
@@ -106,7 +111,12 @@ static inline int tu_child(tu_run *t, int rank, void *arg)
         o.token = "test-token";
     wf_comm *c = NULL;
     tu_ucx_env();
-    int rc = wf_comm_create(NULL, &o, &c);
+    if (t->with_rt &&
+        wf_runtime_create(&tu_rt, &(wf_runtime_opts){ .n_workers = 2, .trace_events = 4096 }) < 0) {
+        fprintf(stderr, "rank %d: wf_runtime_create: %s\n", rank, wf_last_errmsg());
+        return 10;
+    }
+    int rc = wf_comm_create(tu_rt, &o, &c);
     if (rc < 0) {
         fprintf(stderr, "rank %d: wf_comm_create: %s: %s\n", rank, wf_err_name(rc),
                 wf_last_errmsg());
@@ -114,6 +124,8 @@ static inline int tu_child(tu_run *t, int rank, void *arg)
     }
     int r = t->body(c, rank, t->size, arg);
     wf_comm_destroy(c);
+    wf_runtime_destroy(tu_rt);
+    tu_rt = NULL;
 #if WF_TEST_ASAN
     /* The child leaves with _exit() (Criterion's handlers belong to the parent), so
      * LeakSanitizer would not look: ask it here. */
@@ -166,6 +178,7 @@ __attribute__((constructor(200))) static void tu_rank_main(void)
         _exit(40);
     }
     t.opts.tls = getenv("WF_TU_TLS");
+    t.with_rt = getenv("WF_TU_RT") != NULL;
     t.size = atoi(size_s);
     snprintf(t.addr, sizeof t.addr, "%s", addr);
     int rc = tu_child(&t, atoi(rank_s), arg);
@@ -187,8 +200,8 @@ static inline pid_t tu_spawn(tu_run *t, int r)
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 9, sizeof *env);
-    char *vars[8];
+    char **env = calloc(n + 10, sizeof *env);
+    char *vars[9];
     wf_comm_opts plain = t->opts;
     const char *tls = plain.tls;
     plain.addr = plain.token = plain.net_devices = plain.tls = NULL;
@@ -205,6 +218,8 @@ static inline pid_t tu_spawn(tu_run *t, int r)
     cr_assert_geq(asprintf(&vars[k++], "WF_TU_ARG=%s", arg_hex), 0);
     if (tls)
         cr_assert_geq(asprintf(&vars[k++], "WF_TU_TLS=%s", tls), 0);
+    if (t->with_rt)
+        cr_assert_geq(asprintf(&vars[k++], "WF_TU_RT=1"), 0);
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "WF_TU_", 6))

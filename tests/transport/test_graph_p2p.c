@@ -1,0 +1,214 @@
+/* tests/transport/test_graph_p2p.c: values that cross ranks through graph nodes (wf_send,
+ * wf_recv) in sessions given a communicator (wf_session_opts.comm): rank 0's graph computes
+ * x * 2 and sends it, rank 1's graph receives it, adds 1 and fetches, for many runs in a loop
+ * (keys carry the run count, so runs never mix); a receive whose node expects another shape
+ * fails with WF_ESHAPE naming both ranks and both types, never a wrong value; a killed sender
+ * fails the receiving run within 2 s with WF_EPEER naming it; send and recv without a
+ * communicator fail placement with WF_ENODEV; the receives are spans on the trace.
+ * Ranks are real processes on loopback (transport_util.h), each with its own runtime, on
+ * which its comm's actor runs (the network is an actor of the scheduler: no worker waits in
+ * a receive, so these runs work with 2 workers and a receive pending). */
+#include "transport_util.h"
+
+#include <fcntl.h>
+
+TestSuite(transport_graph_p2p, .timeout = WF_TEST_TIMEOUT(60), .fini = wf_test_fini);
+
+enum { M_LOOP, M_MISMATCH, M_KILL };
+
+typedef struct p2p_arg {
+    int mode;
+    int runs;
+    int ready_fd; /* M_KILL: each rank writes a byte once its session is made */
+} p2p_arg;
+
+/* Rank 0's input of run 'step': exact in f32, so x * 2 + 1 is exact too. */
+static float x_of(int step, int i)
+{
+    return (float)step + 0.5f * (float)i;
+}
+
+static int sender(wf_comm *c, const p2p_arg *a)
+{
+    int n = a->mode == M_MISMATCH ? 5 : 4;
+    wf_graph *g = wf_graph_create(tu_rt, WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(n));
+    wf_node *y = wf_mul(g, x, wf_scalar(g, WF_F32, 2.0));
+    wf_node *snd = wf_send(g, y, 1, 7);
+    TU_CHECK(snd, "wf_send: %s", wf_graph_errmsg(g));
+    wf_session *s = NULL;
+    TU_OK(wf_session_create(g, &(wf_session_opts){ .comm = c }, &s));
+    if (a->mode == M_KILL) {
+        TU_CHECK(write(a->ready_fd, "r", 1) == 1, "ready");
+        for (;;) /* until the test kills this rank, never sending */
+            wf_test_sleep_us(10000);
+    }
+    for (int step = 0; step < a->runs; step++) {
+        float xs[5];
+        for (int i = 0; i < n; i++)
+            xs[i] = x_of(step, i);
+        wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(n), xs);
+        wf_feed f = { x, xt };
+        int rc = wf_session_run(s, &f, 1, NULL, 0, NULL, &snd, 1);
+        wf_tensor_release(xt);
+        TU_CHECK(rc == 0, "rank 0, run %d: %s: %s", step, wf_err_name(rc), wf_session_errmsg(s));
+    }
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+    return 0;
+}
+
+static int receiver(wf_comm *c, const p2p_arg *a)
+{
+    wf_graph *g = wf_graph_create(tu_rt, WF_STATIC);
+    wf_node *r = wf_recv(g, WF_F32, WF_SHAPE(4), 0, 7);
+    wf_node *z = wf_add(g, r, wf_scalar(g, WF_F32, 1.0));
+    TU_CHECK(z, "%s", wf_graph_errmsg(g));
+    wf_session *s = NULL;
+    TU_OK(wf_session_create(g, &(wf_session_opts){ .comm = c }, &s));
+    if (a->mode == M_KILL)
+        TU_CHECK(write(a->ready_fd, "r", 1) == 1, "ready");
+    int runs = a->mode == M_LOOP ? a->runs : 1;
+    for (int step = 0; step < runs; step++) {
+        wf_tensor *out = NULL;
+        uint64_t t0 = wf_test_now_ns();
+        int rc = wf_session_run(s, NULL, 0, &z, 1, &out, NULL, 0);
+        double secs = (double)(wf_test_now_ns() - t0) / 1e9;
+        const char *msg = wf_session_errmsg(s);
+        if (a->mode == M_MISMATCH) {
+            TU_CHECK(rc == WF_ESHAPE, "got %s: %s", wf_err_name(rc), msg);
+            TU_CHECK(strstr(msg, "recv '") && strstr(msg, "rank 1 expected f32 [4] from rank 0, "
+                                                          "which sent f32 [5]"),
+                     "%s", msg);
+            TU_CHECK(!out, "no value on failure");
+            break;
+        }
+        if (a->mode == M_KILL) {
+            TU_CHECK(rc == WF_EPEER, "got %s after %.2f s: %s", wf_err_name(rc), secs, msg);
+            TU_CHECK(strstr(msg, "rank 0 ") && strstr(msg, "died"), "%s", msg);
+            break;
+        }
+        TU_CHECK(rc == 0, "rank 1, run %d: %s: %s", step, wf_err_name(rc), msg);
+        const float *v = wf_tensor_data_f32(out);
+        for (int i = 0; i < 4; i++)
+            TU_CHECK(v[i] == x_of(step, i) * 2.0f + 1.0f, "run %d, element %d: %g, not %g", step, i,
+                     v[i], x_of(step, i) * 2.0f + 1.0f);
+        wf_tensor_release(out);
+    }
+    if (a->mode == M_LOOP) { /* the transfers are on the trace, beside the tasks */
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/weft-graph-p2p-%d.json", (int)getpid());
+        int n = wf_runtime_trace_write(tu_rt, path);
+        TU_CHECK(n > 0, "wf_runtime_trace_write: %s", wf_last_errmsg());
+        FILE *f = fopen(path, "r");
+        TU_CHECK(f, "open %s", path);
+        static char buf[1 << 20];
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        buf[len] = 0;
+        fclose(f);
+        unlink(path);
+        TU_CHECK(strstr(buf, "\"name\":\"recv\",\"cat\":\"transfer\""), "no recv transfer in the "
+                                                                        "trace");
+        TU_CHECK(strstr(buf, "\"cat\":\"actor\""), "no actor turn in the trace");
+    }
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+    return 0;
+}
+
+static int graph_p2p(wf_comm *c, int rank, int size, void *arg)
+{
+    (void)size;
+    return rank == 0 ? sender(c, arg) : receiver(c, arg);
+}
+TU_REGISTER(graph_p2p)
+
+static void run_two(p2p_arg a)
+{
+    tu_run t = { .size = 2,
+                 .body = graph_p2p,
+                 .arg = &a,
+                 .arg_size = sizeof a,
+                 .timeout_s = WF_TEST_TIMEOUT(40),
+                 .with_rt = true };
+    tu_start(&t);
+    cr_assert(tu_wait(&t), "the ranks did not finish within %.0f s (killed)", t.timeout_s);
+    for (int r = 0; r < 2; r++)
+        cr_assert(WIFEXITED(t.status[r]) && WEXITSTATUS(t.status[r]) == 0,
+                  "rank %d: %s %d (see its stderr)", r,
+                  WIFEXITED(t.status[r]) ? "exit status" : "killed by signal",
+                  WIFEXITED(t.status[r]) ? WEXITSTATUS(t.status[r]) : WTERMSIG(t.status[r]));
+}
+
+Test(transport_graph_p2p, rank_1_receives_rank_0s_doubled_value_every_run_of_a_loop)
+{
+    run_two((p2p_arg){ .mode = M_LOOP, .runs = wf_test_quick() ? 20 : 200 });
+}
+
+Test(transport_graph_p2p, a_received_shape_other_than_the_nodes_fails_naming_both_ranks_and_shapes)
+{
+    run_two((p2p_arg){ .mode = M_MISMATCH, .runs = 1 });
+}
+
+Test(transport_graph_p2p, a_killed_sender_fails_the_pending_receive_within_2_s_naming_it)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(fcntl(fds[0], F_SETFL, O_NONBLOCK | fcntl(fds[0], F_GETFL)), 0);
+    p2p_arg a = { .mode = M_KILL, .ready_fd = fds[1] };
+    tu_run t = { .size = 2,
+                 .body = graph_p2p,
+                 .arg = &a,
+                 .arg_size = sizeof a,
+                 .timeout_s = 60,
+                 .with_rt = true };
+    tu_start(&t);
+    uint64_t end = wf_test_now_ns() + (uint64_t)(WF_TEST_TIMEOUT(20) * 1e9);
+    int got = 0;
+    while (got < 2 && wf_test_now_ns() < end) {
+        char b[4];
+        ssize_t k = read(fds[0], b, sizeof b);
+        if (k > 0)
+            got += (int)k;
+        else
+            wf_test_sleep_us(1000);
+    }
+    cr_assert_eq(got, 2, "only %d of 2 ranks got ready", got);
+    wf_test_sleep_us(100000); /* rank 1 is inside its run, its receive posted */
+    kill(t.pids[0], SIGKILL);
+    uint64_t t0 = wf_test_now_ns();
+    t.timeout_s = WF_TEST_TIMEOUT(2);
+    bool in_time = tu_wait(&t);
+    double s = (double)(wf_test_now_ns() - t0) / 1e9;
+    close(fds[0]);
+    close(fds[1]);
+    cr_assert(in_time, "rank 1 did not return within %.1f s of the kill", t.timeout_s);
+    cr_assert(WIFSIGNALED(t.status[0]) && WTERMSIG(t.status[0]) == SIGKILL, "rank 0 not killed");
+    cr_assert(WIFEXITED(t.status[1]) && WEXITSTATUS(t.status[1]) == 0,
+              "rank 1 did not report the death of rank 0 correctly (stderr)");
+    cr_log_info("rank 1 returned %.3f s after the kill", s);
+}
+
+Test(transport_graph_p2p, send_and_recv_without_a_communicator_fail_placement_with_enodev)
+{
+    wf_runtime *rt = NULL;
+    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *r = wf_recv(g, WF_F32, WF_SHAPE(4), 0, 3);
+    cr_assert_not_null(r, "%s", wf_graph_errmsg(g));
+    wf_session *s = NULL;
+    cr_assert_eq(wf_session_create(g, NULL, &s), 0);
+    wf_tensor *out = NULL;
+    int rc = wf_session_run(s, NULL, 0, &r, 1, &out, NULL, 0);
+    cr_assert_eq(rc, WF_ENODEV, "got %s: %s", wf_err_name(rc), wf_session_errmsg(s));
+    cr_assert(strstr(wf_session_errmsg(s), "recv '") && strstr(wf_session_errmsg(s), "cpu:0"), "%s",
+              wf_session_errmsg(s));
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+    g = wf_graph_create(rt, WF_STATIC);
+    cr_assert_null(wf_recv(g, WF_F32, WF_SHAPE(4), -1, 3), "a negative peer is refused");
+    cr_assert(strstr(wf_graph_errmsg(g), "peer rank -1"), "%s", wf_graph_errmsg(g));
+    cr_assert_null(wf_send(g, wf_scalar(g, WF_F32, 1.0), 0, 1 << 15), "an edge too large");
+    wf_graph_destroy(g);
+    wf_runtime_destroy(rt);
+}
