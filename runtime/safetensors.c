@@ -860,6 +860,60 @@ fail:
     return rc;
 }
 
+/* The data of entry 'e' that decoding can refuse: a BOOL byte other than 0 or 1. 'p' holds
+ * 'n' of its bytes, the first being element 'first'. */
+static int check_data(const wf__st_file *f, const wf__st_entry *e, const unsigned char *p,
+                      uint64_t n, uint64_t first)
+{
+    if (e->dtype != WF_BOOL)
+        return 0;
+    char nm[96];
+    for (uint64_t k = 0; k < n; k++)
+        if (p[k] > 1)
+            return wf__err(WF_EFORMAT, "%s: tensor '%s': BOOL element %llu is %u, not 0 or 1",
+                           f->what, shown(e->name, nm, sizeof nm), (unsigned long long)(first + k),
+                           p[k]);
+    return 0;
+}
+
+/* Validates entry 'i''s data without keeping it (read in pieces of VERIFY_BYTES). */
+#define VERIFY_BYTES 65536
+
+static int verify(const wf__st_file *f, int i)
+{
+    const wf__st_entry *e = &f->header.entries[i];
+    if (e->dtype != WF_BOOL)
+        return 0; /* every bit pattern of the other dtypes is a value */
+    uint64_t bytes = e->end - e->begin;
+    unsigned char *buf = malloc(VERIFY_BYTES);
+    if (!buf)
+        return wf__err(WF_ENOMEM, "%s: no memory to check the data", f->what);
+    int rc = 0;
+    for (uint64_t off = 0; off < bytes && rc == 0; off += VERIFY_BYTES) {
+        uint64_t n = bytes - off < VERIFY_BYTES ? bytes - off : VERIFY_BYTES;
+        rc = read_at(f->fd, f->what, buf, n, f->data_start + e->begin + off);
+        if (rc == 0)
+            rc = check_data(f, e, buf, n, off);
+    }
+    free(buf);
+    return rc;
+}
+
+int wf__st_read_all(const wf__st_file *f, const uint8_t *keep, wf_tensor **out)
+{
+    int rc = 0;
+    for (int i = 0; i < f->header.n; i++)
+        out[i] = NULL;
+    for (int i = 0; i < f->header.n && rc == 0; i++)
+        rc = !keep || keep[i] ? wf__st_load(f, i, &out[i]) : verify(f, i);
+    if (rc < 0)
+        for (int i = 0; i < f->header.n; i++) {
+            wf_tensor_release(out[i]);
+            out[i] = NULL;
+        }
+    return rc;
+}
+
 int wf__st_load(const wf__st_file *f, int i, wf_tensor **out)
 {
     *out = NULL;
@@ -871,14 +925,8 @@ int wf__st_load(const wf__st_file *f, int i, wf_tensor **out)
                        wf_last_errmsg());
     uint64_t bytes = e->end - e->begin;
     int rc = read_at(f->fd, f->what, t->data, bytes, f->data_start + e->begin);
-    if (rc == 0 && e->dtype == WF_BOOL)
-        for (uint64_t k = 0; k < bytes; k++)
-            if ((unsigned char)t->data[k] > 1) {
-                rc = wf__err(WF_EFORMAT, "%s: tensor '%s': BOOL element %llu is %u, not 0 or 1",
-                             f->what, shown(e->name, nm, sizeof nm), (unsigned long long)k,
-                             (unsigned char)t->data[k]);
-                break;
-            }
+    if (rc == 0)
+        rc = check_data(f, e, (const unsigned char *)t->data, bytes, 0);
     if (rc < 0) {
         wf_tensor_release(t);
         return rc;
@@ -1287,23 +1335,26 @@ int wf_safetensors_read(const char *path, wf_named_tensor **out, int *n)
         return rc;
     int cnt = f.header.n;
     wf_named_tensor *ts = calloc((size_t)(cnt ? cnt : 1), sizeof *ts);
-    if (!ts) {
+    wf_tensor **vals = calloc((size_t)(cnt ? cnt : 1), sizeof *vals);
+    if (!ts || !vals) {
         rc = wf__err(WF_ENOMEM, "%s: no memory for %d tensors", f.what, cnt);
+        free(ts);
+        free(vals);
         wf__st_close(&f);
         return rc;
     }
-    for (int i = 0; i < cnt && rc == 0; i++) {
-        if ((rc = wf__st_load(&f, i, &ts[i].tensor)) < 0)
-            break;
+    if ((rc = wf__st_read_all(&f, NULL, vals)) < 0) {
+        free(ts);
+        free(vals);
+        wf__st_close(&f);
+        return rc;
+    }
+    for (int i = 0; i < cnt; i++) {
+        ts[i].tensor = vals[i];
         ts[i].name = f.header.entries[i].name; /* taken over from the header */
         f.header.entries[i].name = NULL;
     }
-    if (rc < 0) {
-        /* Names taken over so far belong to 'ts' now; the header frees the rest. */
-        wf_safetensors_free(ts, cnt);
-        wf__st_close(&f);
-        return rc;
-    }
+    free(vals);
     wf__st_close(&f);
     *out = ts;
     *n = cnt;

@@ -89,6 +89,15 @@ int wf__st_open(const char *path, wf__st_file *f);
  * Ownership: on success '*out' is owned by the caller; on failure it is NULL. */
 int wf__st_load(const wf__st_file *f, int i, wf_tensor **out);
 
+/* Validates the data of every entry of 'f' (what wf__st_open() could not check without it:
+ * BOOL bytes) and reads the entries with 'keep[i]' set ('keep' NULL: all) into 'out[i]'
+ * ('f->header.n' entries; NULL for those not kept). A read and a load of a file go through
+ * here, so both accept exactly the same files, also when a load keeps only some tensors.
+ * Returns 0, or the first failure of wf__st_load() (WF_EFORMAT naming the tensor, WF_EIO,
+ * WF_ENOMEM), with every 'out' entry NULL.
+ * Ownership: on success the caller owns each non-NULL 'out[i]'. */
+int wf__st_read_all(const wf__st_file *f, const uint8_t *keep, wf_tensor **out);
+
 /* Closes a file opened by wf__st_open() and frees its header. */
 void wf__st_close(wf__st_file *f);
 

@@ -1223,3 +1223,48 @@ Test(runtime_checkpoint, saves_during_loads_hold_all_old_or_all_new_values)
     wf_session_destroy(r.s);
     wf_graph_destroy(g);
 }
+
+/* ---- what a load accepts, and what a save leaves behind ---------------------------------------
+ */
+
+/* Bug: wf_checkpoint_load(..., ALLOW_MISSING | ALLOW_UNEXPECTED) accepted an unexpected BOOL
+ * tensor holding a byte other than 0 or 1, which wf_safetensors_read() refuses. Both validate
+ * the whole file the same way, whatever a load keeps. */
+Test(runtime_checkpoint, a_load_refuses_a_bad_bool_byte_in_an_unexpected_tensor_as_a_read_does)
+{
+    char p[256];
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    cr_assert_not_null(wf_variable(g, "a", WF_F32, WF_SHAPE(2), wf_init_zeros()));
+    cr_assert_not_null(wf_variable(g, "b", WF_I32, WF_SHAPE(3), wf_init_zeros()));
+    wf_session *s = session(g);
+    randomize_all(g, s, 12);
+    snapshot sn;
+    snap(g, s, &sn);
+    unsigned char data[22] = { 0 };
+    data[21] = 7; /* element 1 of 'm', which is no variable of the session */
+    const char *hdr = "{" A_OK "," B_OK "," M_OK "}";
+    write_st(path_of("badbool.safetensors", p, sizeof p), hdr, UINT64_MAX, data, sizeof data);
+    const uint32_t lax = WF_CHECKPOINT_ALLOW_MISSING | WF_CHECKPOINT_ALLOW_UNEXPECTED;
+    int rc = wf_checkpoint_load(s, p, lax);
+    cr_assert_eq(rc, WF_EFORMAT, "load: got %s: %s", wf_err_name(rc), wf_session_errmsg(s));
+    cr_assert(strstr(wf_session_errmsg(s), "tensor 'm': BOOL element 1 is 7, not 0 or 1"), "%s",
+              wf_session_errmsg(s));
+    assert_unchanged(s, &sn, "an unexpected bad BOOL tensor");
+    wf_named_tensor *ts = NULL;
+    int n = -1;
+    rc = wf_safetensors_read(p, &ts, &n);
+    cr_assert_eq(rc, WF_EFORMAT, "read: got %s", wf_err_name(rc));
+    cr_assert(strstr(wf_last_errmsg(), "tensor 'm': BOOL element 1 is 7, not 0 or 1"), "%s",
+              wf_last_errmsg());
+    cr_assert_null(ts);
+    /* The same file with a valid byte: both accept it, and the load takes 'a' and 'b'. */
+    data[21] = 1;
+    write_st(p, hdr, UINT64_MAX, data, sizeof data);
+    cr_assert_eq(wf_checkpoint_load(s, p, lax), 0, "%s", wf_session_errmsg(s));
+    cr_assert_eq(wf_safetensors_read(p, &ts, &n), 0, "%s", wf_last_errmsg());
+    cr_assert_eq(n, 3);
+    wf_safetensors_free(ts, n);
+    snap_free(&sn);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+}
