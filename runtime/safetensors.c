@@ -17,8 +17,10 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1202,15 +1204,14 @@ static int write_body(writer *w, int fd, const sbuf *hb, const wf_named_tensor *
     return 0;
 }
 
-/* Syncs the directory that holds 'path', so the rename itself survives a crash. File
- * systems that cannot sync a directory say EINVAL; that is not an error. */
-static int sync_dir(writer *w, const char *path)
+/* The directory that holds 'path' (malloc'd), or NULL without memory. */
+static char *dir_of(const char *path)
 {
     const char *slash = strrchr(path, '/');
     size_t dn = slash ? (size_t)(slash - path) : 1;
-    char *dir = malloc(dn + 1);
+    char *dir = malloc(dn + 2);
     if (!dir)
-        return wf__err(WF_ENOMEM, "%s: no memory", w->what);
+        return NULL;
     if (!slash)
         memcpy(dir, ".", 1);
     else if (dn == 0)
@@ -1218,6 +1219,50 @@ static int sync_dir(writer *w, const char *path)
     else
         memcpy(dir, path, dn);
     dir[dn] = '\0';
+    return dir;
+}
+
+/* Removes the temporary files "<path>.tmp.<pid>.<tid>" that processes killed during a save
+ * of 'path' left behind: those of a pid that no longer exists (kill(pid, 0) says ESRCH). A
+ * live process's file is never touched: this process's (its other threads may be saving),
+ * one of a pid that exists, one whose pid cannot be probed (EPERM: another user's). Only
+ * processes of this pid namespace are seen: two hosts or containers saving one path of a
+ * shared file system at once are not supported. Best effort: nothing here fails a save. */
+static void remove_stale(const char *path)
+{
+    char *dir = dir_of(path);
+    DIR *d = dir ? opendir(dir) : NULL;
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t bn = strlen(base);
+    pid_t self = getpid();
+    for (struct dirent *de; d && (de = readdir(d));) {
+        const char *nm = de->d_name;
+        if (strncmp(nm, base, bn) != 0 || strncmp(nm + bn, ".tmp.", 5) != 0)
+            continue;
+        char *end;
+        errno = 0;
+        long pid = strtol(nm + bn + 5, &end, 10);
+        if (errno || pid <= 0 || pid == (long)self || *end != '.' || !end[1])
+            continue;
+        const char *tid = end + 1;
+        strtol(tid, &end, 10);
+        if (errno || *end)
+            continue;
+        if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+            unlinkat(dirfd(d), nm, 0);
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+}
+
+/* Syncs the directory that holds 'path', so the rename itself survives a crash. File
+ * systems that cannot sync a directory say EINVAL; that is not an error. */
+static int sync_dir(writer *w, const char *path)
+{
+    char *dir = dir_of(path);
+    if (!dir)
+        return wf__err(WF_ENOMEM, "%s: no memory", w->what);
     int rc = 0;
     int dfd = injected(w) ? -1 : open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
@@ -1262,8 +1307,10 @@ int wf__st_write(const char *path, const wf_named_tensor *ts, int n, const char 
         goto out;
 
     writer w = { what, tmp, 0, fail_at };
-    /* A leftover of a dead process that had our pid and tid is ours to replace. */
+    /* A leftover of a dead process that had our pid and tid is ours to replace, and those
+     * of other dead processes go too (each kill during a save leaves one). */
     unlink(tmp);
+    remove_stale(path);
     fd = injected(&w) ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) {
         rc = wr_err(&w, "cannot create", tmp);

@@ -103,8 +103,10 @@ void wf__st_close(wf__st_file *f);
 
 /* Writes 'ts[0 .. n-1]' and the metadata pairs 'meta[0 .. 2*n_meta-1]' (key, value, ...) to
  * 'path' atomically: into "<path>.tmp.<pid>.<tid>", fsync, rename over 'path', fsync of the
- * directory. Before anything is written, names are checked (non-NULL, valid UTF-8, distinct,
- * not "__metadata__") and tensors too (non-NULL). The data are laid out by element size,
+ * directory. First the temporary files of 'path' that dead processes left (each kill during a
+ * save may leave one) are removed; a live process's never is. Before anything is written,
+ * names are checked (non-NULL, valid UTF-8, distinct, not "__metadata__") and tensors too
+ * (non-NULL). The data are laid out by element size,
  * largest first (as the Python writer does), so with the 8-byte aligned data section every
  * tensor is aligned to its element size in the file.
  * 'fail_at' is a test hook: 0 normally; k > 0 makes the k-th file-system step (1: create the

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define PYTHON "/usr/bin/python3"
@@ -1265,6 +1266,39 @@ Test(runtime_checkpoint, a_load_refuses_a_bad_bool_byte_in_an_unexpected_tensor_
     cr_assert_eq(n, 3);
     wf_safetensors_free(ts, n);
     snap_free(&sn);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+}
+
+/* Bug: each kill during a save can leave "<path>.tmp.<pid>.<tid>", and no later save removed
+ * one. A save removes those of processes that are gone, never one of a live process. */
+Test(runtime_checkpoint, a_save_removes_stale_temporary_files_of_dead_processes_only)
+{
+    char p[256], dead[300], mine[300], parent[300], other[300];
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0)
+        _exit(0);
+    cr_assert_eq(waitpid(child, NULL, 0), child);
+    cr_assert(kill(child, 0) < 0 && errno == ESRCH, "the child's pid is still in use");
+    path_of("stale.safetensors", p, sizeof p);
+    snprintf(dead, sizeof dead, "%s.tmp.%d.%d", p, (int)child, (int)child);
+    snprintf(mine, sizeof mine, "%s.tmp.%d.%d", p, (int)getpid(), (int)getpid() + 1);
+    snprintf(parent, sizeof parent, "%s.tmp.%d.%d", p, (int)getppid(), (int)getppid());
+    snprintf(other, sizeof other, "%s/other.safetensors.tmp.%d.%d", dir, (int)child, (int)child);
+    const char *all[] = { dead, mine, parent, other };
+    for (int i = 0; i < 4; i++)
+        write_file(all[i], "partial", 7);
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    cr_assert_not_null(wf_variable(g, "a", WF_F32, WF_SHAPE(2), wf_init_zeros()));
+    wf_session *s = session(g);
+    cr_assert_eq(wf_checkpoint_save(s, p), 0, "%s", wf_session_errmsg(s));
+    struct stat st;
+    cr_assert(stat(dead, &st) < 0 && errno == ENOENT, "the dead process's %s is still there", dead);
+    cr_assert_eq(stat(mine, &st), 0, "this (live) process's other thread's file was removed");
+    cr_assert_eq(stat(parent, &st), 0, "a live process's file was removed");
+    cr_assert_eq(stat(other, &st), 0, "a temporary file of another path was removed");
+    cr_assert_eq(stat(p, &st), 0, "the checkpoint itself");
     wf_session_destroy(s);
     wf_graph_destroy(g);
 }
