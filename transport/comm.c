@@ -248,19 +248,38 @@ fail : {
 }
 }
 
+/* The goodbye round's wait: until every rank has left, 'deadline_ns', or a failure that is
+ * not quiet (after a quiet one, wf__comm_fail_quiet, the round still runs). */
+static void wait_goodbye(wf_comm *c, uint64_t deadline_ns)
+{
+    pthread_mutex_lock(&c->mu);
+    while (c->phase != WF__PH_LEFT && !(atomic_load(&c->failed) && !c->fail_quiet) &&
+           wf__net_now_ns() < deadline_ns) {
+        uint64_t until = wf__net_now_ns() + 100000000u;
+        struct timespec ts = { .tv_sec = (time_t)(until / 1000000000u),
+                               .tv_nsec = (long)(until % 1000000000u) };
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 void wf_comm_destroy(wf_comm *c)
 {
     if (!c)
         return;
-    if (c->size > 1 && !atomic_load(&c->failed)) {
+    pthread_mutex_lock(&c->mu);
+    bool in_order = !atomic_load(&c->failed) || c->fail_quiet;
+    pthread_mutex_unlock(&c->mu);
+    if (c->size > 1 && in_order) {
         /* The goodbye round: nobody closes its endpoints while another rank may still be
-         * sending to it, and nobody reads a closed control connection as a death. */
+         * sending to it, and nobody reads a closed control connection as a death. Also
+         * after a quiet failure (a collective a rank that left never joined). */
         pthread_mutex_lock(&c->mu);
         c->want_bye = true;
         pthread_mutex_unlock(&c->mu);
         wf__net_kick(c);
         uint64_t dl = wf__net_now_ns() + (uint64_t)c->op_timeout_ms * 1000000u;
-        WAIT_UNTIL(c, c->phase == WF__PH_LEFT, dl);
+        wait_goodbye(c, dl);
     }
     comm_free(c);
 }

@@ -137,22 +137,40 @@ uint64_t wf__net_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int wf__comm_fail(wf_comm *c, int code, int rank, const char *fmt, ...)
+static int comm_vfail(wf_comm *c, int code, int rank, bool quiet, const char *fmt, va_list ap)
 {
     pthread_mutex_lock(&c->mu);
     if (atomic_load(&c->failed) == 0) {
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(c->failmsg, sizeof c->failmsg, fmt, ap);
-        va_end(ap);
         c->failed_rank = rank;
+        c->fail_quiet = quiet;
         atomic_store(&c->failed, code);
+    } else if (!quiet) {
+        c->fail_quiet = false; /* a real failure after a quiet one: now everyone hears */
     }
     int rc = atomic_load(&c->failed);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     /* Let the net thread tell the others (a no-op once it has stopped). */
     wf__net_kick(c);
+    return rc;
+}
+
+int wf__comm_fail(wf_comm *c, int code, int rank, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = comm_vfail(c, code, rank, false, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int wf__comm_fail_quiet(wf_comm *c, int code, int rank, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = comm_vfail(c, code, rank, true, fmt, ap);
+    va_end(ap);
     return rc;
 }
 
@@ -230,6 +248,22 @@ static void root_check_bye(wf_comm *c)
     if (go)
         for (int r = 1; r < c->size; r++)
             send_simple(c->peers[r].conn, WF__F_BYE);
+}
+
+/* Rank 'rank' left in order after 'n' collectives: tells every other rank (a LEFT frame),
+ * then fails this rank's comm if it waits in a collective the leaver never joined. */
+static void root_left(wf_comm *c, int rank, uint32_t n)
+{
+    for (int r = 1; r < c->size; r++)
+        if (r != rank && c->peers[r].conn) {
+            wf__wbuf w;
+            wf__wbuf_begin(&w, WF__F_LEFT);
+            wf__wbuf_u32(&w, (uint32_t)rank);
+            wf__wbuf_u32(&w, n);
+            send_frame(c->peers[r].conn, &w);
+        }
+    if (rank != 0)
+        wf__coll_left(c, rank, n);
 }
 
 static void root_hello(wf__conn *k, const wf__frame *f)
@@ -336,7 +370,7 @@ static bool allowed(const wf__conn *k, uint16_t type)
                type == WF__F_FAIL;
     }
     return type == WF__F_WELCOME || type == WF__F_REJECT || type == WF__F_RELEASE ||
-           type == WF__F_HEARTBEAT || type == WF__F_BYE || type == WF__F_FAIL;
+           type == WF__F_HEARTBEAT || type == WF__F_BYE || type == WF__F_FAIL || type == WF__F_LEFT;
 }
 
 static void protocol_error(wf__conn *k, const char *err)
@@ -414,22 +448,40 @@ static void handle_frame(wf__conn *k, const wf__frame *f)
     case WF__F_HEARTBEAT:
         return;
     case WF__F_BYE:
-        k->bye_seen = true;
         if (c->rank == 0) {
+            wf__rbuf r = { .p = f->payload, .len = f->len };
+            uint32_t n = wf__rbuf_u32(&r);
+            if (r.bad || r.off != r.len) {
+                protocol_error(k, "malformed BYE frame");
+                return;
+            }
+            k->bye_seen = true;
             if (!c->peers[k->rank].said_bye) {
                 c->peers[k->rank].said_bye = true;
                 pthread_mutex_lock(&c->mu);
                 c->n_bye++;
                 pthread_mutex_unlock(&c->mu);
+                root_left(c, k->rank, n);
             }
             root_check_bye(c);
         } else {
+            k->bye_seen = true;
             pthread_mutex_lock(&c->mu);
             c->phase = WF__PH_LEFT;
             pthread_cond_broadcast(&c->cv);
             pthread_mutex_unlock(&c->mu);
         }
         return;
+    case WF__F_LEFT: {
+        wf__rbuf r = { .p = f->payload, .len = f->len };
+        uint32_t rank = wf__rbuf_u32(&r), n = wf__rbuf_u32(&r);
+        if (r.bad || r.off != r.len || rank >= (uint32_t)c->size) {
+            protocol_error(k, "malformed LEFT frame");
+            return;
+        }
+        wf__coll_left(c, (int)rank, n);
+        return;
+    }
     case WF__F_FAIL: {
         wf__rbuf r = { .p = f->payload, .len = f->len };
         uint32_t rank = wf__rbuf_u32(&r);
@@ -469,14 +521,20 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void on_eof(wf__conn *k, const char *why)
 {
     wf_comm *c = k->c;
+    char where[64];
+    wf__coll_where(c, where, sizeof where);
     if (c->rank == 0) {
         int r = k->rank;
         if (r > 0 && !c->peers[r].said_bye)
-            wf__comm_fail(c, WF_EPEER, r, "rank %d (host %s, pid %u) died: control connection %s",
-                          r, peer_host(c, r), c->peers[r].pid, why);
+            wf__comm_fail(c, WF_EPEER, r,
+                          "rank %d (host %s, pid %u) died: control connection %s (rank 0 is at "
+                          "%s)",
+                          r, peer_host(c, r), c->peers[r].pid, why, where);
     } else if (!k->bye_seen) {
-        wf__comm_fail(c, WF_EPEER, 0, "rank 0 (host %s, pid %u, %s) died: control connection %s",
-                      peer_host(c, 0), c->peers[0].pid, c->addr_str, why);
+        wf__comm_fail(c, WF_EPEER, 0,
+                      "rank 0 (host %s, pid %u, %s) died: control connection %s (rank %d is at "
+                      "%s)",
+                      peer_host(c, 0), c->peers[0].pid, c->addr_str, why, c->rank, where);
     }
     conn_close(k);
 }
@@ -723,11 +781,13 @@ static void on_wake(uv_async_t *a)
     pthread_mutex_lock(&c->mu);
     bool stop = c->want_stop;
     bool bye = c->want_bye;
+    /* The collectives this rank ran: read only once it leaves, when no collective runs. */
+    uint32_t colls = bye ? c->coll_seq : 0;
     uint32_t seq = c->want_seq;
     int failed = atomic_load(&c->failed);
     /* Even when stopping: a rank that fails and leaves at once must still tell the others
      * why (the frame is written before the socket is closed). */
-    bool tell = failed && !c->abort_sent;
+    bool tell = failed && !c->fail_quiet && !c->abort_sent;
     if (tell)
         c->abort_sent = true;
     int frank = c->failed_rank;
@@ -735,7 +795,9 @@ static void on_wake(uv_async_t *a)
 
     if (tell) {
         /* Everyone hears of a failure: rank 0 relays it, the others report to rank 0 (which
-         * ignores it when it already knows). */
+         * ignores it when it already knows). Not of a quiet one (a collective that a rank
+         * which left never joined): every rank hears of the leaver itself, and one still
+         * finishing an earlier collective, which the leaver did join, must finish it. */
         if (c->rank == 0) {
             for (int r = 1; r < c->size; r++)
                 if (c->peers[r].conn)
@@ -762,6 +824,10 @@ static void on_wake(uv_async_t *a)
     if (c->rank == 0) {
         if (seq)
             root_check_barrier(c);
+        if (bye && !c->left_sent) {
+            c->left_sent = true;
+            root_left(c, 0, colls);
+        }
         if (bye)
             root_check_bye(c);
     } else if (c->to_root) {
@@ -774,7 +840,7 @@ static void on_wake(uv_async_t *a)
         }
         if (bye && !c->peers[c->rank].said_bye) {
             c->peers[c->rank].said_bye = true;
-            send_simple(c->to_root, WF__F_BYE);
+            send_u32(c->to_root, WF__F_BYE, colls);
         }
     }
 }
