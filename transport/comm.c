@@ -182,6 +182,7 @@ int wf_comm_create(wf_runtime *rt, const wf_comm_opts *o, wf_comm **out)
     if (c->hb_timeout_ms <= c->hb_ms)
         c->hb_timeout_ms = c->hb_ms * 3;
     c->spin_us = o->spin_us ? o->spin_us : 50;
+    c->hello_timeout_ms = o->hello_timeout_ms ? o->hello_timeout_ms : 5000;
     c->small_bytes = o->small_bytes ? o->small_bytes : 65536;
     c->chunk_bytes = o->chunk_bytes ? o->chunk_bytes : 262144;
     c->incarnation = o->incarnation;

@@ -42,6 +42,7 @@
 #define WF__HOST_MAX      255  /* bytes of a host name */
 #define WF__UCX_ADDR_MAX  8192 /* bytes of a UCX worker address */
 #define WF__REASON_MAX    480  /* bytes of a reason in REJECT and FAIL */
+#define WF__STRANGERS_MAX 64   /* rank 0: connections open at once without a valid HELLO */
 
 enum wf__frame_type {
     WF__F_HELLO = 1,     /* rank -> 0: rank, size, incarnation, pid, token, host, UCX address */
@@ -180,6 +181,7 @@ struct wf__conn {
     uint8_t *rbuf;
     size_t rlen, rcap;
     uint64_t last_seen_ns;
+    uint64_t accepted_ns; /* rank 0: when it was accepted (its HELLO's deadline counts from it) */
     bool closing, bye_seen;
 };
 
@@ -211,7 +213,7 @@ struct wf_comm {
     char host[WF__HOST_MAX + 1];
     char *addr_str, *token;
     struct sockaddr_storage *sa; /* rank 0's address, resolved */
-    uint32_t connect_timeout_ms, op_timeout_ms, hb_ms, hb_timeout_ms, spin_us;
+    uint32_t connect_timeout_ms, op_timeout_ms, hb_ms, hb_timeout_ms, spin_us, hello_timeout_ms;
     size_t small_bytes, chunk_bytes;
     char net_devices[64];
 
@@ -230,6 +232,8 @@ struct wf_comm {
     uv_timer_t hb_timer, connect_timer, retry_timer;
     uv_poll_t efd_poll;
     uv_timer_t rearm_timer; /* while the event fd's poll is paused for a busy caller */
+    uv_timer_t hello_timer; /* rank 0: closes connections past hello_timeout_ms without HELLO */
+    int n_strangers;        /* rank 0: open connections without an accepted HELLO */
     uv_tcp_t server;
     bool server_open, poll_open, poll_paused;
     wf__conn *conns;      /* every open control connection */

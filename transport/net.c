@@ -104,6 +104,8 @@ static void conn_close(wf__conn *k)
         }
     if (c->rank == 0 && k->rank > 0 && c->peers[k->rank].conn == k)
         c->peers[k->rank].conn = NULL;
+    if (c->rank == 0 && k->rank < 0 && k->accepted_ns)
+        c->n_strangers--;
     if (c->to_root == k)
         c->to_root = NULL;
     uv_close((uv_handle_t *)&k->tcp, on_conn_closed);
@@ -303,6 +305,7 @@ static void root_hello(wf__conn *k, const wf__frame *f)
     p->registered = true;
     p->conn = k;
     k->rank = (int)h.rank;
+    c->n_strangers--; /* a rank now, no longer a stranger (conn_close) */
     if (++c->n_registered == c->size - 1) {
         send_welcome(c);
         pthread_mutex_lock(&c->mu);
@@ -518,6 +521,17 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init((char *)k->rbuf + k->rlen, (unsigned)(k->rcap - k->rlen));
 }
 
+static void on_retry(uv_timer_t *t);
+
+/* Ranks > 0: whether the rendezvous is still on (no WELCOME, no failure, no stop). */
+static bool rendezvous_retry(wf_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool again = c->phase == WF__PH_CONNECTING && !atomic_load(&c->failed) && !c->want_stop;
+    pthread_mutex_unlock(&c->mu);
+    return again;
+}
+
 static void on_eof(wf__conn *k, const char *why)
 {
     wf_comm *c = k->c;
@@ -530,6 +544,12 @@ static void on_eof(wf__conn *k, const char *why)
                           "rank %d (host %s, pid %u) died: control connection %s (rank 0 is at "
                           "%s)",
                           r, peer_host(c, r), c->peers[r].pid, why, where);
+    } else if (k == c->to_root && rendezvous_retry(c)) {
+        /* Closed before WELCOME without a REJECT: rank 0 had too many connections without
+         * a HELLO (on_accept). Try again, until the connect timer fires. */
+        conn_close(k);
+        uv_timer_start(&c->retry_timer, on_retry, 100, 0);
+        return;
     } else if (!k->bye_seen) {
         wf__comm_fail(c, WF_EPEER, 0,
                       "rank 0 (host %s, pid %u, %s) died: control connection %s (rank %d is at "
@@ -574,6 +594,28 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 /* ---- Connections --------------------------------------------------------------------------- */
 
+/* Closes the connections that have not presented a valid HELLO within hello_timeout_ms
+ * of being accepted, and runs again at the next such deadline (stopped while there is
+ * none). A stranger that sends nothing, only the magic, a HELLO one byte a second or a
+ * partial payload is closed the same way, and the ranks never notice. */
+static void on_hello_timer(uv_timer_t *t)
+{
+    wf_comm *c = t->data;
+    uint64_t now = wf__net_now_ns(), limit = (uint64_t)c->hello_timeout_ms * 1000000u;
+    uint64_t next = UINT64_MAX;
+    for (wf__conn *k = c->conns, *after; k; k = after) {
+        after = k->next; /* conn_close() unlinks 'k' */
+        if (k->rank >= 0 || !k->accepted_ns || k->closing)
+            continue;
+        if (now - k->accepted_ns >= limit)
+            conn_close(k);
+        else if (k->accepted_ns + limit < next)
+            next = k->accepted_ns + limit;
+    }
+    if (next != UINT64_MAX)
+        uv_timer_start(t, on_hello_timer, (next - now) / 1000000u + 1, 0);
+}
+
 static void on_accept(uv_stream_t *server, int status)
 {
     wf_comm *c = server->data;
@@ -582,8 +624,21 @@ static void on_accept(uv_stream_t *server, int status)
     wf__conn *k = conn_new(c);
     if (!k)
         return;
-    if (uv_accept(server, (uv_stream_t *)&k->tcp) != 0 ||
-        uv_read_start((uv_stream_t *)&k->tcp, on_alloc, on_read) != 0)
+    if (uv_accept(server, (uv_stream_t *)&k->tcp) != 0) {
+        conn_close(k);
+        return;
+    }
+    /* Beyond WF__STRANGERS_MAX connections without a HELLO, the newest is closed at once:
+     * accepted (else it would fill the backlog) and dropped. A rank refused so retries. */
+    if (c->n_strangers >= WF__STRANGERS_MAX) {
+        conn_close(k);
+        return;
+    }
+    c->n_strangers++;
+    k->accepted_ns = wf__net_now_ns();
+    if (!uv_is_active((uv_handle_t *)&c->hello_timer))
+        uv_timer_start(&c->hello_timer, on_hello_timer, c->hello_timeout_ms, 0);
+    if (uv_read_start((uv_stream_t *)&k->tcp, on_alloc, on_read) != 0)
         conn_close(k);
 }
 
@@ -618,10 +673,7 @@ static void on_connect(uv_connect_t *req, int status)
     if (status < 0) {
         /* Rank 0 may not listen yet: try again soon, until the connect timer fires. */
         conn_close(k);
-        pthread_mutex_lock(&c->mu);
-        bool again = c->phase == WF__PH_CONNECTING && !atomic_load(&c->failed) && !c->want_stop;
-        pthread_mutex_unlock(&c->mu);
-        if (again)
+        if (rendezvous_retry(c))
             uv_timer_start(&c->retry_timer, on_retry, 20, 0);
         return;
     }
@@ -815,6 +867,7 @@ static void on_wake(uv_async_t *a)
         if (c->poll_open)
             close_handle((uv_handle_t *)&c->efd_poll);
         close_handle((uv_handle_t *)&c->rearm_timer);
+        close_handle((uv_handle_t *)&c->hello_timer);
         close_handle((uv_handle_t *)&c->hb_timer);
         close_handle((uv_handle_t *)&c->connect_timer);
         close_handle((uv_handle_t *)&c->retry_timer);
@@ -872,7 +925,9 @@ int wf__net_start(wf_comm *c)
     uv_timer_init(&c->loop, &c->connect_timer);
     uv_timer_init(&c->loop, &c->retry_timer);
     uv_timer_init(&c->loop, &c->rearm_timer);
+    uv_timer_init(&c->loop, &c->hello_timer);
     c->hb_timer.data = c->connect_timer.data = c->retry_timer.data = c->rearm_timer.data = c;
+    c->hello_timer.data = c;
     if ((rc = uv_poll_init(&c->loop, &c->efd_poll, c->efd)) == 0) {
         c->poll_open = true;
         c->efd_poll.data = c;

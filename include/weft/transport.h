@@ -58,6 +58,11 @@ typedef struct wf_comm_opts {
     size_t chunk_bytes;            /* 0: 262144 when every rank is on one host (the ring
                                       copies from its neighbour's memory), else 4 MiB.
                                       Pipeline chunk of the ring algorithms. */
+    uint32_t hello_timeout_ms;     /* 0: 5000. Rank 0: how long a connection to the
+                                      rendezvous has to present a valid HELLO before it is
+                                      closed; at most 64 such connections are open at once
+                                      (more are closed as soon as they are accepted), so
+                                      strangers cannot pin rank 0's files. */
 } wf_comm_opts;
 
 /* Fills 'opts' (rank, size, addr, token, incarnation) from the environment, for tools,
