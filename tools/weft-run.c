@@ -11,6 +11,13 @@
  * C cores weft-run may use (the first hardware thread of each), so two ranks share a core
  * only when there are more ranks than cores; the rank inherits it from weft-run, which holds
  * that binding only while it forks the rank. --bind-to none (the default) leaves them free.
+ * A rank never outlives weft-run: each is started through weft-run itself ("--exec-rank",
+ * below), which asks the kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG, which
+ * survives the exec of the program) and then checks that weft-run has not died already
+ * (getppid(): it may have gone between the fork and the prctl). libuv's uv_spawn runs no
+ * code of ours between fork and exec, hence the second exec. A SIGKILLed weft-run takes
+ * its ranks along within milliseconds; a rank's own children (a shell's) are not its
+ * direct children and are not covered by this.
  * Owns: the child processes, their output pipes, the line buffers.
  * Built on libuv (processes, pipes, signals), like the control plane of transport/. */
 #include <uv.h>
@@ -26,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -261,8 +269,28 @@ static void random_token(char *out, size_t n)
         snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
+/* "weft-run --exec-rank PPID program args...": the rank side of the start (see the top):
+ * dies with weft-run (pid PPID), then becomes the program. */
+static int exec_rank(int argc, char **argv)
+{
+    if (argc < 4)
+        return 2;
+    long ppid = strtol(argv[2], NULL, 10);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+        fprintf(stderr, "weft-run: prctl(PR_SET_PDEATHSIG): %s\n", strerror(errno));
+        return 127;
+    }
+    if ((long)getppid() != ppid)
+        return 128 + SIGKILL; /* weft-run died before the prctl: go as if killed with it */
+    execvp(argv[3], argv + 3);
+    fprintf(stderr, "weft-run: cannot start '%s': %s\n", argv[3], strerror(errno));
+    return 127;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "--exec-rank"))
+        return exec_rank(argc, argv);
     int n = 0, i = 1;
     const char *host = NULL, *token = NULL;
     bool bind = false;
@@ -374,6 +402,22 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    /* Every rank starts as "weft-run --exec-rank <our pid> program args..." (see the top). */
+    char self[4096], me[32];
+    ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
+    char **rargv = calloc((size_t)(argc - i + 4), sizeof *rargv);
+    if (sn <= 0 || !rargv) {
+        fprintf(stderr, "weft-run: %s\n", rargv ? "cannot read /proc/self/exe" : "out of memory");
+        return 1;
+    }
+    self[sn] = 0;
+    snprintf(me, sizeof me, "%ld", (long)getpid());
+    rargv[0] = self;
+    rargv[1] = "--exec-rank";
+    rargv[2] = me;
+    for (int a = i; a < argc; a++)
+        rargv[3 + a - i] = argv[a];
+
     for (int r = 0; r < n; r++) {
         rank *rk = &L->ranks[r];
         rk->index = r;
@@ -393,8 +437,8 @@ int main(int argc, char **argv)
         }
         uv_process_options_t po = {
             .exit_cb = on_exit_cb,
-            .file = argv[i],
-            .args = argv + i,
+            .file = self,
+            .args = rargv,
             .env = env,
             .stdio_count = 3,
             .stdio = stdio,
@@ -430,6 +474,7 @@ int main(int argc, char **argv)
             uv_read_start((uv_stream_t *)&pipes[p]->pipe, on_alloc, on_read);
     }
     free(cores);
+    free(rargv);
     if (L->alive == 0)
         close_loop_handles(L);
     uv_run(L->loop, UV_RUN_DEFAULT);
