@@ -17,7 +17,9 @@
  * (getppid(): it may have gone between the fork and the prctl). libuv's uv_spawn runs no
  * code of ours between fork and exec, hence the second exec. A SIGKILLed weft-run takes
  * its ranks along within milliseconds; a rank's own children (a shell's) are not its
- * direct children and are not covered by this.
+ * direct children and are not covered by this, but by the control plane: every rank gets
+ * WEFT_LAUNCHER_FD, the read end of a pipe whose write end only weft-run holds, and a comm
+ * made with it (wf_dist_opts_from_env) fails on every rank once that pipe closes.
  * Owns: the child processes, their output pipes, the line buffers.
  * Built on libuv (processes, pipes, signals), like the control plane of transport/. */
 #include <uv.h>
@@ -372,8 +374,8 @@ int main(int argc, char **argv)
     size_t nenv = 0;
     while (environ[nenv])
         nenv++;
-    char **env = calloc(nenv + 5, sizeof *env);
-    char e_rank[32], e_size[32], e_addr[320], e_tok[300];
+    char **env = calloc(nenv + 6, sizeof *env);
+    char e_rank[32], e_size[32], e_addr[320], e_tok[300], e_lfd[48];
     if (!env) {
         fprintf(stderr, "weft-run: out of memory\n");
         return 1;
@@ -381,8 +383,18 @@ int main(int argc, char **argv)
     size_t k = 0;
     for (size_t j = 0; j < nenv; j++)
         if (strncmp(environ[j], "WEFT_RANK=", 10) && strncmp(environ[j], "WEFT_SIZE=", 10) &&
-            strncmp(environ[j], "WEFT_ADDR=", 10) && strncmp(environ[j], "WEFT_TOKEN=", 11))
+            strncmp(environ[j], "WEFT_ADDR=", 10) && strncmp(environ[j], "WEFT_TOKEN=", 11) &&
+            strncmp(environ[j], "WEFT_LAUNCHER_FD=", 17))
             env[k++] = environ[j];
+    /* The liveness pipe (see the top): the ranks inherit the read end, the write end is
+     * close-on-exec and stays ours until we die. */
+    int lp[2];
+    if (pipe(lp) != 0 || fcntl(lp[1], F_SETFD, FD_CLOEXEC) != 0) {
+        fprintf(stderr, "weft-run: pipe: %s\n", strerror(errno));
+        return 1;
+    }
+    snprintf(e_lfd, sizeof e_lfd, "WEFT_LAUNCHER_FD=%d", lp[0]);
+    env[k++] = e_lfd;
     env[k++] = e_rank;
     env[k++] = e_size;
     env[k++] = e_addr;
@@ -475,6 +487,7 @@ int main(int argc, char **argv)
     }
     free(cores);
     free(rargv);
+    close(lp[0]); /* the ranks hold it now */
     if (L->alive == 0)
         close_loop_handles(L);
     uv_run(L->loop, UV_RUN_DEFAULT);

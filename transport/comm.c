@@ -183,6 +183,7 @@ int wf_comm_create(wf_runtime *rt, const wf_comm_opts *o, wf_comm **out)
         c->hb_timeout_ms = c->hb_ms * 3;
     c->spin_us = o->spin_us ? o->spin_us : 50;
     c->hello_timeout_ms = o->hello_timeout_ms ? o->hello_timeout_ms : 5000;
+    c->launcher_fd = o->launcher_fd > 0 ? o->launcher_fd : -1;
     c->small_bytes = o->small_bytes ? o->small_bytes : 65536;
     c->chunk_bytes = o->chunk_bytes ? o->chunk_bytes : 262144;
     c->incarnation = o->incarnation;
@@ -362,6 +363,11 @@ int wf_dist_opts_from_env(wf_comm_opts *opts)
         o.net_devices = s;
     if ((s = getenv("WEFT_TLS")) && *s)
         o.tls = s;
+    long lfd;
+    if ((rc = env_int("WEFT_LAUNCHER_FD", 1, INT_MAX, &lfd)) < 0)
+        return rc;
+    if (rc)
+        o.launcher_fd = (int)lfd;
     *opts = o;
     return found;
 }

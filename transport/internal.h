@@ -231,9 +231,12 @@ struct wf_comm {
     uv_async_t wake;
     uv_timer_t hb_timer, connect_timer, retry_timer;
     uv_poll_t efd_poll;
-    uv_timer_t rearm_timer; /* while the event fd's poll is paused for a busy caller */
-    uv_timer_t hello_timer; /* rank 0: closes connections past hello_timeout_ms without HELLO */
-    int n_strangers;        /* rank 0: open connections without an accepted HELLO */
+    uv_timer_t rearm_timer;  /* while the event fd's poll is paused for a busy caller */
+    uv_timer_t hello_timer;  /* rank 0: closes connections past hello_timeout_ms without HELLO */
+    int n_strangers;         /* rank 0: open connections without an accepted HELLO */
+    int launcher_fd;         /* wf_comm_opts.launcher_fd, or -1 */
+    uv_poll_t launcher_poll; /* watches it while 'launcher_open' */
+    bool launcher_open;
     uv_tcp_t server;
     bool server_open, poll_open, poll_paused;
     wf__conn *conns;      /* every open control connection */

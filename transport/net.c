@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct wreq {
     uv_write_t req;
@@ -819,6 +820,23 @@ static void on_efd(uv_poll_t *p, int status, int events)
         pause_poll(c);
 }
 
+/* The launcher's pipe (wf_comm_opts.launcher_fd) is readable: its end of file (or an
+ * error) means the launcher died, and the comm fails, which every rank then hears of. This
+ * does not depend on being the launcher's child (PR_SET_PDEATHSIG does): a rank started by
+ * a shell, or by an agent on another host that holds such a pipe, sees it too. */
+static void on_launcher(uv_poll_t *p, int status, int events)
+{
+    wf_comm *c = p->data;
+    char b[64];
+    ssize_t k = status < 0 ? -1 : read(c->launcher_fd, b, sizeof b);
+    if (k > 0 || (k < 0 && status >= 0 && (errno == EAGAIN || errno == EINTR)))
+        return; /* bytes (none are sent) or a spurious wake-up */
+    uv_poll_stop(p);
+    wf__comm_fail(c, WF_EPEER, c->rank,
+                  "rank %d: its launcher died (launcher_fd %d: %s); the job is over", c->rank,
+                  c->launcher_fd, k == 0 ? "end of file" : "error");
+}
+
 /* ---- Requests from callers ------------------------------------------------------------------ */
 
 static void close_handle(uv_handle_t *h)
@@ -866,6 +884,8 @@ static void on_wake(uv_async_t *a)
             close_handle((uv_handle_t *)&c->server);
         if (c->poll_open)
             close_handle((uv_handle_t *)&c->efd_poll);
+        if (c->launcher_open)
+            close_handle((uv_handle_t *)&c->launcher_poll);
         close_handle((uv_handle_t *)&c->rearm_timer);
         close_handle((uv_handle_t *)&c->hello_timer);
         close_handle((uv_handle_t *)&c->hb_timer);
@@ -936,6 +956,19 @@ int wf__net_start(wf_comm *c)
     if (rc != 0) {
         wf__err(code, "wf_comm_create: cannot watch the UCX event fd: %s", uv_strerror(rc));
         goto fail;
+    }
+    if (c->launcher_fd >= 0) {
+        if ((rc = uv_poll_init(&c->loop, &c->launcher_poll, c->launcher_fd)) == 0) {
+            c->launcher_open = true;
+            c->launcher_poll.data = c;
+            rc = uv_poll_start(&c->launcher_poll, UV_READABLE | UV_DISCONNECT, on_launcher);
+        }
+        if (rc != 0) {
+            code = WF_EINVAL;
+            wf__err(code, "wf_comm_create: cannot watch launcher_fd %d: %s", c->launcher_fd,
+                    uv_strerror(rc));
+            goto fail;
+        }
     }
     if (c->size == 1) {
         c->phase = WF__PH_READY; /* alone: nobody to meet, no port taken */

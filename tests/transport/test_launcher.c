@@ -215,8 +215,10 @@ static bool gone(pid_t pid)
 }
 
 /* Bug: SIGKILL of weft-run while 3 ranks all-reduce left all 3 running (for ever). Each
- * rank now dies with its launcher: gone within 1 s. */
-Test(transport_launcher, ranks_die_within_a_second_when_weft_run_is_killed)
+ * rank now dies with its launcher: gone within 1 s. 'in_shell': each rank's program is a
+ * child of a shell, not of weft-run (PR_SET_PDEATHSIG kills the shell only), and ends
+ * because its comm fails when weft-run's liveness pipe closes. */
+static void kill_weft_run(bool in_shell)
 {
     char self[4096];
     ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -232,7 +234,11 @@ Test(transport_launcher, ranks_die_within_a_second_when_weft_run_is_killed)
         dup2(out[1], 1);
         close(out[0]);
         close(out[1]);
-        execl(WF_WEFT_RUN, WF_WEFT_RUN, "-n", "3", "--", self, (char *)NULL);
+        if (in_shell) /* "; exit $?": the shell forks the program instead of exec'ing it */
+            execl(WF_WEFT_RUN, WF_WEFT_RUN, "-n", "3", "--", "/bin/sh", "-c", "\"$0\"; exit $?",
+                  self, (char *)NULL);
+        else
+            execl(WF_WEFT_RUN, WF_WEFT_RUN, "-n", "3", "--", self, (char *)NULL);
         _exit(127);
     }
     close(out[1]);
@@ -271,4 +277,14 @@ Test(transport_launcher, ranks_die_within_a_second_when_weft_run_is_killed)
               alive[0] ? "alive" : "gone", alive[1] ? "alive" : "gone",
               alive[2] ? "alive" : "gone");
     cr_log_info("every rank was gone %.3f s after weft-run's SIGKILL", s);
+}
+
+Test(transport_launcher, ranks_die_within_a_second_when_weft_run_is_killed)
+{
+    kill_weft_run(false);
+}
+
+Test(transport_launcher, ranks_behind_a_shell_end_within_a_second_when_weft_run_is_killed)
+{
+    kill_weft_run(true);
 }
