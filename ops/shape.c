@@ -388,6 +388,10 @@ DEF_OP(split, 1, 1, 0)
 
 int(wf_split)(wf_graph *g, wf_node *x, int axis, int n_parts, wf_node **outs)
 {
+    /* Without 'outs' the parts could never be reached: refused before any is added. */
+    if (!outs)
+        return wf__graph_fail(g, WF_EINVAL, "wf_split: outs is NULL (room for %d nodes needed)",
+                              n_parts);
     wf_srcloc loc = wf__srcloc_take();
     wf_attrs a = zero_attrs();
     a.axis = axis;
@@ -397,13 +401,12 @@ int(wf_split)(wf_graph *g, wf_node *x, int axis, int n_parts, wf_node **outs)
         a.depth = i;
         wf_node *p = wf__node_add_ex(g, &wf_op_split, NULL, &x, 1, &a, loc);
         if (!p) {
-            for (int j = 0; outs && j < n_parts; j++)
+            for (int j = 0; j < n_parts; j++)
                 outs[j] = NULL;
             int rc = wf_graph_status(g);
             return rc < 0 ? rc : WF_EINVAL;
         }
-        if (outs)
-            outs[i] = p;
+        outs[i] = p;
     }
     return 0;
 }

@@ -128,21 +128,27 @@ int wf_checkpoint_load(wf_session *s, const char *path, uint32_t flags)
     int rc = wf__st_open(path, &f);
     if (rc < 0)
         return wf__session_fail(s, rc, "wf_checkpoint_load: %s", wf_last_errmsg());
-    int nv = s->n_vars ? s->n_vars : 1;
+    int nv = s->n_vars ? s->n_vars : 1, ne = f.header.n ? f.header.n : 1;
     int32_t *entry_of = malloc((size_t)nv * sizeof *entry_of);
     wf_tensor **vals = calloc((size_t)nv, sizeof *vals);
-    uint8_t *used = calloc((size_t)(f.header.n ? f.header.n : 1), 1);
-    if (!entry_of || !vals || !used) {
+    wf_tensor **by_entry = calloc((size_t)ne, sizeof *by_entry);
+    uint8_t *used = calloc((size_t)ne, 1);
+    if (!entry_of || !vals || !by_entry || !used) {
         rc = wf__session_fail(s, WF_ENOMEM, "wf_checkpoint_load: no memory for %d variables",
                               s->n_vars);
         goto out;
     }
     if ((rc = match(s, &f, flags, entry_of, used)) < 0)
         goto out;
+    /* The whole file is validated as a read validates it, also the tensors it skips. */
+    if ((rc = wf__st_read_all(&f, used, by_entry)) < 0) {
+        rc = wf__session_fail(s, rc, "wf_checkpoint_load: %s", wf_last_errmsg());
+        goto out;
+    }
     for (int k = 0; k < s->n_vars; k++)
-        if (entry_of[k] >= 0 && (rc = wf__st_load(&f, entry_of[k], &vals[k])) < 0) {
-            rc = wf__session_fail(s, rc, "wf_checkpoint_load: %s", wf_last_errmsg());
-            goto out;
+        if (entry_of[k] >= 0) {
+            vals[k] = by_entry[entry_of[k]];
+            by_entry[entry_of[k]] = NULL;
         }
     /* Everything is read and checked: replace the variables together. 'vals' gets the old
      * values, released below outside the lock. */
@@ -159,6 +165,7 @@ out:
     for (int k = 0; vals && k < s->n_vars; k++)
         wf_tensor_release(vals[k]);
     free(vals);
+    free(by_entry);
     free(entry_of);
     free(used);
     wf__st_close(&f);

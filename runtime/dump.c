@@ -247,8 +247,10 @@ int wf_session_dump(wf_session *s, wf_node *const *fetches, int n_fetches, wf_no
 
 int wf_session_stats(wf_session *s, wf_plan_stats *out)
 {
-    if (!s || !out)
-        return wf__err(WF_EINVAL, "wf_session_stats: %s is NULL", s ? "out" : "session");
+    if (!s)
+        return wf__err(WF_EINVAL, "wf_session_stats: session is NULL");
+    if (!out)
+        return wf__session_fail(s, WF_EINVAL, "wf_session_stats: out is NULL");
     pthread_mutex_lock(&s->plans_mu);
     *out = s->last_stats;
     out->nodes_graph = s->n_nodes;
@@ -260,8 +262,10 @@ int wf_session_stats(wf_session *s, wf_plan_stats *out)
 int wf_session_plan_stats(wf_session *s, wf_node *const *fetches, int n_fetches,
                           wf_node *const *targets, int n_targets, wf_plan_stats *out)
 {
-    if (!s || !out)
-        return wf__err(WF_EINVAL, "wf_session_plan_stats: %s is NULL", s ? "out" : "session");
+    if (!s)
+        return wf__err(WF_EINVAL, "wf_session_plan_stats: session is NULL");
+    if (!out)
+        return wf__session_fail(s, WF_EINVAL, "wf_session_plan_stats: out is NULL");
     memset(out, 0, sizeof *out);
     if (n_fetches < 0 || n_targets < 0 || (n_fetches && !fetches) || (n_targets && !targets))
         return wf__session_fail(s, WF_EINVAL, "wf_session_plan_stats: bad fetches or targets");

@@ -372,6 +372,12 @@ typedef struct wf__slot_dev {
  * node and the device (wf_last_errmsg()). */
 int wf__plan_place(wf__plan *p);
 
+/* Checks the device 'node' was placed on with wf_node_set_device() (nothing when it was
+ * not): WF_EINVAL for a device the runtime lacks, WF_ENODEV for an op without a kernel for
+ * it, naming the node and the device (wf_last_errmsg()). wf__plan_place() runs it on the
+ * plan's nodes, and the compile on every node it needs before any pass may fold it away. */
+int wf__place_check(wf_session *s, const wf_node *node);
+
 /* Frees 'p->dev' (after the slots, whose values use its devices, which the session closes). */
 void wf__plan_place_free(wf__plan *p);
 

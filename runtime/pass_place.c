@@ -390,6 +390,42 @@ static int place_updates(wf__plan *p, int n_real, bool rule_gpu)
     return rc;
 }
 
+int wf__place_check(wf_session *s, const wf_node *node)
+{
+    int want = node->device;
+    if (want < 0)
+        return 0;
+    int n_real = wf_device_count(s->rt);
+    if (n_real < 1)
+        n_real = 1;
+    int n_dev = n_real + s->n_sim;
+    char dn[32], desc[WF_ERRMSG_MAX];
+    if (want >= n_dev)
+        return wf__err(WF_EINVAL,
+                       "placement: %s is placed on device %d, but this runtime has %d "
+                       "device%s%s",
+                       wf__rt_node_desc(node, desc, sizeof desc), want, n_dev,
+                       n_dev == 1 ? "" : "s",
+                       n_dev == 1 ? " (cpu:0; no CUDA device: none found, or weft is built "
+                                    "without CUDA)"
+                                  : "");
+    /* Sources hold host values: placing one only says where its readers are expected. */
+    if (want == 0 || (node->op->flags & WF_OP_SOURCE))
+        return 0;
+    int kk = kernel_kind(want, n_real);
+    if (!wf__kernels_ok(s->kernels, node->op, node, kk))
+        return wf__err(WF_ENODEV,
+                       "placement: %s is placed on device %d (%s), but op '%s' has no %s "
+                       "kernel%s",
+                       wf__rt_node_desc(node, desc, sizeof desc), want,
+                       dev_name(want, n_real, dn, sizeof dn), node->op->name,
+                       kk == WF_KERNEL_CUDA ? "CUDA" : "CPU",
+                       wf__kernels_find(s->kernels, node->op, kk)
+                           ? " for this node (its attributes or inputs)"
+                           : "");
+    return 0;
+}
+
 static int place(wf__plan *p)
 {
     wf_session *s = p->sess;
@@ -406,33 +442,11 @@ static int place(wf__plan *p)
     bool explicit_gpu = false;
     for (int i = 0; i < n; i++) {
         const wf_node *node = p->nodes[i];
-        int want = node->device;
-        if (want < 0)
-            continue;
-        if (want >= n_dev) {
-            char desc[WF_ERRMSG_MAX];
-            return wf__err(WF_EINVAL,
-                           "placement: %s is placed on device %d, but this runtime has %d "
-                           "device%s%s",
-                           wf__rt_node_desc(node, desc, sizeof desc), want, n_dev,
-                           n_dev == 1 ? "" : "s", none);
-        }
-        if (want == 0 || p->kind[i] != WF__PN_KERNEL)
-            continue;
-        int kk = kernel_kind(want, n_real);
-        if (!wf__kernels_ok(s->kernels, node->op, node, kk)) {
-            char desc[WF_ERRMSG_MAX];
-            return wf__err(WF_ENODEV,
-                           "placement: %s is placed on device %d (%s), but op '%s' has no %s "
-                           "kernel%s",
-                           wf__rt_node_desc(node, desc, sizeof desc), want,
-                           dev_name(want, n_real, dn, sizeof dn), node->op->name,
-                           kk == WF_KERNEL_CUDA ? "CUDA" : "CPU",
-                           wf__kernels_find(s->kernels, node->op, kk)
-                               ? " for this node (its attributes or inputs)"
-                               : "");
-        }
-        explicit_gpu = true; /* an update's variables are checked in place_updates() */
+        int rc = wf__place_check(s, node);
+        if (rc < 0)
+            return rc;
+        /* an update's variables are checked in place_updates() */
+        explicit_gpu |= node->device > 0 && p->kind[i] == WF__PN_KERNEL;
     }
     if (s->device < -1 || s->device >= n_dev)
         return wf__err(WF_EINVAL,

@@ -164,6 +164,14 @@ static int run_passes(wf_session *s, wf__pass_ctx *c, wf_plan_stats *st)
 {
     st->nodes_graph = s->n_nodes;
     int live = st->nodes_after_prune = wf__pass_prune(c);
+    /* Every needed node's placement is checked, also of those a pass removes (a folded
+     * constant would otherwise take a wrong device with it, unseen). */
+    for (int id = 0; id < c->n_orig; id++)
+        if (c->live[id]) {
+            int rc = wf__place_check(s, c->node[id]);
+            if (rc < 0)
+                return rc;
+        }
     for (size_t k = 0; k < sizeof passes / sizeof passes[0]; k++) {
         if (!(s->flags & passes[k].off_flag)) {
             int rc = passes[k].run(c);

@@ -17,8 +17,10 @@
 #include "../core/error.h"
 #include "../core/tensor.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -861,6 +863,60 @@ fail:
     return rc;
 }
 
+/* The data of entry 'e' that decoding can refuse: a BOOL byte other than 0 or 1. 'p' holds
+ * 'n' of its bytes, the first being element 'first'. */
+static int check_data(const wf__st_file *f, const wf__st_entry *e, const unsigned char *p,
+                      uint64_t n, uint64_t first)
+{
+    if (e->dtype != WF_BOOL)
+        return 0;
+    char nm[96];
+    for (uint64_t k = 0; k < n; k++)
+        if (p[k] > 1)
+            return wf__err(WF_EFORMAT, "%s: tensor '%s': BOOL element %llu is %u, not 0 or 1",
+                           f->what, shown(e->name, nm, sizeof nm), (unsigned long long)(first + k),
+                           p[k]);
+    return 0;
+}
+
+/* Validates entry 'i''s data without keeping it (read in pieces of VERIFY_BYTES). */
+#define VERIFY_BYTES 65536
+
+static int verify(const wf__st_file *f, int i)
+{
+    const wf__st_entry *e = &f->header.entries[i];
+    if (e->dtype != WF_BOOL)
+        return 0; /* every bit pattern of the other dtypes is a value */
+    uint64_t bytes = e->end - e->begin;
+    unsigned char *buf = malloc(VERIFY_BYTES);
+    if (!buf)
+        return wf__err(WF_ENOMEM, "%s: no memory to check the data", f->what);
+    int rc = 0;
+    for (uint64_t off = 0; off < bytes && rc == 0; off += VERIFY_BYTES) {
+        uint64_t n = bytes - off < VERIFY_BYTES ? bytes - off : VERIFY_BYTES;
+        rc = read_at(f->fd, f->what, buf, n, f->data_start + e->begin + off);
+        if (rc == 0)
+            rc = check_data(f, e, buf, n, off);
+    }
+    free(buf);
+    return rc;
+}
+
+int wf__st_read_all(const wf__st_file *f, const uint8_t *keep, wf_tensor **out)
+{
+    int rc = 0;
+    for (int i = 0; i < f->header.n; i++)
+        out[i] = NULL;
+    for (int i = 0; i < f->header.n && rc == 0; i++)
+        rc = !keep || keep[i] ? wf__st_load(f, i, &out[i]) : verify(f, i);
+    if (rc < 0)
+        for (int i = 0; i < f->header.n; i++) {
+            wf_tensor_release(out[i]);
+            out[i] = NULL;
+        }
+    return rc;
+}
+
 int wf__st_load(const wf__st_file *f, int i, wf_tensor **out)
 {
     *out = NULL;
@@ -872,14 +928,8 @@ int wf__st_load(const wf__st_file *f, int i, wf_tensor **out)
                        wf_last_errmsg());
     uint64_t bytes = e->end - e->begin;
     int rc = read_at(f->fd, f->what, t->data, bytes, f->data_start + e->begin);
-    if (rc == 0 && e->dtype == WF_BOOL)
-        for (uint64_t k = 0; k < bytes; k++)
-            if ((unsigned char)t->data[k] > 1) {
-                rc = wf__err(WF_EFORMAT, "%s: tensor '%s': BOOL element %llu is %u, not 0 or 1",
-                             f->what, shown(e->name, nm, sizeof nm), (unsigned long long)k,
-                             (unsigned char)t->data[k]);
-                break;
-            }
+    if (rc == 0)
+        rc = check_data(f, e, (const unsigned char *)t->data, bytes, 0);
     if (rc < 0) {
         wf_tensor_release(t);
         return rc;
@@ -1155,15 +1205,14 @@ static int write_body(writer *w, int fd, const sbuf *hb, const wf_named_tensor *
     return 0;
 }
 
-/* Syncs the directory that holds 'path', so the rename itself survives a crash. File
- * systems that cannot sync a directory say EINVAL; that is not an error. */
-static int sync_dir(writer *w, const char *path)
+/* The directory that holds 'path' (malloc'd), or NULL without memory. */
+static char *dir_of(const char *path)
 {
     const char *slash = strrchr(path, '/');
     size_t dn = slash ? (size_t)(slash - path) : 1;
-    char *dir = malloc(dn + 1);
+    char *dir = malloc(dn + 2);
     if (!dir)
-        return wf__err(WF_ENOMEM, "%s: no memory", w->what);
+        return NULL;
     if (!slash)
         memcpy(dir, ".", 1);
     else if (dn == 0)
@@ -1171,6 +1220,50 @@ static int sync_dir(writer *w, const char *path)
     else
         memcpy(dir, path, dn);
     dir[dn] = '\0';
+    return dir;
+}
+
+/* Removes the temporary files "<path>.tmp.<pid>.<tid>" that processes killed during a save
+ * of 'path' left behind: those of a pid that no longer exists (kill(pid, 0) says ESRCH). A
+ * live process's file is never touched: this process's (its other threads may be saving),
+ * one of a pid that exists, one whose pid cannot be probed (EPERM: another user's). Only
+ * processes of this pid namespace are seen: two hosts or containers saving one path of a
+ * shared file system at once are not supported. Best effort: nothing here fails a save. */
+static void remove_stale(const char *path)
+{
+    char *dir = dir_of(path);
+    DIR *d = dir ? opendir(dir) : NULL;
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t bn = strlen(base);
+    pid_t self = getpid();
+    for (struct dirent *de; d && (de = readdir(d));) {
+        const char *nm = de->d_name;
+        if (strncmp(nm, base, bn) != 0 || strncmp(nm + bn, ".tmp.", 5) != 0)
+            continue;
+        char *end;
+        errno = 0;
+        long pid = strtol(nm + bn + 5, &end, 10);
+        if (errno || pid <= 0 || pid == (long)self || *end != '.' || !end[1])
+            continue;
+        const char *tid = end + 1;
+        strtol(tid, &end, 10);
+        if (errno || *end)
+            continue;
+        if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+            unlinkat(dirfd(d), nm, 0);
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+}
+
+/* Syncs the directory that holds 'path', so the rename itself survives a crash. File
+ * systems that cannot sync a directory say EINVAL; that is not an error. */
+static int sync_dir(writer *w, const char *path)
+{
+    char *dir = dir_of(path);
+    if (!dir)
+        return wf__err(WF_ENOMEM, "%s: no memory", w->what);
     int rc = 0;
     int dfd = injected(w) ? -1 : open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) {
@@ -1215,8 +1308,10 @@ int wf__st_write(const char *path, const wf_named_tensor *ts, int n, const char 
         goto out;
 
     writer w = { what, tmp, 0, fail_at };
-    /* A leftover of a dead process that had our pid and tid is ours to replace. */
+    /* A leftover of a dead process that had our pid and tid is ours to replace, and those
+     * of other dead processes go too (each kill during a save leaves one). */
     unlink(tmp);
+    remove_stale(path);
     fd = injected(&w) ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) {
         rc = wr_err(&w, "cannot create", tmp);
@@ -1288,23 +1383,26 @@ int wf_safetensors_read(const char *path, wf_named_tensor **out, int *n)
         return rc;
     int cnt = f.header.n;
     wf_named_tensor *ts = calloc((size_t)(cnt ? cnt : 1), sizeof *ts);
-    if (!ts) {
+    wf_tensor **vals = calloc((size_t)(cnt ? cnt : 1), sizeof *vals);
+    if (!ts || !vals) {
         rc = wf__err(WF_ENOMEM, "%s: no memory for %d tensors", f.what, cnt);
+        free(ts);
+        free(vals);
         wf__st_close(&f);
         return rc;
     }
-    for (int i = 0; i < cnt && rc == 0; i++) {
-        if ((rc = wf__st_load(&f, i, &ts[i].tensor)) < 0)
-            break;
+    if ((rc = wf__st_read_all(&f, NULL, vals)) < 0) {
+        free(ts);
+        free(vals);
+        wf__st_close(&f);
+        return rc;
+    }
+    for (int i = 0; i < cnt; i++) {
+        ts[i].tensor = vals[i];
         ts[i].name = f.header.entries[i].name; /* taken over from the header */
         f.header.entries[i].name = NULL;
     }
-    if (rc < 0) {
-        /* Names taken over so far belong to 'ts' now; the header frees the rest. */
-        wf_safetensors_free(ts, cnt);
-        wf__st_close(&f);
-        return rc;
-    }
+    free(vals);
     wf__st_close(&f);
     *out = ts;
     *n = cnt;

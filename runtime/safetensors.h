@@ -89,13 +89,24 @@ int wf__st_open(const char *path, wf__st_file *f);
  * Ownership: on success '*out' is owned by the caller; on failure it is NULL. */
 int wf__st_load(const wf__st_file *f, int i, wf_tensor **out);
 
+/* Validates the data of every entry of 'f' (what wf__st_open() could not check without it:
+ * BOOL bytes) and reads the entries with 'keep[i]' set ('keep' NULL: all) into 'out[i]'
+ * ('f->header.n' entries; NULL for those not kept). A read and a load of a file go through
+ * here, so both accept exactly the same files, also when a load keeps only some tensors.
+ * Returns 0, or the first failure of wf__st_load() (WF_EFORMAT naming the tensor, WF_EIO,
+ * WF_ENOMEM), with every 'out' entry NULL.
+ * Ownership: on success the caller owns each non-NULL 'out[i]'. */
+int wf__st_read_all(const wf__st_file *f, const uint8_t *keep, wf_tensor **out);
+
 /* Closes a file opened by wf__st_open() and frees its header. */
 void wf__st_close(wf__st_file *f);
 
 /* Writes 'ts[0 .. n-1]' and the metadata pairs 'meta[0 .. 2*n_meta-1]' (key, value, ...) to
  * 'path' atomically: into "<path>.tmp.<pid>.<tid>", fsync, rename over 'path', fsync of the
- * directory. Before anything is written, names are checked (non-NULL, valid UTF-8, distinct,
- * not "__metadata__") and tensors too (non-NULL). The data are laid out by element size,
+ * directory. First the temporary files of 'path' that dead processes left (each kill during a
+ * save may leave one) are removed; a live process's never is. Before anything is written,
+ * names are checked (non-NULL, valid UTF-8, distinct, not "__metadata__") and tensors too
+ * (non-NULL). The data are laid out by element size,
  * largest first (as the Python writer does), so with the 8-byte aligned data section every
  * tensor is aligned to its element size in the file.
  * 'fail_at' is a test hook: 0 normally; k > 0 makes the k-th file-system step (1: create the

@@ -365,8 +365,10 @@ static int var_index(wf_session *s, const wf_node *var, const char *fn)
 
 int wf_session_variable(wf_session *s, wf_node *var, wf_tensor **out)
 {
-    if (!s || !out)
-        return wf__err(WF_EINVAL, "wf_session_variable: %s is NULL", s ? "out" : "session");
+    if (!s)
+        return wf__err(WF_EINVAL, "wf_session_variable: session is NULL");
+    if (!out)
+        return wf__session_fail(s, WF_EINVAL, "wf_session_variable: out is NULL");
     *out = NULL;
     int k = var_index(s, var, "wf_session_variable");
     if (k < 0)

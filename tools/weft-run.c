@@ -11,6 +11,15 @@
  * C cores weft-run may use (the first hardware thread of each), so two ranks share a core
  * only when there are more ranks than cores; the rank inherits it from weft-run, which holds
  * that binding only while it forks the rank. --bind-to none (the default) leaves them free.
+ * A rank never outlives weft-run: each is started through weft-run itself ("--exec-rank",
+ * below), which asks the kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG, which
+ * survives the exec of the program) and then checks that weft-run has not died already
+ * (getppid(): it may have gone between the fork and the prctl). libuv's uv_spawn runs no
+ * code of ours between fork and exec, hence the second exec. A SIGKILLed weft-run takes
+ * its ranks along within milliseconds; a rank's own children (a shell's) are not its
+ * direct children and are not covered by this, but by the control plane: every rank gets
+ * WEFT_LAUNCHER_FD, the read end of a pipe whose write end only weft-run holds, and a comm
+ * made with it (wf_dist_opts_from_env) fails on every rank once that pipe closes.
  * Owns: the child processes, their output pipes, the line buffers.
  * Built on libuv (processes, pipes, signals), like the control plane of transport/. */
 #include <uv.h>
@@ -26,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -261,8 +271,28 @@ static void random_token(char *out, size_t n)
         snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
+/* "weft-run --exec-rank PPID program args...": the rank side of the start (see the top):
+ * dies with weft-run (pid PPID), then becomes the program. */
+static int exec_rank(int argc, char **argv)
+{
+    if (argc < 4)
+        return 2;
+    long ppid = strtol(argv[2], NULL, 10);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+        fprintf(stderr, "weft-run: prctl(PR_SET_PDEATHSIG): %s\n", strerror(errno));
+        return 127;
+    }
+    if ((long)getppid() != ppid)
+        return 128 + SIGKILL; /* weft-run died before the prctl: go as if killed with it */
+    execvp(argv[3], argv + 3);
+    fprintf(stderr, "weft-run: cannot start '%s': %s\n", argv[3], strerror(errno));
+    return 127;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "--exec-rank"))
+        return exec_rank(argc, argv);
     int n = 0, i = 1;
     const char *host = NULL, *token = NULL;
     bool bind = false;
@@ -344,8 +374,8 @@ int main(int argc, char **argv)
     size_t nenv = 0;
     while (environ[nenv])
         nenv++;
-    char **env = calloc(nenv + 5, sizeof *env);
-    char e_rank[32], e_size[32], e_addr[320], e_tok[300];
+    char **env = calloc(nenv + 6, sizeof *env);
+    char e_rank[32], e_size[32], e_addr[320], e_tok[300], e_lfd[48];
     if (!env) {
         fprintf(stderr, "weft-run: out of memory\n");
         return 1;
@@ -353,8 +383,18 @@ int main(int argc, char **argv)
     size_t k = 0;
     for (size_t j = 0; j < nenv; j++)
         if (strncmp(environ[j], "WEFT_RANK=", 10) && strncmp(environ[j], "WEFT_SIZE=", 10) &&
-            strncmp(environ[j], "WEFT_ADDR=", 10) && strncmp(environ[j], "WEFT_TOKEN=", 11))
+            strncmp(environ[j], "WEFT_ADDR=", 10) && strncmp(environ[j], "WEFT_TOKEN=", 11) &&
+            strncmp(environ[j], "WEFT_LAUNCHER_FD=", 17))
             env[k++] = environ[j];
+    /* The liveness pipe (see the top): the ranks inherit the read end, the write end is
+     * close-on-exec and stays ours until we die. */
+    int lp[2];
+    if (pipe(lp) != 0 || fcntl(lp[1], F_SETFD, FD_CLOEXEC) != 0) {
+        fprintf(stderr, "weft-run: pipe: %s\n", strerror(errno));
+        return 1;
+    }
+    snprintf(e_lfd, sizeof e_lfd, "WEFT_LAUNCHER_FD=%d", lp[0]);
+    env[k++] = e_lfd;
     env[k++] = e_rank;
     env[k++] = e_size;
     env[k++] = e_addr;
@@ -373,6 +413,22 @@ int main(int argc, char **argv)
         free(cores);
         return 1;
     }
+
+    /* Every rank starts as "weft-run --exec-rank <our pid> program args..." (see the top). */
+    char self[4096], me[32];
+    ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
+    char **rargv = calloc((size_t)(argc - i + 4), sizeof *rargv);
+    if (sn <= 0 || !rargv) {
+        fprintf(stderr, "weft-run: %s\n", rargv ? "cannot read /proc/self/exe" : "out of memory");
+        return 1;
+    }
+    self[sn] = 0;
+    snprintf(me, sizeof me, "%ld", (long)getpid());
+    rargv[0] = self;
+    rargv[1] = "--exec-rank";
+    rargv[2] = me;
+    for (int a = i; a < argc; a++)
+        rargv[3 + a - i] = argv[a];
 
     for (int r = 0; r < n; r++) {
         rank *rk = &L->ranks[r];
@@ -393,8 +449,8 @@ int main(int argc, char **argv)
         }
         uv_process_options_t po = {
             .exit_cb = on_exit_cb,
-            .file = argv[i],
-            .args = argv + i,
+            .file = self,
+            .args = rargv,
             .env = env,
             .stdio_count = 3,
             .stdio = stdio,
@@ -430,6 +486,8 @@ int main(int argc, char **argv)
             uv_read_start((uv_stream_t *)&pipes[p]->pipe, on_alloc, on_read);
     }
     free(cores);
+    free(rargv);
+    close(lp[0]); /* the ranks hold it now */
     if (L->alive == 0)
         close_loop_handles(L);
     uv_run(L->loop, UV_RUN_DEFAULT);

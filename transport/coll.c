@@ -680,6 +680,67 @@ static int nccl_route(wf_comm *c, const char *fn, const void *send, const void *
 }
 #endif
 
+/* ---- Ranks that left ------------------------------------------------------------------------ */
+
+/* The collectives by the kind a rank publishes in 'coll_now' (internal.h). */
+enum { K_NONE, K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_BROADCAST, K_BARRIER, K_COUNT };
+
+static const char *const kind_names[K_COUNT] = {
+    "collective", "allreduce", "reduce_scatter", "allgather", "broadcast", "barrier",
+};
+
+void wf__coll_where(const wf_comm *c, char *buf, size_t size)
+{
+    uint64_t now = atomic_load(&c->coll_now);
+    unsigned kind = (unsigned)(now & 0xff);
+    if (now >> 8 == 0)
+        snprintf(buf, size, "no collective yet");
+    else
+        snprintf(buf, size, "%s #%llu", kind_names[kind < K_COUNT ? kind : K_NONE],
+                 (unsigned long long)(now >> 8));
+}
+
+int wf__coll_check_left(wf_comm *c)
+{
+    uint64_t left = atomic_load(&c->left), now = atomic_load(&c->coll_now);
+    if (!left)
+        return 0;
+    uint32_t n = (uint32_t)(left >> 32) - 1;
+    int rank = (int)(left & 0xffffffffu);
+    if (now >> 8 <= n)
+        return 0; /* it took part in every collective this rank entered */
+    char where[64];
+    wf__coll_where(c, where, sizeof where);
+    wf__comm_fail_quiet(c, WF_EPEER, rank,
+                        "rank %d (host %s, pid %u) left the comm (wf_comm_destroy) after %u "
+                        "collectives, but rank %d is at %s, which it never joined",
+                        rank, c->peers[rank].host[0] ? c->peers[rank].host : "?",
+                        c->peers[rank].pid, n, c->rank, where);
+    return wf__comm_failed(c); /* the caller's message too */
+}
+
+int wf__coll_left(wf_comm *c, int rank, uint32_t n)
+{
+    /* The leaver with the fewest collectives is the one every later collective misses. */
+    uint64_t mine = ((uint64_t)n + 1) << 32 | (uint32_t)rank;
+    uint64_t cur = atomic_load(&c->left);
+    while ((cur == 0 || mine < cur) && !atomic_compare_exchange_weak(&c->left, &cur, mine))
+        ;
+    return wf__coll_check_left(c);
+}
+
+/* Counts and publishes a new collective of 'kind' ('*seq' its number), and refuses it at
+ * once when a rank that left took part in fewer collectives: it will never join this one.
+ * The caller stores 'coll_now' before it loads 'left' and "weft-net" stores 'left' before
+ * it loads 'coll_now' (both sequentially consistent), so one of the two always sees the
+ * other, and a waiter is never missed. */
+static int coll_enter(wf_comm *c, int kind, uint32_t *seq)
+{
+    *seq = ++c->coll_seq;
+    atomic_store(&c->coll_now, (uint64_t)*seq << 8 | (unsigned)kind);
+    return wf__coll_check_left(c);
+}
+
 /* ---- Public collectives ---------------------------------------------------------------------- */
 
 static int allreduce_impl(wf_comm *c, const void *send, void *recv, size_t count, wf_dtype dt,
@@ -696,7 +757,9 @@ static int allreduce_impl(wf_comm *c, const void *send, void *recv, size_t count
     if (dev >= 0)
         return wf__nccl_allreduce(c, dev, send, recv, count, dt, op);
 #endif
-    uint32_t seq = ++c->coll_seq;
+    uint32_t seq;
+    if ((rc = coll_enter(c, K_ALLREDUCE, &seq)) < 0)
+        return rc;
     bool small = bytes <= c->small_bytes || count < (size_t)c->size;
     uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
     /* Both algorithms read 'send' themselves; only a single rank, or a 'send' that overlaps
@@ -741,7 +804,9 @@ static int reduce_scatter_impl(wf_comm *c, const void *send, void *recv, size_t 
     if (dev >= 0)
         return wf__nccl_reduce_scatter(c, dev, send, recv, count, dt, op);
 #endif
-    uint32_t seq = ++c->coll_seq;
+    uint32_t seq;
+    if ((rc = coll_enter(c, K_REDUCE_SCATTER, &seq)) < 0)
+        return rc;
     int n = c->size;
     char what[128];
     snprintf(what, sizeof what, "reduce_scatter #%u (%zu x %s per rank)", seq, count,
@@ -785,7 +850,9 @@ static int allgather_impl(wf_comm *c, const void *send, void *recv, size_t bytes
     if (dev >= 0)
         return wf__nccl_allgather(c, dev, send, recv, bytes);
 #endif
-    uint32_t seq = ++c->coll_seq;
+    uint32_t seq;
+    if ((rc = coll_enter(c, K_ALLGATHER, &seq)) < 0)
+        return rc;
     if (!bytes)
         return 0;
     memmove((uint8_t *)recv + (size_t)c->rank * bytes, send, bytes);
@@ -816,7 +883,9 @@ static int broadcast_impl(wf_comm *c, void *buf, size_t bytes, int root)
     if (dev >= 0)
         return wf__nccl_broadcast(c, dev, buf, bytes, root);
 #endif
-    uint32_t seq = ++c->coll_seq;
+    uint32_t seq;
+    if ((rc = coll_enter(c, K_BROADCAST, &seq)) < 0)
+        return rc;
     char what[96];
     snprintf(what, sizeof what, "broadcast #%u (%zu bytes from rank %d)", seq, bytes, root);
     uint64_t dl = deadline(c);
@@ -848,7 +917,9 @@ static int barrier_impl(wf_comm *c)
     if (rc < 0)
         return rc;
     int n = c->size;
-    uint32_t seq = ++c->coll_seq;
+    uint32_t seq;
+    if ((rc = coll_enter(c, K_BARRIER, &seq)) < 0)
+        return rc;
     char what[64];
     snprintf(what, sizeof what, "barrier #%u", seq);
     uint64_t dl = deadline(c);

@@ -185,6 +185,8 @@ int wf_comm_create(wf_runtime *rt, const wf_comm_opts *o, wf_comm **out)
     if (c->hb_timeout_ms <= c->hb_ms)
         c->hb_timeout_ms = c->hb_ms * 3;
     c->spin_us = o->spin_us ? o->spin_us : 50;
+    c->hello_timeout_ms = o->hello_timeout_ms ? o->hello_timeout_ms : 5000;
+    c->launcher_fd = o->launcher_fd > 0 ? o->launcher_fd : -1;
     c->small_bytes = o->small_bytes ? o->small_bytes : 65536;
     c->chunk_bytes = o->chunk_bytes ? o->chunk_bytes : 262144;
     c->incarnation = o->incarnation;
@@ -251,19 +253,38 @@ fail : {
 }
 }
 
+/* The goodbye round's wait: until every rank has left, 'deadline_ns', or a failure that is
+ * not quiet (after a quiet one, wf__comm_fail_quiet, the round still runs). */
+static void wait_goodbye(wf_comm *c, uint64_t deadline_ns)
+{
+    pthread_mutex_lock(&c->mu);
+    while (c->phase != WF__PH_LEFT && !(atomic_load(&c->failed) && !c->fail_quiet) &&
+           wf__net_now_ns() < deadline_ns) {
+        uint64_t until = wf__net_now_ns() + 100000000u;
+        struct timespec ts = { .tv_sec = (time_t)(until / 1000000000u),
+                               .tv_nsec = (long)(until % 1000000000u) };
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
 void wf_comm_destroy(wf_comm *c)
 {
     if (!c)
         return;
-    if (c->size > 1 && !atomic_load(&c->failed)) {
+    pthread_mutex_lock(&c->mu);
+    bool in_order = !atomic_load(&c->failed) || c->fail_quiet;
+    pthread_mutex_unlock(&c->mu);
+    if (c->size > 1 && in_order) {
         /* The goodbye round: nobody closes its endpoints while another rank may still be
-         * sending to it, and nobody reads a closed control connection as a death. */
+         * sending to it, and nobody reads a closed control connection as a death. Also
+         * after a quiet failure (a collective a rank that left never joined). */
         pthread_mutex_lock(&c->mu);
         c->want_bye = true;
         pthread_mutex_unlock(&c->mu);
         wf__net_kick(c);
         uint64_t dl = wf__net_now_ns() + (uint64_t)c->op_timeout_ms * 1000000u;
-        WAIT_UNTIL(c, c->phase == WF__PH_LEFT, dl);
+        wait_goodbye(c, dl);
     }
     comm_free(c);
 }
@@ -345,6 +366,11 @@ int wf_dist_opts_from_env(wf_comm_opts *opts)
         o.net_devices = s;
     if ((s = getenv("WEFT_TLS")) && *s)
         o.tls = s;
+    long lfd;
+    if ((rc = env_int("WEFT_LAUNCHER_FD", 1, INT_MAX, &lfd)) < 0)
+        return rc;
+    if (rc)
+        o.launcher_fd = (int)lfd;
     *opts = o;
     return found;
 }

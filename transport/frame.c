@@ -34,8 +34,11 @@ uint32_t wf__frame_cap(uint16_t type)
     case WF__F_RELEASE:
         return 4;
     case WF__F_HEARTBEAT:
-    case WF__F_BYE:
         return 0;
+    case WF__F_BYE:
+        return 4;
+    case WF__F_LEFT:
+        return 8;
     case WF__F_FAIL:
         return 8 + 2 + WF__REASON_MAX;
     default:

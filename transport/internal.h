@@ -43,6 +43,7 @@
 #define WF__HOST_MAX      255  /* bytes of a host name */
 #define WF__UCX_ADDR_MAX  8192 /* bytes of a UCX worker address */
 #define WF__REASON_MAX    480  /* bytes of a reason in REJECT and FAIL */
+#define WF__STRANGERS_MAX 64   /* rank 0: connections open at once without a valid HELLO */
 
 enum wf__frame_type {
     WF__F_HELLO = 1,     /* rank -> 0: rank, size, incarnation, pid, token, host, UCX address */
@@ -51,8 +52,10 @@ enum wf__frame_type {
     WF__F_BARRIER = 4,   /* rank -> 0: arrived at control barrier 'seq' */
     WF__F_RELEASE = 5,   /* 0 -> rank: everyone arrived at 'seq' */
     WF__F_HEARTBEAT = 6, /* both ways, every heartbeat_ms */
-    WF__F_BYE = 7,       /* orderly shutdown: rank -> 0 when leaving, 0 -> rank when all left */
+    WF__F_BYE = 7,       /* orderly shutdown: rank -> 0 when leaving (the number of collectives
+                            it ran), 0 -> rank when all left (empty) */
     WF__F_FAIL = 8,      /* both ways: rank 'rank' failed with 'code' and a reason */
+    WF__F_LEFT = 9,      /* 0 -> rank: rank 'rank' left (wf_comm_destroy) after 'n' collectives */
     WF__F_TYPE_END
 };
 
@@ -179,6 +182,7 @@ struct wf__conn {
     uint8_t *rbuf;
     size_t rlen, rcap;
     uint64_t last_seen_ns;
+    uint64_t accepted_ns; /* rank 0: when it was accepted (its HELLO's deadline counts from it) */
     bool closing, bye_seen;
 };
 
@@ -218,7 +222,7 @@ struct wf_comm {
     char host[WF__HOST_MAX + 1];
     char *addr_str, *token;
     struct sockaddr_storage *sa; /* rank 0's address, resolved */
-    uint32_t connect_timeout_ms, op_timeout_ms, hb_ms, hb_timeout_ms, spin_us;
+    uint32_t connect_timeout_ms, op_timeout_ms, hb_ms, hb_timeout_ms, spin_us, hello_timeout_ms;
     size_t small_bytes, chunk_bytes;
     char net_devices[64];
 
@@ -236,7 +240,12 @@ struct wf_comm {
     uv_async_t wake;
     uv_timer_t hb_timer, connect_timer, retry_timer;
     uv_poll_t efd_poll;
-    uv_timer_t rearm_timer; /* while the event fd's poll is paused for a busy caller */
+    uv_timer_t rearm_timer;  /* while the event fd's poll is paused for a busy caller */
+    uv_timer_t hello_timer;  /* rank 0: closes connections past hello_timeout_ms without HELLO */
+    int n_strangers;         /* rank 0: open connections without an accepted HELLO */
+    int launcher_fd;         /* wf_comm_opts.launcher_fd, or -1 */
+    uv_poll_t launcher_poll; /* watches it while 'launcher_open' */
+    bool launcher_open;
     uv_tcp_t server;
     bool server_open, poll_open, poll_paused;
     wf__conn *conns;      /* every open control connection */
@@ -252,13 +261,14 @@ struct wf_comm {
     /* Shared between the caller and the net thread. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int phase;                   /* (mu) wf__phase */
-    uint32_t released_seq;       /* (mu) the last control barrier released */
-    uint32_t want_seq;           /* (mu) the control barrier the caller is at */
-    bool want_bye;               /* (mu) the caller is leaving */
-    bool want_stop;              /* (mu) the net thread should close everything and exit */
-    bool abort_sent;             /* (mu) */
-    int sleepers;                /* (mu) callers waiting on 'cv' for requests */
+    int phase;             /* (mu) wf__phase */
+    uint32_t released_seq; /* (mu) the last control barrier released */
+    uint32_t want_seq;     /* (mu) the control barrier the caller is at */
+    bool want_bye;         /* (mu) the caller is leaving */
+    bool want_stop;        /* (mu) the net thread should close everything and exit */
+    bool abort_sent;       /* (mu) */
+    bool fail_quiet;       /* (mu) the failure is wf__comm_fail_quiet()'s, and none came after it */
+    int sleepers;          /* (mu) callers waiting on 'cv' for requests */
     _Atomic int sends_in_flight; /* sends posted and not completed (see wf__wait) */
     _Atomic int busy;            /* callers driving progress themselves (wf__busy_begin) */
     _Atomic int failed;          /* 0 or the wf_status that failed the comm */
@@ -278,6 +288,12 @@ struct wf_comm {
 
     /* Collectives: one at a time (the caller's contract). */
     uint32_t coll_seq;
+    /* Who may wait for a rank that left (wf__coll_check_left): the collective entered last,
+     * (seq << 8) | kind (coll.c), written by the caller; and the rank that left after the
+     * fewest collectives, 0 or (collectives + 1) << 32 | rank, written by "weft-net". */
+    _Atomic uint64_t coll_now;
+    _Atomic uint64_t left;
+    bool left_sent;    /* rank 0, net thread only: told the others that it leaves */
     bool cma;          /* the ring reads its left neighbour's buffer itself (wf__cma_setup) */
     int cuda_devices;  /* NCCL builds: -1 until counted, then cudaGetDeviceCount (0: none) */
     void *nccl;        /* NCCL builds: ncclComm_t, made by the first device collective */
@@ -298,6 +314,13 @@ void wf__net_stop(wf_comm *c);
 /* Fails the comm with 'code' (first failure wins) and wakes every waiter; 'rank' is the
  * rank to blame or -1. Returns the comm's failure code. Threads: any; takes 'mu'. */
 int wf__comm_fail(wf_comm *c, int code, int rank, const char *fmt, ...) WF_PRINTF(4, 5);
+
+/* As wf__comm_fail(), for a failure that every rank finds out by itself (a rank that left,
+ * wf__coll_check_left): it is not relayed, so that ranks which can still finish what they
+ * are doing do, and the control plane stays whole: wf_comm_destroy() still runs the
+ * goodbye round, so the rank that left and the others all leave in order. A later failure
+ * of any kind makes it a plain one. Threads: any; takes 'mu'. */
+int wf__comm_fail_quiet(wf_comm *c, int code, int rank, const char *fmt, ...) WF_PRINTF(4, 5);
 
 /* Sets this thread's message to the comm's failure and returns its code (0 if healthy). */
 int wf__comm_failed(const wf_comm *c);
@@ -377,6 +400,17 @@ int wf__nccl_allgather(wf_comm *c, int device, const void *send, void *recv, siz
 int wf__nccl_broadcast(wf_comm *c, int device, void *buf, size_t bytes, int root);
 void wf__nccl_fini(wf_comm *c); /* after the goodbye round */
 #endif
+
+/* coll.c: a rank left the comm in order (wf_comm_destroy) after 'n' collectives: records it
+ * (the fewest count wins) and fails the comm at once, naming that rank and the collective,
+ * if this rank is in, or later enters, a collective it never joined. Threads: "weft-net";
+ * the collectives make the same check on entry. Returns the comm's failure code or 0. */
+int wf__coll_left(wf_comm *c, int rank, uint32_t n);
+int wf__coll_check_left(wf_comm *c);
+
+/* coll.c: writes where this rank's collectives are ("allreduce #12", or "no collective
+ * yet") for messages. Threads: any. */
+void wf__coll_where(const wf_comm *c, char *buf, size_t size);
 
 /* coll.c: the reduction kernel shared by the collectives (dst = dst op src). */
 void wf__reduce(void *dst, const void *src, size_t count, wf_dtype dt, wf_reduce_op op);

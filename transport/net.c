@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct wreq {
     uv_write_t req;
@@ -104,6 +105,8 @@ static void conn_close(wf__conn *k)
         }
     if (c->rank == 0 && k->rank > 0 && c->peers[k->rank].conn == k)
         c->peers[k->rank].conn = NULL;
+    if (c->rank == 0 && k->rank < 0 && k->accepted_ns)
+        c->n_strangers--;
     if (c->to_root == k)
         c->to_root = NULL;
     uv_close((uv_handle_t *)&k->tcp, on_conn_closed);
@@ -137,16 +140,16 @@ uint64_t wf__net_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int wf__comm_fail(wf_comm *c, int code, int rank, const char *fmt, ...)
+static int comm_vfail(wf_comm *c, int code, int rank, bool quiet, const char *fmt, va_list ap)
 {
     pthread_mutex_lock(&c->mu);
     if (atomic_load(&c->failed) == 0) {
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(c->failmsg, sizeof c->failmsg, fmt, ap);
-        va_end(ap);
         c->failed_rank = rank;
+        c->fail_quiet = quiet;
         atomic_store(&c->failed, code);
+    } else if (!quiet) {
+        c->fail_quiet = false; /* a real failure after a quiet one: now everyone hears */
     }
     int rc = atomic_load(&c->failed);
     pthread_cond_broadcast(&c->cv);
@@ -155,6 +158,24 @@ int wf__comm_fail(wf_comm *c, int code, int rank, const char *fmt, ...)
      * every posted request. */
     wf__net_kick(c);
     wf__post_kick(c);
+    return rc;
+}
+
+int wf__comm_fail(wf_comm *c, int code, int rank, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = comm_vfail(c, code, rank, false, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int wf__comm_fail_quiet(wf_comm *c, int code, int rank, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = comm_vfail(c, code, rank, true, fmt, ap);
+    va_end(ap);
     return rc;
 }
 
@@ -234,6 +255,22 @@ static void root_check_bye(wf_comm *c)
             send_simple(c->peers[r].conn, WF__F_BYE);
 }
 
+/* Rank 'rank' left in order after 'n' collectives: tells every other rank (a LEFT frame),
+ * then fails this rank's comm if it waits in a collective the leaver never joined. */
+static void root_left(wf_comm *c, int rank, uint32_t n)
+{
+    for (int r = 1; r < c->size; r++)
+        if (r != rank && c->peers[r].conn) {
+            wf__wbuf w;
+            wf__wbuf_begin(&w, WF__F_LEFT);
+            wf__wbuf_u32(&w, (uint32_t)rank);
+            wf__wbuf_u32(&w, n);
+            send_frame(c->peers[r].conn, &w);
+        }
+    if (rank != 0)
+        wf__coll_left(c, rank, n);
+}
+
 static void root_hello(wf__conn *k, const wf__frame *f)
 {
     wf_comm *c = k->c;
@@ -271,6 +308,7 @@ static void root_hello(wf__conn *k, const wf__frame *f)
     p->registered = true;
     p->conn = k;
     k->rank = (int)h.rank;
+    c->n_strangers--; /* a rank now, no longer a stranger (conn_close) */
     if (++c->n_registered == c->size - 1) {
         send_welcome(c);
         pthread_mutex_lock(&c->mu);
@@ -338,7 +376,7 @@ static bool allowed(const wf__conn *k, uint16_t type)
                type == WF__F_FAIL;
     }
     return type == WF__F_WELCOME || type == WF__F_REJECT || type == WF__F_RELEASE ||
-           type == WF__F_HEARTBEAT || type == WF__F_BYE || type == WF__F_FAIL;
+           type == WF__F_HEARTBEAT || type == WF__F_BYE || type == WF__F_FAIL || type == WF__F_LEFT;
 }
 
 static void protocol_error(wf__conn *k, const char *err)
@@ -416,22 +454,40 @@ static void handle_frame(wf__conn *k, const wf__frame *f)
     case WF__F_HEARTBEAT:
         return;
     case WF__F_BYE:
-        k->bye_seen = true;
         if (c->rank == 0) {
+            wf__rbuf r = { .p = f->payload, .len = f->len };
+            uint32_t n = wf__rbuf_u32(&r);
+            if (r.bad || r.off != r.len) {
+                protocol_error(k, "malformed BYE frame");
+                return;
+            }
+            k->bye_seen = true;
             if (!c->peers[k->rank].said_bye) {
                 c->peers[k->rank].said_bye = true;
                 pthread_mutex_lock(&c->mu);
                 c->n_bye++;
                 pthread_mutex_unlock(&c->mu);
+                root_left(c, k->rank, n);
             }
             root_check_bye(c);
         } else {
+            k->bye_seen = true;
             pthread_mutex_lock(&c->mu);
             c->phase = WF__PH_LEFT;
             pthread_cond_broadcast(&c->cv);
             pthread_mutex_unlock(&c->mu);
         }
         return;
+    case WF__F_LEFT: {
+        wf__rbuf r = { .p = f->payload, .len = f->len };
+        uint32_t rank = wf__rbuf_u32(&r), n = wf__rbuf_u32(&r);
+        if (r.bad || r.off != r.len || rank >= (uint32_t)c->size) {
+            protocol_error(k, "malformed LEFT frame");
+            return;
+        }
+        wf__coll_left(c, (int)rank, n);
+        return;
+    }
     case WF__F_FAIL: {
         wf__rbuf r = { .p = f->payload, .len = f->len };
         uint32_t rank = wf__rbuf_u32(&r);
@@ -468,17 +524,40 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init((char *)k->rbuf + k->rlen, (unsigned)(k->rcap - k->rlen));
 }
 
+static void on_retry(uv_timer_t *t);
+
+/* Ranks > 0: whether the rendezvous is still on (no WELCOME, no failure, no stop). */
+static bool rendezvous_retry(wf_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool again = c->phase == WF__PH_CONNECTING && !atomic_load(&c->failed) && !c->want_stop;
+    pthread_mutex_unlock(&c->mu);
+    return again;
+}
+
 static void on_eof(wf__conn *k, const char *why)
 {
     wf_comm *c = k->c;
+    char where[64];
+    wf__coll_where(c, where, sizeof where);
     if (c->rank == 0) {
         int r = k->rank;
         if (r > 0 && !c->peers[r].said_bye)
-            wf__comm_fail(c, WF_EPEER, r, "rank %d (host %s, pid %u) died: control connection %s",
-                          r, peer_host(c, r), c->peers[r].pid, why);
+            wf__comm_fail(c, WF_EPEER, r,
+                          "rank %d (host %s, pid %u) died: control connection %s (rank 0 is at "
+                          "%s)",
+                          r, peer_host(c, r), c->peers[r].pid, why, where);
+    } else if (k == c->to_root && rendezvous_retry(c)) {
+        /* Closed before WELCOME without a REJECT: rank 0 had too many connections without
+         * a HELLO (on_accept). Try again, until the connect timer fires. */
+        conn_close(k);
+        uv_timer_start(&c->retry_timer, on_retry, 100, 0);
+        return;
     } else if (!k->bye_seen) {
-        wf__comm_fail(c, WF_EPEER, 0, "rank 0 (host %s, pid %u, %s) died: control connection %s",
-                      peer_host(c, 0), c->peers[0].pid, c->addr_str, why);
+        wf__comm_fail(c, WF_EPEER, 0,
+                      "rank 0 (host %s, pid %u, %s) died: control connection %s (rank %d is at "
+                      "%s)",
+                      peer_host(c, 0), c->peers[0].pid, c->addr_str, why, c->rank, where);
     }
     conn_close(k);
 }
@@ -518,6 +597,28 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 /* ---- Connections --------------------------------------------------------------------------- */
 
+/* Closes the connections that have not presented a valid HELLO within hello_timeout_ms
+ * of being accepted, and runs again at the next such deadline (stopped while there is
+ * none). A stranger that sends nothing, only the magic, a HELLO one byte a second or a
+ * partial payload is closed the same way, and the ranks never notice. */
+static void on_hello_timer(uv_timer_t *t)
+{
+    wf_comm *c = t->data;
+    uint64_t now = wf__net_now_ns(), limit = (uint64_t)c->hello_timeout_ms * 1000000u;
+    uint64_t next = UINT64_MAX;
+    for (wf__conn *k = c->conns, *after; k; k = after) {
+        after = k->next; /* conn_close() unlinks 'k' */
+        if (k->rank >= 0 || !k->accepted_ns || k->closing)
+            continue;
+        if (now - k->accepted_ns >= limit)
+            conn_close(k);
+        else if (k->accepted_ns + limit < next)
+            next = k->accepted_ns + limit;
+    }
+    if (next != UINT64_MAX)
+        uv_timer_start(t, on_hello_timer, (next - now) / 1000000u + 1, 0);
+}
+
 static void on_accept(uv_stream_t *server, int status)
 {
     wf_comm *c = server->data;
@@ -526,8 +627,21 @@ static void on_accept(uv_stream_t *server, int status)
     wf__conn *k = conn_new(c);
     if (!k)
         return;
-    if (uv_accept(server, (uv_stream_t *)&k->tcp) != 0 ||
-        uv_read_start((uv_stream_t *)&k->tcp, on_alloc, on_read) != 0)
+    if (uv_accept(server, (uv_stream_t *)&k->tcp) != 0) {
+        conn_close(k);
+        return;
+    }
+    /* Beyond WF__STRANGERS_MAX connections without a HELLO, the newest is closed at once:
+     * accepted (else it would fill the backlog) and dropped. A rank refused so retries. */
+    if (c->n_strangers >= WF__STRANGERS_MAX) {
+        conn_close(k);
+        return;
+    }
+    c->n_strangers++;
+    k->accepted_ns = wf__net_now_ns();
+    if (!uv_is_active((uv_handle_t *)&c->hello_timer))
+        uv_timer_start(&c->hello_timer, on_hello_timer, c->hello_timeout_ms, 0);
+    if (uv_read_start((uv_stream_t *)&k->tcp, on_alloc, on_read) != 0)
         conn_close(k);
 }
 
@@ -562,10 +676,7 @@ static void on_connect(uv_connect_t *req, int status)
     if (status < 0) {
         /* Rank 0 may not listen yet: try again soon, until the connect timer fires. */
         conn_close(k);
-        pthread_mutex_lock(&c->mu);
-        bool again = c->phase == WF__PH_CONNECTING && !atomic_load(&c->failed) && !c->want_stop;
-        pthread_mutex_unlock(&c->mu);
-        if (again)
+        if (rendezvous_retry(c))
             uv_timer_start(&c->retry_timer, on_retry, 20, 0);
         return;
     }
@@ -711,6 +822,23 @@ static void on_efd(uv_poll_t *p, int status, int events)
         pause_poll(c);
 }
 
+/* The launcher's pipe (wf_comm_opts.launcher_fd) is readable: its end of file (or an
+ * error) means the launcher died, and the comm fails, which every rank then hears of. This
+ * does not depend on being the launcher's child (PR_SET_PDEATHSIG does): a rank started by
+ * a shell, or by an agent on another host that holds such a pipe, sees it too. */
+static void on_launcher(uv_poll_t *p, int status, int events)
+{
+    wf_comm *c = p->data;
+    char b[64];
+    ssize_t k = status < 0 ? -1 : read(c->launcher_fd, b, sizeof b);
+    if (k > 0 || (k < 0 && status >= 0 && (errno == EAGAIN || errno == EINTR)))
+        return; /* bytes (none are sent) or a spurious wake-up */
+    uv_poll_stop(p);
+    wf__comm_fail(c, WF_EPEER, c->rank,
+                  "rank %d: its launcher died (launcher_fd %d: %s); the job is over", c->rank,
+                  c->launcher_fd, k == 0 ? "end of file" : "error");
+}
+
 /* ---- Requests from callers ------------------------------------------------------------------ */
 
 static void close_handle(uv_handle_t *h)
@@ -725,11 +853,13 @@ static void on_wake(uv_async_t *a)
     pthread_mutex_lock(&c->mu);
     bool stop = c->want_stop;
     bool bye = c->want_bye;
+    /* The collectives this rank ran: read only once it leaves, when no collective runs. */
+    uint32_t colls = bye ? c->coll_seq : 0;
     uint32_t seq = c->want_seq;
     int failed = atomic_load(&c->failed);
     /* Even when stopping: a rank that fails and leaves at once must still tell the others
      * why (the frame is written before the socket is closed). */
-    bool tell = failed && !c->abort_sent;
+    bool tell = failed && !c->fail_quiet && !c->abort_sent;
     if (tell)
         c->abort_sent = true;
     int frank = c->failed_rank;
@@ -737,7 +867,9 @@ static void on_wake(uv_async_t *a)
 
     if (tell) {
         /* Everyone hears of a failure: rank 0 relays it, the others report to rank 0 (which
-         * ignores it when it already knows). */
+         * ignores it when it already knows). Not of a quiet one (a collective that a rank
+         * which left never joined): every rank hears of the leaver itself, and one still
+         * finishing an earlier collective, which the leaver did join, must finish it. */
         if (c->rank == 0) {
             for (int r = 1; r < c->size; r++)
                 if (c->peers[r].conn)
@@ -754,7 +886,10 @@ static void on_wake(uv_async_t *a)
             close_handle((uv_handle_t *)&c->server);
         if (c->poll_open)
             close_handle((uv_handle_t *)&c->efd_poll);
+        if (c->launcher_open)
+            close_handle((uv_handle_t *)&c->launcher_poll);
         close_handle((uv_handle_t *)&c->rearm_timer);
+        close_handle((uv_handle_t *)&c->hello_timer);
         close_handle((uv_handle_t *)&c->hb_timer);
         close_handle((uv_handle_t *)&c->connect_timer);
         close_handle((uv_handle_t *)&c->retry_timer);
@@ -764,6 +899,10 @@ static void on_wake(uv_async_t *a)
     if (c->rank == 0) {
         if (seq)
             root_check_barrier(c);
+        if (bye && !c->left_sent) {
+            c->left_sent = true;
+            root_left(c, 0, colls);
+        }
         if (bye)
             root_check_bye(c);
     } else if (c->to_root) {
@@ -776,7 +915,7 @@ static void on_wake(uv_async_t *a)
         }
         if (bye && !c->peers[c->rank].said_bye) {
             c->peers[c->rank].said_bye = true;
-            send_simple(c->to_root, WF__F_BYE);
+            send_u32(c->to_root, WF__F_BYE, colls);
         }
     }
 }
@@ -808,7 +947,9 @@ int wf__net_start(wf_comm *c)
     uv_timer_init(&c->loop, &c->connect_timer);
     uv_timer_init(&c->loop, &c->retry_timer);
     uv_timer_init(&c->loop, &c->rearm_timer);
+    uv_timer_init(&c->loop, &c->hello_timer);
     c->hb_timer.data = c->connect_timer.data = c->retry_timer.data = c->rearm_timer.data = c;
+    c->hello_timer.data = c;
     if ((rc = uv_poll_init(&c->loop, &c->efd_poll, c->efd)) == 0) {
         c->poll_open = true;
         c->efd_poll.data = c;
@@ -817,6 +958,19 @@ int wf__net_start(wf_comm *c)
     if (rc != 0) {
         wf__err(code, "wf_comm_create: cannot watch the UCX event fd: %s", uv_strerror(rc));
         goto fail;
+    }
+    if (c->launcher_fd >= 0) {
+        if ((rc = uv_poll_init(&c->loop, &c->launcher_poll, c->launcher_fd)) == 0) {
+            c->launcher_open = true;
+            c->launcher_poll.data = c;
+            rc = uv_poll_start(&c->launcher_poll, UV_READABLE | UV_DISCONNECT, on_launcher);
+        }
+        if (rc != 0) {
+            code = WF_EINVAL;
+            wf__err(code, "wf_comm_create: cannot watch launcher_fd %d: %s", c->launcher_fd,
+                    uv_strerror(rc));
+            goto fail;
+        }
     }
     if (c->size == 1) {
         c->phase = WF__PH_READY; /* alone: nobody to meet, no port taken */

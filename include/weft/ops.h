@@ -248,7 +248,7 @@ WF_API wf_node *wf_slice(wf_graph *g, wf_node *x, const int64_t *begin, const in
  * nodes have one output, so this adds 'n_parts' nodes of op "split" (each one part; all
  * with the caller's file:line). Returns 0, or the graph's error with every 'outs' entry
  * NULL: WF_ESHAPE when the axis's size is not a multiple of n_parts, WF_EINVAL for a bad
- * axis or n_parts < 1. */
+ * axis, n_parts < 1 or a NULL 'outs' (then no node is added). */
 WF_API WF_NODISCARD int wf_split(wf_graph *g, wf_node *x, int axis, int n_parts, wf_node **outs);
 /* y = xs[0 .. n-1] joined along 'axis' (negative counts from the end): equal dtypes and
  * ranks (>= 1), equal dimensions off the axis. Errors: WF_EDTYPE, WF_ESHAPE, WF_EINVAL (bad

@@ -58,13 +58,25 @@ typedef struct wf_comm_opts {
     size_t chunk_bytes;            /* 0: 262144 when every rank is on one host (the ring
                                       copies from its neighbour's memory), else 4 MiB.
                                       Pipeline chunk of the ring algorithms. */
+    uint32_t hello_timeout_ms;     /* 0: 5000. Rank 0: how long a connection to the
+                                      rendezvous has to present a valid HELLO before it is
+                                      closed; at most 64 such connections are open at once
+                                      (more are closed as soon as they are accepted), so
+                                      strangers cannot pin rank 0's files. */
+    int launcher_fd;               /* > 0: the read end of a pipe (or a socket) whose other
+                                      end only the launcher holds (weft-run passes it as
+                                      WEFT_LAUNCHER_FD): its end of file, the launcher's
+                                      death, fails the comm with WF_EPEER on every rank,
+                                      also in a rank that is not the launcher's child; 0:
+                                      none */
 } wf_comm_opts;
 
 /* Fills 'opts' (rank, size, addr, token, incarnation) from the environment, for tools,
  * examples and tests; the library itself reads no environment. Looked at, first match
  * wins: WEFT_RANK/WEFT_SIZE (set by weft-run), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE
  * (Open MPI), SLURM_PROCID/SLURM_NTASKS (Slurm), PMI_RANK/PMI_SIZE. Independently:
- * WEFT_ADDR (addr), WEFT_TOKEN (token), WEFT_INCARNATION, WEFT_NET_DEVICES, WEFT_TLS.
+ * WEFT_ADDR (addr), WEFT_TOKEN (token), WEFT_INCARNATION, WEFT_NET_DEVICES, WEFT_TLS,
+ * WEFT_LAUNCHER_FD (launcher_fd).
  * Returns 1 when a rank and size were found, 0 when none were (opts keeps its rank and
  * size), or WF_EINVAL with a message for a malformed value (opts is then unchanged).
  * Ownership: the strings put in 'opts' are borrowed from the environment.

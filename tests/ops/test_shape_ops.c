@@ -430,6 +430,20 @@ Test(ops_shape, broadcast_to_an_unfit_shape_fails_with_eshape_naming_both)
     wf_graph_destroy(g);
 }
 
+/* Bug: wf_split(g, x, 0, 2, NULL) returned 0 and added two nodes nobody could reach. */
+Test(ops_shape, split_without_outs_fails_with_einval_and_adds_no_node)
+{
+    wf_graph *g = new_graph(WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(4, 3));
+    int before = wf_graph_node_count(g);
+    int rc = wf_split(g, x, 0, 2, NULL);
+    cr_assert_eq(rc, WF_EINVAL, "got %s", wf_err_name(rc));
+    cr_assert_eq(wf_graph_node_count(g), before, "%d nodes added", wf_graph_node_count(g) - before);
+    cr_assert(strstr(wf_graph_errmsg(g), "wf_split") && strstr(wf_graph_errmsg(g), "outs"), "%s",
+              wf_graph_errmsg(g));
+    wf_graph_destroy(g);
+}
+
 Test(ops_shape, a_null_input_keeps_the_first_error)
 {
     wf_graph *g = new_graph(WF_EAGER);

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define PYTHON "/usr/bin/python3"
@@ -1221,5 +1222,83 @@ Test(runtime_checkpoint, saves_during_loads_hold_all_old_or_all_new_values)
     for (int i = 0; i < 4; i++)
         wf_tensor_release(list[i]);
     wf_session_destroy(r.s);
+    wf_graph_destroy(g);
+}
+
+/* ---- what a load accepts, and what a save leaves behind ---------------------------------------
+ */
+
+/* Bug: wf_checkpoint_load(..., ALLOW_MISSING | ALLOW_UNEXPECTED) accepted an unexpected BOOL
+ * tensor holding a byte other than 0 or 1, which wf_safetensors_read() refuses. Both validate
+ * the whole file the same way, whatever a load keeps. */
+Test(runtime_checkpoint, a_load_refuses_a_bad_bool_byte_in_an_unexpected_tensor_as_a_read_does)
+{
+    char p[256];
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    cr_assert_not_null(wf_variable(g, "a", WF_F32, WF_SHAPE(2), wf_init_zeros()));
+    cr_assert_not_null(wf_variable(g, "b", WF_I32, WF_SHAPE(3), wf_init_zeros()));
+    wf_session *s = session(g);
+    randomize_all(g, s, 12);
+    snapshot sn;
+    snap(g, s, &sn);
+    unsigned char data[22] = { 0 };
+    data[21] = 7; /* element 1 of 'm', which is no variable of the session */
+    const char *hdr = "{" A_OK "," B_OK "," M_OK "}";
+    write_st(path_of("badbool.safetensors", p, sizeof p), hdr, UINT64_MAX, data, sizeof data);
+    const uint32_t lax = WF_CHECKPOINT_ALLOW_MISSING | WF_CHECKPOINT_ALLOW_UNEXPECTED;
+    int rc = wf_checkpoint_load(s, p, lax);
+    cr_assert_eq(rc, WF_EFORMAT, "load: got %s: %s", wf_err_name(rc), wf_session_errmsg(s));
+    cr_assert(strstr(wf_session_errmsg(s), "tensor 'm': BOOL element 1 is 7, not 0 or 1"), "%s",
+              wf_session_errmsg(s));
+    assert_unchanged(s, &sn, "an unexpected bad BOOL tensor");
+    wf_named_tensor *ts = NULL;
+    int n = -1;
+    rc = wf_safetensors_read(p, &ts, &n);
+    cr_assert_eq(rc, WF_EFORMAT, "read: got %s", wf_err_name(rc));
+    cr_assert(strstr(wf_last_errmsg(), "tensor 'm': BOOL element 1 is 7, not 0 or 1"), "%s",
+              wf_last_errmsg());
+    cr_assert_null(ts);
+    /* The same file with a valid byte: both accept it, and the load takes 'a' and 'b'. */
+    data[21] = 1;
+    write_st(p, hdr, UINT64_MAX, data, sizeof data);
+    cr_assert_eq(wf_checkpoint_load(s, p, lax), 0, "%s", wf_session_errmsg(s));
+    cr_assert_eq(wf_safetensors_read(p, &ts, &n), 0, "%s", wf_last_errmsg());
+    cr_assert_eq(n, 3);
+    wf_safetensors_free(ts, n);
+    snap_free(&sn);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+}
+
+/* Bug: each kill during a save can leave "<path>.tmp.<pid>.<tid>", and no later save removed
+ * one. A save removes those of processes that are gone, never one of a live process. */
+Test(runtime_checkpoint, a_save_removes_stale_temporary_files_of_dead_processes_only)
+{
+    char p[256], dead[300], mine[300], parent[300], other[300];
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0)
+        _exit(0);
+    cr_assert_eq(waitpid(child, NULL, 0), child);
+    cr_assert(kill(child, 0) < 0 && errno == ESRCH, "the child's pid is still in use");
+    path_of("stale.safetensors", p, sizeof p);
+    snprintf(dead, sizeof dead, "%s.tmp.%d.%d", p, (int)child, (int)child);
+    snprintf(mine, sizeof mine, "%s.tmp.%d.%d", p, (int)getpid(), (int)getpid() + 1);
+    snprintf(parent, sizeof parent, "%s.tmp.%d.%d", p, (int)getppid(), (int)getppid());
+    snprintf(other, sizeof other, "%s/other.safetensors.tmp.%d.%d", dir, (int)child, (int)child);
+    const char *all[] = { dead, mine, parent, other };
+    for (int i = 0; i < 4; i++)
+        write_file(all[i], "partial", 7);
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    cr_assert_not_null(wf_variable(g, "a", WF_F32, WF_SHAPE(2), wf_init_zeros()));
+    wf_session *s = session(g);
+    cr_assert_eq(wf_checkpoint_save(s, p), 0, "%s", wf_session_errmsg(s));
+    struct stat st;
+    cr_assert(stat(dead, &st) < 0 && errno == ENOENT, "the dead process's %s is still there", dead);
+    cr_assert_eq(stat(mine, &st), 0, "this (live) process's other thread's file was removed");
+    cr_assert_eq(stat(parent, &st), 0, "a live process's file was removed");
+    cr_assert_eq(stat(other, &st), 0, "a temporary file of another path was removed");
+    cr_assert_eq(stat(p, &st), 0, "the checkpoint itself");
+    wf_session_destroy(s);
     wf_graph_destroy(g);
 }

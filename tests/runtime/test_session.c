@@ -647,3 +647,75 @@ Test(runtime_session, one_and_two_workers_give_identical_bits)
     }
     wf_runtime_destroy(one);
 }
+
+/* Every refusal of a NULL argument by a session call says what is wrong in
+ * wf_session_errmsg(s), not only in its return code (bug: wf_session_variable(s, v, NULL)
+ * returned WF_EINVAL and left the message empty). */
+#define EXPECT_SESSION_MSG(s, call, fn, part)                                             \
+    do {                                                                                  \
+        int rc_ = (call);                                                                 \
+        cr_assert_eq(rc_, WF_EINVAL, "%s: got %s", #call, wf_err_name(rc_));              \
+        cr_assert(strstr(wf_session_errmsg(s), fn) && strstr(wf_session_errmsg(s), part), \
+                  "%s: wf_session_errmsg is '%s', expected '%s' and '%s'", #call,         \
+                  wf_session_errmsg(s), fn, part);                                        \
+        cr_assert(strstr(wf_last_errmsg(), part), "%s: wf_last_errmsg is '%s'", #call,    \
+                  wf_last_errmsg());                                                      \
+    } while (0)
+
+Test(runtime_session, null_arguments_are_refused_with_a_message_in_the_session)
+{
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *w = wf_variable(g, "w", WF_F32, WF_SHAPE(2), wf_init_constant(1));
+    wf_node *y = wf_neg(g, w);
+    wf_session *s = session(g);
+    wf_tensor *t = NULL;
+    wf_plan_stats st;
+    EXPECT_SESSION_MSG(s, wf_session_variable(s, w, NULL), "wf_session_variable", "out is NULL");
+    EXPECT_SESSION_MSG(s, wf_session_variable(s, NULL, &t), "wf_session_variable", "var is NULL");
+    EXPECT_SESSION_MSG(s, wf_session_assign(s, NULL, t), "wf_session_assign", "NULL");
+    EXPECT_SESSION_MSG(s, wf_session_assign(s, w, NULL), "wf_session_assign", "NULL");
+    EXPECT_SESSION_MSG(s, wf_session_stats(s, NULL), "wf_session_stats", "out is NULL");
+    EXPECT_SESSION_MSG(s, wf_session_plan_stats(s, &y, 1, NULL, 0, NULL), "wf_session_plan_stats",
+                       "out is NULL");
+    EXPECT_SESSION_MSG(s, wf_session_plan_stats(s, NULL, 1, NULL, 0, &st), "wf_session_plan_stats",
+                       "fetches");
+    EXPECT_SESSION_MSG(s, wf_session_dump(s, &y, 1, NULL, 0, NULL, WF_DUMP_TEXT), "wf_session_dump",
+                       "NULL");
+    EXPECT_SESSION_MSG(s, wf_session_run(s, NULL, 1, &y, 1, &t, NULL, 0), "wf_session_run", "NULL");
+    EXPECT_SESSION_MSG(s, wf_session_run(s, NULL, 0, &y, 1, NULL, NULL, 0), "wf_session_run",
+                       "NULL");
+    EXPECT_SESSION_MSG(s, wf_checkpoint_save(s, NULL), "wf_checkpoint_save", "NULL");
+    EXPECT_SESSION_MSG(s, wf_checkpoint_load(s, NULL, 0), "wf_checkpoint_load", "NULL");
+    cr_assert_null(t);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+}
+
+/* wf_node_set_device() promises a check of the device when a session compiles a plan that
+ * needs the node; a node that constant folding replaces must get it too (bug: the folded
+ * node left the plan before placement looked, and a device the runtime lacks passed). */
+Test(runtime_session, a_folded_node_placed_on_a_missing_device_is_refused_naming_it)
+{
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *a = wf_scalar(g, WF_F32, 2);
+    wf_node *sum = wf_add(g, a, wf_scalar(g, WF_F32, 3));
+    cr_assert_eq(wf_node_set_name(sum, "folded_sum"), 0);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(2));
+    wf_node *y = wf_mul(g, x, sum);
+    cr_assert_eq(wf_node_set_device(sum, 99), 0, "checked when a session compiles");
+    wf_session *s = session(g);
+    wf_plan_stats st;
+    int rc = wf_session_plan_stats(s, &y, 1, NULL, 0, &st);
+    cr_assert_eq(rc, WF_EINVAL, "got %s: %s", wf_err_name(rc), wf_session_errmsg(s));
+    cr_assert(strstr(wf_session_errmsg(s), "folded_sum") &&
+                  strstr(wf_session_errmsg(s), "device 99"),
+              "%s", wf_session_errmsg(s));
+    /* Without the bad placement the same node is folded: the case above is the folded one. */
+    cr_assert_eq(wf_node_set_device(sum, -1), 0);
+    wf_session_destroy(s);
+    s = session(g);
+    cr_assert_eq(wf_session_plan_stats(s, &y, 1, NULL, 0, &st), 0, "%s", wf_session_errmsg(s));
+    cr_assert_geq(st.n_folded, 1, "the sum was not folded");
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+}

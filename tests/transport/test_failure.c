@@ -357,6 +357,83 @@ Test(transport_failure, a_rank_that_never_joins_a_collective_times_out_everywher
     tu_run_all(3, &(wf_comm_opts){ .op_timeout_ms = 1000 }, late_rank, NULL, 0, 20);
 }
 
+/* A rank that leaves while the others still wait for it: it runs one all-reduce fewer, then
+ * destroys its comm (the orderly goodbye) or exits without one. The others' extra all-reduce
+ * fails with WF_EPEER within 2 s, naming the rank and the operation (bug: after a goodbye
+ * they sat out the whole op_timeout_ms). */
+typedef struct leaver {
+    int rank;        /* the rank that leaves early */
+    bool no_goodbye; /* it _exit()s without wf_comm_destroy() */
+} leaver;
+
+#define LEAVE_N 256
+
+static int leave_early(wf_comm *c, int rank, int size, void *arg)
+{
+    const leaver *v = arg;
+    const int common = 4; /* all-reduces every rank runs */
+    float x[LEAVE_N];
+    for (int i = 0; i < common; i++) {
+        for (int k = 0; k < LEAVE_N; k++)
+            x[k] = (float)(rank + 1);
+        TU_OK(wf_comm_allreduce(c, x, x, LEAVE_N, WF_F32, WF_REDUCE_SUM));
+        TU_CHECK(x[LEAVE_N - 1] == (float)(size * (size + 1) / 2), "round %d: %g", i,
+                 x[LEAVE_N - 1]);
+    }
+    if (rank == v->rank) {
+        if (v->no_goodbye) {
+            /* Without a goodbye nobody can tell that this rank finished its last all-reduce
+             * (its exit can fail the others' same call): let them reach the extra one. */
+            wf_test_sleep_us(300000);
+            fflush(NULL);
+            _exit(0);
+        }
+        return 0; /* tu_child() destroys the comm: the goodbye */
+    }
+    uint64_t t0 = wf_test_now_ns();
+    int rc = wf_comm_allreduce(c, x, x, LEAVE_N, WF_F32, WF_REDUCE_SUM);
+    double s = (double)(wf_test_now_ns() - t0) / 1e9;
+    char name[32];
+    snprintf(name, sizeof name, "rank %d ", v->rank);
+    const char *msg = wf_last_errmsg();
+    TU_CHECK(rc == WF_EPEER, "rank %d got %s after %.2f s: %s", rank, wf_err_name(rc), s, msg);
+    TU_CHECK(s < WF_TEST_TIMEOUT(2.0), "rank %d returned after %.2f s", rank, s);
+    TU_CHECK(strstr(msg, name) && strstr(msg, "allreduce #"), "rank %d: %s", rank, msg);
+    TU_CHECK(strstr(msg, v->no_goodbye ? "died" : "left the comm"), "rank %d: %s", rank, msg);
+    fprintf(stderr, "rank %d of %d: WF_EPEER after %.3f s: %s\n", rank, size, s, msg);
+    return 0;
+}
+TU_REGISTER(leave_early)
+
+static void run_leaver(int size, int rank, bool no_goodbye)
+{
+    leaver v = { .rank = rank, .no_goodbye = no_goodbye };
+    /* Far above the 2 s allowed: the old behaviour times out the test instead. */
+    tu_run_all(size, &(wf_comm_opts){ .op_timeout_ms = 60000 }, leave_early, &v, sizeof v,
+               WF_TEST_TIMEOUT(10));
+}
+
+Test(transport_failure, a_rank_that_says_goodbye_mid_collective_fails_the_other_of_two)
+{
+    run_leaver(2, 1, false);
+}
+
+Test(transport_failure, a_rank_that_says_goodbye_mid_collective_fails_the_others_of_three)
+{
+    run_leaver(3, 1, false);
+}
+
+Test(transport_failure, rank_0_saying_goodbye_mid_collective_fails_the_others)
+{
+    run_leaver(3, 0, false);
+}
+
+Test(transport_failure, a_rank_that_exits_without_goodbye_mid_collective_fails_the_others)
+{
+    run_leaver(2, 1, true);
+    run_leaver(3, 0, true);
+}
+
 /* An idle comm: the caller sleeps 1 s; the whole process (its weft-net thread, UCX)
  * burns less than 5% of a core, also after collectives that polled in busy mode (recursive
  * doubling, the ring, a gradient bucket's thread): "weft-net" watches the event fd again. */

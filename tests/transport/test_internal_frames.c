@@ -5,6 +5,9 @@
 #include "../../transport/internal.h"
 #include "transport_util.h"
 
+#include <errno.h>
+#include <fcntl.h>
+
 TestSuite(transport_frames, .timeout = WF_TEST_TIMEOUT(60), .fini = wf_test_fini);
 
 static wf__wbuf hello(uint32_t rank, uint32_t size, const char *token, size_t addr_len)
@@ -262,4 +265,135 @@ Test(transport_frames, strangers_are_refused_and_the_job_goes_on)
     cr_assert(tu_wait(&t), "the job did not finish");
     for (int r = 0; r < 2; r++)
         cr_assert(WIFEXITED(t.status[r]) && WEXITSTATUS(t.status[r]) == 0, "rank %d failed", r);
+}
+
+/* ---- Strangers that never present a HELLO ------------------------------------------------- */
+
+typedef struct loop_arg {
+    int ready_fd; /* rank 0 writes a byte here once the comm is formed */
+    int stop_fd;  /* rank 0 reads a byte from here (non-blocking) when the test is done */
+} loop_arg;
+
+/* All-reduces until rank 0 reads the stop byte (the flag travels in the all-reduce, so both
+ * ranks stop after the same one), checking every sum. */
+static int allreduce_until_stop(wf_comm *c, int rank, int size, void *arg)
+{
+    const loop_arg *a = arg;
+    if (rank == 0 && write(a->ready_fd, "r", 1) != 1)
+        return 2;
+    long rounds = 0;
+    for (;;) {
+        char b;
+        int64_t x[2] = { rank + 1, rank == 0 && read(a->stop_fd, &b, 1) == 1 };
+        TU_OK(wf_comm_allreduce(c, x, x, 2, WF_I64, WF_REDUCE_SUM));
+        TU_CHECK(x[0] == 3, "round %ld: sum %lld", rounds, (long long)x[0]);
+        rounds++;
+        if (x[1])
+            break;
+        wf_test_sleep_us(2000);
+    }
+    TU_CHECK(rounds > 10, "only %ld rounds", rounds);
+    return 0;
+}
+TU_REGISTER(allreduce_until_stop)
+
+static int fd_count(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    cr_assert_not_null(d, "%s", path);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Whether the server closed 'fd': a read returns 0 or ECONNRESET, not EAGAIN. */
+static bool closed_by_server(int fd)
+{
+    char b[256];
+    for (;;) {
+        ssize_t k = recv(fd, b, sizeof b, MSG_DONTWAIT);
+        if (k > 0)
+            continue; /* a REJECT or anything else before the close */
+        return k == 0 || errno == ECONNRESET;
+    }
+}
+
+#define N_STRANGERS 100
+
+/* Bug: a connection that sends nothing, only the magic, a HELLO at one byte per interval or
+ * a partial payload stayed open for ever; 100 of them raised rank 0's open files by 100.
+ * Now each has hello_timeout_ms to present a valid HELLO, at most 64 wait at once, and the
+ * ranks all-reducing meanwhile never notice. */
+Test(transport_frames, connections_without_a_hello_are_closed_after_the_deadline)
+{
+    int ready[2], stop[2];
+    cr_assert_eq(pipe(ready), 0);
+    cr_assert_eq(pipe(stop), 0);
+    cr_assert_eq(fcntl(stop[0], F_SETFL, O_NONBLOCK | fcntl(stop[0], F_GETFL)), 0);
+    loop_arg la = { .ready_fd = ready[1], .stop_fd = stop[0] };
+    const uint32_t deadline_ms = 1000;
+    tu_run t = { .size = 2,
+                 .body = allreduce_until_stop,
+                 .arg = &la,
+                 .arg_size = sizeof la,
+                 .timeout_s = WF_TEST_TIMEOUT(30),
+                 .opts = { .hello_timeout_ms = deadline_ms } };
+    tu_start(&t);
+    char b;
+    cr_assert_eq(read(ready[0], &b, 1), 1, "the comm never formed");
+    wf_test_sleep_us(200000);
+    int base = fd_count(t.pids[0]);
+
+    /* Four kinds: silent, the magic only, a HELLO dripped a byte at a time, a HELLO cut. */
+    wf__wbuf w = hello(1, 2, "test-token", 16);
+    int fds[N_STRANGERS];
+    size_t dripped[N_STRANGERS] = { 0 };
+    uint64_t t0 = wf_test_now_ns();
+    for (int i = 0; i < N_STRANGERS; i++) {
+        fds[i] = connect_to(t.port);
+        cr_assert_geq(fds[i], 0);
+        if (i % 4 == 1)
+            cr_assert_eq(write(fds[i], w.p, 4), 4);
+        else if (i % 4 == 3)
+            cr_assert_eq(write(fds[i], w.p, w.len / 2), (ssize_t)(w.len / 2));
+    }
+    wf_test_sleep_us(100000);
+    int during = fd_count(t.pids[0]);
+    cr_assert(during > base && during <= base + 64, "rank 0 had %d files, %d before", during, base);
+    /* Drip, and wait until the deadline (plus a margin) has passed for every stranger. */
+    while (wf_test_now_ns() - t0 < (uint64_t)(deadline_ms + 700) * 1000000u) {
+        for (int i = 2; i < N_STRANGERS; i += 4)
+            if (dripped[i] < w.len && send(fds[i], w.p + dripped[i], 1, MSG_NOSIGNAL) == 1)
+                dripped[i]++;
+        wf_test_sleep_us(100000);
+    }
+    int open_ones = 0;
+    for (int i = 0; i < N_STRANGERS; i++) {
+        open_ones += !closed_by_server(fds[i]);
+        close(fds[i]);
+    }
+    free(w.p);
+    cr_assert_eq(open_ones, 0, "%d of %d strangers still open %.1f s after connecting", open_ones,
+                 N_STRANGERS, (double)(wf_test_now_ns() - t0) / 1e9);
+    int after = fd_count(t.pids[0]);
+    for (int i = 0; i < 100 && after != base; i++) {
+        wf_test_sleep_us(20000);
+        after = fd_count(t.pids[0]);
+    }
+    cr_assert_eq(after, base, "rank 0 has %d files, %d before the strangers (%d during)", after,
+                 base, during);
+    cr_log_info("rank 0: %d files before, %d with %d strangers, %d after", base, during,
+                N_STRANGERS, after);
+    cr_assert_eq(write(stop[1], "s", 1), 1);
+    cr_assert(tu_wait(&t), "the job did not finish");
+    for (int r = 0; r < 2; r++)
+        cr_assert(WIFEXITED(t.status[r]) && WEXITSTATUS(t.status[r]) == 0, "rank %d failed", r);
+    close(ready[0]);
+    close(ready[1]);
+    close(stop[0]);
+    close(stop[1]);
 }

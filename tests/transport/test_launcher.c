@@ -5,6 +5,7 @@
  * constructor runs the rank's part and exits before Criterion's main. */
 #include "transport_util.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <sys/wait.h>
@@ -49,6 +50,16 @@ __attribute__((constructor)) static void rank_main(void)
         _exit(3);
     if (o.rank == 1 && !strcmp(mode, "kill"))
         raise(SIGKILL);
+    if (!strcmp(mode, "loop")) { /* say who we are, then all-reduce until an error */
+        printf("pid %d\n", (int)getpid());
+        fflush(stdout);
+        for (;;) {
+            int64_t y = 1;
+            if (wf_comm_allreduce(c, &y, &y, 1, WF_I64, WF_REDUCE_SUM) < 0 || y != o.size)
+                _exit(22);
+            wf_test_sleep_us(1000);
+        }
+    }
     int64_t x = o.rank;
     rc = wf_comm_allreduce(c, &x, &x, 1, WF_I64, WF_REDUCE_SUM);
     if (rc < 0) {
@@ -186,4 +197,98 @@ Test(transport_launcher, a_killed_rank_makes_weft_run_exit_non_zero_naming_it)
     int code = launch(3, "kill", out, sizeof out);
     cr_assert(code == 128 + SIGKILL || code == 22, "exit %d:\n%s", code, out);
     cr_assert(strstr(out, "rank 1 (pid") && strstr(out, "signal 9"), "%s", out);
+}
+
+/* Whether process 'pid' is gone (no such process, or a zombie not yet reaped). */
+static bool gone(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return true;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')');
+    return close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z';
+}
+
+/* Bug: SIGKILL of weft-run while 3 ranks all-reduce left all 3 running (for ever). Each
+ * rank now dies with its launcher: gone within 1 s. 'in_shell': each rank's program is a
+ * child of a shell, not of weft-run (PR_SET_PDEATHSIG kills the shell only), and ends
+ * because its comm fails when weft-run's liveness pipe closes. */
+static void kill_weft_run(bool in_shell)
+{
+    char self[4096];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert_gt(k, 0);
+    self[k] = 0;
+    int out[2];
+    cr_assert_eq(pipe(out), 0);
+    fflush(NULL);
+    pid_t run = fork();
+    cr_assert_geq(run, 0);
+    if (run == 0) {
+        setenv("WF_LAUNCHER_MODE", "loop", 1);
+        dup2(out[1], 1);
+        close(out[0]);
+        close(out[1]);
+        if (in_shell) /* "; exit $?": the shell forks the program instead of exec'ing it */
+            execl(WF_WEFT_RUN, WF_WEFT_RUN, "-n", "3", "--", "/bin/sh", "-c", "\"$0\"; exit $?",
+                  self, (char *)NULL);
+        else
+            execl(WF_WEFT_RUN, WF_WEFT_RUN, "-n", "3", "--", self, (char *)NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    FILE *f = fdopen(out[0], "r");
+    cr_assert_not_null(f);
+    pid_t pids[3] = { 0, 0, 0 };
+    int got = 0;
+    char line[256];
+    while (got < 3 && fgets(line, sizeof line, f)) {
+        int r, pid;
+        if (sscanf(line, "[%d] pid %d", &r, &pid) == 2 && r >= 0 && r < 3 && !pids[r]) {
+            pids[r] = pid;
+            got++;
+        }
+    }
+    cr_assert_eq(got, 3, "only %d ranks said their pid", got);
+    wf_test_sleep_us(200000); /* all of them inside their loop of all-reduces */
+    cr_assert_eq(kill(run, SIGKILL), 0);
+    cr_assert_eq(waitpid(run, NULL, 0), run);
+    uint64_t t0 = wf_test_now_ns();
+    bool all_gone = false;
+    /* 1 s, scaled under the sanitizers as every deadline of these tests: a program that
+     * exits under ThreadSanitizer first sleeps its atexit_sleep_ms (1 s by default), and the
+     * ranks behind a shell exit themselves (measured there: 1.01-1.02 s). */
+    const double limit_s = WF_TEST_TIMEOUT(1.0);
+    while (!all_gone && wf_test_now_ns() - t0 < (uint64_t)(limit_s * 1e9)) {
+        all_gone = gone(pids[0]) && gone(pids[1]) && gone(pids[2]);
+        if (!all_gone)
+            wf_test_sleep_us(5000);
+    }
+    double s = (double)(wf_test_now_ns() - t0) / 1e9;
+    bool alive[3];
+    for (int r = 0; r < 3; r++) {
+        alive[r] = !gone(pids[r]);
+        if (alive[r])
+            kill(-pids[r], SIGKILL), kill(pids[r], SIGKILL); /* leave nothing behind */
+    }
+    fclose(f);
+    cr_assert(all_gone, "%.0f s after weft-run was killed, ranks still run: 0 %s, 1 %s, 2 %s",
+              limit_s, alive[0] ? "alive" : "gone", alive[1] ? "alive" : "gone",
+              alive[2] ? "alive" : "gone");
+    cr_log_info("every rank was gone %.3f s after weft-run's SIGKILL", s);
+}
+
+Test(transport_launcher, ranks_die_within_a_second_when_weft_run_is_killed)
+{
+    kill_weft_run(false);
+}
+
+Test(transport_launcher, ranks_behind_a_shell_end_within_a_second_when_weft_run_is_killed)
+{
+    kill_weft_run(true);
 }
