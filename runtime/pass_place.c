@@ -414,15 +414,14 @@ int wf__place_check(wf_session *s, const wf_node *node)
         return 0;
     int kk = kernel_kind(want, n_real);
     if (!wf__kernels_ok(s->kernels, node->op, node, kk))
-        return wf__err(WF_ENODEV,
-                       "placement: %s is placed on device %d (%s), but op '%s' has no %s "
-                       "kernel%s",
-                       wf__rt_node_desc(node, desc, sizeof desc), want,
-                       dev_name(want, n_real, dn, sizeof dn), node->op->name,
-                       kk == WF_KERNEL_CUDA ? "CUDA" : "CPU",
-                       wf__kernels_find(s->kernels, node->op, kk)
-                           ? " for this node (its attributes or inputs)"
-                           : "");
+        return wf__err(
+            WF_ENODEV,
+            "placement: %s is placed on device %d (%s), but op '%s' has no %s "
+            "kernel%s",
+            wf__rt_node_desc(node, desc, sizeof desc), want, dev_name(want, n_real, dn, sizeof dn),
+            node->op->name, kk == WF_KERNEL_CUDA ? "CUDA" : "CPU",
+            wf__kernels_find(s->kernels, node->op, kk) ? " for this node (its attributes or inputs)"
+                                                       : "");
     return 0;
 }
 

@@ -247,6 +247,7 @@ WF_API wf_node *wf_placeholder(wf_graph *g, const char *name, wf_dtype dt, wf_sh
  * dtype or shape). Ownership: borrowed from 'g'. */
 WF_API wf_node *wf_send(wf_graph *g, wf_node *x, int peer, int edge);
 #define wf_send(g, x, peer, edge) (WF__HERE(), (wf_send)(g, x, peer, edge))
+/* The receiving half of a pair: see wf_send() above. Ownership: borrowed from 'g'. */
 WF_API wf_node *wf_recv(wf_graph *g, wf_dtype dt, wf_shape shape, int peer, int edge);
 #define wf_recv(g, dt, shape, peer, edge) (WF__HERE(), (wf_recv)(g, dt, shape, peer, edge))
 
