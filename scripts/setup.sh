@@ -34,6 +34,8 @@ packages=(
     libomp-dev        # perf/: the OpenMP peer
     python3           # perf/ and scripts that post-process JSON
     util-linux        # setarch (ThreadSanitizer with ASLR off, where the kernel needs it)
+    clang             # scripts/fuzz.sh: the libFuzzer targets need clang (clang-14 on Debian 12)
+    libclang-rt-14-dev # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes of clang-14
 )
 
 missing=()
