@@ -46,6 +46,9 @@ for t in $targets; do
     work="$build/corpus/$t"
     art="$build/artifacts/$t"
     mkdir -p "$work" "$art"
+    # The seeds are copied: libFuzzer writes what it finds (and may reduce inputs) in the
+    # corpus folders it is given, and fuzz/corpus/ is tracked.
+    cp -n "fuzz/corpus/$t"/* "$work/"
     log="$build/fuzz_$t.log"
     echo "==== fuzz_$t: regressions, then ${secs}s from fuzz/corpus/$t"
     regs=()
@@ -60,7 +63,7 @@ for t in $targets; do
     fi
     rc=0
     "$exe" -max_total_time="$secs" -print_final_stats=1 -rss_limit_mb=2048 -timeout=20 \
-        -artifact_prefix="$art/" "$work" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
+        -artifact_prefix="$art/" "$work" >"$log" 2>&1 || rc=$?
     last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
