@@ -55,7 +55,9 @@ if ((tests)); then
         python3-torch # the PyTorch parity tests (perf/torch_train_compare.py,
                       # examples/train_gpt/torch_compare.py), run with /usr/bin/python3
         doxygen       # scripts/api-docs.sh: the API reference from include/weft/*.h
-        clang         # .ci/run's clang stage: weft builds and passes its tests with clang
+        clang         # .ci/run's clang stage: weft builds and passes its tests with clang;
+                      # scripts/fuzz.sh: the libFuzzer targets (clang-14 on Debian 12)
+        libclang-rt-14-dev # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes of clang-14
     )
 fi
 
