@@ -12,6 +12,7 @@
  *   known.
  * Not here: im2col, GEMM and col2im (conv_cpu.c), the gradient functions (grad/), pools
  *   (pool.c). */
+#include "../core/tensor.h"
 #include "internal.h"
 #include "layout.h"
 
@@ -22,11 +23,21 @@
 
 /* The output size along one axis: -1 when the input or kernel size is unknown, 0 when the
  * dilated kernel does not fit the padded input. */
+/* The extent of a kernel of 'k' (>= 0) taps 'dil' apart; past WF__MAX_NUMEL (larger than
+ * any input) it is WF__MAX_NUMEL + 1, so that dilation times kernel never overflows. */
+static int64_t kernel_span(int dil, int64_t k)
+{
+    int64_t span;
+    if (k == 0)
+        return 1 - (int64_t)dil; /* as dil * (k - 1) + 1 */
+    return wf__dims_mul(dil, k - 1, &span) ? span + 1 : WF__MAX_NUMEL + 1;
+}
+
 static int64_t out_dim(int64_t in, int64_t k, int pad0, int pad1, int stride, int dil)
 {
     if (in < 0 || k < 0)
         return -1;
-    int64_t span = (int64_t)dil * (k - 1) + 1, padded = in + pad0 + pad1;
+    int64_t span = kernel_span(dil, k), padded = in + pad0 + pad1; /* in <= 2^59 */
     return span > padded ? 0 : (padded - span) / stride + 1;
 }
 
@@ -85,7 +96,7 @@ static int conv_shape(const wf_node *n, const char *xn, wf_shape xs, const char 
         out_dim(xs.dims[3], ws.dims[3], a->padding[2], a->padding[3], a->stride[1], a->dilation[1]);
     if (OH == 0 || OW == 0) {
         int h = OH == 0, d = h ? 2 : 3;
-        int64_t span = (int64_t)a->dilation[h ? 0 : 1] * (ws.dims[d] - 1) + 1;
+        int64_t span = kernel_span(a->dilation[h ? 0 : 1], ws.dims[d]);
         int p0 = a->padding[h ? 0 : 2], p1 = a->padding[h ? 1 : 3];
         snprintf(err, errlen,
                  "%s is %s but %s is %s: the kernel %s (%lld with dilation %d) is larger than the "
