@@ -159,3 +159,25 @@ Test(runtime_shape_bounds, the_bound_is_2_to_the_59_elements_and_counts_nonzero_
                               "nonzero dimensions multiply to more than 2^59", NULL });
     wf_graph_destroy(g);
 }
+
+Test(runtime_shape_bounds, conv2d_dilation_times_kernel_and_channels_times_groups_are_checked)
+{
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(1, 1, 4, 4));
+    wf_node *w = wf_placeholder(g, "w", WF_F32, WF_SHAPE(1, 1, (int64_t)1 << 40, 1));
+    /* 2^30 * (2^40 - 1) + 1 passes 2^63: the kernel is larger than any input. */
+    wf_conv2d_opts o = { .dilation = { 1 << 30, 1 } };
+    refused(g, wf_conv2d(g, x, w, &o),
+            (const char *[]){ "conv2d", "kernel height (more than 2^59 with dilation 1073741824)",
+                              "larger than the padded input height 4", NULL });
+    /* x_shape's -1 channels from w's 2^40 x 2^30 groups (w has no output channels, so it
+     * fits: with any, w would hold at least as many elements as x has channels). */
+    wf_graph_clear_error(g);
+    wf_node *dy = wf_placeholder(g, "dy", WF_F32, WF_SHAPE(1, 0, 4, 4));
+    wf_node *wg = wf_placeholder(g, "wg", WF_F32, WF_SHAPE(0, (int64_t)1 << 40, 1, 1));
+    wf_conv2d_opts og = { .groups = 1 << 30 };
+    refused(g, wf_conv2d_backward_input(g, dy, wg, WF_SHAPE(1, -1, 4, 4), &og),
+            (const char *[]){ "x_shape is [1, ?, 4, 4]", "1099511627776 x groups 1073741824",
+                              "more than 2^59", NULL });
+    wf_graph_destroy(g);
+}
