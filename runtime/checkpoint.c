@@ -16,7 +16,11 @@
  *   write is on its device back first (the host value then current again); a load writes
  *   the host values, so a device value becomes stale and the next run on the device copies
  *   the loaded value in once.
- * Not here: the file format, its validation and the atomic write (safetensors.c). */
+ * wf_checkpoint_restore() is the same load for a checkpointer's file: its "weft.step"
+ *   metadata is checked and returned, and the tensors that are not variables come back to
+ *   the caller instead of being refused.
+ * Not here: the file format, its validation and the atomic write (safetensors.c); the
+ *   background writer and the folder of numbered checkpoints (checkpointer.c). */
 #include "internal.h"
 #include "safetensors.h"
 
@@ -25,9 +29,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STR_(x)           #x
-#define STR(x)            STR_(x)
-#define WF_VERSION_STRING STR(WF_VERSION_MAJOR) "." STR(WF_VERSION_MINOR) "." STR(WF_VERSION_PATCH)
+int wf__checkpoint_take(wf_session *s, const char *fn, wf_named_tensor *ts)
+{
+    /* The host values, each copied back first when a device holds its latest write
+     * (runtime/var_device.c), then all taken under one read lock. */
+    for (int k = 0; k < s->n_vars; k++) {
+        int rc = wf__var_host_current(s, k, fn, NULL);
+        if (rc < 0)
+            return wf__session_fail(s, rc, "%s", wf_last_errmsg());
+    }
+    pthread_rwlock_rdlock(&s->var_lock);
+    for (int id = 0; id < s->n_nodes; id++) {
+        int k = s->var_of[id];
+        if (k >= 0)
+            ts[k] = (wf_named_tensor){ wf_graph_node(s->g, id)->name,
+                                       wf_tensor_retain(s->var_vals[k]) };
+    }
+    pthread_rwlock_unlock(&s->var_lock);
+    return 0;
+}
 
 int wf_checkpoint_save(wf_session *s, const char *path)
 {
@@ -40,30 +60,45 @@ int wf_checkpoint_save(wf_session *s, const char *path)
     if (!ts)
         return wf__session_fail(s, WF_ENOMEM, "wf_checkpoint_save: no memory for %d variables",
                                 s->n_vars);
-    /* The host values, each copied back first when a device holds its latest write
-     * (runtime/var_device.c), then all taken under one read lock, as before. */
-    int rc = 0;
-    for (int k = 0; k < s->n_vars && rc == 0; k++)
-        rc = wf__var_host_current(s, k, "wf_checkpoint_save", NULL);
+    int rc = wf__checkpoint_take(s, "wf_checkpoint_save", ts);
     if (rc < 0) {
         free(ts);
-        return wf__session_fail(s, rc, "%s", wf_last_errmsg());
+        return rc;
     }
-    pthread_rwlock_rdlock(&s->var_lock);
-    for (int id = 0; id < s->n_nodes; id++) {
-        int k = s->var_of[id];
-        if (k >= 0)
-            ts[k] = (wf_named_tensor){ wf_graph_node(s->g, id)->name,
-                                       wf_tensor_retain(s->var_vals[k]) };
-    }
-    pthread_rwlock_unlock(&s->var_lock);
-    static const char *const meta[] = { "format", "pt", "weft", WF_VERSION_STRING };
+    static const char *const meta[] = { "format", "pt", "weft", WF__VERSION_STRING };
     rc = wf__st_write(path, ts, s->n_vars, meta, 2, 0);
     for (int k = 0; k < s->n_vars; k++)
         wf_tensor_release(ts[k].tensor);
     free(ts);
     if (rc < 0)
         return wf__session_fail(s, rc, "wf_checkpoint_save: %s", wf_last_errmsg());
+    return 0;
+}
+
+int wf__checkpoint_step(const wf__st_header *h, const char *what, int64_t *step)
+{
+    const char *v = NULL;
+    for (int i = 0; i < h->n_meta; i++)
+        if (strcmp(h->meta[2 * i], "weft.step") == 0)
+            v = h->meta[2 * i + 1];
+    if (!v)
+        return wf__err(WF_EFORMAT,
+                       "%s: no \"weft.step\" in \"__metadata__\" (not a file "
+                       "of wf_checkpointer_save())",
+                       what);
+    int64_t x = 0;
+    int nd = 0;
+    for (const char *p = v; *p; p++, nd++) {
+        if (*p < '0' || *p > '9' || nd == 18 || (nd > 0 && x == 0))
+            return wf__err(WF_EFORMAT,
+                           "%s: \"weft.step\" is '%.40s', not a step number (1 to 18 "
+                           "decimal digits, no leading zero)",
+                           what, v);
+        x = x * 10 + (*p - '0');
+    }
+    if (nd == 0)
+        return wf__err(WF_EFORMAT, "%s: \"weft.step\" is empty, not a step number", what);
+    *step = x;
     return 0;
 }
 
@@ -113,42 +148,62 @@ static int match(wf_session *s, const wf__st_file *f, uint32_t flags, int32_t *e
     return 0;
 }
 
-int wf_checkpoint_load(wf_session *s, const char *path, uint32_t flags)
+/* What a restore returns besides the variables (wf_checkpoint_restore()). */
+typedef struct restored {
+    int64_t step;
+    wf_named_tensor *extra;
+    int n_extra;
+} restored;
+
+/* wf_checkpoint_load() and, with 'r', wf_checkpoint_restore() ('fn' names it). */
+static int load(wf_session *s, const char *fn, const char *path, uint32_t flags, restored *r)
 {
     if (!s)
-        return wf__err(WF_EINVAL, "wf_checkpoint_load: session is NULL");
+        return wf__err(WF_EINVAL, "%s: session is NULL", fn);
     if (!path || !*path)
-        return wf__session_fail(s, WF_EINVAL, "wf_checkpoint_load: the path is %s",
-                                path ? "empty" : "NULL");
+        return wf__session_fail(s, WF_EINVAL, "%s: the path is %s", fn, path ? "empty" : "NULL");
     const uint32_t known = WF_CHECKPOINT_ALLOW_MISSING | WF_CHECKPOINT_ALLOW_UNEXPECTED;
     if (flags & ~known)
-        return wf__session_fail(s, WF_EINVAL, "wf_checkpoint_load: unknown flags 0x%x",
-                                flags & ~known);
+        return wf__session_fail(s, WF_EINVAL, "%s: unknown flags 0x%x", fn, flags & ~known);
     wf__st_file f;
     int rc = wf__st_open(path, &f);
     if (rc < 0)
-        return wf__session_fail(s, rc, "wf_checkpoint_load: %s", wf_last_errmsg());
+        return wf__session_fail(s, rc, "%s: %s", fn, wf_last_errmsg());
     int nv = s->n_vars ? s->n_vars : 1, ne = f.header.n ? f.header.n : 1;
     int32_t *entry_of = malloc((size_t)nv * sizeof *entry_of);
     wf_tensor **vals = calloc((size_t)nv, sizeof *vals);
     wf_tensor **by_entry = calloc((size_t)ne, sizeof *by_entry);
     uint8_t *used = calloc((size_t)ne, 1);
-    if (!entry_of || !vals || !by_entry || !used) {
-        rc = wf__session_fail(s, WF_ENOMEM, "wf_checkpoint_load: no memory for %d variables",
-                              s->n_vars);
+    wf_named_tensor *extra = r ? calloc((size_t)ne, sizeof *extra) : NULL;
+    if (!entry_of || !vals || !by_entry || !used || (r && !extra)) {
+        rc = wf__session_fail(s, WF_ENOMEM, "%s: no memory for %d variables", fn, s->n_vars);
+        goto out;
+    }
+    if (r && (rc = wf__checkpoint_step(&f.header, f.what, &r->step)) < 0) {
+        rc = wf__session_fail(s, rc, "%s: %s", fn, wf_last_errmsg());
         goto out;
     }
     if ((rc = match(s, &f, flags, entry_of, used)) < 0)
         goto out;
-    /* The whole file is validated as a read validates it, also the tensors it skips. */
-    if ((rc = wf__st_read_all(&f, used, by_entry)) < 0) {
-        rc = wf__session_fail(s, rc, "wf_checkpoint_load: %s", wf_last_errmsg());
+    /* The whole file is validated as a read validates it, also the tensors it skips; a
+     * restore keeps them all (the extras). */
+    if ((rc = wf__st_read_all(&f, r ? NULL : used, by_entry)) < 0) {
+        rc = wf__session_fail(s, rc, "%s: %s", fn, wf_last_errmsg());
         goto out;
     }
     for (int k = 0; k < s->n_vars; k++)
         if (entry_of[k] >= 0) {
             vals[k] = by_entry[entry_of[k]];
             by_entry[entry_of[k]] = NULL;
+        }
+    /* The extras: what is left, names taken over from the header (as wf_safetensors_read()
+     * does), so nothing below can fail. */
+    int n_extra = 0;
+    for (int i = 0; r && i < f.header.n; i++)
+        if (by_entry[i]) {
+            extra[n_extra++] = (wf_named_tensor){ f.header.entries[i].name, by_entry[i] };
+            f.header.entries[i].name = NULL;
+            by_entry[i] = NULL;
         }
     /* Everything is read and checked: replace the variables together. 'vals' gets the old
      * values, released below outside the lock. */
@@ -161,13 +216,49 @@ int wf_checkpoint_load(wf_session *s, const char *path, uint32_t flags)
             wf__var_host_written(s, k); /* a device value is stale (var_device.c) */
         }
     pthread_rwlock_unlock(&s->var_lock);
+    if (r) {
+        r->extra = extra;
+        r->n_extra = n_extra;
+        extra = NULL;
+    }
 out:
     for (int k = 0; vals && k < s->n_vars; k++)
         wf_tensor_release(vals[k]);
+    for (int i = 0; by_entry && i < f.header.n; i++)
+        wf_tensor_release(by_entry[i]);
+    free(extra);
     free(vals);
     free(by_entry);
     free(entry_of);
     free(used);
     wf__st_close(&f);
     return rc;
+}
+
+int wf_checkpoint_load(wf_session *s, const char *path, uint32_t flags)
+{
+    return load(s, "wf_checkpoint_load", path, flags, NULL);
+}
+
+int wf_checkpoint_restore(wf_session *s, const char *path, int64_t *step, wf_named_tensor **extra,
+                          int *n_extra)
+{
+    if (extra)
+        *extra = NULL;
+    if (n_extra)
+        *n_extra = 0;
+    if (!step || !extra || !n_extra) {
+        const char *what = !step ? "step" : !extra ? "extra" : "n_extra";
+        if (!s)
+            return wf__err(WF_EINVAL, "wf_checkpoint_restore: %s is NULL", what);
+        return wf__session_fail(s, WF_EINVAL, "wf_checkpoint_restore: %s is NULL", what);
+    }
+    restored r = { 0 };
+    int rc = load(s, "wf_checkpoint_restore", path, WF_CHECKPOINT_ALLOW_UNEXPECTED, &r);
+    if (rc < 0)
+        return rc;
+    *step = r.step;
+    *extra = r.extra;
+    *n_extra = r.n_extra;
+    return 0;
 }

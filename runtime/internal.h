@@ -458,4 +458,27 @@ static inline void wf__var_host_written(wf_session *s, int k)
  * (wf__var_host_current()). Returns 0 or a negative status with wf_last_errmsg() set. */
 int wf__plan_vars_ready(wf__plan *p);
 
+/* ---- Checkpoints (checkpoint.c, checkpointer.c) ---- */
+
+#define WF__STR_(x) #x
+#define WF__STR(x)  WF__STR_(x)
+/* The version written into every checkpoint's metadata ("weft": "1.2.3"). */
+#define WF__VERSION_STRING \
+    WF__STR(WF_VERSION_MAJOR) "." WF__STR(WF_VERSION_MINOR) "." WF__STR(WF_VERSION_PATCH)
+
+struct wf__st_header;
+
+/* Every variable of 's' into 'ts[k]' (its node name, borrowed, and a reference to its host
+ * value, copied back from a device first), all taken under one read lock of 'var_lock' so
+ * that a load on another thread is wholly in or wholly out; 'fn' names the caller.
+ * Returns 0 or a negative status with the message in wf_session_errmsg(s) and
+ * wf_last_errmsg(); on failure no reference is taken. */
+int wf__checkpoint_take(wf_session *s, const char *fn, wf_named_tensor *ts);
+
+/* The step of a checkpointer's file: its "weft.step" metadata, 1 to 18 decimal digits
+ * without a leading zero. 'what' names the file in messages.
+ * Returns 0 or WF_EFORMAT (missing, empty or not such a number), with the message in
+ * wf_last_errmsg(). */
+int wf__checkpoint_step(const struct wf__st_header *h, const char *what, int64_t *step);
+
 #endif /* WF_RUNTIME_INTERNAL_H */

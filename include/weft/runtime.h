@@ -332,6 +332,84 @@ WF_API WF_NODISCARD int wf_safetensors_read(const char *path, wf_named_tensor **
  * the array. NULL is a no-op. */
 WF_API void wf_safetensors_free(wf_named_tensor *ts, int n);
 
+/* ---- Checkpoints every K steps, and resuming from the newest --------------------------- */
+
+/* A checkpointer takes a snapshot of a training run at a step boundary and writes it in the
+ * background while training goes on (CheckFreq's split: the copy into host buffers is the
+ * only part the training thread waits for; the file write, fsync and rename happen on the
+ * checkpointer's own thread). Each snapshot becomes the file
+ * "<dir>/ckpt-<step, 12 digits or more>.safetensors", written atomically as
+ * wf_checkpoint_save() writes (a temporary file, fsync, rename), with the metadata
+ * {"format": "pt", "weft": "<version>", "weft.step": "<step>"}; once it is complete, all but
+ * the newest 'keep' checkpoints of 'dir' are removed. A failure of a background write (disk
+ * full, the folder removed) is returned by the next call on the checkpointer; the
+ * checkpoints already complete are never touched by a failed write. */
+typedef struct wf_checkpointer wf_checkpointer;
+
+typedef struct wf_checkpointer_opts {
+    const char *dir; /* the folder of the checkpoints; it must exist (copied at creation) */
+    int keep;        /* 0: 3. How many complete checkpoints are kept (the newest) */
+} wf_checkpointer_opts;
+
+/* Creates a checkpointer writing into 'opts->dir' and starts its thread.
+ * Returns 0, WF_EINVAL (NULL argument, empty dir, keep < 0), WF_ENOTFOUND (no such folder),
+ * WF_EIO (not a folder, or the OS refuses) or WF_ENOMEM, with the message in
+ * wf_last_errmsg().
+ * Ownership: on success the caller owns '*out' (wf_checkpointer_destroy()); on failure it is
+ *   NULL. 'opts' is not kept. Threads: one thread at a time per checkpointer. */
+WF_API WF_NODISCARD int wf_checkpointer_create(const wf_checkpointer_opts *opts,
+                                               wf_checkpointer **out);
+
+/* Takes the snapshot of step 'step' (the number of steps done, >= 0): every variable of 's'
+ * (when 's' is not NULL; their host values, copied back from a device first, taken together
+ * under the session's variable lock as wf_checkpoint_save() takes them), then the caller's
+ * tensors 'extra[0 .. n_extra-1]' (the data loader's position, RNG counters, the run's
+ * options as bytes, or an eager program's variables), each copied into a new host buffer.
+ * Then it returns, and the checkpointer's thread writes the file. Call it between steps. If
+ * the previous write is still under way, it waits for it first (one write at a time).
+ * Returns 0; the failure of the previous background write (WF_EIO, WF_ENOMEM, ...; the
+ *   message names the file), in which case no snapshot is taken and the error is cleared,
+ *   so the next call tries again; WF_EINVAL (NULL checkpointer, step < 0, n_extra < 0, a
+ *   NULL extra tensor or name, an extra named like a variable or another extra); or
+ *   WF_ENOMEM; the message is in wf_last_errmsg().
+ * Ownership: 'extra' and its tensors are borrowed for the call (copied). Threads: one
+ *   thread at a time per checkpointer; runs of 's' must not be in flight. */
+WF_API WF_NODISCARD int wf_checkpointer_save(wf_checkpointer *c, wf_session *s, int64_t step,
+                                             const wf_named_tensor *extra, int n_extra);
+
+/* Waits until the checkpointer's thread has written every snapshot it was given.
+ * Returns 0 or the failure of the last background write (cleared by returning it), with the
+ * message in wf_last_errmsg(); WF_EINVAL for NULL. Threads: as wf_checkpointer_save(). */
+WF_API WF_NODISCARD int wf_checkpointer_wait(wf_checkpointer *c);
+
+/* Waits for the write under way, stops the thread and frees the checkpointer. A failure of
+ * that last write is lost: call wf_checkpointer_wait() first to see it. NULL is a no-op. */
+WF_API void wf_checkpointer_destroy(wf_checkpointer *c);
+
+/* Finds the newest complete checkpoint of folder 'dir' (the files
+ * "ckpt-<step>.safetensors" a checkpointer writes): the one with the highest step whose
+ * header validates (as wf_checkpoint_load() validates it) and whose "weft.step" metadata is
+ * the step of its name; temporary files and files that fail are skipped. Its path goes to
+ * 'path' ('cap' bytes) and its step to '*step'.
+ * Returns 0, WF_ENOTFOUND (no such folder, or no complete checkpoint in it: a fresh start),
+ * WF_EINVAL (NULL argument, or 'cap' too small for the path), WF_EIO or WF_ENOMEM, with the
+ * message in wf_last_errmsg(). Ownership: nothing is kept. Threads: any. */
+WF_API WF_NODISCARD int wf_checkpoint_latest(const char *dir, char *path, size_t cap,
+                                             int64_t *step);
+
+/* Loads a checkpoint written by a checkpointer into 's': every variable must be in the file
+ * (dtype and shape as wf_checkpoint_load() checks them, the whole file validated first, all
+ * the variables replaced at once), its "weft.step" metadata must be a step number (written
+ * to '*step'), and the file's other tensors (the extras given to wf_checkpointer_save())
+ * are returned in '*extra' ('*n_extra' entries, in header order). A refused file leaves
+ * every variable as it was.
+ * Returns 0 or the errors of wf_checkpoint_load() (WF_EFORMAT also for a missing or bad
+ * "weft.step"), with the message in wf_session_errmsg(s) and wf_last_errmsg().
+ * Ownership: on success the caller owns '*extra' (wf_safetensors_free(*extra, *n_extra));
+ *   on failure it is NULL and '*n_extra' 0. Threads: as wf_checkpoint_load(). */
+WF_API WF_NODISCARD int wf_checkpoint_restore(wf_session *s, const char *path, int64_t *step,
+                                              wf_named_tensor **extra, int *n_extra);
+
 #ifdef __cplusplus
 }
 #endif
