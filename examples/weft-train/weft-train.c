@@ -7,6 +7,12 @@
  *   weft-train --data-idx train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz
  *   weft-train --save model.safetensors --log steps.jsonl --trace trace.json
  *   weft-train --plot curves.svg                loss and accuracy per step and evaluation
+ *   weft-train --checkpoint-every 100 --checkpoint-dir ckpt --resume
+ *                                               a checkpoint every 100 steps (written in the
+ *                                               background, the newest 3 kept); after a crash
+ *                                               or a kill the same command goes on from the
+ *                                               newest, and ends with the same weights, bit
+ *                                               for bit, as a run never stopped
  * Ctrl-C stops training after the current step: the log, the plot and the trace so far are
  * written (the checkpoint is not: it would look like a finished run), and the exit status
  * is 130. A second Ctrl-C kills the program as usual.
@@ -21,14 +27,18 @@
 #include "data.h"
 #include "plot.h"
 #include "progress.h"
+#include "resume.h"
 
 #include <weft/weft.h>
 
+#include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #ifndef WT_DIGITS_SOURCE
@@ -57,6 +67,10 @@ typedef struct options {
     uint64_t split_seed; /* 0: the test set is the last rows */
     const char *init, *save, *log, *trace, *plot;
     const char *dump_graph; /* --dump-graph: the step's plan as Graphviz DOT */
+    long ckpt_every;        /* --checkpoint-every K: 0 none */
+    const char *ckpt_dir;   /* --checkpoint-dir D */
+    int keep;               /* --keep N: 0 the library's default (3) */
+    bool resume;            /* --resume: from the newest complete checkpoint of D */
 } options;
 
 /* ---- The model --------------------------------------------------------------------------- */
@@ -455,6 +469,162 @@ static int save(trainer *t, const char *path, char *err, size_t errlen)
     return rc;
 }
 
+/* ---- Checkpoints every K steps, and resuming ---------------------------------------------- */
+
+/* The extras of weft-train's checkpoints, beside the variables: the options that decide the
+ * run's bits (resume.h's text, U8 bytes) and the data position (I64 [4]: steps done, steps
+ * per epoch, training rows, batch). The position is all the data loader's state: epoch e's
+ * order is a permutation drawn from (--seed, e), so steps done and steps per epoch say which
+ * batch comes next. weft-train draws no other random numbers while it trains (no dropout;
+ * the initial weights come from the seeds, and a resume replaces them all). */
+#define X_OPTIONS  "weft-train.options"
+#define X_POSITION "weft-train.position"
+
+/* The options that decide the bits of a run, one "--option value" line each (resume.h). The
+ * data hash covers the training rows after the split and the normalisation, so a changed
+ * file is refused too; the explicit split and normalisation lines come first so that a
+ * changed option is named as such. */
+static int run_identity(const options *o, const trainer *t, const wt_dataset *train, char *buf,
+                        size_t cap)
+{
+    char hidden[128] = "";
+    for (int i = 0, at = 0; i < o->n_hidden && at < (int)sizeof hidden - 12; i++)
+        at += snprintf(hidden + at, sizeof hidden - (size_t)at, i ? ",%d" : "%d", o->hidden[i]);
+    size_t len = 0;
+    buf[0] = '\0';
+    int bad = 0;
+    bad |= wt_runid_add(buf, cap, &len, "--model", "%s", o->model);
+    if (strcmp(o->model, "mlp") == 0)
+        bad |= wt_runid_add(buf, cap, &len, "--hidden", "%s", hidden);
+    bad |= wt_runid_add(buf, cap, &len, "--optimizer", "%s", o->optimizer);
+    bad |= wt_runid_add(buf, cap, &len, "--lr", "%.17g", t->opt.lr);
+    bad |= wt_runid_add(buf, cap, &len, "--batch", "%d", o->batch);
+    bad |= wt_runid_add(buf, cap, &len, "--seed", "%" PRIu64, o->seed);
+    bad |= wt_runid_add(buf, cap, &len, "--no-shuffle", "%s", o->shuffle ? "off" : "on");
+    bad |= wt_runid_add(buf, cap, &len, "--eager", "%s", o->eager ? "on" : "off");
+    bad |= wt_runid_add(buf, cap, &len, "--mixed-bf16", "%s", o->mixed_bf16 ? "on" : "off");
+    bad |= wt_runid_add(buf, cap, &len, "--test-fraction", "%.17g", o->test_fraction);
+    bad |= wt_runid_add(buf, cap, &len, "--split-seed", "%" PRIu64, o->split_seed);
+    bad |= wt_runid_add(buf, cap, &len, "--no-normalize", "%s", o->normalize ? "off" : "on");
+    bad |= wt_runid_add(buf, cap, &len, "data", "%016" PRIx64 " (the hash of %lld training rows)",
+                        wt_dataset_hash(train), (long long)train->n);
+    return bad ? WF_ENOMEM : 0;
+}
+
+/* Hands the snapshot of 'step' (steps done) to the checkpointer. */
+static int checkpoint_now(trainer *t, wf_checkpointer *c, long step, const char *runid,
+                          int64_t per_epoch, int64_t n_train, char *err, size_t errlen)
+{
+    int64_t pos[4] = { step, per_epoch, n_train, t->o->batch };
+    wf_tensor *id = wf_tensor_from(WF_U8, WF_SHAPE((int64_t)strlen(runid)), runid);
+    wf_tensor *at = wf_tensor_from(WF_I64, WF_SHAPE(4), pos);
+    wf_named_tensor xs[4 * MAX_PARAMS + 6];
+    int n = 0;
+    for (int i = 0; t->o->eager && i < t->n_state; i++)
+        xs[n++] = t->state[i];
+    xs[n++] = (wf_named_tensor){ X_OPTIONS, id };
+    xs[n++] = (wf_named_tensor){ X_POSITION, at };
+    int rc = id && at ? wf_checkpointer_save(c, t->o->eager ? NULL : t->s, step, xs, n) : WF_ENOMEM;
+    if (rc < 0)
+        snprintf(err, errlen, "--checkpoint-dir %s: %s", t->o->ckpt_dir, wf_last_errmsg());
+    wf_tensor_release(id);
+    wf_tensor_release(at);
+    return rc;
+}
+
+/* Checks a checkpoint's extras against this run: the options and the data position. */
+static int check_extras(const char *path, const wf_tensor *id, const wf_tensor *at, int64_t step,
+                        const char *runid, const int64_t want[4], char *err, size_t errlen)
+{
+    char why[1024];
+    if (!id || !at || wf_tensor_dtype(id) != WF_U8 || wf_tensor_shape(id).rank != 1 ||
+        !wf_tensor_data_i64(at) || wf_tensor_numel(at) != 4) {
+        snprintf(err, errlen,
+                 "--resume %s: not a checkpoint of weft-train (no U8 '" X_OPTIONS
+                 "' and I64 [4] '" X_POSITION "')",
+                 path);
+        return WF_EFORMAT;
+    }
+    if (wt_runid_check(wf_tensor_data(id), (size_t)wf_tensor_numel(id), runid, why, sizeof why) <
+        0) {
+        snprintf(err, errlen, "--resume %s: %s", path, why);
+        return WF_EINVAL;
+    }
+    const int64_t *pos = wf_tensor_data_i64(at);
+    if (pos[0] != step || pos[1] != want[1] || pos[2] != want[2] || pos[3] != want[3]) {
+        snprintf(err, errlen,
+                 "--resume %s: its data position (step %lld, %lld steps per epoch, %lld rows, "
+                 "batch %lld) does not fit this run (step %lld, %lld, %lld, %lld)",
+                 path, (long long)pos[0], (long long)pos[1], (long long)pos[2],
+                 (long long)pos[3], (long long)step, (long long)want[1], (long long)want[2],
+                 (long long)want[3]);
+        return WF_EINVAL;
+    }
+    return 0;
+}
+
+/* --resume: loads the newest complete checkpoint of --checkpoint-dir into the trainer and
+ * sets '*step' to its step; with none there, '*step' is 0 (a fresh start). */
+static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_train, long *step,
+                  char *err, size_t errlen)
+{
+    const options *o = t->o;
+    char path[4096];
+    int64_t st = 0;
+    *step = 0;
+    int rc = wf_checkpoint_latest(o->ckpt_dir, path, sizeof path, &st);
+    if (rc == WF_ENOTFOUND) {
+        if (!o->quiet)
+            printf("weft-train: --resume: no checkpoint in %s yet, starting at step 0\n",
+                   o->ckpt_dir);
+        return 0;
+    }
+    if (rc < 0) {
+        snprintf(err, errlen, "--resume: %s", wf_last_errmsg());
+        return rc;
+    }
+    wf_named_tensor *ts = NULL;
+    int n = 0;
+    int64_t fstep = st;
+    rc = o->eager ? wf_safetensors_read(path, &ts, &n)
+                  : wf_checkpoint_restore(t->s, path, &fstep, &ts, &n);
+    if (rc < 0) {
+        snprintf(err, errlen, "--resume %s: %s", path,
+                 o->eager ? wf_last_errmsg() : wf_session_errmsg(t->s));
+        return rc;
+    }
+    const wf_tensor *id = NULL, *at = NULL;
+    for (int i = 0; i < n; i++)
+        if (strcmp(ts[i].name, X_OPTIONS) == 0)
+            id = ts[i].tensor;
+        else if (strcmp(ts[i].name, X_POSITION) == 0)
+            at = ts[i].tensor;
+    const int64_t want[4] = { fstep, per_epoch, n_train, o->batch };
+    rc = check_extras(path, id, at, fstep, runid, want, err, errlen);
+    /* The rest: an eager run's variables; a session has taken its own already, so anything
+     * left there is a stranger. */
+    for (int i = 0; rc == 0 && i < n; i++) {
+        if (ts[i].tensor == id || ts[i].tensor == at)
+            continue;
+        if (!o->eager || t->n_state == MAX_PARAMS * 4) {
+            snprintf(err, errlen, "--resume %s: tensor '%s' is %s", path, ts[i].name,
+                     o->eager ? "one too many" : "not a variable of the model");
+            rc = WF_EINVAL;
+            break;
+        }
+        snprintf(t->names[t->n_state], sizeof t->names[0], "%s", ts[i].name);
+        t->state[t->n_state].name = t->names[t->n_state];
+        t->state[t->n_state++].tensor = wf_tensor_retain(ts[i].tensor);
+    }
+    wf_safetensors_free(ts, n);
+    if (rc < 0)
+        return rc;
+    *step = (long)fstep;
+    if (!o->quiet)
+        printf("weft-train: resuming from %s (step %ld)\n", path, *step);
+    return 0;
+}
+
 /* ---- Command line -------------------------------------------------------------------------- */
 
 static void usage(FILE *f)
@@ -492,6 +662,13 @@ static void usage(FILE *f)
             "                           critical path, idle and steals; --svg: a timeline)\n"
             "  --dump-graph FILE.dot    the training step after the compile passes, as Graphviz\n"
             "                           DOT (render: dot -Tsvg FILE.dot > graph.svg)\n"
+            "  --checkpoint-every K     a checkpoint every K steps into --checkpoint-dir, written\n"
+            "                           in the background (weights, optimizer state, data\n"
+            "                           position, options)\n"
+            "  --checkpoint-dir D       the folder of the checkpoints (made if missing)\n"
+            "  --keep N                 keep the newest N checkpoints (3)\n"
+            "  --resume                 go on from the newest complete checkpoint of D (none:\n"
+            "                           start at step 0); refused if the options differ\n"
             "  --quiet                  only the final line\n"
             "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
             "(not the checkpoint); the exit status is then 130.\n");
@@ -573,7 +750,8 @@ static int parse_args(int argc, char **argv, options *o)
             i++;
         } else if (strcmp(a, "--batch") == 0 || strcmp(a, "--steps") == 0 ||
                    strcmp(a, "--epochs") == 0 || strcmp(a, "--seed") == 0 ||
-                   strcmp(a, "--threads") == 0 || strcmp(a, "--split-seed") == 0) {
+                   strcmp(a, "--threads") == 0 || strcmp(a, "--split-seed") == 0 ||
+                   strcmp(a, "--checkpoint-every") == 0 || strcmp(a, "--keep") == 0) {
             NEED(1);
             long long v = strtoll(ARG(1), &end, 10);
             if (*end || end == ARG(1) || v < 0 ||
@@ -583,6 +761,10 @@ static int parse_args(int argc, char **argv, options *o)
             }
             if (strcmp(a, "--split-seed") == 0) /* not a[3]: "--epochs" has a 'p' there too */
                 o->split_seed = (uint64_t)v;
+            else if (strcmp(a, "--checkpoint-every") == 0)
+                o->ckpt_every = v > 1L << 40 ? 1L << 40 : (long)v;
+            else if (strcmp(a, "--keep") == 0)
+                o->keep = v > 1 << 20 ? 1 << 20 : (int)v;
             else if (a[2] == 'b')
                 o->batch = v > 1 << 20 ? 1 << 20 : (int)v;
             else if (a[3] == 't')
@@ -604,6 +786,11 @@ static int parse_args(int argc, char **argv, options *o)
             o->normalize = false;
         } else if (strcmp(a, "--quiet") == 0) {
             o->quiet = true;
+        } else if (strcmp(a, "--resume") == 0) {
+            o->resume = true;
+        } else if (strcmp(a, "--checkpoint-dir") == 0) {
+            NEED(1);
+            o->ckpt_dir = argv[++i];
         } else if (strcmp(a, "--init") == 0 || strcmp(a, "--save") == 0 ||
                    strcmp(a, "--log") == 0 || strcmp(a, "--trace") == 0 ||
                    strcmp(a, "--dump-graph") == 0 || strcmp(a, "--plot") == 0) {
@@ -624,6 +811,15 @@ static int parse_args(int argc, char **argv, options *o)
     }
     if (o->mixed_bf16 && o->eager) {
         fprintf(stderr, "weft-train: --mixed-bf16 is a compile pass: not with --eager\n");
+        return -1;
+    }
+    if ((o->ckpt_every || o->resume) && !o->ckpt_dir) {
+        fprintf(stderr, "weft-train: %s needs --checkpoint-dir D\n",
+                o->resume ? "--resume" : "--checkpoint-every");
+        return -1;
+    }
+    if (o->keep && !o->ckpt_every) {
+        fprintf(stderr, "weft-train: --keep needs --checkpoint-every K\n");
         return -1;
     }
     if (o->steps && o->epochs) {
@@ -727,6 +923,7 @@ int main(int argc, char **argv)
     model m;
     trainer t = { .o = &o, .m = &m };
     FILE *log = NULL;
+    wf_checkpointer *ckpt = NULL; /* --checkpoint-every */
     int rc = load_data(&o, &all, err, sizeof err);
     if (rc == 0)
         rc = wt_split(&all, o.test_fraction, o.split_seed, &train, &test, err, sizeof err);
@@ -736,7 +933,8 @@ int main(int argc, char **argv)
         rc = make_model(&o, &train, &m, err, sizeof err);
     if (rc == 0)
         rc = parse_optimizer(&o, &t.opt, err, sizeof err);
-    if (rc == 0 && o.log && !(log = fopen(o.log, "w"))) {
+    /* a resumed run's log goes on after the steps the earlier run logged */
+    if (rc == 0 && o.log && !(log = fopen(o.log, o.resume ? "a" : "w"))) {
         snprintf(err, sizeof err, "--log %s: cannot open it for writing", o.log);
         rc = WF_EIO;
     }
@@ -766,6 +964,29 @@ int main(int argc, char **argv)
     int64_t per_epoch = (train.n + o.batch - 1) / o.batch;
     long total_steps = o.steps ? o.steps : (long)(o.epochs * per_epoch);
     long n_epochs = (total_steps + per_epoch - 1) / per_epoch;
+    /* Checkpoints: the folder (made when missing), this run's identity, and the step to
+     * start at (0, or the newest checkpoint's with --resume). */
+    char runid[2048] = "";
+    long step0 = 0;
+    if (o.ckpt_dir && mkdir(o.ckpt_dir, 0777) != 0 && errno != EEXIST) {
+        snprintf(err, sizeof err, "--checkpoint-dir %s: %s", o.ckpt_dir, strerror(errno));
+        rc = WF_EIO;
+    }
+    if (rc == 0 && o.ckpt_dir && run_identity(&o, &t, &train, runid, sizeof runid) < 0) {
+        snprintf(err, sizeof err, "--checkpoint-dir: the options do not fit %zu bytes",
+                 sizeof runid);
+        rc = WF_ENOMEM;
+    }
+    if (rc == 0 && o.ckpt_every &&
+        (rc = wf_checkpointer_create(
+             &(wf_checkpointer_opts){ .dir = o.ckpt_dir, .keep = o.keep }, &ckpt)) < 0)
+        snprintf(err, sizeof err, "--checkpoint-dir %s: %s", o.ckpt_dir, wf_last_errmsg());
+    if (rc == 0 && o.resume)
+        rc = resume(&t, runid, per_epoch, train.n, &step0, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "weft-train: %s\n", err);
+        goto out;
+    }
     if (!o.quiet) {
         int64_t n_weights = 0;
         for (int i = 0; i < m.n_params; i++)
@@ -785,25 +1006,30 @@ int main(int argc, char **argv)
         goto out_batch;
     }
     double t0 = now_s(), test_loss = NAN, test_acc = NAN;
-    long step = 0;
+    long step = step0 < total_steps ? step0 : total_steps;
     wt_progress bar;
     wt_progress_opts po = { .quiet = o.quiet };
     struct sigaction sa = { .sa_handler = on_sigint, .sa_flags = SA_RESETHAND | SA_RESTART };
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
-    for (long epoch = 1; epoch <= n_epochs && rc == 0 && !interrupted; epoch++) {
+    /* A resumed run starts inside the epoch of its step, at the batch after it: epoch e's
+     * order depends only on (--seed, e). */
+    for (long epoch = step / per_epoch + 1; epoch <= n_epochs && rc == 0 && !interrupted;
+         epoch++) {
         wt_permutation(train.n, o.shuffle ? o.seed * 1000003 + (uint64_t)epoch : WT_SPLIT_IN_ORDER,
                        perm);
+        int64_t first = step - (epoch - 1) * per_epoch; /* > 0 only in a resumed epoch */
         int64_t this_epoch = per_epoch;
-        if (step + this_epoch > total_steps)
-            this_epoch = total_steps - step;
+        if ((epoch - 1) * per_epoch + this_epoch > total_steps)
+            this_epoch = total_steps - (epoch - 1) * per_epoch;
         int64_t n_samples = this_epoch == per_epoch ? train.n : this_epoch * o.batch;
         if (n_samples > train.n)
             n_samples = train.n;
+        n_samples -= first * o.batch;
         wt_progress_begin(&bar, &po, (int)epoch, (int)n_epochs, n_samples);
         double lsum = 0, right = 0;
         int64_t seen = 0;
-        for (int64_t b = 0; b < this_epoch && rc == 0 && !interrupted; b++, step++) {
+        for (int64_t b = first; b < this_epoch && rc == 0 && !interrupted; b++, step++) {
             int64_t at = b * o.batch, cnt = train.n - at < o.batch ? train.n - at : o.batch;
             wt_batch(&train, perm, at, cnt, xb, yb);
             wf_tensor *x = wf_tensor_from(WF_F32, batch_shape(&m, cnt), xb);
@@ -832,6 +1058,12 @@ int main(int argc, char **argv)
                 break;
             }
             wt_progress_update(&bar, seen, lsum / (double)seen, right / (double)seen);
+            if (ckpt && (step + 1) % o.ckpt_every == 0 &&
+                (rc = checkpoint_now(&t, ckpt, step + 1, runid, per_epoch, train.n, err,
+                                     sizeof err)) < 0) {
+                step++; /* this step is done; its checkpoint failed */
+                break;
+            }
         }
         if (rc == 0 && test.n > 0 && !interrupted) {
             rc = evaluate(&t, &test, &test_loss, &test_acc, err, sizeof err);
@@ -847,6 +1079,14 @@ int main(int argc, char **argv)
         snprintf(note, sizeof note, "test acc %.1f%%", 100 * test_acc);
         wt_progress_end_note(&bar, rc == 0 && test.n > 0 ? note : NULL);
     }
+    /* The last checkpoint is written (and its failure seen) before the run says it is done. */
+    if (ckpt && (rc == 0 || interrupted)) {
+        int cr = wf_checkpointer_wait(ckpt);
+        if (cr < 0 && rc == 0) {
+            snprintf(err, sizeof err, "--checkpoint-dir %s: %s", o.ckpt_dir, wf_last_errmsg());
+            rc = cr;
+        }
+    }
     if (rc < 0) { /* the plot of the steps done may show why */
         fprintf(stderr, "weft-train: %s\n", err);
         finish_plot(&plot, &o, &t, step, rc, err, sizeof err);
@@ -858,9 +1098,10 @@ int main(int argc, char **argv)
                "saved\n",
                step, secs);
     else
-        printf("weft-train: %ld steps in %.2f s (%.0f samples/s); test accuracy %.2f%% (loss "
+        printf("weft-train: %ld steps in %.2f s (%.0f samples/s%s); test accuracy %.2f%% (loss "
                "%.4f)\n",
-               step, secs, (double)step * o.batch / secs, 100 * test_acc, test_loss);
+               step - step0, secs, (double)(step - step0) * o.batch / secs,
+               step0 ? ", resumed at a checkpoint" : "", 100 * test_acc, test_loss);
     if (o.save && !interrupted && (rc = save(&t, o.save, err, sizeof err)) == 0)
         printf("weft-train: saved %s (safetensors: weights and optimizer state)\n", o.save);
     if (o.trace) {
@@ -899,6 +1140,7 @@ out_batch:
     free(yb);
     free(perm);
 out:
+    wf_checkpointer_destroy(ckpt); /* before the session whose values it copied */
     wt_plot_free(&plot);
     if (log)
         fclose(log);
