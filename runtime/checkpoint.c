@@ -104,8 +104,8 @@ int wf__checkpoint_step(const wf__st_header *h, const char *what, int64_t *step)
 
 /* Matches the file's entries to the session's variables: 'entry_of[k]' gets the entry of
  * variable k (-1: absent, allowed by the flags), 'used[i]' whether entry i was matched. */
-static int match(wf_session *s, const wf__st_file *f, uint32_t flags, int32_t *entry_of,
-                 uint8_t *used)
+static int match(wf_session *s, const char *fn, const wf__st_file *f, uint32_t flags,
+                 int32_t *entry_of, uint8_t *used)
 {
     char desc[WF_ERRMSG_MAX], a[160], b[160];
     for (int id = 0; id < s->n_nodes; id++) {
@@ -119,22 +119,22 @@ static int match(wf_session *s, const wf__st_file *f, uint32_t flags, int32_t *e
             if (flags & WF_CHECKPOINT_ALLOW_MISSING)
                 continue;
             return wf__session_fail(s, WF_ENOTFOUND,
-                                    "wf_checkpoint_load: %s: no tensor for %s, %s %s (pass "
+                                    "%s: %s: no tensor for %s, %s %s (pass "
                                     "WF_CHECKPOINT_ALLOW_MISSING to keep its value)",
-                                    f->what, wf__rt_node_desc(n, desc, sizeof desc),
+                                    fn, f->what, wf__rt_node_desc(n, desc, sizeof desc),
                                     wf_dtype_name(n->dtype), wf_shape_str(n->shape, a, sizeof a));
         }
         const wf__st_entry *e = &f->header.entries[i];
         if (e->dtype != n->dtype)
-            return wf__session_fail(
-                s, WF_EDTYPE, "wf_checkpoint_load: %s: tensor '%s' is %s but %s is %s", f->what,
-                e->name, wf_dtype_name(e->dtype), wf__rt_node_desc(n, desc, sizeof desc),
-                wf_dtype_name(n->dtype));
+            return wf__session_fail(s, WF_EDTYPE, "%s: %s: tensor '%s' is %s but %s is %s", fn,
+                                    f->what, e->name, wf_dtype_name(e->dtype),
+                                    wf__rt_node_desc(n, desc, sizeof desc),
+                                    wf_dtype_name(n->dtype));
         if (!wf_shape_equal(e->shape, n->shape))
-            return wf__session_fail(
-                s, WF_ESHAPE, "wf_checkpoint_load: %s: tensor '%s' has shape %s but %s has %s",
-                f->what, e->name, wf_shape_str(e->shape, a, sizeof a),
-                wf__rt_node_desc(n, desc, sizeof desc), wf_shape_str(n->shape, b, sizeof b));
+            return wf__session_fail(s, WF_ESHAPE, "%s: %s: tensor '%s' has shape %s but %s has %s",
+                                    fn, f->what, e->name, wf_shape_str(e->shape, a, sizeof a),
+                                    wf__rt_node_desc(n, desc, sizeof desc),
+                                    wf_shape_str(n->shape, b, sizeof b));
         used[i] = 1;
     }
     if (!(flags & WF_CHECKPOINT_ALLOW_UNEXPECTED))
@@ -142,9 +142,9 @@ static int match(wf_session *s, const wf__st_file *f, uint32_t flags, int32_t *e
             if (!used[i])
                 return wf__session_fail(
                     s, WF_EINVAL,
-                    "wf_checkpoint_load: %s: tensor '%s' is not a variable of the "
+                    "%s: %s: tensor '%s' is not a variable of the "
                     "session (pass WF_CHECKPOINT_ALLOW_UNEXPECTED to ignore it)",
-                    f->what, f->header.entries[i].name);
+                    fn, f->what, f->header.entries[i].name);
     return 0;
 }
 
@@ -183,7 +183,7 @@ static int load(wf_session *s, const char *fn, const char *path, uint32_t flags,
         rc = wf__session_fail(s, rc, "%s: %s", fn, wf_last_errmsg());
         goto out;
     }
-    if ((rc = match(s, &f, flags, entry_of, used)) < 0)
+    if ((rc = match(s, fn, &f, flags, entry_of, used)) < 0)
         goto out;
     /* The whole file is validated as a read validates it, also the tensors it skips; a
      * restore keeps them all (the extras). */

@@ -79,8 +79,7 @@ static int one_way(const char *a, size_t an, const char *b, size_t bn, int a_is_
     return 0;
 }
 
-int wt_runid_check(const char *saved, size_t saved_len, const char *now, char *err,
-                   size_t errlen)
+int wt_runid_check(const char *saved, size_t saved_len, const char *now, char *err, size_t errlen)
 {
     size_t nn = strlen(now);
     if (one_way(saved, saved_len, now, nn, 1, err, errlen) < 0)

@@ -21,8 +21,7 @@ int wt_runid_add(char *buf, size_t cap, size_t *len, const char *key, const char
  * same value in both; else -1 with a message in 'err' naming the first option that differs
  * ("--batch: the checkpoint was trained with 32, this run has 64"), one that only one side
  * has, or a malformed text. */
-int wt_runid_check(const char *saved, size_t saved_len, const char *now, char *err,
-                   size_t errlen);
+int wt_runid_check(const char *saved, size_t saved_len, const char *now, char *err, size_t errlen);
 
 /* A 64-bit FNV-1a hash of the dataset's shape, features and labels: the same data give the
  * same hash, so a resumed run can tell that its data changed. */

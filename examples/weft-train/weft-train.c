@@ -555,9 +555,8 @@ static int check_extras(const char *path, const wf_tensor *id, const wf_tensor *
         snprintf(err, errlen,
                  "--resume %s: its data position (step %lld, %lld steps per epoch, %lld rows, "
                  "batch %lld) does not fit this run (step %lld, %lld, %lld, %lld)",
-                 path, (long long)pos[0], (long long)pos[1], (long long)pos[2],
-                 (long long)pos[3], (long long)step, (long long)want[1], (long long)want[2],
-                 (long long)want[3]);
+                 path, (long long)pos[0], (long long)pos[1], (long long)pos[2], (long long)pos[3],
+                 (long long)step, (long long)want[1], (long long)want[2], (long long)want[3]);
         return WF_EINVAL;
     }
     return 0;
@@ -583,14 +582,12 @@ static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_tr
         snprintf(err, errlen, "--resume: %s", wf_last_errmsg());
         return rc;
     }
+    /* The extras first, so that a run of other options is refused naming the option rather
+     * than the first variable whose shape it changed. */
     wf_named_tensor *ts = NULL;
     int n = 0;
-    int64_t fstep = st;
-    rc = o->eager ? wf_safetensors_read(path, &ts, &n)
-                  : wf_checkpoint_restore(t->s, path, &fstep, &ts, &n);
-    if (rc < 0) {
-        snprintf(err, errlen, "--resume %s: %s", path,
-                 o->eager ? wf_last_errmsg() : wf_session_errmsg(t->s));
+    if ((rc = wf_safetensors_read(path, &ts, &n)) < 0) {
+        snprintf(err, errlen, "--resume %s: %s", path, wf_last_errmsg());
         return rc;
     }
     const wf_tensor *id = NULL, *at = NULL;
@@ -599,16 +596,30 @@ static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_tr
             id = ts[i].tensor;
         else if (strcmp(ts[i].name, X_POSITION) == 0)
             at = ts[i].tensor;
-    const int64_t want[4] = { fstep, per_epoch, n_train, o->batch };
-    rc = check_extras(path, id, at, fstep, runid, want, err, errlen);
-    /* The rest: an eager run's variables; a session has taken its own already, so anything
-     * left there is a stranger. */
-    for (int i = 0; rc == 0 && i < n; i++) {
+    const int64_t want[4] = { st, per_epoch, n_train, o->batch };
+    rc = check_extras(path, id, at, st, runid, want, err, errlen);
+    if (rc == 0 && !o->eager) {
+        /* A session loads its variables itself (all of them, checked); the file may hold
+         * nothing else but the two extras. */
+        wf_named_tensor *ex = NULL;
+        int n_ex = 0;
+        int64_t fstep = -1;
+        if ((rc = wf_checkpoint_restore(t->s, path, &fstep, &ex, &n_ex)) < 0)
+            snprintf(err, errlen, "--resume %s: %s", path, wf_session_errmsg(t->s));
+        for (int i = 0; rc == 0 && i < n_ex; i++)
+            if (strcmp(ex[i].name, X_OPTIONS) != 0 && strcmp(ex[i].name, X_POSITION) != 0) {
+                snprintf(err, errlen, "--resume %s: tensor '%s' is not a variable of the model",
+                         path, ex[i].name);
+                rc = WF_EINVAL;
+            }
+        wf_safetensors_free(ex, n_ex);
+    }
+    /* An eager run's variables: the rest of the file. */
+    for (int i = 0; rc == 0 && o->eager && i < n; i++) {
         if (ts[i].tensor == id || ts[i].tensor == at)
             continue;
-        if (!o->eager || t->n_state == MAX_PARAMS * 4) {
-            snprintf(err, errlen, "--resume %s: tensor '%s' is %s", path, ts[i].name,
-                     o->eager ? "one too many" : "not a variable of the model");
+        if (t->n_state == MAX_PARAMS * 4) {
+            snprintf(err, errlen, "--resume %s: more than %d tensors", path, MAX_PARAMS * 4);
             rc = WF_EINVAL;
             break;
         }
@@ -619,7 +630,7 @@ static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_tr
     wf_safetensors_free(ts, n);
     if (rc < 0)
         return rc;
-    *step = (long)fstep;
+    *step = (long)st;
     if (!o->quiet)
         printf("weft-train: resuming from %s (step %ld)\n", path, *step);
     return 0;
@@ -978,8 +989,8 @@ int main(int argc, char **argv)
         rc = WF_ENOMEM;
     }
     if (rc == 0 && o.ckpt_every &&
-        (rc = wf_checkpointer_create(
-             &(wf_checkpointer_opts){ .dir = o.ckpt_dir, .keep = o.keep }, &ckpt)) < 0)
+        (rc = wf_checkpointer_create(&(wf_checkpointer_opts){ .dir = o.ckpt_dir, .keep = o.keep },
+                                     &ckpt)) < 0)
         snprintf(err, sizeof err, "--checkpoint-dir %s: %s", o.ckpt_dir, wf_last_errmsg());
     if (rc == 0 && o.resume)
         rc = resume(&t, runid, per_epoch, train.n, &step0, err, sizeof err);
@@ -1014,8 +1025,7 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     /* A resumed run starts inside the epoch of its step, at the batch after it: epoch e's
      * order depends only on (--seed, e). */
-    for (long epoch = step / per_epoch + 1; epoch <= n_epochs && rc == 0 && !interrupted;
-         epoch++) {
+    for (long epoch = step / per_epoch + 1; epoch <= n_epochs && rc == 0 && !interrupted; epoch++) {
         wt_permutation(train.n, o.shuffle ? o.seed * 1000003 + (uint64_t)epoch : WT_SPLIT_IN_ORDER,
                        perm);
         int64_t first = step - (epoch - 1) * per_epoch; /* > 0 only in a resumed epoch */
