@@ -1,7 +1,10 @@
 /* fuzz/fuzz_checkpoint.c: libFuzzer target for wf_checkpoint_load (runtime/checkpoint.c) into
  * a session with a few variables of different dtypes and shapes, strict and with both
- * ALLOW_ flags (chosen by the input's last byte). A refused load must leave every variable
- * bitwise as it was. One runtime, graph and session for the whole run. */
+ * ALLOW_ flags (chosen by the input's last byte's low 2 bits), and, when bit 2 of that byte
+ * is set, for wf_checkpoint_restore instead (a checkpointer's file: the "weft.step" metadata
+ * and the extras). A refused load must leave every variable bitwise as it was; a restore
+ * that succeeds returns a step >= 0 and extras that are not variables. One runtime, graph and
+ * session for the whole run. */
 #include "fuzz_util.h"
 
 #include <weft/weft.h>
@@ -57,7 +60,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int fd = wf_fuzz_file(data, size, path, sizeof path);
     uint8_t before[256], after[256];
     size_t nb = snapshot(before);
-    int rc = wf_checkpoint_load(s, path, flags);
+    int rc;
+    if (size && (data[size - 1] & 4u)) {
+        int64_t step = -1;
+        wf_named_tensor *extra = NULL;
+        int n_extra = -1;
+        rc = wf_checkpoint_restore(s, path, &step, &extra, &n_extra);
+        if (rc == 0) {
+            if (step < 0 || n_extra < 0 || !extra)
+                abort(); /* a success without its step or extras */
+            for (int i = 0; i < n_extra; i++)
+                for (int k = 0; k < N_VARS; k++)
+                    if (strcmp(extra[i].name, names[k]) == 0)
+                        abort(); /* a variable returned as an extra */
+        } else if (extra || n_extra != 0) {
+            abort(); /* a refusal that returned something */
+        }
+        wf_safetensors_free(extra, n_extra > 0 ? n_extra : 0);
+    } else {
+        rc = wf_checkpoint_load(s, path, flags);
+    }
     if (rc != 0) {
         if (!wf_session_errmsg(s)[0] && !wf_last_errmsg()[0])
             abort(); /* a refusal without a message */

@@ -64,6 +64,18 @@ for t in ("safetensors", "checkpoint"):
     put(t, "huge_len", struct.pack("<Q", 1 << 62) + b"{}")
 # last byte selects the ALLOW_ flags in fuzz_checkpoint.c: a file ending in 0x03 allows both
 put("checkpoint", "all_vars_allow", safetensors(ckpt_vars, pad=8) + b"\x03")
+# bit 2 of the last byte: wf_checkpoint_restore (a checkpointer's file, with "weft.step" and
+# extras such as weft-train's options text and data position)
+ckptr_meta = {"format": "pt", "weft": "0.1.0", "weft.step": "100"}
+ckptr_extra = [("weft-train.options", "U8", [11], b"--batch 32\n"),
+               ("weft-train.position", "I64", [4], struct.pack("<4q", 100, 45, 1438, 32))]
+put("checkpoint", "restore_ok", safetensors(ckpt_vars + ckptr_extra, ckptr_meta) + b"\x04")
+put("checkpoint", "restore_no_extras", safetensors(ckpt_vars, ckptr_meta) + b"\x04")
+for name, step in (("leading_zero", "0100"), ("negative", "-1"), ("letters", "1e3"),
+                   ("too_long", "1" * 19), ("empty", "")):
+    put("checkpoint", "restore_step_" + name,
+        safetensors(ckpt_vars, dict(ckptr_meta, **{"weft.step": step})) + b"\x04")
+put("checkpoint", "restore_no_step", safetensors(ckpt_vars, {"format": "pt"}) + b"\x04")
 
 # ---- control frames ------------------------------------------------------------------------
 MAGIC = 0x57465446
