@@ -98,7 +98,7 @@ typedef struct launcher {
     int nnodes, node_rank; /* 1 and 0 on one machine */
     start *cur;            /* this start (its 'ranks'), and through 'prev' the earlier ones */
     uv_signal_t sigs[4];
-    uv_timer_t kill_timer, join_timer;
+    uv_timer_t kill_timer, join_timer, drain_timer;
     int exit_code;    /* this start's first local failure's, or 0 */
     bool stopping;    /* this start's local ranks are being ended */
     bool interrupted; /* a signal from outside or a lost node: no restart */
@@ -188,6 +188,8 @@ static void on_pipe_closed(uv_handle_t *h)
     o->line = NULL;
 }
 
+static void drained(launcher *L);
+
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     out_pipe *o = s->data;
@@ -198,6 +200,9 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
             o->open = false;
             uv_close((uv_handle_t *)s, on_pipe_closed);
         }
+        launcher *L = s->loop->data;
+        if (L->finished)
+            drained(L);
         return;
     }
     for (ssize_t i = 0; i < n; i++) {
@@ -253,6 +258,37 @@ static double now_s(const launcher *L)
     return (double)(uv_hrtime() - L->t0_ns) / 1e9;
 }
 
+/* Closes every output pipe still open: 'all' (the drain deadline passed), or else only
+ * when none is open any more, which closes the drain timer. */
+static void close_pipes(launcher *L, bool all)
+{
+    for (start *st = L->cur; st; st = st->prev)
+        for (int i = 0; i < L->n; i++) {
+            out_pipe *ps[2] = { &st->ranks[i].out, &st->ranks[i].err };
+            for (int p = 0; p < 2; p++)
+                if (ps[p]->open) {
+                    if (!all)
+                        return;
+                    if (ps[p]->len)
+                        flush_line(ps[p]);
+                    ps[p]->open = false;
+                    uv_close((uv_handle_t *)&ps[p]->pipe, on_pipe_closed);
+                }
+        }
+    if (!uv_is_closing((uv_handle_t *)&L->drain_timer))
+        uv_close((uv_handle_t *)&L->drain_timer, NULL);
+}
+
+static void drained(launcher *L)
+{
+    close_pipes(L, false);
+}
+
+static void on_drain_timer(uv_timer_t *t)
+{
+    close_pipes(t->loop->data, true);
+}
+
 /* Ends weft-run with status 'code': closes every handle, so that uv_run() returns. */
 static void finish(launcher *L, int code)
 {
@@ -262,18 +298,11 @@ static void finish(launcher *L, int code)
     L->final_code = code;
     for (int i = 0; i < 4; i++)
         uv_close((uv_handle_t *)&L->sigs[i], NULL);
-    /* A pipe a rank's own children still hold open must not keep us waiting. */
-    for (start *st = L->cur; st; st = st->prev)
-        for (int i = 0; i < L->n; i++) {
-            out_pipe *ps[2] = { &st->ranks[i].out, &st->ranks[i].err };
-            for (int p = 0; p < 2; p++)
-                if (ps[p]->open) {
-                    if (ps[p]->len)
-                        flush_line(ps[p]);
-                    ps[p]->open = false;
-                    uv_close((uv_handle_t *)&ps[p]->pipe, on_pipe_closed);
-                }
-        }
+    /* A rank's last lines may still be in its pipes (its exit can reach us first): read
+     * them to their end, but a pipe a rank's own children still hold open must not keep us
+     * waiting long. */
+    uv_timer_start(&L->drain_timer, on_drain_timer, 500, 0);
+    drained(L);
     uv_close((uv_handle_t *)&L->kill_timer, NULL);
     uv_close((uv_handle_t *)&L->join_timer, NULL);
     run_link_close(L->link);
@@ -397,10 +426,14 @@ static void job_over(launcher *L, int code, const char *failure)
             job_over(L, 127, L->failure); /* no rank of ours runs: nothing else calls it */
         return;
     }
-    if (code != 0 && L->restarts > 0)
-        fprintf(stderr, "weft-run: %s after %d restart%s; exiting with status %d\n",
-                L->restart < L->restarts ? "not restarting" : "no restart left", L->restart,
-                L->restart == 1 ? "" : "s", code);
+    if (code != 0 && L->restarts > 0 && L->interrupted)
+        fprintf(stderr,
+                "weft-run: no restart (a signal from outside, a lost node or a rank that "
+                "cannot start); exiting with status %d\n",
+                code);
+    else if (code != 0 && L->restarts > 0)
+        fprintf(stderr, "weft-run: no restart left after %d restart%s; exiting with status %d\n",
+                L->restart, L->restart == 1 ? "" : "s", code);
     broadcast(L, "exit %d", code);
     finish(L, code);
 }
@@ -805,6 +838,7 @@ int main(int argc, char **argv)
     }
     uv_timer_init(L->loop, &L->kill_timer);
     uv_timer_init(L->loop, &L->join_timer);
+    uv_timer_init(L->loop, &L->drain_timer);
     static const int fwd[4] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
     for (int s = 0; s < 4; s++) {
         uv_signal_init(L->loop, &L->sigs[s]);
