@@ -37,7 +37,9 @@ cleanup()
 {
     # The launchers are ours: a timeout ended them at the latest, but a failed check leaves
     # them running; then the namespaces, which take the veth pair along.
-    for p in "${PIDS[@]:-}"; do [[ -n "$p" ]] && kill -9 "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]:-}"; do
+        if [[ -n "$p" ]]; then kill -9 "$p" 2>/dev/null || true; fi
+    done
     ip netns del "$NA" 2>/dev/null || true
     ip netns del "$NB" 2>/dev/null || true
     ip link del "$VA" 2>/dev/null || true
@@ -66,7 +68,7 @@ for _ in $(seq 50); do # the link comes up within a few hundred ms
     up "$NA" "$VA" && up "$NB" "$VB" && break
     sleep 0.1
 done
-up "$NA" "$VA" && up "$NB" "$VB" || die "the veth pair did not come up"
+if ! up "$NA" "$VA" || ! up "$NB" "$VB"; then die "the veth pair did not come up"; fi
 echo "netns-test: $NA ($VA 10.231.$R.1) <-> $NB ($VB 10.231.$R.2)"
 
 # The reference: the same 2 ranks on loopback in this namespace.

@@ -250,6 +250,10 @@ static void stop_others(launcher *L)
         return;
     L->stopping = true;
     signal_all(L, SIGTERM);
+    /* A stopped rank (SIGSTOP, a debugger) acts on SIGTERM only once continued: without
+     * this it would hold the restart back until the SIGKILL. SIGCONT changes nothing for
+     * the others. */
+    signal_all(L, SIGCONT);
     uv_timer_start(&L->kill_timer, on_kill_timer, 2000, 0);
 }
 
@@ -408,6 +412,15 @@ static void broadcast(launcher *L, const char *fmt, ...)
     run_link_send(L->link, -1, line);
 }
 
+/* Whether failure 'a' says more about why a start ended than 'b': when one rank is killed,
+ * the others fail on their next collective, and their exits (status 1) often reach us first;
+ * the death by a signal is the cause worth naming in the restart line. The exit status
+ * stays the first failure's. */
+static bool more_telling(const char *a, const char *b)
+{
+    return strstr(a, "killed by signal") && !strstr(b, "killed by signal");
+}
+
 /* Every rank of the job has ended this start, the first failure being 'failure' with status
  * 'code' (0: none): start all of them again, or end the job. */
 static void job_over(launcher *L, int code, const char *failure)
@@ -454,6 +467,8 @@ static void job_failed(launcher *L, int code, const char *what)
         L->job_code = code ? code : 1;
         snprintf(L->job_fail, sizeof L->job_fail, "%s", what);
         broadcast(L, "stop");
+    } else if (more_telling(what, L->job_fail)) {
+        snprintf(L->job_fail, sizeof L->job_fail, "%s", what);
     }
     stop_others(L);
 }
@@ -480,7 +495,7 @@ static void local_failed(launcher *L, int code, const char *what)
 {
     if (!L->exit_code)
         L->exit_code = code;
-    if (!L->failure[0])
+    if (!L->failure[0] || more_telling(what, L->failure))
         snprintf(L->failure, sizeof L->failure, "%s", what);
     if (L->nnodes > 1 && L->node_rank == 0) {
         job_failed(L, code, what);

@@ -8,7 +8,8 @@
  * with wf_checkpoint_save() to DIR/ckpt.safetensors every K steps (1 by default); at start
  * every rank loads that file when it exists and goes on from its step. The final state goes
  * to DIR/final.safetensors, and each rank prints "rank R final step S hash H" (FNV-1a of
- * w and b): a run with restarts must print the hash of one without.
+ * w and b): a run with restarts must print the hash of one without. With K > 1 rank 0
+ * also prints "rank 0 saved step N" after each save.
  * --kill: in incarnation INC (WEFT_INCARNATION) rank RANK, on reaching step STEP, dies:
  *   HOW "kill" raises SIGKILL, "exit" exits with status 7 (before that step's all-reduce,
  *   so the newest checkpoint is at most one step behind any rank). --step-ms sleeps M ms a
@@ -193,8 +194,14 @@ int main(int argc, char **argv)
         wf_tensor_release(st);
         if (rc < 0)
             return fail("update", rc, wf_session_errmsg(s));
-        if (rank == 0 && next % a.every == 0 && (rc = wf_checkpoint_save(s, ckpt)) < 0)
-            return fail("wf_checkpoint_save", rc, wf_session_errmsg(s));
+        if (rank == 0 && next % a.every == 0) {
+            if ((rc = wf_checkpoint_save(s, ckpt)) < 0)
+                return fail("wf_checkpoint_save", rc, wf_session_errmsg(s));
+            if (a.every > 1) { /* the soak times steps by these lines */
+                printf("rank 0 saved step %ld\n", (long)next);
+                fflush(stdout);
+            }
+        }
         if (a.step_ms)
             nanosleep(&(struct timespec){ a.step_ms / 1000, a.step_ms % 1000 * 1000000 }, NULL);
     }
