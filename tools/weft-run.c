@@ -1,12 +1,30 @@
-/* tools/weft-run.c: the launcher: starts N local ranks of a program.
- *   weft-run -n N [--host ADDR] [--token T] [--bind-to core|none] [--] program [args...]
+/* tools/weft-run.c: the launcher: starts the ranks of a program, on one machine or several.
+ *   weft-run -n N [--host ADDR] [--token T] [--bind-to core|none] [--restarts R]
+ *            [--nnodes M --node-rank K --master ADDR:PORT] [--] program [args...]
  * Each rank gets WEFT_RANK, WEFT_SIZE, WEFT_ADDR (rank 0's rendezvous "host:port": a free
- * loopback port unless --host names an address) and WEFT_TOKEN (random unless --token), which
- * wf_dist_opts_from_env() turns into wf_comm_opts. Every line a rank writes to stdout or
- * stderr is copied to ours with a "[rank] " prefix. SIGINT, SIGTERM, SIGHUP and SIGQUIT are
- * forwarded to every rank. When a rank dies (exits non-zero or by a signal) the others are
- * sent SIGTERM, then SIGKILL 2 s later, and weft-run exits with that rank's status (128 +
- * signal for a signal), naming it. All ranks exiting 0 makes weft-run exit 0.
+ * loopback port unless --host names an address), WEFT_TOKEN (random unless --token) and
+ * WEFT_INCARNATION (1, then one more per restart), which wf_dist_opts_from_env() turns into
+ * wf_comm_opts. Every line a rank writes to stdout or stderr is copied to ours with a
+ * "[rank] " prefix. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank. When a
+ * rank dies (exits non-zero or by a signal) the others are sent SIGTERM, then SIGKILL 2 s
+ * later, and weft-run exits with that rank's status (128 + signal for a signal), naming it.
+ * All ranks exiting 0 makes weft-run exit 0.
+ * --restarts R: when a rank dies, once every rank has ended, all of them are started again
+ * with the next WEFT_INCARNATION (the transport puts it in every message key, so a message
+ * of an earlier start never matches), up to R times; each restart is one line on stderr
+ * ("weft-run: restart 2 of 5 (incarnation 3): rank 1 (pid 812) was killed by signal 9
+ * (Killed) at 4.210 s"). Resuming is the program's part (from its newest checkpoint). A
+ * signal from outside (forwarded to the ranks) is never followed by a restart. The exit
+ * status is the last start's.
+ * Several machines (as torchrun's): 'weft-run --nnodes M --node-rank K --master ADDR:PORT -n
+ * P prog' on each of M machines runs ranks K*P .. K*P+P-1 of M*P; rank 0 (on node 0) hosts
+ * the rendezvous at ADDR:PORT, and node 0's launcher listens on ADDR:PORT+1 for the others
+ * (tools/run_link.c). Node 0 decides for the job: it starts every node's ranks once all
+ * nodes have joined (within 60 s), stops them all when a rank of any node dies, restarts
+ * them all or tells every node to exit with the job's status. A node whose link to node 0
+ * breaks ends its ranks (and node 0 those of every node, with no restart: a lost machine
+ * cannot be started again from here). Pass the same --token to every node: without one the
+ * token is empty and anyone who reaches the ports may join.
  * --bind-to core (as mpirun's default for small jobs) binds rank r to the (r mod C)-th of the
  * C cores weft-run may use (the first hardware thread of each), so two ranks share a core
  * only when there are more ranks than cores; the rank inherits it from weft-run, which holds
@@ -19,9 +37,14 @@
  * its ranks along within milliseconds; a rank's own children (a shell's) are not its
  * direct children and are not covered by this, but by the control plane: every rank gets
  * WEFT_LAUNCHER_FD, the read end of a pipe whose write end only weft-run holds, and a comm
- * made with it (wf_dist_opts_from_env) fails on every rank once that pipe closes.
- * Owns: the child processes, their output pipes, the line buffers.
+ * made with it (wf_dist_opts_from_env) fails on every rank once that pipe closes. With
+ * several nodes, a killed launcher's ranks go so, the other nodes' ranks see their peers
+ * die, and the other launchers see the launcher link break.
+ * Owns: the child processes, their output pipes, the line buffers, the restart count, node
+ * 0's view of the job's nodes.
  * Built on libuv (processes, pipes, signals), like the control plane of transport/. */
+#include "run_link.h"
+
 #include <uv.h>
 
 #include <arpa/inet.h>
@@ -30,6 +53,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,7 +63,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define MAX_RANKS 4096
+#define MAX_RANKS       4096
+#define MAX_RESTARTS    1000000
+#define JOIN_TIMEOUT_MS 60000
 
 typedef struct out_pipe {
     uv_pipe_t pipe;
@@ -51,22 +77,49 @@ typedef struct out_pipe {
 } out_pipe;
 
 typedef struct rank {
-    int index;
+    int index; /* the global rank */
     uv_process_t proc;
     out_pipe out, err;
     bool running;
     uint64_t sent; /* bit s: weft-run sent it signal s */
 } rank;
 
+/* The local ranks of one start. A start's output pipes may outlive it (a rank's last lines
+ * are read after its exit), so every start keeps its own array until weft-run ends. */
+typedef struct start {
+    rank *ranks;
+    struct start *prev;
+} start;
+
 typedef struct launcher {
     uv_loop_t *loop;
-    int n, alive;
-    rank *ranks;
+    int n, alive;          /* local ranks, and those of this start still running */
+    int first, size;       /* the global rank of local rank 0; the job's ranks */
+    int nnodes, node_rank; /* 1 and 0 on one machine */
+    start *cur;            /* this start (its 'ranks'), and through 'prev' the earlier ones */
     uv_signal_t sigs[4];
-    uv_timer_t kill_timer;
-    int exit_code; /* the first failure's, or 0 */
-    bool stopping;
-    char rbuf[65536]; /* one loop thread: one read buffer serves every pipe */
+    uv_timer_t kill_timer, join_timer, drain_timer;
+    int exit_code;    /* this start's first local failure's, or 0 */
+    bool stopping;    /* this start's local ranks are being ended */
+    bool interrupted; /* a signal from outside or a lost node: no restart */
+    bool finished;    /* the handles are closing; 'final_code' is the exit status */
+    int final_code;
+    int restarts, restart; /* --restarts, and how many were made */
+    uint32_t incarnation;
+    uint64_t t0_ns;
+    char failure[400]; /* this start's first local failure, in words */
+    /* How a rank starts (see main): */
+    char **env, **rargv;
+    char e_rank[32], e_inc[48];
+    int *cores, n_cores;
+    cpu_set_t allowed;
+    /* Several nodes: */
+    run_link *link;
+    int job_code;       /* node 0: the job's first failure's status this start, or 0 */
+    char job_fail[400]; /* node 0: that failure, in words */
+    bool *down;         /* node 0: [node] its ranks of this start have all ended */
+    bool link_lost;     /* other nodes: node 0 is gone; end when our ranks have */
+    char rbuf[65536];   /* one loop thread: one read buffer serves every pipe */
 } launcher;
 
 /* Whether 'cpu' is the first hardware thread of its core (or its topology is unknown). */
@@ -100,12 +153,19 @@ static int usable_cores(cpu_set_t *allowed, int *cores)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: weft-run -n N [--host ADDR] [--token T] [--bind-to core|none] [--] program "
+            "usage: weft-run -n N [--host ADDR] [--token T] [--bind-to core|none] [--restarts R]\n"
+            "                [--nnodes M --node-rank K --master ADDR:PORT] [--] program "
             "[args...]\n"
             "  starts N ranks of 'program' on this machine with WEFT_RANK, WEFT_SIZE,\n"
-            "  WEFT_ADDR and WEFT_TOKEN set; output lines are prefixed with the rank.\n"
+            "  WEFT_ADDR, WEFT_TOKEN and WEFT_INCARNATION set; output lines are prefixed\n"
+            "  with the rank.\n"
             "  --bind-to core binds rank r to the (r mod C)-th of the C usable cores\n"
-            "  (as mpirun does); none (the default) leaves the ranks unbound.\n");
+            "  (as mpirun does); none (the default) leaves the ranks unbound.\n"
+            "  --restarts R: when a rank dies, end the others and start all ranks again\n"
+            "  (next incarnation), up to R times.\n"
+            "  --nnodes M --node-rank K --master ADDR:PORT: this machine is node K of M and\n"
+            "  runs ranks K*N .. K*N+N-1; rank 0 (node 0) listens on ADDR:PORT, node 0's\n"
+            "  launcher on ADDR:PORT+1. Give every node the same --token.\n");
 }
 
 static void flush_line(out_pipe *o)
@@ -128,6 +188,8 @@ static void on_pipe_closed(uv_handle_t *h)
     o->line = NULL;
 }
 
+static void drained(launcher *L);
+
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     out_pipe *o = s->data;
@@ -138,6 +200,9 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
             o->open = false;
             uv_close((uv_handle_t *)s, on_pipe_closed);
         }
+        launcher *L = s->loop->data;
+        if (L->finished)
+            drained(L);
         return;
     }
     for (ssize_t i = 0; i < n; i++) {
@@ -165,11 +230,12 @@ static void signal_all(launcher *L, int sig)
     /* Each rank leads its own process group (UV_PROCESS_DETACHED): signal the group, so
      * that what a rank started (a shell's children) goes too. */
     for (int i = 0; i < L->n; i++) {
-        if (!L->ranks[i].running)
+        rank *rk = &L->cur->ranks[i];
+        if (!rk->running)
             continue;
-        L->ranks[i].sent |= 1ull << (sig & 63);
-        if (kill(-L->ranks[i].proc.pid, sig) != 0)
-            uv_process_kill(&L->ranks[i].proc, sig);
+        rk->sent |= 1ull << (sig & 63);
+        if (kill(-rk->proc.pid, sig) != 0)
+            uv_process_kill(&rk->proc, sig);
     }
 }
 
@@ -180,29 +246,267 @@ static void on_kill_timer(uv_timer_t *t)
 
 static void stop_others(launcher *L)
 {
-    if (L->stopping)
+    if (L->stopping || L->alive == 0)
         return;
     L->stopping = true;
     signal_all(L, SIGTERM);
+    /* A stopped rank (SIGSTOP, a debugger) acts on SIGTERM only once continued: without
+     * this it would hold the restart back until the SIGKILL. SIGCONT changes nothing for
+     * the others. */
+    signal_all(L, SIGCONT);
     uv_timer_start(&L->kill_timer, on_kill_timer, 2000, 0);
 }
 
-static void close_loop_handles(launcher *L)
+static double now_s(const launcher *L)
 {
+    return (double)(uv_hrtime() - L->t0_ns) / 1e9;
+}
+
+/* Closes every output pipe still open: 'all' (the drain deadline passed), or else only
+ * when none is open any more, which closes the drain timer. */
+static void close_pipes(launcher *L, bool all)
+{
+    for (start *st = L->cur; st; st = st->prev)
+        for (int i = 0; i < L->n; i++) {
+            out_pipe *ps[2] = { &st->ranks[i].out, &st->ranks[i].err };
+            for (int p = 0; p < 2; p++)
+                if (ps[p]->open) {
+                    if (!all)
+                        return;
+                    if (ps[p]->len)
+                        flush_line(ps[p]);
+                    ps[p]->open = false;
+                    uv_close((uv_handle_t *)&ps[p]->pipe, on_pipe_closed);
+                }
+        }
+    if (!uv_is_closing((uv_handle_t *)&L->drain_timer))
+        uv_close((uv_handle_t *)&L->drain_timer, NULL);
+}
+
+static void drained(launcher *L)
+{
+    close_pipes(L, false);
+}
+
+static void on_drain_timer(uv_timer_t *t)
+{
+    close_pipes(t->loop->data, true);
+}
+
+/* Ends weft-run with status 'code': closes every handle, so that uv_run() returns. */
+static void finish(launcher *L, int code)
+{
+    if (L->finished)
+        return;
+    L->finished = true;
+    L->final_code = code;
     for (int i = 0; i < 4; i++)
         uv_close((uv_handle_t *)&L->sigs[i], NULL);
-    /* A pipe a rank's own children still hold open must not keep us waiting. */
-    for (int i = 0; i < L->n; i++) {
-        out_pipe *ps[2] = { &L->ranks[i].out, &L->ranks[i].err };
-        for (int p = 0; p < 2; p++)
-            if (ps[p]->open) {
-                if (ps[p]->len)
-                    flush_line(ps[p]);
-                ps[p]->open = false;
-                uv_close((uv_handle_t *)&ps[p]->pipe, on_pipe_closed);
-            }
-    }
+    /* A rank's last lines may still be in its pipes (its exit can reach us first): read
+     * them to their end, but a pipe a rank's own children still hold open must not keep us
+     * waiting long. */
+    uv_timer_start(&L->drain_timer, on_drain_timer, 500, 0);
+    drained(L);
     uv_close((uv_handle_t *)&L->kill_timer, NULL);
+    uv_close((uv_handle_t *)&L->join_timer, NULL);
+    run_link_close(L->link);
+    L->link = NULL;
+}
+
+static void on_exit_cb(uv_process_t *p, int64_t status, int sig);
+
+/* Starts this node's ranks once more, with L->incarnation; returns 0, or -1 when a rank
+ * could not be started (the others are being stopped: the start ends as a failure). */
+static int start_ranks(launcher *L)
+{
+    start *st = calloc(1, sizeof *st);
+    rank *ranks = st ? calloc((size_t)L->n, sizeof *ranks) : NULL;
+    if (!ranks) {
+        free(st);
+        fprintf(stderr, "weft-run: out of memory\n");
+        return -1;
+    }
+    st->ranks = ranks;
+    st->prev = L->cur;
+    L->cur = st;
+    L->alive = 0;
+    L->stopping = false;
+    L->exit_code = 0;
+    L->failure[0] = 0;
+    uv_timer_stop(&L->kill_timer);
+    snprintf(L->e_inc, sizeof L->e_inc, "WEFT_INCARNATION=%u", L->incarnation);
+    for (int r = 0; r < L->n; r++) {
+        rank *rk = &ranks[r];
+        rk->index = L->first + r;
+        snprintf(L->e_rank, sizeof L->e_rank, "WEFT_RANK=%d", rk->index);
+        out_pipe *pipes[2] = { &rk->out, &rk->err };
+        uv_stdio_container_t stdio[3];
+        stdio[0].flags = UV_INHERIT_FD;
+        stdio[0].data.fd = 0;
+        for (int p = 0; p < 2; p++) {
+            pipes[p]->rk = rk;
+            pipes[p]->to = p ? stderr : stdout;
+            uv_pipe_init(L->loop, &pipes[p]->pipe, 0);
+            pipes[p]->pipe.data = pipes[p];
+            pipes[p]->open = true;
+            stdio[p + 1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+            stdio[p + 1].data.stream = (uv_stream_t *)&pipes[p]->pipe;
+        }
+        uv_process_options_t po = {
+            .exit_cb = on_exit_cb,
+            .file = L->rargv[0],
+            .args = L->rargv,
+            .env = L->env,
+            .stdio_count = 3,
+            .stdio = stdio,
+            .flags = UV_PROCESS_DETACHED,
+        };
+        rk->proc.data = rk;
+        /* --bind-to core: each fork inherits the binding weft-run holds while it forks. */
+        if (L->n_cores) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(L->cores[r % L->n_cores], &one);
+            if (sched_setaffinity(0, sizeof one, &one) != 0)
+                fprintf(stderr, "weft-run: rank %d: binding to cpu %d: %s\n", rk->index,
+                        L->cores[r % L->n_cores], strerror(errno));
+        }
+        int rc = uv_spawn(L->loop, &rk->proc, &po);
+        if (L->n_cores)
+            sched_setaffinity(0, sizeof L->allowed, &L->allowed);
+        if (rc != 0) {
+            fprintf(stderr, "weft-run: cannot start rank %d ('%s'): %s\n", rk->index, L->rargv[3],
+                    uv_strerror(rc));
+            for (int p = 0; p < 2; p++) {
+                pipes[p]->open = false;
+                uv_close((uv_handle_t *)&pipes[p]->pipe, on_pipe_closed);
+            }
+            uv_close((uv_handle_t *)&rk->proc, NULL);
+            L->exit_code = 127;
+            L->interrupted = true; /* what cannot start once will not start again */
+            snprintf(L->failure, sizeof L->failure, "rank %d could not be started", rk->index);
+            stop_others(L);
+            return -1;
+        }
+        rk->running = true;
+        L->alive++;
+        for (int p = 0; p < 2; p++)
+            uv_read_start((uv_stream_t *)&pipes[p]->pipe, on_alloc, on_read);
+    }
+    return 0;
+}
+
+/* ---- The job's decisions: one machine, or node 0 for all nodes ---------------------------- */
+
+static void broadcast(launcher *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void broadcast(launcher *L, const char *fmt, ...)
+{
+    if (!L->link)
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    run_link_send(L->link, -1, line);
+}
+
+/* Whether failure 'a' says more about why a start ended than 'b': when one rank is killed,
+ * the others fail on their next collective, and their exits (status 1) often reach us first;
+ * the death by a signal is the cause worth naming in the restart line. The exit status
+ * stays the first failure's. */
+static bool more_telling(const char *a, const char *b)
+{
+    return strstr(a, "killed by signal") && !strstr(b, "killed by signal");
+}
+
+/* Every rank of the job has ended this start, the first failure being 'failure' with status
+ * 'code' (0: none): start all of them again, or end the job. */
+static void job_over(launcher *L, int code, const char *failure)
+{
+    if (code != 0 && !L->interrupted && L->restart < L->restarts) {
+        L->restart++;
+        L->incarnation++;
+        fprintf(stderr, "weft-run: restart %d of %d (incarnation %u): %s\n", L->restart,
+                L->restarts, L->incarnation, failure);
+        broadcast(L, "start %u %d %d %s", L->incarnation, L->restart, L->restarts, failure);
+        if (L->nnodes > 1)
+            memset(L->down, 0, (size_t)L->nnodes * sizeof *L->down);
+        L->job_code = 0;
+        L->job_fail[0] = 0;
+        if (start_ranks(L) < 0 && L->alive == 0)
+            job_over(L, 127, L->failure); /* no rank of ours runs: nothing else calls it */
+        return;
+    }
+    if (code != 0 && L->restarts > 0 && L->interrupted)
+        fprintf(stderr,
+                "weft-run: no restart (a signal from outside, a lost node or a rank that "
+                "cannot start); exiting with status %d\n",
+                code);
+    else if (code != 0 && L->restarts > 0)
+        fprintf(stderr, "weft-run: no restart left after %d restart%s; exiting with status %d\n",
+                L->restart, L->restart == 1 ? "" : "s", code);
+    broadcast(L, "exit %d", code);
+    finish(L, code);
+}
+
+/* Node 0: whether every node's ranks have ended; if so, the job's start is over. */
+static void check_all_down(launcher *L)
+{
+    for (int k = 0; k < L->nnodes; k++)
+        if (!L->down[k])
+            return;
+    job_over(L, L->job_code, L->job_fail);
+}
+
+/* Node 0: a rank of node 'node' failed (or the node is lost): end the start everywhere. */
+static void job_failed(launcher *L, int code, const char *what)
+{
+    if (!L->job_code) {
+        L->job_code = code ? code : 1;
+        snprintf(L->job_fail, sizeof L->job_fail, "%s", what);
+        broadcast(L, "stop");
+    } else if (more_telling(what, L->job_fail)) {
+        snprintf(L->job_fail, sizeof L->job_fail, "%s", what);
+    }
+    stop_others(L);
+}
+
+/* Every local rank of this start has ended. */
+static void local_over(launcher *L)
+{
+    if (L->nnodes == 1) {
+        job_over(L, L->exit_code, L->failure);
+    } else if (L->node_rank == 0) {
+        L->down[0] = true;
+        check_all_down(L);
+    } else if (L->link_lost) {
+        finish(L, L->exit_code ? L->exit_code : 1);
+    } else {
+        char line[64];
+        snprintf(line, sizeof line, "down %d", L->exit_code);
+        run_link_send(L->link, 0, line);
+    }
+}
+
+/* A local rank failed ('code', 'what'): stop this node's others and tell node 0. */
+static void local_failed(launcher *L, int code, const char *what)
+{
+    if (!L->exit_code)
+        L->exit_code = code;
+    if (!L->failure[0] || more_telling(what, L->failure))
+        snprintf(L->failure, sizeof L->failure, "%s", what);
+    if (L->nnodes > 1 && L->node_rank == 0) {
+        job_failed(L, code, what);
+        return;
+    }
+    if (L->nnodes > 1) {
+        char line[512];
+        snprintf(line, sizeof line, "fail %d %s", code, what);
+        run_link_send(L->link, 0, line);
+    }
+    stop_others(L);
 }
 
 static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
@@ -216,27 +520,149 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
      * reach us says little. The exit code is the first one's. */
     bool ours = sig != 0 && (rk->sent >> (sig & 63) & 1); /* a signal we sent */
     if ((status != 0 || sig != 0) && !ours) {
+        char what[400];
         if (sig)
-            fprintf(stderr, "weft-run: rank %d (pid %d) was killed by signal %d (%s)%s\n",
-                    rk->index, p->pid, sig, strsignal(sig),
-                    L->stopping ? "" : "; stopping the others");
+            snprintf(what, sizeof what, "rank %d (pid %d) was killed by signal %d (%s) at %.3f s",
+                     rk->index, p->pid, sig, strsignal(sig), now_s(L));
         else
-            fprintf(stderr, "weft-run: rank %d (pid %d) exited with status %lld%s\n", rk->index,
-                    p->pid, (long long)status, L->stopping ? "" : "; stopping the others");
-        if (!L->exit_code)
-            L->exit_code = sig ? 128 + sig : (int)(status & 0xff ? status & 0xff : 1);
-        stop_others(L);
+            snprintf(what, sizeof what, "rank %d (pid %d) exited with status %lld at %.3f s",
+                     rk->index, p->pid, (long long)status, now_s(L));
+        fprintf(stderr, "weft-run: %s%s\n", what, L->stopping ? "" : "; stopping the others");
+        local_failed(L, sig ? 128 + sig : (int)(status & 0xff ? status & 0xff : 1), what);
     }
     if (--L->alive == 0)
-        close_loop_handles(L);
+        local_over(L);
 }
 
 static void on_signal(uv_signal_t *s, int sig)
 {
     launcher *L = s->loop->data;
+    if (!L->cur) { /* node 0 waits for the nodes, or a node for node 0: no rank runs yet */
+        broadcast(L, "exit %d", 128 + sig);
+        finish(L, 128 + sig);
+        return;
+    }
     signal_all(L, sig);
+    L->interrupted = true;
     if (!L->exit_code)
         L->exit_code = 128 + sig;
+    char what[160];
+    snprintf(what, sizeof what, "node %d's launcher got signal %d (%s)", L->node_rank, sig,
+             strsignal(sig));
+    if (L->nnodes > 1 && L->node_rank == 0) {
+        broadcast(L, "halt");
+        job_failed(L, 128 + sig, what);
+    } else if (L->nnodes > 1) {
+        char line[256];
+        snprintf(line, sizeof line, "halt %d %s", 128 + sig, what);
+        run_link_send(L->link, 0, line);
+    }
+    if (L->alive == 0 && L->nnodes == 1)
+        local_over(L);
+}
+
+/* ---- The launcher link (several nodes) ----------------------------------------------------- */
+
+/* "fail CODE WHAT" / "halt CODE WHAT" parsed; returns CODE (1 if missing), WHAT in '*what'. */
+static int code_and_text(const char *args, const char **what)
+{
+    char *end;
+    long code = strtol(args, &end, 10);
+    if (end == args || code <= 0 || code > 255)
+        code = 1;
+    while (*end == ' ')
+        end++;
+    *what = *end ? end : "a rank failed";
+    return (int)code;
+}
+
+static void on_link_line(void *arg, int node, const char *line)
+{
+    launcher *L = arg;
+    if (L->finished)
+        return;
+    if (L->node_rank == 0) {
+        const char *what;
+        if (!strncmp(line, "fail ", 5)) {
+            int code = code_and_text(line + 5, &what);
+            job_failed(L, code, what);
+        } else if (!strncmp(line, "halt ", 5)) {
+            int code = code_and_text(line + 5, &what);
+            L->interrupted = true;
+            broadcast(L, "halt");
+            job_failed(L, code, what);
+        } else if (!strncmp(line, "down ", 5)) {
+            int code = atoi(line + 5);
+            if (code && !L->job_code) /* a node ended badly without a failure line */
+                job_failed(L, code, "a rank failed");
+            L->down[node] = true;
+            check_all_down(L);
+        }
+        return;
+    }
+    unsigned inc;
+    int k, of, used = 0;
+    if (sscanf(line, "start %u %d %d %n", &inc, &k, &of, &used) >= 3 && used > 0) {
+        if (k > 0)
+            fprintf(stderr, "weft-run: restart %d of %d (incarnation %u): %s\n", k, of, inc,
+                    line + used);
+        L->incarnation = inc;
+        L->restart = k;
+        if (start_ranks(L) < 0 && L->alive == 0)
+            local_over(L);
+    } else if (!strcmp(line, "stop")) {
+        stop_others(L);
+    } else if (!strcmp(line, "halt")) {
+        L->interrupted = true;
+        stop_others(L);
+    } else if (!strncmp(line, "exit ", 5)) {
+        finish(L, atoi(line + 5));
+    }
+}
+
+static void on_link_lost(void *arg, int node, const char *why)
+{
+    launcher *L = arg;
+    if (L->finished)
+        return;
+    L->interrupted = true;
+    char what[300];
+    snprintf(what, sizeof what, "node %d's launcher is gone (%s)", node, why);
+    fprintf(stderr, "weft-run: %s; stopping%s\n", what,
+            L->node_rank == 0 ? " every node's ranks" : " this node's ranks");
+    if (L->node_rank == 0) {
+        broadcast(L, "halt");
+        job_failed(L, 1, what);
+        L->down[node] = true;
+        check_all_down(L);
+        return;
+    }
+    L->link_lost = true;
+    if (!L->exit_code)
+        L->exit_code = 1;
+    if (L->alive == 0)
+        finish(L, L->exit_code);
+    else
+        stop_others(L);
+}
+
+/* Node 0: every node has joined: start the job. */
+static void on_link_ready(void *arg)
+{
+    launcher *L = arg;
+    uv_timer_stop(&L->join_timer);
+    broadcast(L, "start %u 0 %d -", L->incarnation, L->restarts);
+    if (start_ranks(L) < 0 && L->alive == 0)
+        local_over(L);
+}
+
+static void on_join_timeout(uv_timer_t *t)
+{
+    launcher *L = t->loop->data;
+    fprintf(stderr, "weft-run: not every node joined within %d s; exiting\n",
+            JOIN_TIMEOUT_MS / 1000);
+    broadcast(L, "exit 1");
+    finish(L, 1);
 }
 
 /* A loopback port that the kernel just handed out (and we let go again). */
@@ -289,25 +715,49 @@ static int exec_rank(int argc, char **argv)
     return 127;
 }
 
+/* Parses a decimal in lo..hi from 'arg' for option 'opt'; returns it, or -1 (said why). */
+static long int_arg(const char *opt, const char *arg, long lo, long hi)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(arg, &end, 10);
+    if (errno || end == arg || *end || v < lo || v > hi) {
+        fprintf(stderr, "weft-run: %s %s: expected an integer in %ld..%ld\n", opt, arg, lo, hi);
+        return -1;
+    }
+    return v;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--exec-rank"))
         return exec_rank(argc, argv);
-    int n = 0, i = 1;
-    const char *host = NULL, *token = NULL;
+    int n = 0, i = 1, restarts = 0, nnodes = 1, node_rank = -1;
+    const char *host = NULL, *token = NULL, *master = NULL;
     bool bind = false;
     for (; i < argc; i++) {
+        long v;
         if (!strcmp(argv[i], "--")) {
             i++;
             break;
         } else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > MAX_RANKS) {
-                fprintf(stderr, "weft-run: -n %s: expected 1..%d ranks\n", argv[i], MAX_RANKS);
+            if ((v = int_arg("-n", argv[++i], 1, MAX_RANKS)) < 0)
                 return 2;
-            }
             n = (int)v;
+        } else if (!strcmp(argv[i], "--restarts") && i + 1 < argc) {
+            if ((v = int_arg("--restarts", argv[++i], 0, MAX_RESTARTS)) < 0)
+                return 2;
+            restarts = (int)v;
+        } else if (!strcmp(argv[i], "--nnodes") && i + 1 < argc) {
+            if ((v = int_arg("--nnodes", argv[++i], 1, MAX_RANKS)) < 0)
+                return 2;
+            nnodes = (int)v;
+        } else if (!strcmp(argv[i], "--node-rank") && i + 1 < argc) {
+            if ((v = int_arg("--node-rank", argv[++i], 0, MAX_RANKS - 1)) < 0)
+                return 2;
+            node_rank = (int)v;
+        } else if (!strcmp(argv[i], "--master") && i + 1 < argc) {
+            master = argv[++i];
         } else if (!strcmp(argv[i], "--host") && i + 1 < argc) {
             host = argv[++i];
         } else if (!strcmp(argv[i], "--token") && i + 1 < argc) {
@@ -334,8 +784,41 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
+    /* Several nodes: --master ADDR:PORT and --node-rank below --nnodes, and no --host. */
+    char mhost[256] = "";
+    int mport = 0;
+    if (nnodes > 1 || master || node_rank >= 0) {
+        const char *colon = master ? strrchr(master, ':') : NULL;
+        long p = colon ? int_arg("--master's port", colon + 1, 1, 65534) : -1;
+        if (!master || !colon || colon == master || (size_t)(colon - master) >= sizeof mhost ||
+            p < 0) {
+            fprintf(stderr, "weft-run: --master ADDR:PORT (PORT 1..65534) is needed with "
+                            "--nnodes and --node-rank\n");
+            return 2;
+        }
+        if (node_rank < 0 || node_rank >= nnodes) {
+            fprintf(stderr, "weft-run: --node-rank must be in 0..%d (--nnodes %d)\n", nnodes - 1,
+                    nnodes);
+            return 2;
+        }
+        if (host) {
+            fprintf(stderr, "weft-run: --host and --master exclude each other\n");
+            return 2;
+        }
+        if ((long)nnodes * n > MAX_RANKS) {
+            fprintf(stderr, "weft-run: --nnodes %d x -n %d is more than %d ranks\n", nnodes, n,
+                    MAX_RANKS);
+            return 2;
+        }
+        memcpy(mhost, master, (size_t)(colon - master));
+        mport = (int)p;
+    }
+    if (node_rank < 0)
+        node_rank = 0;
     char addr[300], tok[40] = "";
-    if (host && strchr(host, ':')) {
+    if (master) {
+        snprintf(addr, sizeof addr, "%s", master);
+    } else if (host && strchr(host, ':')) {
         snprintf(addr, sizeof addr, "%s", host);
     } else {
         const char *h = host ? host : "127.0.0.1";
@@ -346,7 +829,7 @@ int main(int argc, char **argv)
         }
         snprintf(addr, sizeof addr, "%s:%d", h, port);
     }
-    if (!token)
+    if (!token && !master)
         random_token(tok, sizeof tok);
 
     launcher *L = calloc(1, sizeof *L); /* after the arguments: no leak on a bad one */
@@ -357,37 +840,50 @@ int main(int argc, char **argv)
     L->loop = uv_default_loop();
     L->loop->data = L;
     L->n = n;
-    L->ranks = calloc((size_t)n, sizeof *L->ranks);
-    if (!L->ranks) {
+    L->nnodes = nnodes;
+    L->node_rank = node_rank;
+    L->first = node_rank * n;
+    L->size = nnodes * n;
+    L->restarts = restarts;
+    L->incarnation = 1;
+    L->t0_ns = uv_hrtime();
+    if (nnodes > 1 && !(L->down = calloc((size_t)nnodes, sizeof *L->down))) {
         fprintf(stderr, "weft-run: out of memory\n");
         return 1;
     }
     uv_timer_init(L->loop, &L->kill_timer);
+    uv_timer_init(L->loop, &L->join_timer);
+    uv_timer_init(L->loop, &L->drain_timer);
     static const int fwd[4] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
     for (int s = 0; s < 4; s++) {
         uv_signal_init(L->loop, &L->sigs[s]);
         uv_signal_start(&L->sigs[s], on_signal, fwd[s]);
     }
 
-    /* The environment of every rank: ours plus the four WEFT_ variables. */
+    /* The environment of every rank: ours plus the WEFT_ variables. */
     extern char **environ;
     size_t nenv = 0;
     while (environ[nenv])
         nenv++;
-    char **env = calloc(nenv + 6, sizeof *env);
-    char e_rank[32], e_size[32], e_addr[320], e_tok[300], e_lfd[48];
+    char **env = calloc(nenv + 7, sizeof *env);
+    char e_size[32], e_addr[320], e_tok[300], e_lfd[48];
     if (!env) {
         fprintf(stderr, "weft-run: out of memory\n");
         return 1;
     }
+    static const char *const ours[] = { "WEFT_RANK=",  "WEFT_SIZE=",        "WEFT_ADDR=",
+                                        "WEFT_TOKEN=", "WEFT_LAUNCHER_FD=", "WEFT_INCARNATION=" };
     size_t k = 0;
-    for (size_t j = 0; j < nenv; j++)
-        if (strncmp(environ[j], "WEFT_RANK=", 10) && strncmp(environ[j], "WEFT_SIZE=", 10) &&
-            strncmp(environ[j], "WEFT_ADDR=", 10) && strncmp(environ[j], "WEFT_TOKEN=", 11) &&
-            strncmp(environ[j], "WEFT_LAUNCHER_FD=", 17))
+    for (size_t j = 0; j < nenv; j++) {
+        bool skip = false;
+        for (size_t o = 0; o < sizeof ours / sizeof ours[0]; o++)
+            skip = skip || !strncmp(environ[j], ours[o], strlen(ours[o]));
+        if (!skip)
             env[k++] = environ[j];
+    }
     /* The liveness pipe (see the top): the ranks inherit the read end, the write end is
-     * close-on-exec and stays ours until we die. */
+     * close-on-exec and stays ours until we die. We keep the read end too, for the ranks
+     * of later starts. */
     int lp[2];
     if (pipe(lp) != 0 || fcntl(lp[1], F_SETFD, FD_CLOEXEC) != 0) {
         fprintf(stderr, "weft-run: pipe: %s\n", strerror(errno));
@@ -395,22 +891,21 @@ int main(int argc, char **argv)
     }
     snprintf(e_lfd, sizeof e_lfd, "WEFT_LAUNCHER_FD=%d", lp[0]);
     env[k++] = e_lfd;
-    env[k++] = e_rank;
+    env[k++] = L->e_rank;
     env[k++] = e_size;
     env[k++] = e_addr;
     env[k++] = e_tok;
+    env[k++] = L->e_inc;
     env[k] = NULL;
-    snprintf(e_size, sizeof e_size, "WEFT_SIZE=%d", n);
+    snprintf(e_size, sizeof e_size, "WEFT_SIZE=%d", L->size);
     snprintf(e_addr, sizeof e_addr, "WEFT_ADDR=%s", addr);
     snprintf(e_tok, sizeof e_tok, "WEFT_TOKEN=%s", token ? token : tok);
+    L->env = env;
 
-    /* --bind-to core: each fork inherits the binding weft-run holds while it forks. */
-    cpu_set_t allowed;
-    int *cores = bind ? malloc(CPU_SETSIZE * sizeof *cores) : NULL, n_cores = 0;
-    if (bind && (!cores || (n_cores = usable_cores(&allowed, cores)) == 0)) {
+    if (bind && (!(L->cores = malloc(CPU_SETSIZE * sizeof *L->cores)) ||
+                 (L->n_cores = usable_cores(&L->allowed, L->cores)) == 0)) {
         fprintf(stderr, "weft-run: --bind-to core: %s\n",
-                cores ? "cannot read this process's CPU affinity" : "out of memory");
-        free(cores);
+                L->cores ? "cannot read this process's CPU affinity" : "out of memory");
         return 1;
     }
 
@@ -429,72 +924,33 @@ int main(int argc, char **argv)
     rargv[2] = me;
     for (int a = i; a < argc; a++)
         rargv[3 + a - i] = argv[a];
+    L->rargv = rargv;
 
-    for (int r = 0; r < n; r++) {
-        rank *rk = &L->ranks[r];
-        rk->index = r;
-        snprintf(e_rank, sizeof e_rank, "WEFT_RANK=%d", r);
-        out_pipe *pipes[2] = { &rk->out, &rk->err };
-        uv_stdio_container_t stdio[3];
-        stdio[0].flags = UV_INHERIT_FD;
-        stdio[0].data.fd = 0;
-        for (int p = 0; p < 2; p++) {
-            pipes[p]->rk = rk;
-            pipes[p]->to = p ? stderr : stdout;
-            uv_pipe_init(L->loop, &pipes[p]->pipe, 0);
-            pipes[p]->pipe.data = pipes[p];
-            pipes[p]->open = true;
-            stdio[p + 1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-            stdio[p + 1].data.stream = (uv_stream_t *)&pipes[p]->pipe;
-        }
-        uv_process_options_t po = {
-            .exit_cb = on_exit_cb,
-            .file = self,
-            .args = rargv,
-            .env = env,
-            .stdio_count = 3,
-            .stdio = stdio,
-            .flags = UV_PROCESS_DETACHED,
+    if (nnodes > 1) {
+        run_link_cbs cbs = {
+            .arg = L, .ready = on_link_ready, .line = on_link_line, .lost = on_link_lost
         };
-        rk->proc.data = rk;
-        if (n_cores) {
-            cpu_set_t one;
-            CPU_ZERO(&one);
-            CPU_SET(cores[r % n_cores], &one);
-            if (sched_setaffinity(0, sizeof one, &one) != 0)
-                fprintf(stderr, "weft-run: rank %d: binding to cpu %d: %s\n", r, cores[r % n_cores],
-                        strerror(errno));
-        }
-        int rc = uv_spawn(L->loop, &rk->proc, &po);
-        if (n_cores)
-            sched_setaffinity(0, sizeof allowed, &allowed);
-        if (rc != 0) {
-            fprintf(stderr, "weft-run: cannot start rank %d ('%s'): %s\n", r, argv[i],
-                    uv_strerror(rc));
-            for (int p = 0; p < 2; p++) {
-                pipes[p]->open = false;
-                uv_close((uv_handle_t *)&pipes[p]->pipe, on_pipe_closed);
-            }
-            uv_close((uv_handle_t *)&rk->proc, NULL);
-            L->exit_code = 127;
-            stop_others(L);
-            break;
-        }
-        rk->running = true;
-        L->alive++;
-        for (int p = 0; p < 2; p++)
-            uv_read_start((uv_stream_t *)&pipes[p]->pipe, on_alloc, on_read);
+        if (run_link_start(L->loop, mhost, mport + 1, nnodes, node_rank, token ? token : "",
+                           JOIN_TIMEOUT_MS, &cbs, &L->link) != 0)
+            finish(L, 1);
+        else if (node_rank == 0)
+            uv_timer_start(&L->join_timer, on_join_timeout, JOIN_TIMEOUT_MS, 0);
+    } else if (start_ranks(L) < 0 && L->alive == 0) {
+        local_over(L);
     }
-    free(cores);
-    free(rargv);
-    close(lp[0]); /* the ranks hold it now */
-    if (L->alive == 0)
-        close_loop_handles(L);
     uv_run(L->loop, UV_RUN_DEFAULT);
     uv_loop_close(L->loop);
+    close(lp[0]);
+    int code = L->final_code;
+    for (start *st = L->cur, *prev; st; st = prev) {
+        prev = st->prev;
+        free(st->ranks);
+        free(st);
+    }
+    free(L->cores);
+    free(rargv);
     free(env);
-    free(L->ranks);
-    int code = L->exit_code;
+    free(L->down);
     free(L);
     return code;
 }
