@@ -104,10 +104,11 @@ int wf__place_hint_device(const wf_place_hints *h, const wf_cluster *c, const wf
         return -1;
     int d = wf_cluster_find(c, best->device);
     if (d < 0) {
-        char where[128];
+        char where[128], why[WF_ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", wf_last_errmsg());
         return wf__err(d, "%s '%s' (%s): hint%s: %s", n->op->name, n->name,
                        wf__node_where(n, where, sizeof where), best->scope ? " of a scope" : "",
-                       wf_last_errmsg());
+                       why);
     }
     return d;
 }

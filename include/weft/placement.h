@@ -180,8 +180,9 @@ typedef struct wf_plan wf_plan; /* opaque: the assignment and its predictions */
  * variables) go with their first reader; hinted nodes stay on their device. A value that
  * crosses several boundaries is counted at each (as if relayed), an upper bound of a direct
  * send.
- * Returns 0, or WF_EINVAL (NULL, bad option: named; a hint naming a device or rank the
- * cluster does not have, or a device past the stages: naming the node and the device; hints
+ * Returns 0, or WF_ENOTFOUND (a hint naming a device or rank the cluster does not have:
+ * naming the node and the device), WF_EINVAL (NULL, bad option: named; a hint naming a device
+ * past the stages: naming the node and the device; hints
  * that contradict the graph's order; no split within the memory caps: naming the device
  * and, if one node alone is too big, the node; fewer ops than stages) or WF_ENOMEM, with the
  * reason in wf_last_errmsg(). Ownership: the caller owns '*out' (wf_plan_destroy()); 'g',
