@@ -196,7 +196,9 @@ int wf_partition_create(const wf_graph *g, const wf_cluster *c, const int *devic
         for (int i = 0; i < n->n_inputs && rc == 0; i++) {
             const wf_node *u = n->inputs[i];
             int du, ru = rank_of(c, device_of, u, &du);
-            if (ru == r) {
+            if (ru < 0) {
+                rc = ru;
+            } else if (ru == r) {
                 in[i] = p->copy[u->id];
             } else if (i < n->op->n_assign) {
                 rc = wf__err(WF_EINVAL,
@@ -206,6 +208,14 @@ int wf_partition_create(const wf_graph *g, const wf_cluster *c, const int *devic
             } else {
                 in[i] = pair(p, u, ru, r, false, &rc);
             }
+        }
+        /* Control predecessors on other ranks: their token receives exist before 'n'. */
+        for (int i = 0; i < n->n_control && rc == 0; i++) {
+            int du, ru = rank_of(c, device_of, n->control[i], &du);
+            if (ru < 0)
+                rc = ru;
+            else if (ru != r)
+                pair(p, n->control[i], ru, r, true, &rc);
         }
         wf_node *x = NULL;
         if (rc == 0) {
@@ -222,7 +232,7 @@ int wf_partition_create(const wf_graph *g, const wf_cluster *c, const int *devic
         for (int i = 0; i < n->n_control && rc == 0; i++) {
             const wf_node *u = n->control[i];
             int du, ru = rank_of(c, device_of, u, &du);
-            wf_node *before = ru == r ? p->copy[u->id] : pair(p, u, ru, r, true, &rc);
+            wf_node *before = ru == r ? p->copy[u->id] : p->token[(size_t)u->id * p->R + r];
             if (rc == 0 && wf__node_add_control(x, before) < 0)
                 rc = copy_fail(h, n, r);
         }
