@@ -9,6 +9,7 @@
 #include <weft/memory.h>
 #include <weft/nn.h>
 #include <weft/ops.h>
+#include <weft/placement.h>
 #include <weft/runtime.h>
 #include <weft/sched.h>
 #include <weft/transport.h>
