@@ -24,6 +24,7 @@
 #include "../core/graph.h"
 #include "../core/op.h"
 #include "../core/tensor.h"
+#include "../devices/device.h"
 
 #include <weft/memory.h>
 #include <weft/runtime.h>
@@ -183,29 +184,30 @@ struct wf_session {
                                         check of the host values' currency */
     _Atomic uint64_t var_copies_in;  /* variable copies to a device value (host or peer) */
     _Atomic uint64_t var_copies_out; /* variable copies from a device value to the host */
-    pthread_mutex_t dev_mu;          /* guards opening 'devs' */
-    struct wf_device **devs;         /* 'n_devs' (placement's ids): opened once, at the first plan
-                                        that places a node there, shared by every plan, closed by
-                                        wf_session_destroy() (runtime/var_device.c) */
-    int n_devs;
-    pthread_mutex_t plans_mu;   /* guards 'plans' and 'errmsg' */
-    wf__plan *plans;            /* compiled plans, most recent first */
-    int max_slots;              /* per plan (wf_session_opts.n_run_slots) */
-    _Atomic uint64_t n_runs;    /* runs started: each run's wf_kernel_ctx.step */
-    uint32_t flags;             /* wf_session_opts.flags: WF_SESSION_NO_* passes */
-    int device;                 /* wf_session_opts.device (pass_place.c) */
-    int n_sim;                  /* tests only (test_internal_*.c set it before the first
-                                   run): simulated devices (devices/sim.c) numbered after
-                                   the runtime's devices, for placement */
-    uint32_t sim_delay_us;      /* their wf__sim_opts (devices/device.h): delay, */
-    int64_t sim_fail_alloc;     /* the allocation that fails, */
-    int64_t sim_fail_notice;    /* the completion that faults */
-    wf__kernels *kernels;       /* the kernels by (op, device kind) (core/op.h): the op
-                                   defs' own, and what the layers below registered at
-                                   creation; read-only once the session is made */
-    int n_plans;                /* plans compiled, guarded by 'plans_mu' */
-    wf_plan_stats last_stats;   /* of the latest compiled plan, guarded by 'plans_mu' */
-    char errmsg[WF_ERRMSG_MAX]; /* the latest failure */
+    pthread_mutex_t dev_mu;          /* guards opening 'devtab''s devices */
+    wf__device_table devtab;         /* the devices by placement's ids ('n' of them): each
+                                        opened once, at the first plan that places a node
+                                        there, shared by every plan, closed by
+                                        wf_session_destroy() (runtime/var_device.c); the copy
+                                        kernels' data (devices/copy.c) */
+    pthread_mutex_t plans_mu;        /* guards 'plans' and 'errmsg' */
+    wf__plan *plans;                 /* compiled plans, most recent first */
+    int max_slots;                   /* per plan (wf_session_opts.n_run_slots) */
+    _Atomic uint64_t n_runs;         /* runs started: each run's wf_kernel_ctx.step */
+    uint32_t flags;                  /* wf_session_opts.flags: WF_SESSION_NO_* passes */
+    int device;                      /* wf_session_opts.device (pass_place.c) */
+    int n_sim;                       /* tests only (test_internal_*.c set it before the first
+                                        run): simulated devices (devices/sim.c) numbered after
+                                        the runtime's devices, for placement */
+    uint32_t sim_delay_us;           /* their wf__sim_opts (devices/device.h): delay, */
+    int64_t sim_fail_alloc;          /* the allocation that fails, */
+    int64_t sim_fail_notice;         /* the completion that faults */
+    wf__kernels *kernels;            /* the kernels by (op, device kind) (core/op.h): the op
+                                        defs' own, and what the layers below registered at
+                                        creation; read-only once the session is made */
+    int n_plans;                     /* plans compiled, guarded by 'plans_mu' */
+    wf_plan_stats last_stats;        /* of the latest compiled plan, guarded by 'plans_mu' */
+    char errmsg[WF_ERRMSG_MAX];      /* the latest failure */
 };
 
 /* session.c */

@@ -859,7 +859,7 @@ Test(runtime_internal_devflow, evaluation_plans_on_the_cpu_and_the_device_see_th
     int n_plans = 0;
     for (wf__plan *p = dev->plans; p; p = p->next)
         if (p->dev && p->dev->devs[a]) {
-            cr_assert_eq(p->dev->devs[a], dev->devs[a]);
+            cr_assert_eq(p->dev->devs[a], dev->devtab.devs[a]);
             n_plans++;
         }
     cr_assert_eq(n_plans, 2, "the training and the device evaluation plans");
