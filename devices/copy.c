@@ -43,16 +43,13 @@ static wf_device *dev_at(const wf__device_table *t, int id, bool *bad)
 typedef struct landing {
     void (*complete)(void *token, int rc);
     void *token;
-    const char *from; /* the device's name, for the message */
 } landing;
 
 static void landed(void *arg, int status)
 {
     landing l = *(landing *)arg;
     free(arg);
-    if (status < 0)
-        status = wf__err(status, "copying to the host from %s: %s", l.from, wf_last_errmsg());
-    l.complete(l.token, status);
+    l.complete(l.token, status); /* a failure's message is the device's, naming it */
 }
 
 static int copy_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
@@ -102,7 +99,7 @@ static int copy_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *co
         return rc;
     landing *l = ctx->complete ? malloc(sizeof *l) : NULL;
     if (l) {
-        *l = (landing){ ctx->complete, ctx->token, from->info.name };
+        *l = (landing){ ctx->complete, ctx->token };
         if (from->ops->notify(from, landed, l) == 0)
             return WF_KERNEL_PENDING;
         free(l);

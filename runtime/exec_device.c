@@ -10,17 +10,20 @@
  *   to the device, which enqueues it on its compute stream and returns. The task then ends: its
  *   readers on the same device are released while the GPU has not even started, and their
  *   kernels queue behind it (the device completes its work in order, devices/device.h).
- * Copies are steps of their own (pass_place.c makes them, wf__slot_dev_add_copies() puts
- *   them in the task graph after the plan's nodes; a value's readers on the destination
- *   wait for its copy instead of its node):
- *   - host to GPU: the copy is enqueued (staged through pinned memory, so the host value may
- *     change afterwards) and the step ends; the readers on that GPU queue behind it;
- *   - GPU to GPU: the destination copies after the source's work so far (copy_peer) and the
- *     step ends, as above;
- *   - GPU to host: the copy is enqueued, then the device is asked to notify its completion
- *     (devices/device.h: notify()), and the step's task returns WF_TASK_LATER: no worker
- *     waits. The device's actor then finishes the step (wf_taskgraph_complete()), which
- *     releases the host readers with the data in place.
+ * Copies are steps of their own (pass_place.c makes them, each with a node of core's copy op,
+ *   wf__slot_dev_add_copies() puts them in the task graph after the plan's nodes; a value's
+ *   readers on the destination wait for its copy instead of its node). A copy step runs its
+ *   node through wf__node_run() with the copy kernel the plan resolved from the session's
+ *   registry (devices/copy.c registers it; the output on the destination: a GPU's memory or
+ *   the session's pool):
+ *   - host to GPU, GPU to GPU: the kernel enqueues the copy in the destination's order and
+ *     the step ends; the readers on that GPU queue behind it;
+ *   - GPU to host: the kernel pends (WF_KERNEL_PENDING) and the step's task returns
+ *     WF_TASK_LATER: no worker waits. The device's actor then finishes the step
+ *     (copy_landed(), the kernel's ctx->complete: wf_taskgraph_complete()), which releases
+ *     the host readers with the data in place.
+ *   TODO(#15): the copy nodes become nodes of the plan (its order, edges and uses), so the
+ *   executor runs only nodes and these steps go.
  * Variables resident on the device (pass_place.c, var_device.c): the variable node's task
  *   takes the session's device value (copied in when stale); an update node's task takes
  *   its variables' device values writable (wf__var_device_writable(), as exec.c's
@@ -108,35 +111,6 @@ static int call_kernel(void *arg)
     return k->fn(k->ctx, k->n, k->in, k->out);
 }
 
-/* A new tensor on 'd' (a GPU, 'd' NULL: the host, from the session's pool) to hold a copy of
- * 't'. A strided view (a kernel may return one, as CPU kernels do) is copied as its whole
- * buffer: '*whole' is then set, with '*off' the view's first byte. Returns NULL with
- * wf_last_errmsg(). */
-static wf_tensor *copy_target(wf__slot *sl, wf_device *d, const wf_tensor *t, bool *whole,
-                              size_t *off)
-{
-    size_t esize = wf_dtype_size(t->dtype);
-    *whole = !t->contiguous;
-    *off = (size_t)(t->data - (char *)t->buf->data);
-    wf_shape hs = *whole ? WF_SHAPE((int64_t)(t->buf->bytes / esize)) : t->shape;
-    return d ? wf__device_tensor(d, t->dtype, hs)
-             : wf__pool_tensor_alloc(sl->plan->sess->pool, t->dtype, hs);
-}
-
-/* The copy of 't' in 'c' (made by copy_target()) as the value: 'c' itself, or the view of
- * 't' over it, which takes 'c''s reference. Returns NULL with wf_last_errmsg(), 'c' then
- * still the caller's. */
-static wf_tensor *copy_value(const wf_tensor *t, wf_tensor *c, bool whole, size_t off)
-{
-    if (!whole)
-        return c;
-    wf_tensor *v =
-        wf__tensor_alias(c, t->shape, t->strides, (int64_t)(off / wf_dtype_size(t->dtype)));
-    if (v)
-        wf_tensor_release(c); /* the view retains it */
-    return v;
-}
-
 /* Fails copy step 'k' of 'sl' ("<node>: copying its value from <a> to <b>: <why>"). */
 static int copy_fail(wf__slot *sl, int k, int code, const char *why)
 {
@@ -161,23 +135,42 @@ static void copy_landed(void *arg, int status)
     (void)r2; /* fails only for a graph that is not running, which waits for this node */
 }
 
-/* Releases host tensor 'arg' once the copy into it has landed. */
-static void release_landed(void *arg, int status)
+/* The copy steps' side of wf__node_run() (core/op.h): the copy's output on its destination,
+ * a GPU's memory or the session's pool; a copy to the host has its value in place before its
+ * kernel starts, since the device's notice (copy_landed()) releases the readers. */
+typedef struct copy_dst {
+    wf__slot *sl;
+    int k;
+} copy_dst;
+
+static wf_tensor *copy_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_shape *shape)
 {
-    wf_tensor_release(arg);
+    (void)n;
+    const copy_dst *c = arg;
+    wf__slot *sl = c->sl;
+    const wf__plan_dev *pd = sl->plan->dev;
+    const wf__copy *cp = &pd->copies[c->k];
+    if (cp->to)
+        return wf__device_tensor(pd->devs[cp->to], dt, *shape);
+    wf_tensor *t = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, *shape);
+    sl->vals[cp->value] = t;
+    return t;
 }
 
-/* The task of copy step 'arg->index' in the run of 'arg->slot' (see the file's header). */
+static const wf__node_env copy_env = { .alloc = copy_alloc };
+
+/* The task of copy step 'arg->index' in the run of 'arg->slot': the copy node's kernel
+ * (devices/copy.c, through the session's registry) from the value where it was made to the
+ * copy's device; a copy to the host pends until the device says it has landed. */
 static int copy_task(void *arg)
 {
-    const wf__task_arg *a = arg;
+    wf__task_arg *a = arg;
     wf__slot *sl = a->slot;
     int k = a->index;
     const wf__plan *p = sl->plan;
     const wf__plan_dev *pd = p->dev;
     const wf__copy *c = &pd->copies[k];
-    wf_device *to = c->to ? pd->devs[c->to] : NULL, *from = c->from ? pd->devs[c->from] : NULL;
-    const wf_tensor *t = c->from ? sl->dev->dvals[c->value] : sl->vals[c->value];
+    wf_tensor *t = c->from ? sl->dev->dvals[c->value] : sl->vals[c->value];
     if (!t) {
         /* A target that nobody reads was dropped when it was made (exec.c: run_node()):
          * the key has no fetch of it to copy. Else an internal error. */
@@ -185,72 +178,27 @@ static int copy_task(void *arg)
             return 0;
         return copy_fail(sl, k, WF_EINVAL, "the value is missing");
     }
-    bool whole;
-    size_t off, esize = wf_dtype_size(t->dtype);
-    size_t bytes = (size_t)t->numel * esize;
-    wf_tensor *dst = NULL;
-    void *tmp = NULL;
-    int rc = 0;
-    if (!from) {
-        /* Host to GPU: a strided host value is gathered first (the copy is contiguous). */
-        const void *src = t->data;
-        if (!t->contiguous && bytes) {
-            if (!(tmp = malloc(bytes)))
-                return copy_fail(sl, k, WF_ENOMEM, "no memory to gather a strided value");
-            if ((rc = wf_tensor_read(t, t->dtype, tmp, bytes)) < 0) {
-                free(tmp);
-                return copy_fail(sl, k, rc, wf_last_errmsg());
-            }
-            src = tmp;
-        }
-        if (!(dst = wf__device_tensor(to, t->dtype, t->shape)))
-            rc = WF_ENOMEM;
-        else if (bytes) /* staged: 'src' may go once this returns */
-            rc = to->ops->copy_from_host(to, dst->buf, 0, src, bytes, NULL);
-        free(tmp);
-        if (rc < 0) {
-            wf_tensor_release(dst);
-            return copy_fail(sl, k, rc, wf_last_errmsg());
-        }
-        sl->dev->cvals[k] = dst;
-        return 0;
-    }
-    if (!(dst = copy_target(sl, to, t, &whole, &off)))
-        return copy_fail(sl, k, WF_ENOMEM, wf_last_errmsg());
-    size_t n = whole ? (size_t)dst->numel * esize : bytes; /* within both buffers */
-    size_t src_off = whole ? 0 : off;
-    if (to) { /* GPU to GPU: in the destination's order, like a kernel of it */
-        rc = n ? to->ops->copy_peer(to, dst->buf, 0, from, t->buf, src_off, n) : 0;
-        if (rc < 0) {
-            wf_tensor_release(dst);
-            return copy_fail(sl, k, rc, wf_last_errmsg());
-        }
-        if (!(sl->dev->cvals[k] = copy_value(t, dst, whole, off))) {
-            rc = copy_fail(sl, k, WF_ENOMEM, wf_last_errmsg());
-            wf_tensor_release(dst); /* freed in the device's order, after the copy */
-            return rc;
-        }
-        return 0;
-    }
-    /* GPU to host: the readers wait for the device's notice (copy_landed()). The value is
-     * in place for them now; its bytes land before the notice. */
-    rc = n ? from->ops->copy_to_host(from, t->buf, src_off, dst->data, n, NULL) : 0;
+    wf_kernel_ctx ctx = {
+        .rt = p->sess->rt,
+        .step = sl->step,
+        .data = pd->copy_kdata[k],
+        .complete = copy_landed,
+        .token = a,
+    };
+    wf_tensor *out = NULL;
+    char msg[WF_ERRMSG_MAX];
+    int rc = wf__node_run(&copy_env, &(copy_dst){ sl, k }, pd->copy_kernel[k], &ctx,
+                          pd->copy_nodes[k], &t, t->dtype, &t->shape, NULL, &out, msg, sizeof msg);
     if (rc < 0) {
-        wf_tensor_release(dst);
-        return copy_fail(sl, k, rc, wf_last_errmsg());
+        if (!c->to)
+            sl->vals[c->value] = NULL; /* copy_alloc()'s alias of what wf__node_run() released */
+        return copy_fail(sl, k, rc, msg);
     }
-    if (!(sl->vals[c->value] = copy_value(t, dst, whole, off))) {
-        /* The copy is queued into host memory 'dst': it may go only once the copy has. */
-        rc = copy_fail(sl, k, WF_ENOMEM, wf_last_errmsg());
-        if (from->ops->notify(from, release_landed, dst) < 0) {
-            (void)from->ops->sync(from);
-            wf_tensor_release(dst);
-        }
-        return rc;
-    }
-    if ((rc = from->ops->notify(from, copy_landed, &sl->dev->cargs[k])) < 0)
-        return copy_fail(sl, k, rc, wf_last_errmsg()); /* its value is dropped with the run */
-    return WF_TASK_LATER;
+    if (c->to)
+        sl->dev->cvals[k] = out; /* in the destination's order: its readers queue behind it */
+    /* To the host: the value is in 'sl->vals' since copy_alloc(); WF_KERNEL_PENDING until
+     * copy_landed(). */
+    return rc == WF_KERNEL_PENDING ? WF_TASK_LATER : 0;
 }
 
 int wf__slot_dev_add_copies(wf__slot *sl)

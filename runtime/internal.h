@@ -338,22 +338,26 @@ typedef struct wf__copy {
  * device is copied there once per run, whatever the number of its readers there.
  * Read-only after compile. */
 typedef struct wf__plan_dev {
-    int n_devices;           /* the runtime's devices (ids 0 .. n_devices-1), simulated ones
-                                (wf_session.n_sim) included */
-    struct wf_device **devs; /* per id: the session's device when a node runs there (not
-                                owned: wf__session_device()), else NULL (also for the CPU,
-                                whose kernels run directly) */
-    int16_t *where;          /* per plan node: its device id (0: the CPU) */
-    int n_gpu;               /* plan nodes on a GPU (kernels, updates included) */
-    int n_resident;          /* variables resident on a GPU: 'where' of the variable's node
-                                is that device; its readers read its device value with no
-                                copy step (runtime/var_device.c) */
-    int n_copies;            /* entries of 'copies' */
-    wf__copy *copies;        /* sorted by value, then by destination */
-    int32_t *copy_off;       /* CSR, n + 1 entries: the copies of value i are copies
-                                [copy_off[i], copy_off[i + 1]) */
-    int32_t *in_copy;        /* per input edge e (as p->in_idx): the copy its reader reads, or
-                                -1: the value itself, made on the reader's device */
+    int n_devices;             /* the runtime's devices (ids 0 .. n_devices-1), simulated ones
+                                  (wf_session.n_sim) included */
+    struct wf_device **devs;   /* per id: the session's device when a node runs there (not
+                                  owned: wf__session_device()), else NULL (also for the CPU,
+                                  whose kernels run directly) */
+    int16_t *where;            /* per plan node: its device id (0: the CPU) */
+    int n_gpu;                 /* plan nodes on a GPU (kernels, updates included) */
+    int n_resident;            /* variables resident on a GPU: 'where' of the variable's node
+                                  is that device; its readers read its device value with no
+                                  copy step (runtime/var_device.c) */
+    int n_copies;              /* entries of 'copies' */
+    wf__copy *copies;          /* sorted by value, then by destination */
+    int32_t *copy_off;         /* CSR, n + 1 entries: the copies of value i are copies
+                                  [copy_off[i], copy_off[i + 1]) */
+    int32_t *in_copy;          /* per input edge e (as p->in_idx): the copy its reader reads, or
+                                  -1: the value itself, made on the reader's device */
+    wf_node **copy_nodes;      /* per copy: its node of core's copy op (owned; in no graph) */
+    wf_kernel_fn *copy_kernel; /* per copy: the session's copy kernel (devices/copy.c) for
+                                  the kind of the device that is not the host */
+    void **copy_kdata;         /* per copy: its registered data (the session's devices) */
 } wf__plan_dev;
 
 /* A slot's device state (exec_device.c). */

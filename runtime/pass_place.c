@@ -30,11 +30,13 @@
  *   TODO(#6): a first run on a real GPU (the CUDA path is compile-checked only; simulated
  *   devices test the placement and the residency).
  * Copies: every value read on another device than its own (host to GPU, GPU to host, GPU
- *   to GPU), and every fetched GPU value (to the host), gets one copy step per destination
- *   device, whatever the number of its readers there (wf__plan_dev.copies). The copies are
- *   task-graph nodes of their own after the plan's nodes (exec_device.c): the plan's order
- *   and its nodes stay those of the graph; only the readers' edges go through the copies
- *   (wf__plan_edge_source()).
+ *   to GPU), and every fetched GPU value (to the host), gets one copy per destination
+ *   device, whatever the number of its readers there (wf__plan_dev.copies), each with a node
+ *   of core's copy op (attrs from_dev, to_dev) and the session's kernel for it (devices/
+ *   copy.c, registered by devices/ for the kind of the device that is not the host). The
+ *   copies are task-graph nodes of their own after the plan's nodes (exec_device.c): the
+ *   plan's order and its nodes stay those of the graph; only the readers' edges go through
+ *   the copies (wf__plan_edge_source()).
  * Simulated devices: a test may give the session simulated devices (wf_session.n_sim,
  *   devices/sim.c), numbered after the runtime's; they run the CPU kernels, so their
  *   placement checks the CPU kernel.
@@ -52,6 +54,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int wf_node_set_device(wf_node *n, int device)
 {
@@ -132,11 +135,56 @@ void wf__plan_place_free(wf__plan *p)
         return;
     free(pd->devs); /* the session's devices: wf_session_destroy() closes them */
     free(pd->where);
+    for (int k = 0; pd->copy_nodes && k < pd->n_copies; k++)
+        free(pd->copy_nodes[k]); /* one block with its attributes and name (copy_node()) */
+    free(pd->copy_nodes);
+    free(pd->copy_kernel);
+    free(pd->copy_kdata);
     free(pd->copies);
     free(pd->copy_off);
     free(pd->in_copy);
     free(pd);
     p->dev = NULL;
+}
+
+/* A copy node (core's copy op) with its attributes and name in one block, as the passes'
+ * nodes are. */
+typedef struct copy_block {
+    wf_node node; /* first: the node pointer is the block pointer */
+    wf_attrs attrs;
+    char name[];
+} copy_block;
+
+/* The node of copy 'c': the value of plan node 'c->value' from device 'c->from' to
+ * 'c->to', named "<value>.to<to>", where the value was made. NULL: no memory. */
+static wf_node *copy_node(const wf__plan *p, const wf__copy *c)
+{
+    const wf_node *v = p->nodes[c->value];
+    char name[256];
+    snprintf(name, sizeof name, "%s.to%d", v->name ? v->name : "?", (int)c->to);
+    size_t len = strlen(name) + 1;
+    copy_block *b = calloc(1, sizeof *b + len);
+    if (!b)
+        return NULL;
+    memcpy(b->name, name, len);
+    b->attrs.from_dev = c->from;
+    b->attrs.to_dev = c->to;
+    wf_node *n = &b->node;
+    n->op = &wf_op_copy;
+    n->graph = v->graph;
+    n->name = b->name;
+    n->id = -1; /* in no graph */
+    n->n_inputs = 1;
+    n->inputs = n->inline_inputs;
+    n->inputs[0] = (wf_node *)v;
+    n->attrs = &b->attrs;
+    n->file = v->file;
+    n->line = v->line;
+    n->dtype = v->dtype;
+    n->shape = v->shape;
+    n->device = c->to;
+    n->rt_index = -1;
+    return n;
 }
 
 static int cmp_copy(const void *a, const void *b)
@@ -189,6 +237,15 @@ static int place_copies(wf__plan *p)
             c[kept++] = c[k];
     pd->copies = c;
     pd->n_copies = kept;
+    size_t nk = (size_t)(kept ? kept : 1);
+    pd->copy_nodes = calloc(nk, sizeof *pd->copy_nodes);
+    pd->copy_kernel = calloc(nk, sizeof *pd->copy_kernel);
+    pd->copy_kdata = calloc(nk, sizeof *pd->copy_kdata);
+    if (!pd->copy_nodes || !pd->copy_kernel || !pd->copy_kdata)
+        return wf__err(WF_ENOMEM, "placement: no memory for %d copies", kept);
+    for (int k = 0; k < kept; k++)
+        if (!(pd->copy_nodes[k] = copy_node(p, &c[k])))
+            return wf__err(WF_ENOMEM, "placement: no memory for %d copies", kept);
     for (int k = 0; k < kept; k++)
         pd->copy_off[c[k].value + 1]++;
     for (int i = 0; i < n; i++)
@@ -551,6 +608,20 @@ static int resolve_kernels(wf__plan *p)
                 WF_ENODEV, "placement: %s runs on device %d (%s), but op '%s' has no %s kernel",
                 wf__rt_node_desc(node, desc, sizeof desc), id, dev_name(id, n_real, dn, sizeof dn),
                 node->op->name, kk == WF_KERNEL_CUDA ? "CUDA" : "CPU");
+        }
+    }
+    /* The copies' kernels: of the kind of the device that is not the host (devices/). */
+    for (int k = 0; p->dev && k < p->dev->n_copies; k++) {
+        const wf__copy *c = &p->dev->copies[k];
+        int id = c->to ? c->to : c->from, kk = kernel_kind(id, n_real);
+        p->dev->copy_kdata[k] = wf__kernels_data(s->kernels, &wf_op_copy, kk);
+        if (!(p->dev->copy_kernel[k] = wf__kernels_find(s->kernels, &wf_op_copy, kk))) {
+            char dn[32];
+            return wf__err(WF_ENODEV,
+                           "placement: '%s' is read on device %d (%s), but no %s copy "
+                           "kernel is registered",
+                           p->nodes[c->value]->name, id, dev_name(id, n_real, dn, sizeof dn),
+                           kk == WF_KERNEL_CUDA ? "CUDA" : "CPU");
         }
     }
     return 0;
