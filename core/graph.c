@@ -919,6 +919,13 @@ static wf_node *add_node(wf_graph *g, const wf_op_def *op, const char *name, wf_
     }
     for (int i = n->shape.rank; i < WF_MAX_RANK; i++)
         n->shape.dims[i] = 0;
+    /* Every shape is bounded (core/tensor.h, WF__MAX_NUMEL), so that no later product of
+     * its dimensions (element counts, strides, byte sizes, a pass's rewrite) overflows. */
+    rc = wf__shape_check(n->shape, "the output shape", detail, sizeof detail);
+    if (rc < 0) {
+        rc = node_fail(n, rc, "%s", detail);
+        goto fail;
+    }
     if (g->mode == WF_EAGER) {
         char msg[WF_ERRMSG_MAX];
         if (!(op->flags & WF_OP_SOURCE) && !g->eager_fn) {

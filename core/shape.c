@@ -1,4 +1,5 @@
-/* core/shape.c: shapes: element counts, printing, NumPy broadcasting.
+/* core/shape.c: shapes: element counts, the check of the bound on them (core/tensor.h:
+ * WF__MAX_NUMEL), printing, NumPy broadcasting.
  * Owns: nothing with state. -1 ("any", placeholders only) is carried through broadcasting
  * so that shapes can be inferred before batch sizes are known.
  * Not here: strides (tensor.c). */
@@ -20,6 +21,47 @@ int64_t wf_shape_numel(wf_shape s)
         n *= s.dims[i];
     }
     return n;
+}
+
+bool wf__shape_fits(wf_shape s, int64_t *numel)
+{
+    int64_t n = 1, span = 1;
+    bool known = s.rank >= 0 && s.rank <= WF_MAX_RANK, fits = known;
+    for (int i = 0; fits && i < s.rank; i++) {
+        int64_t d = s.dims[i];
+        if (d < 0) {
+            known = false;
+            continue;
+        }
+        fits = wf__dims_mul(span, d ? d : 1, &span);
+        n = fits ? n * d : n; /* n <= span: no overflow */
+    }
+    if (numel)
+        *numel = known && fits ? n : -1;
+    return fits;
+}
+
+int wf__shape_check(wf_shape s, const char *what, char *err, size_t errlen)
+{
+    int64_t n;
+    if (wf__shape_fits(s, &n))
+        return 0;
+    char b[160];
+    bool zero = false;
+    for (int i = 0; i < s.rank && i < WF_MAX_RANK; i++)
+        zero = zero || s.dims[i] == 0;
+    if (s.rank < 0 || s.rank > WF_MAX_RANK)
+        snprintf(err, errlen, "%s has rank %d, not in 0..%d", what, s.rank, WF_MAX_RANK);
+    else if (zero)
+        snprintf(err, errlen,
+                 "%s %s: its nonzero dimensions multiply to more than " WF__MAX_NUMEL_STR
+                 " (the most elements a tensor may hold; its strides would overflow)",
+                 what, wf_shape_str(s, b, sizeof b));
+    else
+        snprintf(err, errlen,
+                 "%s %s has more than " WF__MAX_NUMEL_STR " elements (the most a tensor may hold)",
+                 what, wf_shape_str(s, b, sizeof b));
+    return WF_ESHAPE;
 }
 
 bool wf_shape_equal(wf_shape a, wf_shape b)

@@ -47,22 +47,21 @@ int wf__tensor_check(const char *fn, wf_dtype dt, wf_shape shape, size_t *bytes)
         return wf__err(WF_EINVAL, "%s: dtype %d is not a wf_dtype", fn, (int)dt);
     if (shape.rank < 0 || shape.rank > WF_MAX_RANK)
         return wf__err(WF_EINVAL, "%s: rank %d is not in 0..%d", fn, shape.rank, WF_MAX_RANK);
-    /* One pass, and no division (it was a visible part of an eager 1-element add): the
-     * element count as wf_shape_numel() gives it (an overflow of int64 counts as too many). */
-    int64_t n = 1;
-    bool over = false;
-    for (int i = 0; i < shape.rank; i++) {
+    /* No division (it was a visible part of an eager 1-element add): the element count,
+     * within the bound every inferred shape keeps (core/tensor.h, WF__MAX_NUMEL). */
+    for (int i = 0; i < shape.rank; i++)
         if (shape.dims[i] < 0) {
             char s[160];
             return wf__err(WF_EINVAL, "%s: shape %s has a negative or unknown dimension", fn,
                            wf_shape_str(shape, s, sizeof s));
         }
-        over = over || __builtin_mul_overflow(n, shape.dims[i], &n);
-    }
+    int64_t n;
     size_t total;
-    if (over || __builtin_mul_overflow((size_t)n, es, &total) || total > SIZE_MAX / 2) {
+    if (!wf__shape_fits(shape, &n) || __builtin_mul_overflow((size_t)n, es, &total) ||
+        total > SIZE_MAX / 2) {
         char s[160];
-        return wf__err(WF_EINVAL, "%s: shape %s has too many elements", fn,
+        return wf__err(WF_EINVAL,
+                       "%s: shape %s has too many elements (more than " WF__MAX_NUMEL_STR ")", fn,
                        wf_shape_str(shape, s, sizeof s));
     }
     if (bytes)

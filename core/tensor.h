@@ -3,7 +3,8 @@
  * internal.h).
  * Owns: struct wf_tensor and struct wf_buffer, and the constructors those modules use for
  * outputs (wf__tensor_alloc: a fresh contiguous tensor whose data they may write until
- * they publish it; wf__tensor_adopt: a tensor over memory of their own).
+ * they publish it; wf__tensor_adopt: a tensor over memory of their own), and the bound on
+ * shapes (WF__MAX_NUMEL) with the checked shape arithmetic that keeps it.
  * Invariants: 'data' points at element 0 inside the buffer (or caller memory for a view);
  * 'strides' are in elements; 'contiguous' is true iff the strides are row-major for
  * 'shape'; a tensor is written only by the code that allocated it, before anyone else
@@ -15,6 +16,9 @@
 #include <weft/core.h>
 
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 typedef struct wf_buffer {
     _Atomic int64_t refs;
@@ -59,6 +63,35 @@ wf_tensor *wf__tensor_adopt(wf_dtype dt, wf_shape shape, void *data, size_t byte
  * from base->data. */
 wf_tensor *wf__tensor_alias(const wf_tensor *base, wf_shape shape, const int64_t *strides,
                             int64_t offset);
+
+/* The most elements a shape may have, and the most its nonzero dimensions may multiply to:
+ * 2^59, so that every byte size (dtypes of up to 16 bytes) and every stride fits int64_t.
+ * Shape inference forms every product and sum of dimensions with wf__dims_mul() and
+ * wf__dims_add(), and core refuses a node whose inferred shape passes it (WF_ESHAPE). */
+#define WF__MAX_NUMEL     ((int64_t)1 << 59)
+#define WF__MAX_NUMEL_STR "2^59"
+
+/* *out = a * b, or a + b, of dimensions or element counts (>= 0). Returns false (with *out
+ * unspecified) when the result would pass WF__MAX_NUMEL, an int64_t overflow included. */
+static inline bool wf__dims_mul(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out) && *out <= WF__MAX_NUMEL;
+}
+
+static inline bool wf__dims_add(int64_t a, int64_t b, int64_t *out)
+{
+    return !__builtin_add_overflow(a, b, out) && *out <= WF__MAX_NUMEL;
+}
+
+/* Whether 's' is within WF__MAX_NUMEL: its known (>= 0) dimensions, zeros counted as 1,
+ * multiply to at most that. '*numel' (may be NULL) gets the element count, -1 when a
+ * dimension is unknown (negative) or the shape does not fit. */
+bool wf__shape_fits(wf_shape s, int64_t *numel);
+
+/* 0 when 's' fits (wf__shape_fits), else WF_ESHAPE with "<what> <shape> has more than 2^59
+ * elements" (or, with a zero dimension, that its nonzero dimensions multiply past it) in
+ * 'err'. For inference functions and core's check of every inferred shape. */
+int wf__shape_check(wf_shape s, const char *what, char *err, size_t errlen);
 
 /* Checks a dtype and a concrete shape for a new tensor ('fn' names the caller in the
  * message) and gives its size in bytes. Returns 0 or WF_EINVAL. */

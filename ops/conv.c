@@ -12,6 +12,7 @@
  *   known.
  * Not here: im2col, GEMM and col2im (conv_cpu.c), the gradient functions (grad/), pools
  *   (pool.c). */
+#include "../core/tensor.h"
 #include "internal.h"
 #include "layout.h"
 
@@ -22,11 +23,21 @@
 
 /* The output size along one axis: -1 when the input or kernel size is unknown, 0 when the
  * dilated kernel does not fit the padded input. */
+/* The extent of a kernel of 'k' (>= 0) taps 'dil' apart; past WF__MAX_NUMEL (larger than
+ * any input) it is WF__MAX_NUMEL + 1, so that dilation times kernel never overflows. */
+static int64_t kernel_span(int dil, int64_t k)
+{
+    int64_t span;
+    if (k == 0)
+        return 1 - (int64_t)dil; /* as dil * (k - 1) + 1 */
+    return wf__dims_mul(dil, k - 1, &span) ? span + 1 : WF__MAX_NUMEL + 1;
+}
+
 static int64_t out_dim(int64_t in, int64_t k, int pad0, int pad1, int stride, int dil)
 {
     if (in < 0 || k < 0)
         return -1;
-    int64_t span = (int64_t)dil * (k - 1) + 1, padded = in + pad0 + pad1;
+    int64_t span = kernel_span(dil, k), padded = in + pad0 + pad1; /* in <= 2^59 */
     return span > padded ? 0 : (padded - span) / stride + 1;
 }
 
@@ -85,12 +96,17 @@ static int conv_shape(const wf_node *n, const char *xn, wf_shape xs, const char 
         out_dim(xs.dims[3], ws.dims[3], a->padding[2], a->padding[3], a->stride[1], a->dilation[1]);
     if (OH == 0 || OW == 0) {
         int h = OH == 0, d = h ? 2 : 3;
-        int64_t span = (int64_t)a->dilation[h ? 0 : 1] * (ws.dims[d] - 1) + 1;
+        int64_t span = kernel_span(a->dilation[h ? 0 : 1], ws.dims[d]);
         int p0 = a->padding[h ? 0 : 2], p1 = a->padding[h ? 1 : 3];
+        char sp[32];
+        if (span > WF__MAX_NUMEL)
+            snprintf(sp, sizeof sp, "more than " WF__MAX_NUMEL_STR);
+        else
+            snprintf(sp, sizeof sp, "%lld", (long long)span);
         snprintf(err, errlen,
-                 "%s is %s but %s is %s: the kernel %s (%lld with dilation %d) is larger than the "
+                 "%s is %s but %s is %s: the kernel %s (%s with dilation %d) is larger than the "
                  "padded input %s %lld (%lld + %d + %d), so the output %s would be 0",
-                 xn, s1, wn, s2, h ? "height" : "width", (long long)span, a->dilation[h ? 0 : 1],
+                 xn, s1, wn, s2, h ? "height" : "width", sp, a->dilation[h ? 0 : 1],
                  h ? "height" : "width", (long long)(xs.dims[d] + p0 + p1), (long long)xs.dims[d],
                  p0, p1, h ? "height" : "width");
         return WF_ESHAPE;
@@ -250,8 +266,14 @@ static int infer_backward_input(wf_node *n, char *err, size_t errlen)
     bool dy4 = dy->shape.rank == 4, w4 = ws.rank == 4;
     if (xs.dims[0] == -1 && dy4)
         xs.dims[0] = dy->shape.dims[0];
-    if (xs.dims[1] == -1 && w4 && ws.dims[1] >= 0 && a->groups >= 1)
-        xs.dims[1] = ws.dims[1] * a->groups;
+    if (xs.dims[1] == -1 && w4 && ws.dims[1] >= 0 && a->groups >= 1 &&
+        !wf__dims_mul(ws.dims[1], a->groups, &xs.dims[1])) {
+        snprintf(err, errlen,
+                 "x_shape is %s (w %s): its channels, %lld x groups %d, would be more "
+                 "than " WF__MAX_NUMEL_STR,
+                 SH(a->shape, s1), SH(ws, s2), (long long)ws.dims[1], a->groups);
+        return WF_ESHAPE;
+    }
     for (int h = 0; h < 2; h++) {
         int d = 2 + h;
         if (a->shape.dims[d] != -1)
@@ -265,7 +287,7 @@ static int infer_backward_input(wf_node *n, char *err, size_t errlen)
             return WF_EINVAL;
         }
         if (dy4 && w4 && dy->shape.dims[d] >= 0 && ws.dims[d] >= 0 && a->dilation[h] >= 1) {
-            int64_t span = (int64_t)a->dilation[h] * (ws.dims[d] - 1) + 1;
+            int64_t span = kernel_span(a->dilation[h], ws.dims[d]);
             int64_t v = dy->shape.dims[d] - 1 + span - a->padding[2 * h] - a->padding[2 * h + 1];
             xs.dims[d] = v >= 0 ? v : 0;
         }

@@ -73,8 +73,12 @@ static int infer_reshape(wf_node *n, char *err, size_t errlen)
                      SH(x->shape, s1), SH(t, s2),
                      t.dims[d] == -1 ? "two -1 dimensions" : "a negative dimension");
             return WF_EINVAL;
-        } else {
-            prod *= t.dims[d];
+        } else if (!wf__dims_mul(prod, t.dims[d], &prod)) {
+            snprintf(err, errlen,
+                     "x is %s; the target shape %s has more than " WF__MAX_NUMEL_STR
+                     " elements (the most a tensor may hold)",
+                     SH(x->shape, s1), SH(t, s2));
+            return WF_ESHAPE;
         }
     }
     int64_t xn = wf_shape_numel(x->shape);
@@ -455,7 +459,16 @@ static int infer_join(wf_node *n, bool stack, char *err, size_t errlen)
         bool ok = si.rank == r;
         for (int d = 0; ok && d < r; d++) {
             if (!stack && d == ax) {
-                s.dims[d] = s.dims[d] < 0 || si.dims[d] < 0 ? -1 : s.dims[d] + si.dims[d];
+                if (s.dims[d] < 0 || si.dims[d] < 0)
+                    s.dims[d] = -1;
+                else if (!wf__dims_add(s.dims[d], si.dims[d], &s.dims[d])) {
+                    snprintf(err, errlen,
+                             "the lengths along axis %d of the inputs add up to more "
+                             "than " WF__MAX_NUMEL_STR
+                             " (the most a tensor may hold); the inputs are %s",
+                             ax, input_shapes(n, all, sizeof all));
+                    return WF_ESHAPE;
+                }
                 continue;
             }
             ok = wf__ops_dims_fit(s.dims[d], si.dims[d]);
@@ -551,8 +564,15 @@ static int infer_pad(wf_node *n, char *err, size_t errlen)
                      SH(x->shape, s1), (long long)a->begin[d], (long long)a->end[d], d);
             return WF_EINVAL;
         }
-        if (s.dims[d] >= 0)
-            s.dims[d] += a->begin[d] + a->end[d];
+        if (s.dims[d] >= 0 && (!wf__dims_add(s.dims[d], a->begin[d], &s.dims[d]) ||
+                               !wf__dims_add(s.dims[d], a->end[d], &s.dims[d]))) {
+            char s1[160];
+            snprintf(err, errlen,
+                     "x is %s; padding %lld before and %lld after axis %d makes it longer "
+                     "than " WF__MAX_NUMEL_STR " (the most elements a tensor may hold)",
+                     SH(x->shape, s1), (long long)a->begin[d], (long long)a->end[d], d);
+            return WF_ESHAPE;
+        }
     }
     n->dtype = x->dtype;
     n->shape = s;

@@ -143,9 +143,8 @@ static wf_node *sum_of_broadcast(wf__pass_ctx *c, int32_t id, const wf_node *n, 
         int64_t xd = d < off ? 1 : x->shape.dims[d - off];
         if (red[d] ? xd != 1 : xd != b->shape.dims[d])
             return NULL;
-        if (red[d])
-            k *= b->shape.dims[d];
-        if (k >= ((int64_t)1 << 24))
+        /* The bound before the product: k stays exact in float (and never wraps). */
+        if (red[d] && (!wf__dims_mul(k, b->shape.dims[d], &k) || k >= ((int64_t)1 << 24)))
             return NULL;
     }
     if (k < 1)

@@ -7,7 +7,8 @@
 #     libweft.so exports only wf_* names (no wf__ internals), and every installed program
 #     has a relative runtime path (RUNPATH $ORIGIN/...) and none into the build tree;
 #  3. runs every installed program ('--help') from the prefix, then MOVES the prefix and runs
-#     them again from there, with no LD_LIBRARY_PATH and no ldconfig;
+#     them again from there, with no LD_LIBRARY_PATH and no ldconfig; weft-train and train_gpt
+#     train a few steps there on their bundled data (found beside the program, no WEFT_DIGITS);
 #  4. builds a training program (examples/design_example.c: a model trained with Adam)
 #     against the moved prefix four ways and runs each: pkg-config shared,
 #     'pkg-config --static' as written in the README, pkg-config --static with libweft.a
@@ -99,6 +100,32 @@ moved="$tmp/moved/somewhere/else"
 mkdir -p "$(dirname "$moved")"
 mv "$prefix" "$moved"
 run_programs "$moved" "moved"
+
+# The programs with bundled data find it beside themselves in the moved prefix (not at the
+# path the install was configured with, nor in the source tree, which is still there), with
+# no WEFT_DIGITS and no LD_LIBRARY_PATH: each names the file it read.
+train_from()
+{ # $1: prefix, $2: label
+    if (cd "$tmp" && env -u LD_LIBRARY_PATH -u WEFT_DIGITS "$1/bin/weft-train" --steps 5 \
+        >"$tmp/train.txt" 2>&1) && grep -q 'test accuracy' "$tmp/train.txt" &&
+        grep -qF "the bundled digits: $1/bin/../" "$tmp/train.txt"; then
+        say "$2: bin/weft-train: $(grep -o 'the bundled digits: .*' "$tmp/train.txt")"
+        say "$2: bin/weft-train: $(grep 'test accuracy' "$tmp/train.txt" | tail -1)"
+    else
+        sed 's/^/    /' "$tmp/train.txt" >&2
+        bad "$2: bin/weft-train does not train on its bundled digits"
+    fi
+    if (cd "$tmp" && env -u LD_LIBRARY_PATH "$1/bin/train_gpt" --steps 2 --context 16 \
+        --d-model 32 --layers 1 --sample-len 10 >"$tmp/gpt.txt" 2>&1) &&
+        grep -q 'train_gpt: 2 steps in' "$tmp/gpt.txt" && grep -qF "$1/bin/../" "$tmp/gpt.txt"; then
+        say "$2: bin/train_gpt: $(grep -o "$1/bin/[^:]*" "$tmp/gpt.txt" | head -1)"
+        say "$2: bin/train_gpt: $(grep 'train_gpt: 2 steps in' "$tmp/gpt.txt")"
+    else
+        sed 's/^/    /' "$tmp/gpt.txt" >&2
+        bad "$2: bin/train_gpt does not train on its bundled text"
+    fi
+}
+train_from "$moved" "moved"
 
 # --- 4. the consumer: a training program -------------------------------------------------
 cp examples/design_example.c "$tmp/consumer.c"
@@ -195,6 +222,7 @@ cmake_consumer "$moved" "moved"
 other="$tmp/other"
 cmake --install "$build" --prefix "$other" >"$tmp/install2.log"
 run_programs "$other" "relocated"
+train_from "$other" "relocated"
 cmake_consumer "$other" "relocated"
 pc_consumers "$other" "relocated"
 

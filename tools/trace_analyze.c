@@ -5,6 +5,8 @@
  *   instant of that union is given to the innermost span open then (a sweep over the spans in
  *   start order with a stack). That is an op kind's self time, and the kinds' self times add
  *   up to the busy time exactly;
+ * - network transfers ("cat":"transfer"): counted, with their bytes and time, by name; not
+ *   busy time and no op kind's (the worker that records one may run tasks while it lasts);
  * - idle time: the trace's extent (first start to last end, over all workers) minus busy;
  *   parks are the part of it spent asleep;
  * - a step: one run of one task graph (args "graph", "run"); by default the graph with the
@@ -93,6 +95,33 @@ static tr_worker_stat *worker(tr_summary *s, int tid)
         if (s->workers[i].tid == tid)
             return &s->workers[i];
     return NULL;
+}
+
+/* Counts transfer 'e' under its name. 0, or -1 (no memory). */
+static int add_xfer(tr_summary *s, const tr_event *e)
+{
+    int i = 0;
+    while (i < s->nxfers && s->xfers[i].name != e->name)
+        i++;
+    if (i == s->nxfers) {
+        tr_xfer_stat *n = realloc(s->xfers, (size_t)(i + 1) * sizeof *n);
+        if (!n)
+            return -1;
+        s->xfers = n;
+        s->xfers[s->nxfers++] = (tr_xfer_stat){ .name = e->name };
+    }
+    s->xfers[i].count++;
+    s->xfers[i].bytes += e->bytes;
+    s->xfers[i].total += e->dur;
+    return 0;
+}
+
+static int xfer_by_total(const void *a, const void *b)
+{
+    const tr_xfer_stat *x = a, *y = b;
+    if (x->total != y->total)
+        return x->total > y->total ? -1 : 1;
+    return x->name < y->name ? -1 : 1;
 }
 
 /* Self time per kind and busy time per worker: the sweep described at the top. */
@@ -416,6 +445,9 @@ int tr_analyze(const tr_trace *tc, const tr_opts *o, tr_summary *s, char *err, s
             w->parks++;
         } else if (e->cat == TR_STEAL) {
             w->steals++;
+        } else if (e->cat == TR_XFER) {
+            if (add_xfer(s, e) < 0)
+                goto out;
         } else if (is_busy(e)) {
             w->tasks++;
             s->kinds[ekind[i]].count++;
@@ -431,6 +463,8 @@ int tr_analyze(const tr_trace *tc, const tr_opts *o, tr_summary *s, char *err, s
         }
     s->nkinds = nk;
     qsort(s->kinds, (size_t)nk, sizeof *s->kinds, by_total);
+    if (s->nxfers)
+        qsort(s->xfers, (size_t)s->nxfers, sizeof *s->xfers, xfer_by_total);
     if (runs(t, s) < 0)
         goto out;
     err[0] = '\0';
@@ -448,6 +482,7 @@ out:
 void tr_summary_free(tr_summary *s)
 {
     free(s->kinds);
+    free(s->xfers);
     free(s->workers);
     free(s->runs);
     free(s->by_run);

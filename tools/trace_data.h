@@ -11,7 +11,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum { TR_TASK, TR_ACTOR, TR_PARK, TR_STEAL, TR_OTHER };
+/* TR_XFER: a network transfer ("cat":"transfer"), recorded by the worker that finished it;
+ * not busy time (the worker may have run tasks meanwhile), reported apart from the ops. */
+enum { TR_TASK, TR_ACTOR, TR_PARK, TR_STEAL, TR_XFER, TR_OTHER };
 
 typedef struct tr_event {
     double ts, dur; /* start and length (0 for instants) */
@@ -24,6 +26,7 @@ typedef struct tr_event {
     uint32_t run;
     int32_t node, after;
     int32_t crit; /* -2: the trace does not say (older traces: 'after' stands in) */
+    double bytes; /* TR_XFER: args.bytes (0 when absent) */
 } tr_event;
 
 typedef struct tr_thread {
@@ -63,6 +66,14 @@ typedef struct tr_kind_stat {
     double total; /* self time: nested events' time is theirs, not their parent's */
 } tr_kind_stat;
 
+/* The network transfers of one name (weft names them by direction: "send", "recv"). */
+typedef struct tr_xfer_stat {
+    int name;     /* string id */
+    long count;   /* transfer events */
+    double bytes; /* their args.bytes, summed */
+    double total; /* their time, summed (they may overlap one another and tasks) */
+} tr_xfer_stat;
+
 typedef struct tr_worker_stat {
     int tid, name;
     double busy; /* union of task and actor spans */
@@ -93,6 +104,8 @@ typedef struct tr_summary {
     double busy;   /* all workers' busy time */
     tr_kind_stat *kinds;
     int nkinds;
+    tr_xfer_stat *xfers; /* network transfers by name, by total time */
+    int nxfers;
     tr_worker_stat *workers;
     int nworkers;
     tr_run *runs; /* every (graph, run) in the trace, by graph then run */

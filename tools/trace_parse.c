@@ -417,7 +417,7 @@ static bool intern_to(parser *ps, const char *s, size_t n, int *id)
 typedef struct raw_event {
     int name, cat, ph, kind, thread_name; /* string ids or -1 */
     bool has_ts, has_dur, has_tid, chunk;
-    double ts, dur, tid, graph, run, node, after, crit;
+    double ts, dur, tid, graph, run, node, after, crit, bytes;
 } raw_event;
 
 static bool arg_member(parser *ps, const char *k, size_t kl, void *ctx)
@@ -440,6 +440,8 @@ static bool arg_member(parser *ps, const char *k, size_t kl, void *ctx)
         return integer(ps, "after", -1, 2147483647.0, &e->after);
     if (key_is(k, kl, "crit"))
         return integer(ps, "crit", -1, 2147483647.0, &e->crit);
+    if (key_is(k, kl, "bytes"))
+        return integer(ps, "bytes", 0, 9007199254740992.0, &e->bytes);
     if (key_is(k, kl, "chunk"))
         return number(ps, &d) && ((e->chunk = d != 0), true);
     int depth = 2;
@@ -542,14 +544,16 @@ static bool event(parser *ps, size_t index)
                      .run = (uint32_t)e.run,
                      .node = (int32_t)e.node,
                      .after = (int32_t)e.after,
-                     .crit = (int32_t)e.crit };
+                     .crit = (int32_t)e.crit,
+                     .bytes = e.bytes };
     if (o->name < 0)
         return fail(ps, start, "no memory for the string table");
-    o->cat = str_is(t, e.cat, "task")    ? TR_TASK
-             : str_is(t, e.cat, "actor") ? TR_ACTOR
-             : str_is(t, e.cat, "park")  ? TR_PARK
-             : str_is(t, e.cat, "steal") ? TR_STEAL
-                                         : (span ? TR_TASK : TR_OTHER);
+    o->cat = str_is(t, e.cat, "task")       ? TR_TASK
+             : str_is(t, e.cat, "actor")    ? TR_ACTOR
+             : str_is(t, e.cat, "park")     ? TR_PARK
+             : str_is(t, e.cat, "steal")    ? TR_STEAL
+             : str_is(t, e.cat, "transfer") ? TR_XFER
+                                            : (span ? TR_TASK : TR_OTHER);
     if (!add_thread(t, o->tid, -1))
         return fail(ps, start, "no memory for the thread table");
     return true;

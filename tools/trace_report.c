@@ -1,8 +1,8 @@
 /* tools/trace_report.c: weft-trace's output: tables for a person, or one JSON object with
  * the same numbers (its keys are listed in weft-trace.c). Times in the JSON are
  * microseconds, as in the trace; tables use ms and us.
- * Owns: the layout, and which kinds count as transfers (copy, send and recv nodes: the
- * trace carries their times, not their bytes).
+ * Owns: the layout, and which kinds count as transfers (copy, send and recv nodes, whose
+ * spans carry their times; the network transfers, "cat":"transfer", carry their bytes too).
  * Not here: the numbers (trace_analyze.c). */
 #include "trace_data.h"
 
@@ -123,9 +123,21 @@ void tr_report_text(FILE *f, const tr_trace *t, const tr_summary *s, const char 
     int nt = 0;
     for (int i = 0; i < s->nkinds; i++)
         nt += is_transfer(t->str[s->kinds[i].kind]);
-    if (!nt) {
-        fprintf(f, "\ntransfers: none in the trace (copy, send and recv nodes)\n");
-    } else {
+    if (!nt && !s->nxfers) {
+        fprintf(f, "\ntransfers: none in the trace (copy, send and recv nodes, network "
+                   "transfers)\n");
+    }
+    if (s->nxfers) {
+        fprintf(f, "\nnetwork transfers (by direction; not busy time: a worker runs tasks while "
+                   "they last)\n");
+        fprintf(f, "  %-28s %9s %14s %12s %11s\n", "name", "count", "bytes", "total ms", "mean us");
+        for (int i = 0; i < s->nxfers; i++) {
+            const tr_xfer_stat *x = &s->xfers[i];
+            fprintf(f, "  %-28.28s %9ld %14.0f %12.3f %11.2f\n", t->str[x->name], x->count,
+                    x->bytes, x->total / 1e3, x->total / (double)x->count);
+        }
+    }
+    if (nt) {
         fprintf(f, "\ntransfers (copy, send and recv nodes; the trace has their time, not "
                    "their bytes)\n");
         for (int i = 0; i < s->nkinds; i++)
@@ -172,6 +184,15 @@ void tr_report_json(FILE *f, const tr_trace *t, const tr_summary *s, const char 
     }
     fprintf(f, "],\"transfers\":");
     json_kinds(f, t, s->kinds, s->nkinds, true);
+    fprintf(f, ",\"network_transfers\":[");
+    for (int i = 0; i < s->nxfers; i++) {
+        const tr_xfer_stat *x = &s->xfers[i];
+        fprintf(f, "%s{\"name\":", i ? "," : "");
+        tr_json_str(f, t->str[x->name]);
+        fprintf(f, ",\"count\":%ld,\"bytes\":%.0f,\"total_us\":%.3f,\"mean_us\":%.3f}", x->count,
+                x->bytes, x->total, x->total / (double)x->count);
+    }
+    fputc(']', f);
     if (s->steps == 0) {
         fprintf(f, ",\"steps\":null}\n");
         return;

@@ -3,10 +3,11 @@
  * per task or actor turn that overlaps the step, coloured by op kind (the ten kinds with the
  * most time in the step get their own colour, the rest are grey), nested boxes (tasks run
  * while their parent waits) drawn inside their parent, parks as a thin grey band, steals as
- * ticks, the critical path outlined in black, a legend and a time axis in microseconds from
- * the step's start. Every box has a tooltip (<title>) with its name, kind and duration.
- * Owns: the layout and XML escaping. Not here: which step, and its critical path
- * (trace_analyze.c). */
+ * ticks, network transfers as a hatched band along the foot of the lane of the worker that
+ * recorded them (not boxes: they are not task time), the critical path outlined in black, a legend
+ * and a time axis in microseconds from the step's start. Every box has a tooltip (<title>) with its
+ * name, kind and duration. Owns: the layout and XML escaping. Not here: which step, and its
+ * critical path (trace_analyze.c). */
 #include "trace_data.h"
 
 #include <errno.h>
@@ -173,7 +174,7 @@ int tr_svg_write(const char *path, const char *trace_path, const tr_trace *t, co
     }
     int lanes_h = s->nworkers * (LANE_H + LANE_GAP);
     int axis_y = TOP + lanes_h + 4;
-    int nlegend = norder + others + 2; /* + parked + critical path */
+    int nlegend = norder + others + 3; /* + network transfer + parked + critical path */
     int per_row = (WIDTH - LEFT - RIGHT) / LEGEND_W;
     int legend_y = axis_y + 52;
     int height = legend_y + ((nlegend + per_row - 1) / per_row) * 22 + 16;
@@ -182,7 +183,11 @@ int tr_svg_write(const char *path, const char *trace_path, const tr_trace *t, co
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
             "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Arial, sans-serif\" "
             "font-size=\"12\">\n"
-            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+            "<defs><pattern id=\"xfer\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+            "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fff3c4\"/>"
+            "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#8a6d00\" stroke-width=\"3\"/>"
+            "</pattern></defs>\n",
             WIDTH, height, WIDTH, height);
     fprintf(f,
             "<text x=\"%d\" y=\"24\" font-size=\"16\" font-weight=\"bold\">Step: run %u of "
@@ -220,6 +225,8 @@ int tr_svg_write(const char *path, const char *trace_path, const tr_trace *t, co
                 fprintf(f, "</title></line>\n");
                 continue;
             }
+            if (e->cat == TR_XFER)
+                continue; /* drawn over the boxes, below */
             if (e->cat == TR_PARK) {
                 fprintf(f,
                         "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"4\" "
@@ -241,6 +248,21 @@ int tr_svg_write(const char *path, const char *trace_path, const tr_trace *t, co
             tr_xml_text(f, t->str[kind]);
             fprintf(f, "): %.2f us%s</title></rect>\n", e->dur,
                     onpath[d[k].ev] ? ", on the critical path" : "");
+        }
+        /* network transfers over the boxes: they overlap the task or actor turn running */
+        for (size_t k = 0; k < nd; k++) {
+            const tr_event *e = &t->ev[d[k].ev];
+            if (e->tid != w->tid || e->cat != TR_XFER)
+                continue;
+            double x0 = X(e->ts < w0 ? w0 : e->ts),
+                   x1 = X(e->ts + e->dur > w1 ? w1 : e->ts + e->dur);
+            fprintf(f,
+                    "<rect class=\"transfer\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
+                    "height=\"7\" fill=\"url(#xfer)\" stroke=\"#8a6d00\" "
+                    "stroke-width=\"0.5\"><title>network transfer ",
+                    x0, y + LANE_H - 7, x1 - x0 < 1 ? 1 : x1 - x0);
+            tr_xml_text(f, t->str[e->name]);
+            fprintf(f, ": %.0f bytes, %.2f us</title></rect>\n", e->bytes, e->dur);
         }
         /* Labels after the boxes, so that none is drawn over; each in the part of its box
          * before the first box nested in it, at ~7 px a character. */
@@ -296,6 +318,9 @@ int tr_svg_write(const char *path, const char *trace_path, const tr_trace *t, co
         } else if (i == norder && others) {
             label = "other kinds";
             fill = OTHER_COLOR;
+        } else if (i == nlegend - 3) {
+            label = "network transfer";
+            fill = "url(#xfer)";
         } else if (i == nlegend - 2) {
             label = "parked";
             fill = "#c8c8c8";

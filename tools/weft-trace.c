@@ -9,10 +9,12 @@
  * --json's keys (times in microseconds, as in the trace): file, events, t0_us, t1_us,
  *   busy_us; ops [{kind, count, total_us, mean_us}] (self times, by total); workers [{tid,
  *   name, busy_us, idle_us, park_us, parks, tasks, steals}]; transfers (as ops, the copy, send
- *   and recv kinds); steps (null without graph runs, else {graph, runs, mean_us, median_us,
- *   min_us, max_us, critical_path_share, critical_path_kinds}); critical_path {graph, run,
- *   t0_us, t1_us, cut, by ("crit", or "after" for traces without crit links), nodes [{name,
- *   kind, node, tid, ts_us, dur_us, wait_us}]}.
+ *   and recv kinds); network_transfers [{name, count, bytes, total_us, mean_us}] (the
+ *   "cat":"transfer" spans, by name: "send", "recv"; not in busy_us nor ops); steps (null
+ *   without graph runs, else {graph, runs, mean_us, median_us, min_us, max_us,
+ *   critical_path_share, critical_path_kinds}); critical_path {graph, run, t0_us, t1_us, cut,
+ *   by ("crit", or "after" for traces without crit links), nodes [{name, kind, node, tid,
+ *   ts_us, dur_us, wait_us}]}.
  * trace_analyze.c defines each number.
  * Owns: the command line. The reading, the numbers and the outputs are trace_*.c. */
 #include "trace_data.h"
@@ -29,7 +31,8 @@ static void usage(FILE *f)
             "and the critical path of one, transfers.\n"
             "  --json          print the summary as one JSON object instead of tables\n"
             "  --svg OUT.svg   also draw a timeline of one step: a lane per worker, a box per\n"
-            "                  task coloured by op kind, the critical path outlined\n"
+            "                  task coloured by op kind, the critical path outlined, network\n"
+            "                  transfers as hatched bands at the lane's foot\n"
             "  --step N        the step shown (run N of the graph; default: the median step)\n"
             "  --graph G       the task graph whose runs are the steps (default: the one that\n"
             "                  ran most often, e.g. a training step)\n"

@@ -17,6 +17,7 @@
  * the checkpoint's step: --steps is the step to reach, as nanoGPT's max_iters (the cosine
  * schedule spans it); a checkpoint at or past it only prints a sample.
  * Public API only, as every example. */
+#include "../weft-train/bundled.h"
 #include "../weft-train/progress.h"
 #include "gpt_model.h"
 
@@ -32,8 +33,8 @@
 #ifndef TG_TEXT_SOURCE
 #    define TG_TEXT_SOURCE "us-founding-documents.txt"
 #endif
-#ifndef TG_TEXT_INSTALLED
-#    define TG_TEXT_INSTALLED "us-founding-documents.txt"
+#ifndef TG_DATADIR
+#    define TG_DATADIR "share" /* the install's data folder, relative to its prefix */
 #endif
 
 #define MAX_TEXT_BYTES (1ll << 30)
@@ -483,18 +484,17 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The bundled text: installed under share/weft/, or in the source tree. */
-static const char *default_text(void)
+/* The bundled text: installed in <program>/../share/weft/ (wherever the prefix was moved), or
+ * in the source tree. 0 with its path in 'path', or WF_ENOTFOUND with err naming the paths
+ * tried. */
+static int default_text(char *path, size_t pathlen, char *err, size_t errlen)
 {
-    const char *paths[] = { TG_TEXT_INSTALLED, TG_TEXT_SOURCE };
-    for (int i = 0; i < 2; i++) {
-        FILE *f = fopen(paths[i], "rb");
-        if (f) {
-            fclose(f);
-            return paths[i];
-        }
-    }
-    return TG_TEXT_SOURCE; /* read_text() says it is missing */
+    char tried[2 * 4096 + 8];
+    if (wt_bundled_find(NULL, TG_DATADIR, "us-founding-documents.txt", TG_TEXT_SOURCE, path,
+                        pathlen, tried, sizeof tried) == 0)
+        return 0;
+    snprintf(err, errlen, "the bundled text was not found (%s); give --text FILE", tried);
+    return WF_ENOTFOUND;
 }
 
 static void print_sample(trainer *t, long step, uint64_t *rng)
@@ -519,11 +519,14 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o) < 0)
         return 2;
     char err[1024] = "";
-    corpus text;
+    corpus text = { 0 };
     trainer t = { .o = &o, .text = &text };
     FILE *log = NULL;
-    const char *path = o.text ? o.text : default_text();
-    int rc = read_text(path, &text, err, sizeof err);
+    char bundled[4096];
+    const char *path = o.text ? o.text : bundled;
+    int rc = o.text ? 0 : default_text(bundled, sizeof bundled, err, sizeof err);
+    if (rc == 0)
+        rc = read_text(path, &text, err, sizeof err);
     int ctx = o.model.context;
     if (rc == 0 && text.n_train < ctx + 1) {
         snprintf(err, sizeof err,

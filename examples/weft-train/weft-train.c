@@ -17,6 +17,7 @@
  * so checkpoints load into the same model there; perf/torch_train_compare.py replays a run in
  * PyTorch from its --init file and compares the losses step by step.
  * Public API only, as every example. */
+#include "bundled.h"
 #include "data.h"
 #include "plot.h"
 #include "progress.h"
@@ -33,8 +34,8 @@
 #ifndef WT_DIGITS_SOURCE
 #    define WT_DIGITS_SOURCE "digits.csv.gz"
 #endif
-#ifndef WT_DIGITS_INSTALLED
-#    define WT_DIGITS_INSTALLED "digits.csv.gz"
+#ifndef WT_DATADIR
+#    define WT_DATADIR "share" /* the install's data folder, relative to its prefix */
 #endif
 
 #define MAX_LAYERS 8
@@ -642,23 +643,20 @@ static int read_data(const options *o, wt_dataset *ds, char *err, size_t errlen)
         return wt_load_npy(o->npy[0], o->npy[1], ds, err, errlen);
     if (o->csv)
         return wt_load_csv(o->csv, ds, err, errlen);
-    /* the bundled digits: installed beside the program's share/, or in the source tree */
-    const char *paths[] = { getenv("WEFT_DIGITS"), WT_DIGITS_INSTALLED, WT_DIGITS_SOURCE };
-    int rc = WF_ENOTFOUND;
-    for (int i = 0; i < 3; i++) {
-        if (!paths[i])
-            continue;
-        FILE *f = fopen(paths[i], "rb");
-        if (!f)
-            continue;
-        fclose(f);
-        return wt_load_csv(paths[i], ds, err, errlen);
+    /* the bundled digits: WEFT_DIGITS, else installed in <program>/../share/weft/ (wherever
+     * the prefix was moved), else in the source tree */
+    char path[4096], tried[3 * 4096 + 8];
+    if (wt_bundled_find(getenv("WEFT_DIGITS"), WT_DATADIR, "digits.csv.gz", WT_DIGITS_SOURCE, path,
+                        sizeof path, tried, sizeof tried) == 0) {
+        if (!o->quiet)
+            printf("weft-train: the bundled digits: %s\n", path);
+        return wt_load_csv(path, ds, err, errlen);
     }
     snprintf(err, errlen,
-             "the bundled digits were not found (%s, %s); give --data-csv FILE or "
+             "the bundled digits were not found (%s); give --data-csv FILE or "
              "set WEFT_DIGITS",
-             WT_DIGITS_INSTALLED, WT_DIGITS_SOURCE);
-    return rc;
+             tried);
+    return WF_ENOTFOUND;
 }
 
 /* The data, with square images given as flat rows (the digits' 64 pixels) seen as

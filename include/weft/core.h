@@ -162,7 +162,9 @@ WF_API void wf_graph_destroy(wf_graph *g);
 /* Returns 0, or the first error since the graph was created or wf_graph_clear_error():
  * node constructors return NULL on error and leave the code here, so a model can be built
  * and checked once at the end. A constructor given a NULL input returns NULL and keeps the
- * first error. */
+ * first error. Every constructor refuses a node whose shape has more than 2^59 elements
+ * (its nonzero dimensions multiplied, -1 ones left out), or whose inference would form a
+ * larger product or sum of dimensions, with WF_ESHAPE naming the shape. */
 WF_API int wf_graph_status(const wf_graph *g);
 
 /* Returns the message of the first error, naming the node, its op, where it was created

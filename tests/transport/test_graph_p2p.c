@@ -4,13 +4,15 @@
  * (keys carry the run count, so runs never mix); a receive whose node expects another shape
  * fails with WF_ESHAPE naming both ranks and both types, never a wrong value; a killed sender
  * fails the receiving run within 2 s with WF_EPEER naming it; send and recv without a
- * communicator fail placement with WF_ENODEV; the receives are spans on the trace.
+ * communicator fail placement with WF_ENODEV; the receives are spans on the trace, which
+ * weft-trace counts, with their bytes, apart from the busy time.
  * Ranks are real processes on loopback (transport_util.h), each with its own runtime, on
  * which its comm's actor runs (the network is an actor of the scheduler: no worker waits in
  * a receive, so these runs work with 2 workers and a receive pending). */
 #include "transport_util.h"
 
 #include <fcntl.h>
+#include <math.h>
 
 TestSuite(transport_graph_p2p, .timeout = WF_TEST_TIMEOUT(60), .fini = wf_test_fini);
 
@@ -55,6 +57,74 @@ static int sender(wf_comm *c, const p2p_arg *a)
     }
     wf_session_destroy(s);
     wf_graph_destroy(g);
+    return 0;
+}
+
+/* weft-trace reads the receiver's trace 'path' (its text in 'buf'): its network_transfers
+ * has the recv transfers the file has, with their bytes; each run received one f32 [4]
+ * value, 16 bytes (besides a header message), so 'runs' of the transfers carry 16 bytes; the
+ * op kinds' self times still add up to the busy time; --svg draws the transfers. */
+static int check_weft_trace(const char *path, const char *buf, int runs)
+{
+    long count = 0, bytes = 0, data = 0;
+    const char *tag = "\"name\":\"recv\",\"cat\":\"transfer\"";
+    for (const char *p = strstr(buf, tag); p; p = strstr(p + 1, tag)) {
+        const char *b = strstr(p, "\"bytes\":");
+        TU_CHECK(b, "a recv transfer without bytes");
+        long n = strtol(b + 8, NULL, 10);
+        count++;
+        bytes += n;
+        data += n == 4 * (long)sizeof(float);
+    }
+    TU_CHECK(data == runs, "%ld recv transfers of 16 bytes in the trace, not %d", data, runs);
+    char cmd[256], out[1 << 16];
+    snprintf(cmd, sizeof cmd, "%s --json %s", WF_WEFT_TRACE, path);
+    FILE *p = popen(cmd, "r");
+    TU_CHECK(p, "popen %s", cmd);
+    size_t len = fread(out, 1, sizeof out - 1, p);
+    out[len] = 0;
+    int st = pclose(p);
+    TU_CHECK(st == 0, "%s exited with %d: %s", cmd, st, out);
+    const char *nt = strstr(out, "\"network_transfers\":[");
+    TU_CHECK(nt, "no network_transfers in weft-trace's output: %s", out);
+    const char *r = strstr(nt, "{\"name\":\"recv\",");
+    TU_CHECK(r, "no recv in weft-trace's network_transfers: %s", nt);
+    long got_count = -1, got_bytes = -1;
+    TU_CHECK(sscanf(r, "{\"name\":\"recv\",\"count\":%ld,\"bytes\":%ld", &got_count, &got_bytes) ==
+                 2,
+             "unreadable: %.200s", r);
+    TU_CHECK(got_count == count && got_bytes == bytes,
+             "weft-trace: %ld recv transfers of %ld bytes; the trace has %ld of %ld", got_count,
+             got_bytes, count, bytes);
+    /* the transfers are not busy time: the op kinds' self times still add up to it (each
+     * printed to 0.001 us: at most 0.0005 us of rounding per kind) */
+    double busy = -1, sum = 0;
+    int kinds = 0;
+    const char *bu = strstr(out, "\"busy_us\":");
+    TU_CHECK(bu && sscanf(bu, "\"busy_us\":%lf", &busy) == 1, "no busy_us: %s", out);
+    const char *ops = strstr(out, "\"ops\":["), *ops_end = strstr(out, "],\"workers\"");
+    TU_CHECK(ops && ops_end, "no ops: %s", out);
+    for (const char *q = strstr(ops, "\"total_us\":"); q && q < ops_end;
+         q = strstr(q + 1, "\"total_us\":"), kinds++)
+        sum += strtod(q + 11, NULL);
+    TU_CHECK(fabs(sum - busy) <= 0.0005 * (kinds + 1) + 1e-9 * busy,
+             "the ops' self times add up to %.3f us, busy is %.3f us", sum, busy);
+    /* --svg draws them: each run's data arrives before its add node starts, so inside the
+     * step drawn */
+    char svg[96];
+    snprintf(svg, sizeof svg, "%s.svg", path);
+    snprintf(cmd, sizeof cmd, "%s --svg %s %s > /dev/null", WF_WEFT_TRACE, svg, path);
+    TU_CHECK(system(cmd) == 0, "%s failed", cmd);
+    FILE *sf = fopen(svg, "r");
+    TU_CHECK(sf, "open %s", svg);
+    len = fread(out, 1, sizeof out - 1, sf);
+    out[len] = 0;
+    fclose(sf);
+    unlink(svg);
+    TU_CHECK(strstr(out, "<rect class=\"transfer\"") && strstr(out, "network transfer recv: "),
+             "no recv transfer drawn in the step's timeline");
+    printf("weft-trace: %ld recv transfers, %ld bytes (%d of 16 bytes)\n", got_count, got_bytes,
+           runs);
     return 0;
 }
 
@@ -106,10 +176,13 @@ static int receiver(wf_comm *c, const p2p_arg *a)
         size_t len = fread(buf, 1, sizeof buf - 1, f);
         buf[len] = 0;
         fclose(f);
-        unlink(path);
         TU_CHECK(strstr(buf, "\"name\":\"recv\",\"cat\":\"transfer\""), "no recv transfer in the "
                                                                         "trace");
         TU_CHECK(strstr(buf, "\"cat\":\"actor\""), "no actor turn in the trace");
+        int bad = check_weft_trace(path, buf, a->runs);
+        unlink(path);
+        if (bad)
+            return bad;
     }
     wf_session_destroy(s);
     wf_graph_destroy(g);
