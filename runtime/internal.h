@@ -3,10 +3,13 @@
  *   run slot (wf__slot), and the calls between session.c, plan.c and exec.c.
  * Invariants (stated here once):
  *   - a plan's nodes are what its key (the fetches and targets) needs after the compile
- *     passes (runtime/passes.h): graph nodes and nodes the passes made, which the plan
- *     owns ('made'), in a topological order (ascending id when no pass made a node);
+ *     passes (runtime/passes.h): graph nodes, nodes the passes made, which the plan
+ *     owns ('made'), and the copy nodes placement inserted ('dev->copy_nodes'), in a
+ *     topological order (ascending id when no pass made a node and nothing crosses
+ *     devices);
  *     plan index i runs task i of every slot's task graph; 'index_of' maps every graph
- *     node to the plan node that computes its value (itself, or its replacement);
+ *     node to the plan node whose value a run hands out for it (itself, its replacement,
+ *     or for a fetched node on a GPU its copy to the host);
  *   - 'uses0[i]' is the number of input edges of plan nodes that read node i; at the start
  *     of a run 'uses[i]' is 'uses0[i]' plus one per fetch of i, and the value of node i is
  *     released when 'uses[i]' reaches 0, so between runs every value slot is NULL;
@@ -63,6 +66,8 @@ enum {
     WF__PN_PLACEHOLDER, /* its value is the feed, set before the run starts */
     WF__PN_CONSTANT,    /* its value is the node's tensor */
     WF__PN_VARIABLE,    /* its value is the session's current value of the variable */
+    WF__PN_COPY,        /* a node of core's copy op that placement inserted: its input's
+                           value on another device (exec_device.c: wf__exec_copy_node()) */
 };
 
 /* The most dead values an inline run keeps for reuse (a strict chain needs one or two). */
@@ -154,6 +159,10 @@ struct wf__plan {
     int32_t *host_vars;       /* plan indices of the variables read on the host (all of them
                                  when 'dev' is NULL): made current there before a run */
     int n_host_vars;
+    int32_t *order; /* 'n_order' (before, after) pairs of plan indices: orderings
+                       that are neither input nor control edges (pass_place.c: a
+                       fetched resident variable's copy after its updates) */
+    int n_order;
 };
 
 /* A variable's value on a device (runtime/var_device.c), guarded by the session's
@@ -324,58 +333,52 @@ int wf__slot_fail_msg(wf__slot *sl, int code, const char *msg);
 
 /* pass_place.c and exec_device.c: nodes on GPUs (docs/architecture.md, "Devices"). */
 
-/* A copy step of a plan that runs nodes on devices (exec_device.c): the value of plan node
- * 'value', made on device 'from', copied to device 'to' (0: the host). Copy k is task-graph
- * node p->n + k of every slot: it follows the value's node, and the readers on 'to' follow
- * it instead of the value's node. */
+/* A copy node of a plan that runs nodes on devices: plan node 'at' (WF__PN_COPY, a node of
+ * core's copy op) reads the value of plan node 'value', made on device 'from', and makes it
+ * on device 'to' (0: the host). It follows its value in the plan's order, and the value's
+ * readers on 'to' read it instead. */
 typedef struct wf__copy {
-    int32_t value;
+    int32_t value, at;
     int16_t from, to;
 } wf__copy;
 
-/* Where a plan's nodes run, when some run on a GPU. Every value lives where its node ran;
- * sources (placeholders, constants, variables) on the host. Each value crossing to another
- * device is copied there once per run, whatever the number of its readers there.
- * Read-only after compile. */
+/* Where a plan's nodes run, when some run on a GPU. Every value lives where its node ran
+ * ('where'); sources (placeholders, constants, variables) on the host, resident variables
+ * aside. Each value crossing to another device has one copy node per destination device,
+ * whatever the number of its readers there. Read-only after compile. */
 typedef struct wf__plan_dev {
-    int n_devices;             /* the runtime's devices (ids 0 .. n_devices-1), simulated ones
-                                  (wf_session.n_sim) included */
-    struct wf_device **devs;   /* per id: the session's device when a node runs there (not
-                                  owned: wf__session_device()), else NULL (also for the CPU,
-                                  whose kernels run directly) */
-    int16_t *where;            /* per plan node: its device id (0: the CPU) */
-    int n_gpu;                 /* plan nodes on a GPU (kernels, updates included) */
-    int n_resident;            /* variables resident on a GPU: 'where' of the variable's node
-                                  is that device; its readers read its device value with no
-                                  copy step (runtime/var_device.c) */
-    int n_copies;              /* entries of 'copies' */
-    wf__copy *copies;          /* sorted by value, then by destination */
-    int32_t *copy_off;         /* CSR, n + 1 entries: the copies of value i are copies
-                                  [copy_off[i], copy_off[i + 1]) */
-    int32_t *in_copy;          /* per input edge e (as p->in_idx): the copy its reader reads, or
-                                  -1: the value itself, made on the reader's device */
-    wf_node **copy_nodes;      /* per copy: its node of core's copy op (owned; in no graph) */
-    wf_kernel_fn *copy_kernel; /* per copy: the session's copy kernel (devices/copy.c) for
-                                  the kind of the device that is not the host */
-    void **copy_kdata;         /* per copy: its registered data (the session's devices) */
+    int n_devices;           /* the runtime's devices (ids 0 .. n_devices-1), simulated ones
+                                (wf_session.n_sim) included */
+    struct wf_device **devs; /* per id: the session's device when a node runs there (not
+                                owned: wf__session_device()), else NULL (also for the CPU,
+                                whose kernels run directly) */
+    int16_t *where;          /* per plan node: its device id (0: the CPU); a copy node's is
+                                its destination */
+    int n_gpu;               /* plan nodes on a GPU (kernels, updates included; copies not) */
+    int n_resident;          /* variables resident on a GPU: 'where' of the variable's node
+                                is that device; its readers read its device value with no
+                                copy (runtime/var_device.c) */
+    int n_copies;            /* entries of 'copies' */
+    wf__copy *copies;        /* sorted by value, then by destination */
+    wf_node **copy_nodes;    /* per copy: its node (owned; in no graph) */
 } wf__plan_dev;
 
 /* A slot's device state (exec_device.c). */
 typedef struct wf__slot_dev {
-    wf_tensor **dvals;   /* per plan node: its value on its GPU (a resident variable's: a
-                            reference to the session's device value), or NULL */
-    wf_tensor **cvals;   /* per copy step to a GPU: the copy, or NULL */
-    wf__task_arg *cargs; /* per copy step: its task's argument (index: the copy) */
+    wf_tensor **dvals; /* per plan node on a GPU: its value there (a resident variable's: a
+                          reference to the session's device value; a copy's: the copy),
+                          or NULL */
 } wf__slot_dev;
 
 /* Places the nodes of 'p' (after build(), before the memory plan): explicit placements
  * (wf_node_set_device()) are checked (WF_EINVAL: no such device; WF_ENODEV: no kernel for
  * it), the rule of wf_session_opts.device places the others, updates follow their
  * variables' readers and variables read on one device only become resident there
- * (WF_ENOSYS: an update placed on a device whose variable is read elsewhere), the
- * session's devices used are opened (once per session), and 'p->host_vars' is set. Leaves
- * 'p->dev' NULL when every node runs on the CPU. Returns 0 or a negative status naming the
- * node and the device (wf_last_errmsg()). */
+ * (WF_ENOSYS: an update placed on a device whose variable is read elsewhere), a copy node
+ * is inserted for every value that crosses devices, the session's devices used are opened
+ * (once per session), and 'p->host_vars' is set. Leaves 'p->dev' NULL when every node runs
+ * on the CPU. Returns 0 or a negative status naming the node and the device
+ * (wf_last_errmsg()). */
 int wf__plan_place(wf__plan *p);
 
 /* Checks the device 'node' was placed on with wf_node_set_device() (nothing when it was
@@ -395,18 +398,20 @@ void wf__slot_dev_free(wf__slot *sl);
  * Returns 0 or the run's failure (recorded in 'sl'). */
 int wf__exec_device_node(wf__slot *sl, int i);
 
-/* Adds the copy steps of the plan to the slot's task graph (after its plan nodes), each
- * after the node that makes its value. Returns 0 or a negative status (slot_make()). */
-int wf__slot_dev_add_copies(wf__slot *sl);
+/* Runs copy node 'i' (WF__PN_COPY): its kernel (devices/copy.c, from the session's registry)
+ * from its input's device to its own. Returns 0, WF_KERNEL_PENDING (a copy to the host that
+ * lands later: the device's notice finishes the node through wf__slot_node_complete()), or
+ * the run's failure (recorded in 'sl'). A copy whose value nobody reads this run (a target's)
+ * copies nothing. */
+int wf__exec_copy_node(wf__slot *sl, int i);
 
-/* The task-graph node that input edge 'e' of a plan node waits for: the node of its value,
- * or the copy step that brings the value to the reader's device. */
-static inline int32_t wf__plan_edge_source(const wf__plan *p, int32_t e)
+/* The value of plan node 'j' this run: on its GPU, or on the host. */
+static inline wf_tensor *wf__slot_value(const wf__slot *sl, int32_t j)
 {
-    return p->dev && p->dev->in_copy[e] >= 0 ? p->n + p->dev->in_copy[e] : p->in_idx[e];
+    return sl->dev && sl->plan->dev->where[j] ? sl->dev->dvals[j] : sl->vals[j];
 }
 
-/* The last use of value 'j' is done: drops its value on a device and its copies. */
+/* The last use of value 'j' is done: drops its value on a device. */
 void wf__exec_device_drop(wf__slot *sl, int32_t j);
 
 /* At the end of a run ('rc' its result so far): waits for the GPUs' work, reports a
@@ -417,6 +422,11 @@ int wf__exec_device_finish(wf__slot *sl, int rc);
 /* A new device tensor of 'dt' and 'shape' on 'd' (exec_device.c). Returns NULL with
  * wf_last_errmsg(). */
 wf_tensor *wf__device_tensor(struct wf_device *d, wf_dtype dt, wf_shape shape);
+
+/* exec.c: how a node whose kernel pended (WF_KERNEL_PENDING) finishes: called once by the
+ * kernel's completion ('token' is its &sl->args[i]; 'rc' < 0: it failed, recorded unless a
+ * failure was already), it drops the node's input uses and finishes its task. */
+void wf__slot_node_complete(void *token, int rc);
 
 /* var_device.c: the session's devices and the variables resident on them. */
 

@@ -31,12 +31,11 @@
  *   devices test the placement and the residency).
  * Copies: every value read on another device than its own (host to GPU, GPU to host, GPU
  *   to GPU), and every fetched GPU value (to the host), gets one copy per destination
- *   device, whatever the number of its readers there (wf__plan_dev.copies), each with a node
- *   of core's copy op (attrs from_dev, to_dev) and the session's kernel for it (devices/
- *   copy.c, registered by devices/ for the kind of the device that is not the host). The
- *   copies are task-graph nodes of their own after the plan's nodes (exec_device.c): the
- *   plan's order and its nodes stay those of the graph; only the readers' edges go through
- *   the copies (wf__plan_edge_source()).
+ *   device, whatever the number of its readers there (wf__plan_dev.copies): a node of core's
+ *   copy op (attrs from_dev, to_dev) with the session's kernel for it (devices/copy.c,
+ *   registered by devices/ for the kind of the device that is not the host), inserted into
+ *   the plan right after its value (insert_copies()), so the readers on its destination
+ *   read it and the executor runs it as a task like any node (exec_device.c).
  * Simulated devices: a test may give the session simulated devices (wf_session.n_sim,
  *   devices/sim.c), numbered after the runtime's; they run the CPU kernels, so their
  *   placement checks the CPU kernel.
@@ -138,11 +137,7 @@ void wf__plan_place_free(wf__plan *p)
     for (int k = 0; pd->copy_nodes && k < pd->n_copies; k++)
         free(pd->copy_nodes[k]); /* one block with its attributes and name (copy_node()) */
     free(pd->copy_nodes);
-    free(pd->copy_kernel);
-    free(pd->copy_kdata);
     free(pd->copies);
-    free(pd->copy_off);
-    free(pd->in_copy);
     free(pd);
     p->dev = NULL;
 }
@@ -195,20 +190,65 @@ static int cmp_copy(const void *a, const void *b)
     return (x->to > y->to) - (x->to < y->to);
 }
 
-/* The copy of value 'j' to device 'to' (it exists: place_copies() made it). */
-static int32_t find_copy(const wf__plan_dev *pd, int32_t j, int to)
+/* The copy of value 'j' to device 'to' among 'c[lo .. hi)' (the copies of 'j'), or -1. */
+static int32_t find_copy(const wf__copy *c, int32_t lo, int32_t hi, int to)
 {
-    for (int32_t c = pd->copy_off[j]; c < pd->copy_off[j + 1]; c++)
-        if (pd->copies[c].to == to)
-            return c;
+    for (int32_t k = lo; k < hi; k++)
+        if (c[k].to == to)
+            return k;
     return -1;
 }
 
-/* Makes the copy steps of 'p' ('where' set): one per value and destination device, for the
- * edges that cross devices and for the fetched GPU values (the key also holds targets,
- * whose copy finds no value to copy and does nothing: exec_device.c). Sets 'copies',
- * 'copy_off' and 'in_copy'. Returns 0 or WF_ENOMEM. */
-static int place_copies(wf__plan *p)
+/* Whether update 'u' (a kernel node) assigns plan node 'v'. */
+static bool assigns(const wf__plan *p, int u, int32_t v)
+{
+    if (p->kind[u] != WF__PN_KERNEL)
+        return false;
+    for (int a = 0; a < p->nodes[u]->op->n_assign; a++)
+        if (p->in_idx[p->in_off[u] + a] == v)
+            return true;
+    return false;
+}
+
+/* The plan's arrays after inserting its copy nodes (insert_copies()). */
+typedef struct grown {
+    wf_node **nodes;
+    uint8_t *kind, *reinfer;
+    int32_t *var, *in_off, *in_idx, *uses0, *order;
+    int16_t *where;
+} grown;
+
+static void grown_free(grown *g)
+{
+    free(g->nodes);
+    free(g->kind);
+    free(g->reinfer);
+    free(g->var);
+    free(g->in_off);
+    free(g->in_idx);
+    free(g->uses0);
+    free(g->order);
+    free(g->where);
+}
+
+static bool has_any_dim(wf_shape s)
+{
+    for (int d = 0; d < s.rank; d++)
+        if (s.dims[d] < 0)
+            return true;
+    return false;
+}
+
+/* Makes the copies of 'p' ('where' set) and inserts them into the plan as nodes of their
+ * own: one per value and destination device, for the edges that cross devices and for the
+ * fetched GPU values (the key also holds targets: a target's copy that no fetch reads copies
+ * nothing, exec_device.c). Copy k goes right after its value in the plan's order (which
+ * stays topological), the readers on its destination read it instead of the value, and a
+ * key node on a GPU is handed out (index_of) by its copy to the host. A fetched resident
+ * variable's copy is ordered after the plan's updates of it ('p->order'), which write it in
+ * place, so the fetch gets the value after the step, as on the host. Returns 0 or
+ * WF_ENOMEM. */
+static int insert_copies(wf__plan *p)
 {
     wf__plan_dev *pd = p->dev;
     int n = p->n;
@@ -222,13 +262,13 @@ static int place_copies(wf__plan *p)
         for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++) {
             int32_t j = p->in_idx[e];
             if (pd->where[j] != pd->where[i])
-                c[nc++] = (wf__copy){ j, pd->where[j], pd->where[i] };
+                c[nc++] = (wf__copy){ j, -1, pd->where[j], pd->where[i] };
         }
     for (int k = 0; k < p->n_key; k++) {
         int32_t id = p->key[k];
         int32_t i = id >= 0 && id < p->sess->n_nodes ? p->index_of[id] : -1;
         if (i >= 0 && pd->where[i] > 0)
-            c[nc++] = (wf__copy){ i, pd->where[i], 0 };
+            c[nc++] = (wf__copy){ i, -1, pd->where[i], 0 };
     }
     qsort(c, (size_t)nc, sizeof *c, cmp_copy);
     int kept = 0;
@@ -237,24 +277,137 @@ static int place_copies(wf__plan *p)
             c[kept++] = c[k];
     pd->copies = c;
     pd->n_copies = kept;
-    size_t nk = (size_t)(kept ? kept : 1);
-    pd->copy_nodes = calloc(nk, sizeof *pd->copy_nodes);
-    pd->copy_kernel = calloc(nk, sizeof *pd->copy_kernel);
-    pd->copy_kdata = calloc(nk, sizeof *pd->copy_kdata);
-    if (!pd->copy_nodes || !pd->copy_kernel || !pd->copy_kdata)
+    if (!(pd->copy_nodes = calloc((size_t)(kept ? kept : 1), sizeof *pd->copy_nodes)))
         return wf__err(WF_ENOMEM, "placement: no memory for %d copies", kept);
     for (int k = 0; k < kept; k++)
         if (!(pd->copy_nodes[k] = copy_node(p, &c[k])))
             return wf__err(WF_ENOMEM, "placement: no memory for %d copies", kept);
-    for (int k = 0; k < kept; k++)
-        pd->copy_off[c[k].value + 1]++;
-    for (int i = 0; i < n; i++)
-        pd->copy_off[i + 1] += pd->copy_off[i];
-    for (int i = 0; i < n; i++)
+    if (kept == 0)
+        return 0;
+
+    /* The new order: each old node, then its copies. */
+    int N = n + kept;
+    size_t m = (size_t)N;
+    grown g = { 0 };
+    int32_t *nw = malloc((size_t)n * sizeof *nw), *first = malloc(((size_t)n + 1) * sizeof *first);
+    g.nodes = malloc(m * sizeof *g.nodes);
+    g.kind = calloc(m, 1);
+    g.reinfer = calloc(m, 1);
+    g.var = malloc(m * sizeof *g.var);
+    g.in_off = malloc((m + 1) * sizeof *g.in_off);
+    g.in_idx = malloc(((size_t)n_edges + (size_t)kept) * sizeof *g.in_idx);
+    g.uses0 = calloc(m, sizeof *g.uses0);
+    g.where = malloc(m * sizeof *g.where);
+    if (!nw || !first || !g.nodes || !g.kind || !g.reinfer || !g.var || !g.in_off || !g.in_idx ||
+        !g.uses0 || !g.where) {
+        free(nw);
+        free(first);
+        grown_free(&g);
+        return wf__err(WF_ENOMEM, "placement: no memory for a plan of %d nodes", N);
+    }
+    /* first[i]: the first copy of old node i (copies are sorted by value). */
+    for (int i = 0, k = 0; i <= n; i++) {
+        while (k < kept && c[k].value < i)
+            k++;
+        first[i] = k;
+    }
+    int pos = 0;
+    for (int i = 0; i < n; i++) {
+        nw[i] = pos;
+        g.nodes[pos] = p->nodes[i];
+        g.kind[pos] = p->kind[i];
+        g.reinfer[pos] = p->reinfer[i];
+        g.var[pos] = p->var[i];
+        g.where[pos] = pd->where[i];
+        pos++;
+        for (int32_t k = first[i]; k < first[i + 1]; k++) {
+            c[k].at = pos;
+            g.nodes[pos] = pd->copy_nodes[k];
+            g.kind[pos] = WF__PN_COPY;
+            g.reinfer[pos] = has_any_dim(p->nodes[i]->shape);
+            g.var[pos] = -1;
+            g.where[pos] = c[k].to;
+            pos++;
+        }
+    }
+    /* Edges: a reader on another device than its input's reads the input's copy there. */
+    int32_t e2 = 0;
+    int n_order = 0;
+    for (int i = 0; i < n; i++) {
+        int ni = nw[i];
+        g.in_off[ni] = e2;
         for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++) {
             int32_t j = p->in_idx[e];
-            pd->in_copy[e] = pd->where[j] == pd->where[i] ? -1 : find_copy(pd, j, pd->where[i]);
+            int32_t k = pd->where[j] == pd->where[i]
+                            ? -1
+                            : find_copy(c, first[j], first[j + 1], pd->where[i]);
+            g.in_idx[e2++] = k >= 0 ? c[k].at : nw[j];
         }
+        for (int32_t k = first[i]; k < first[i + 1]; k++) {
+            g.in_off[c[k].at] = e2;
+            g.in_idx[e2++] = ni;
+            if (p->kind[i] == WF__PN_VARIABLE && c[k].to == 0)
+                for (int u = 0; u < n; u++)
+                    n_order += assigns(p, u, i);
+        }
+    }
+    g.in_off[N] = e2;
+    for (int32_t e = 0; e < e2; e++)
+        g.uses0[g.in_idx[e]]++;
+    if (n_order && !(g.order = malloc((size_t)n_order * 2 * sizeof *g.order))) {
+        free(nw);
+        free(first);
+        grown_free(&g);
+        return wf__err(WF_ENOMEM, "placement: no memory for a plan of %d nodes", N);
+    }
+    n_order = 0;
+    for (int k = 0; k < kept; k++)
+        if (p->kind[c[k].value] == WF__PN_VARIABLE && c[k].to == 0)
+            for (int u = 0; u < n; u++)
+                if (assigns(p, u, c[k].value)) {
+                    g.order[2 * n_order] = nw[u];
+                    g.order[2 * n_order + 1] = c[k].at;
+                    n_order++;
+                }
+    /* Graph nodes map to their value's new index; a key node on a GPU to its copy to the
+     * host, which is what a fetch hands out. */
+    for (int id = 0; id < p->sess->n_nodes; id++)
+        if (p->index_of[id] >= 0)
+            p->index_of[id] = nw[p->index_of[id]];
+    for (int k = 0; k < p->n_placeholders; k++)
+        p->placeholders[k] = nw[p->placeholders[k]];
+    for (int k = 0; k < kept; k++)
+        c[k].value = nw[c[k].value];
+    for (int k = 0; k < p->n_key; k++) {
+        int32_t id = p->key[k];
+        int32_t i = id >= 0 && id < p->sess->n_nodes ? p->index_of[id] : -1;
+        if (i >= 0 && g.where[i] > 0)
+            for (int q = 0; q < kept; q++)
+                if (c[q].value == i && c[q].to == 0)
+                    p->index_of[id] = c[q].at;
+    }
+    free(nw);
+    free(first);
+    free(p->nodes);
+    free(p->kind);
+    free(p->reinfer);
+    free(p->var);
+    free(p->in_off);
+    free(p->in_idx);
+    free(p->uses0);
+    free(p->order);
+    free(pd->where);
+    p->n = N;
+    p->nodes = g.nodes;
+    p->kind = g.kind;
+    p->reinfer = g.reinfer;
+    p->var = g.var;
+    p->in_off = g.in_off;
+    p->in_idx = g.in_idx;
+    p->uses0 = g.uses0;
+    p->order = g.order;
+    p->n_order = n_order;
+    pd->where = g.where;
     return 0;
 }
 
@@ -519,12 +672,9 @@ static int place(wf__plan *p)
     p->dev = pd;
     pd->n_devices = n_dev;
     size_t m = (size_t)(n ? n : 1);
-    size_t n_edges = (size_t)p->in_off[n];
     pd->devs = calloc((size_t)n_dev, sizeof *pd->devs);
     pd->where = calloc(m, sizeof *pd->where);
-    pd->copy_off = calloc(m + 1, sizeof *pd->copy_off);
-    pd->in_copy = malloc((n_edges ? n_edges : 1) * sizeof *pd->in_copy);
-    if (!pd->devs || !pd->where || !pd->copy_off || !pd->in_copy) {
+    if (!pd->devs || !pd->where) {
         wf__plan_place_free(p);
         return wf__err(WF_ENOMEM, "placement: no memory for %d nodes", n);
     }
@@ -558,10 +708,10 @@ static int place(wf__plan *p)
     }
     int rc = place_updates(p, n_real, rule_gpu);
     if (rc >= 0)
-        rc = host_vars(p);
+        rc = insert_copies(p);
     if (rc >= 0)
-        rc = place_copies(p);
-    for (int i = 0; rc >= 0 && i < n; i++) {
+        rc = host_vars(p);
+    for (int i = 0; rc >= 0 && i < p->n; i++) {
         int id = pd->where[i];
         if (id > 0 && !pd->devs[id]) {
             rc = wf__session_device(s, id, n_dev, &pd->devs[id]);
@@ -597,10 +747,25 @@ static int resolve_kernels(wf__plan *p)
     if (!p->kernel || !p->kdata)
         return wf__err(WF_ENOMEM, "placement: no memory for %d nodes", p->n);
     for (int i = 0; i < p->n; i++) {
+        const wf_node *node = p->nodes[i];
+        if (p->kind[i] == WF__PN_COPY) {
+            /* A copy's kernel: of the kind of the device that is not the host (devices/). */
+            int id = node->attrs->to_dev ? node->attrs->to_dev : node->attrs->from_dev;
+            int kk = kernel_kind(id, n_real);
+            p->kdata[i] = wf__kernels_data(s->kernels, &wf_op_copy, kk);
+            if (!(p->kernel[i] = wf__kernels_find(s->kernels, &wf_op_copy, kk))) {
+                char dn[32];
+                return wf__err(WF_ENODEV,
+                               "placement: '%s' is read on device %d (%s), but no %s copy "
+                               "kernel is registered",
+                               node->inputs[0]->name, id, dev_name(id, n_real, dn, sizeof dn),
+                               kk == WF_KERNEL_CUDA ? "CUDA" : "CPU");
+            }
+            continue;
+        }
         if (p->kind[i] != WF__PN_KERNEL)
             continue;
         int id = p->dev ? p->dev->where[i] : 0, kk = kernel_kind(id, n_real);
-        const wf_node *node = p->nodes[i];
         p->kdata[i] = wf__kernels_data(s->kernels, node->op, kk);
         if (!(p->kernel[i] = wf__kernels_find(s->kernels, node->op, kk))) {
             char desc[WF_ERRMSG_MAX], dn[32];
@@ -608,20 +773,6 @@ static int resolve_kernels(wf__plan *p)
                 WF_ENODEV, "placement: %s runs on device %d (%s), but op '%s' has no %s kernel",
                 wf__rt_node_desc(node, desc, sizeof desc), id, dev_name(id, n_real, dn, sizeof dn),
                 node->op->name, kk == WF_KERNEL_CUDA ? "CUDA" : "CPU");
-        }
-    }
-    /* The copies' kernels: of the kind of the device that is not the host (devices/). */
-    for (int k = 0; p->dev && k < p->dev->n_copies; k++) {
-        const wf__copy *c = &p->dev->copies[k];
-        int id = c->to ? c->to : c->from, kk = kernel_kind(id, n_real);
-        p->dev->copy_kdata[k] = wf__kernels_data(s->kernels, &wf_op_copy, kk);
-        if (!(p->dev->copy_kernel[k] = wf__kernels_find(s->kernels, &wf_op_copy, kk))) {
-            char dn[32];
-            return wf__err(WF_ENODEV,
-                           "placement: '%s' is read on device %d (%s), but no %s copy "
-                           "kernel is registered",
-                           p->nodes[c->value]->name, id, dev_name(id, n_real, dn, sizeof dn),
-                           kk == WF_KERNEL_CUDA ? "CUDA" : "CPU");
         }
     }
     return 0;

@@ -49,6 +49,7 @@ void wf__plan_destroy(wf__plan *p)
     free(p->index_of);
     free(p->placeholders);
     free(p->host_vars);
+    free(p->order);
     free(p->prio_order);
     wf__memplan_free(p->mp);
     wf__pass_free_nodes(p->made, p->n_made);

@@ -2,7 +2,7 @@
  * without a GPU: task-graph nodes that finish later (WF_TASK_LATER, completed from an actor),
  * and sessions whose nodes run on simulated devices (devices/sim.c: the CPU kernels on
  * memory of their own; copies to the host land, and completions arrive, only later, from
- * the device's actor, in order). Checked: the copy steps the placement makes (one per value
+ * the device's actor, in order). Checked: the copy nodes the placement inserts (one per value
  * and destination, host <-> device and device <-> device), results bitwise equal to the
  * same graph on the CPU (a reader released before its copy landed would read stale bytes),
  * a run on one worker (a worker that waited for a copy would deadlock it), concurrent runs,
@@ -250,7 +250,7 @@ static wf__plan *only_plan(wf_session *s)
     return s->plans;
 }
 
-Test(runtime_internal_devflow, host_and_device_crossings_become_one_copy_step_each)
+Test(runtime_internal_devflow, host_and_device_crossings_become_one_copy_node_each)
 {
     fill();
     int a = sim_id(0);
@@ -271,17 +271,24 @@ Test(runtime_internal_devflow, host_and_device_crossings_become_one_copy_step_ea
         const wf__copy *cp = &pd->copies[k];
         cr_assert_neq(cp->from, cp->to);
         cr_assert_eq(cp->from, pd->where[cp->value]);
+        /* A node of the plan, right after its value, on its destination. */
+        cr_assert_eq(p->kind[cp->at], WF__PN_COPY);
+        cr_assert_eq(p->nodes[cp->at]->op, &wf_op_copy);
+        cr_assert_gt(cp->at, cp->value);
+        cr_assert_eq(pd->where[cp->at], cp->to);
+        cr_assert_eq(p->in_idx[p->in_off[cp->at]], cp->value);
         seen_h += cp->value == ih && cp->to == 0;
         seen_y += cp->value == iy && cp->to == 0;
         seen_x += cp->value == ix && cp->to == a;
     }
     cr_assert(seen_h == 1 && seen_y == 1 && seen_x == 1);
-    /* Each reader waits for the copy (its task-graph node), not for the value's node. */
+    /* Each reader reads the copy (a plan node), not the value's node; the task graph has
+     * the plan's nodes and no others. */
     int32_t iz = p->index_of[c.z->id];
     for (int32_t e = p->in_off[iz]; e < p->in_off[iz + 1]; e++)
-        cr_assert_geq(wf__plan_edge_source(p, e), p->n, "z waits for a copy");
+        cr_assert_eq(p->kind[p->in_idx[e]], WF__PN_COPY, "z reads a copy");
     cr_assert_not_null(p->all_slots[0]);
-    cr_assert_eq(wf_taskgraph_node_count(p->all_slots[0]->tg), p->n + pd->n_copies);
+    cr_assert_eq(wf_taskgraph_node_count(p->all_slots[0]->tg), p->n);
     wf_tensor_release(out);
     wf_tensor_release(xv);
     wf_session_destroy(s);
