@@ -311,7 +311,7 @@ static int run_node(wf__slot *sl, int i)
         break;
     case WF__PN_VARIABLE: {
         wf_session *s = p->sess;
-        if (sl->dev && p->dev->where[i]) { /* resident on a device (var_device.c) */
+        if (sl->dev && p->dev->pl.where[i]) { /* resident on a device (var_device.c) */
             int rc = wf__var_device_read(sl, i);
             if (rc < 0)
                 return rc;
@@ -325,9 +325,9 @@ static int run_node(wf__slot *sl, int i)
     default: {
         /* A copy between devices, or a node placed on a GPU, runs through its device
          * (exec_device.c). */
-        int rc = p->kind[i] == WF__PN_COPY     ? wf__exec_copy_node(sl, i)
-                 : sl->dev && p->dev->where[i] ? wf__exec_device_node(sl, i)
-                                               : run_kernel(sl, i);
+        int rc = p->kind[i] == WF__PN_COPY        ? wf__exec_copy_node(sl, i)
+                 : sl->dev && p->dev->pl.where[i] ? wf__exec_device_node(sl, i)
+                                                  : run_kernel(sl, i);
         if (rc < 0)
             return rc;
         if (rc == WF_KERNEL_PENDING)
@@ -399,7 +399,7 @@ static int slot_make(wf__plan *p, wf__slot **out)
             if ((rc = wf_taskgraph_precede(sl->tg, p->index_of[node->control[k]->id], i)) < 0)
                 goto fail;
     }
-    /* Orderings of the placement (pass_place.c: a fetched resident variable's copy after
+    /* Orderings of the placement (placement/place.c: a fetched resident variable's copy after
      * its updates). */
     for (int k = 0; k < p->n_order; k++)
         if ((rc = wf_taskgraph_precede(sl->tg, p->order[2 * k], p->order[2 * k + 1])) < 0)

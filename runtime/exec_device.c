@@ -9,7 +9,7 @@
  *   to the device, which enqueues it on its compute stream and returns. The task then ends: its
  *   readers on the same device are released while the GPU has not even started, and their
  *   kernels queue behind it (the device completes its work in order, devices/device.h).
- * Copies are nodes of the plan (pass_place.c inserts them, nodes of core's copy op, each
+ * Copies are nodes of the plan (placement/place.c inserts them, nodes of core's copy op, each
  *   right after its value in the plan's order; the value's readers on the destination read
  *   the copy), scheduled as tasks like every node. A copy node runs through wf__node_run()
  *   with the copy kernel the plan resolved from the session's registry (devices/copy.c
@@ -20,7 +20,7 @@
  *     WF_TASK_LATER: no worker waits. The device's actor then finishes the node
  *     (copy_landed(), the kernel's ctx->complete: exec.c's wf__slot_node_complete(), as
  *     for every node that pends), which releases the host readers with the data in place.
- * Variables resident on the device (pass_place.c, var_device.c): the variable node's task
+ * Variables resident on the device (placement/place.c, var_device.c): the variable node's task
  *   takes the session's device value (copied in when stale); an update node's task takes
  *   its variables' device values writable (wf__var_device_writable(), as exec.c's
  *   take_writable() on the host), allocates no output (its value is its first variable's),
@@ -30,7 +30,7 @@
  *   host value is; a copy is a reader of its value and has readers of its own; what is left at the
  * end of the run (a fetched GPU value) is dropped by wf__exec_device_finish(), which also waits for
  * the devices' work so that a kernel's late (asynchronous) error fails this run, not the next one.
- * Not here: placement and where copies go (pass_place.c), the variables' device values
+ * Not here: placement and where copies go (placement/place.c), the variables' device values
  *   (var_device.c), the devices (devices/), CPU nodes (exec.c). */
 #include "../devices/device.h"
 #include "../memory/pool.h"
@@ -226,7 +226,7 @@ int wf__exec_device_node(wf__slot *sl, int i)
     const wf__plan *p = sl->plan;
     const wf__plan_dev *pd = p->dev;
     const wf_node *n = p->nodes[i];
-    int id = pd->where[i];
+    int id = pd->pl.where[i];
     wf_device *d = pd->devs[id];
     const int32_t *idx = p->in_idx + p->in_off[i];
     int n_in = n->n_inputs, rc = 0;

@@ -28,6 +28,7 @@
 #include "../core/op.h"
 #include "../core/tensor.h"
 #include "../devices/device.h"
+#include "../placement/place.h"
 
 #include <weft/memory.h>
 #include <weft/runtime.h>
@@ -172,7 +173,7 @@ struct wf__plan {
  * 'dev_ver == ver' (both: the two are equal). */
 typedef struct wf__var_dev {
     struct wf_tensor *dval; /* the value on device 'dev', or NULL (never made) */
-    int dev;                /* its device id (pass_place.c numbering) */
+    int dev;                /* its device id (placement/place.c numbering) */
     int writing;            /* updates given 'dval' to write that have not yet handed their
                                kernel to the device (a copy back waits for them) */
     uint64_t ver, host_ver, dev_ver;
@@ -204,7 +205,7 @@ struct wf_session {
     int max_slots;                   /* per plan (wf_session_opts.n_run_slots) */
     _Atomic uint64_t n_runs;         /* runs started: each run's wf_kernel_ctx.step */
     uint32_t flags;                  /* wf_session_opts.flags: WF_SESSION_NO_* passes */
-    int device;                      /* wf_session_opts.device (pass_place.c) */
+    int device;                      /* wf_session_opts.device (placement/place.c) */
     int n_sim;                       /* tests only (test_internal_*.c set it before the first
                                         run): simulated devices (devices/sim.c) numbered after
                                         the runtime's devices, for placement */
@@ -333,34 +334,18 @@ int wf__slot_fail_msg(wf__slot *sl, int code, const char *msg);
 
 /* pass_place.c and exec_device.c: nodes on GPUs (docs/architecture.md, "Devices"). */
 
-/* A copy node of a plan that runs nodes on devices: plan node 'at' (WF__PN_COPY, a node of
- * core's copy op) reads the value of plan node 'value', made on device 'from', and makes it
- * on device 'to' (0: the host). It follows its value in the plan's order, and the value's
- * readers on 'to' read it instead. */
-typedef struct wf__copy {
-    int32_t value, at;
-    int16_t from, to;
-} wf__copy;
-
-/* Where a plan's nodes run, when some run on a GPU. Every value lives where its node ran
- * ('where'); sources (placeholders, constants, variables) on the host, resident variables
- * aside. Each value crossing to another device has one copy node per destination device,
- * whatever the number of its readers there. Read-only after compile. */
+/* Where a plan's nodes run, when some run on a GPU: placement/'s result (placement/
+ * place.h: 'where' per plan node, the resident variables, the copies and their nodes, the
+ * orderings), which the plan's arrays were made from (pass_place.c), and the session's
+ * devices the plan uses. Every value lives where its node ran ('pl.where'). Read-only
+ * after compile. */
 typedef struct wf__plan_dev {
     int n_devices;           /* the runtime's devices (ids 0 .. n_devices-1), simulated ones
                                 (wf_session.n_sim) included */
     struct wf_device **devs; /* per id: the session's device when a node runs there (not
                                 owned: wf__session_device()), else NULL (also for the CPU,
                                 whose kernels run directly) */
-    int16_t *where;          /* per plan node: its device id (0: the CPU); a copy node's is
-                                its destination */
-    int n_gpu;               /* plan nodes on a GPU (kernels, updates included; copies not) */
-    int n_resident;          /* variables resident on a GPU: 'where' of the variable's node
-                                is that device; its readers read its device value with no
-                                copy (runtime/var_device.c) */
-    int n_copies;            /* entries of 'copies' */
-    wf__copy *copies;        /* sorted by value, then by destination */
-    wf_node **copy_nodes;    /* per copy: its node (owned; in no graph) */
+    wf__placement pl;        /* owned; its node list and edges moved to the plan */
 } wf__plan_dev;
 
 /* A slot's device state (exec_device.c). */
@@ -370,22 +355,18 @@ typedef struct wf__slot_dev {
                           or NULL */
 } wf__slot_dev;
 
-/* Places the nodes of 'p' (after build(), before the memory plan): explicit placements
- * (wf_node_set_device()) are checked (WF_EINVAL: no such device; WF_ENODEV: no kernel for
- * it), the rule of wf_session_opts.device places the others, updates follow their
- * variables' readers and variables read on one device only become resident there
- * (WF_ENOSYS: an update placed on a device whose variable is read elsewhere), a copy node
- * is inserted for every value that crosses devices, the session's devices used are opened
- * (once per session), and 'p->host_vars' is set. Leaves 'p->dev' NULL when every node runs
+/* Places the nodes of 'p' (after build(), before the memory plan) with wf__place()
+ * (placement/place.h: explicit placements checked, the rule, updates and resident
+ * variables, a copy node for every value that crosses devices), takes its partitioned node
+ * list into the plan, opens the session's devices used (once per session), resolves each
+ * node's kernel and sets 'p->host_vars'. Leaves 'p->dev' NULL when every node runs
  * on the CPU. Returns 0 or a negative status naming the node and the device
  * (wf_last_errmsg()). */
 int wf__plan_place(wf__plan *p);
 
-/* Checks the device 'node' was placed on with wf_node_set_device() (nothing when it was
- * not): WF_EINVAL for a device the runtime lacks, WF_ENODEV for an op without a kernel for
- * it, naming the node and the device (wf_last_errmsg()). wf__plan_place() runs it on the
- * plan's nodes, and the compile on every node it needs before any pass may fold it away. */
-int wf__place_check(wf_session *s, const wf_node *node);
+/* wf__place_check() (placement/place.h) of 'node' against the devices and registry of
+ * 's': the compile runs it on every node it needs before any pass may fold it away. */
+int wf__place_check_node(wf_session *s, const wf_node *node);
 
 /* Frees 'p->dev' (after the slots, whose values use its devices, which the session closes). */
 void wf__plan_place_free(wf__plan *p);
@@ -408,7 +389,7 @@ int wf__exec_copy_node(wf__slot *sl, int i);
 /* The value of plan node 'j' this run: on its GPU, or on the host. */
 static inline wf_tensor *wf__slot_value(const wf__slot *sl, int32_t j)
 {
-    return sl->dev && sl->plan->dev->where[j] ? sl->dev->dvals[j] : sl->vals[j];
+    return sl->dev && sl->plan->dev->pl.where[j] ? sl->dev->dvals[j] : sl->vals[j];
 }
 
 /* The last use of value 'j' is done: drops its value on a device. */

@@ -35,7 +35,7 @@
  *   given its kernel: on a GPU the device's order then puts the copy after the kernel;
  *   on a simulated device, whose kernels run in the calling thread, it also keeps the
  *   copy from reading bytes a kernel is writing (tests run it under TSan).
- * Not here: which variables are resident in a plan (pass_place.c), the update kernels run on
+ * Not here: which variables are resident in a plan (placement/place.c), the update kernels run on
  *   the device (exec_device.c), the devices (devices/). */
 #include "../devices/device.h"
 #include "internal.h"
@@ -240,7 +240,7 @@ int wf__var_device_read(wf__slot *sl, int i)
     const wf__plan *p = sl->plan;
     wf_session *s = p->sess;
     const wf_node *n = p->nodes[i];
-    int k = p->var[i], id = p->dev->where[i];
+    int k = p->var[i], id = p->dev->pl.where[i];
     wf_device *d = p->dev->devs[id];
     char why[WF_ERRMSG_MAX];
     wf__var_dev *vd = &s->var_dev[k];
@@ -327,12 +327,12 @@ int wf__var_device_writable(wf__slot *sl, int i, wf_tensor **in)
     wf_session *s = p->sess;
     const wf_node *n = p->nodes[i];
     const int32_t *idx = p->in_idx + p->in_off[i];
-    int id = p->dev->where[i], k = 0, rc = 0;
+    int id = p->dev->pl.where[i], k = 0, rc = 0;
     wf_device *d = p->dev->devs[id];
     char why[WF_ERRMSG_MAX];
     for (; k < n->op->n_assign; k++) {
         int32_t j = idx[k], v = p->var[j];
-        if (v < 0 || p->dev->where[j] != id) { /* placement makes neither */
+        if (v < 0 || p->dev->pl.where[j] != id) { /* placement makes neither */
             snprintf(why, sizeof why,
                      "assigned input %d is not a variable resident on %s (an internal error)", k,
                      d->info.name);

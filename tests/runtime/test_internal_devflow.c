@@ -264,18 +264,18 @@ Test(runtime_internal_devflow, host_and_device_crossings_become_one_copy_node_ea
     cr_assert_not_null(pd);
     /* To the device: x and w (read by h), r and the scalar 1 (read by y); to the host: h
      * (read by r and z: one copy for both) and y (read by z). z is on the host already. */
-    cr_assert_eq(pd->n_copies, 6, "got %d copies", pd->n_copies);
+    cr_assert_eq(pd->pl.n_copies, 6, "got %d copies", pd->pl.n_copies);
     int32_t ih = p->index_of[c.h->id], iy = p->index_of[c.y->id], ix = p->index_of[c.x->id];
     int seen_h = 0, seen_y = 0, seen_x = 0;
-    for (int k = 0; k < pd->n_copies; k++) {
-        const wf__copy *cp = &pd->copies[k];
+    for (int k = 0; k < pd->pl.n_copies; k++) {
+        const wf__copy *cp = &pd->pl.copies[k];
         cr_assert_neq(cp->from, cp->to);
-        cr_assert_eq(cp->from, pd->where[cp->value]);
+        cr_assert_eq(cp->from, pd->pl.where[cp->value]);
         /* A node of the plan, right after its value, on its destination. */
         cr_assert_eq(p->kind[cp->at], WF__PN_COPY);
         cr_assert_eq(p->nodes[cp->at]->op, &wf_op_copy);
         cr_assert_gt(cp->at, cp->value);
-        cr_assert_eq(pd->where[cp->at], cp->to);
+        cr_assert_eq(pd->pl.where[cp->at], cp->to);
         cr_assert_eq(p->in_idx[p->in_off[cp->at]], cp->value);
         seen_h += cp->value == ih && cp->to == 0;
         seen_y += cp->value == iy && cp->to == 0;
@@ -428,11 +428,11 @@ static void train(wf_runtime *r, int n_sim, int steps, float *losses, wf_tensor 
     if (n_sim) { /* the rule put kernels, updates and variables on the device */
         wf__plan *p = s->plans;
         cr_assert_not_null(p->dev);
-        cr_assert_gt(p->dev->n_gpu, 0);
+        cr_assert_gt(p->dev->pl.n_gpu, 0);
         for (int i = 0; i < p->n; i++)
             if (p->kind[i] == WF__PN_VARIABLE ||
                 (p->kind[i] == WF__PN_KERNEL && p->nodes[i]->op->n_assign > 0))
-                cr_assert_eq(p->dev->where[i], sim_id(0), "'%s'", p->nodes[i]->name);
+                cr_assert_eq(p->dev->pl.where[i], sim_id(0), "'%s'", p->nodes[i]->name);
     }
     cr_assert_eq(wf_session_variable(s, w1, w_out), 0);
     wf_tensor_release(xv);
@@ -671,20 +671,20 @@ static int check_resident_plan(const wf__plan *p, int dev)
     int n_vars = 0, n_upd = 0;
     for (int i = 0; i < p->n; i++) {
         if (p->kind[i] == WF__PN_VARIABLE) {
-            cr_assert_eq(pd->where[i], dev, "variable '%s' is on device %d", p->nodes[i]->name,
-                         pd->where[i]);
+            cr_assert_eq(pd->pl.where[i], dev, "variable '%s' is on device %d", p->nodes[i]->name,
+                         pd->pl.where[i]);
             n_vars++;
         }
         if (is_update(p, i)) {
-            cr_assert_eq(pd->where[i], dev, "update '%s' (%s) is on device %d", p->nodes[i]->name,
-                         p->nodes[i]->op->name, pd->where[i]);
+            cr_assert_eq(pd->pl.where[i], dev, "update '%s' (%s) is on device %d",
+                         p->nodes[i]->name, p->nodes[i]->op->name, pd->pl.where[i]);
             n_upd++;
         }
     }
-    cr_assert_eq(pd->n_resident, n_vars);
+    cr_assert_eq(pd->pl.n_resident, n_vars);
     cr_assert_gt(n_upd, 0);
-    for (int c = 0; c < pd->n_copies; c++) {
-        const wf__copy *cp = &pd->copies[c];
+    for (int c = 0; c < pd->pl.n_copies; c++) {
+        const wf__copy *cp = &pd->pl.copies[c];
         bool fetched = false; /* a fetch of it is copied to the host, after the step */
         for (int k = 0; k < p->n_key; k++)
             fetched |= p->key[k] == p->nodes[cp->value]->id && cp->to == 0;
@@ -1028,7 +1028,7 @@ Test(runtime_internal_devflow, a_variable_resident_on_two_devices_in_turn_moves_
     wf__plan *ev = plan_of(dev, m.ev);
     for (int i = 0; i < ev->n; i++)
         if (ev->kind[i] == WF__PN_VARIABLE)
-            cr_assert_eq(ev->dev->where[i], b, "'%s'", ev->nodes[i]->name);
+            cr_assert_eq(ev->dev->pl.where[i], b, "'%s'", ev->nodes[i]->name);
     check_resident_plan(plan_of(dev, m.step), a);
     same_variables(cpu, dev, &m, "after moving between devices");
     wf_session_destroy(dev);
