@@ -66,6 +66,9 @@ typedef struct wf_attrs {
     wf_init init;
     /* send, recv (core/op.h): the other rank, and the edge number of the message's key. */
     int32_t peer, edge;
+    /* copy (core/op.h): the devices the value goes from and to (placement's ids: 0 the
+     * host, the runtime's devices, then simulated ones). */
+    int32_t from_dev, to_dev;
 } wf_attrs;
 
 /* A source location: file (e.g. __FILE__; the graph copies it when the node is made) and

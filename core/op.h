@@ -280,6 +280,14 @@ extern const wf_op_def wf_op_variable;    /* "variable": named; no -1 dimensions
 extern const wf_op_def wf_op_send;
 extern const wf_op_def wf_op_recv;
 
+/* The boundary op between devices of one process (core/op_comm.c): input x, on device
+ * attrs.from_dev; its value is x's bytes on device attrs.to_dev (ids as placement numbers
+ * them: 0 the host). Kernel-less here: devices/ registers its kernels (one per device kind,
+ * wf__devices_register_kernels()), keyed by the kind of the device that is not the host (both
+ * ends' kind for a copy between devices). WF_OP_ASYNC: a copy to the host finishes when the
+ * device says it has landed. No gradient: placement inserts copies after autodiff. */
+extern const wf_op_def wf_op_copy;
+
 /* Finds an op by name: core's built-ins first, then 'table[0 .. count-1]' (may be NULL
  * when 'count' is 0; NULL entries are skipped). Returns the def or NULL (also for a NULL
  * name). Linear search: tables are short and lookup by name is rare (loading graphs). */

@@ -1,12 +1,14 @@
-/* core/op_comm.c: the boundary ops between ranks, send and recv (core/op.h), and their
- * constructors wf_send() and wf_recv() (weft/core.h).
+/* core/op_comm.c: the boundary ops: between ranks, send and recv (core/op.h), and their
+ * constructors wf_send() and wf_recv() (weft/core.h); between devices, copy.
  * Owns: their defs (arity, inference, flags) and the checks of their attributes.
  * Why here and kernel-less: the planner (placement/) inserts them as plain graph ops, and only
  *   the layer that owns the network (transport/) knows how to move bytes, so their kernels are
  *   registered per session (the kernel registry of core/op.h) when the session is given a
  *   communicator; a session without one fails placement with WF_ENODEV naming the node.
- * Not here: the kernels and the key scheme (transport/p2p_ops.c), running a node that
- *   finishes later (runtime/exec.c). */
+ *   A copy is the same kind of op for the devices of one process: its kernels are devices/'
+ *   (devices/copy.c), registered for every session.
+ * Not here: the kernels and the key scheme (transport/p2p_ops.c, devices/copy.c), running a
+ *   node that finishes later (runtime/exec.c). */
 #include "error.h"
 #include "graph.h"
 #include "internal.h"
@@ -66,6 +68,27 @@ const wf_op_def wf_op_recv = {
     .max_inputs = 0,
     .infer = infer_recv,
     .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD | WF_OP_ASYNC,
+};
+
+static int infer_copy(wf_node *n, char *err, size_t errlen)
+{
+    const wf_attrs *a = n->attrs;
+    if (a->from_dev < 0 || a->to_dev < 0 || a->from_dev == a->to_dev) {
+        snprintf(err, errlen, "a copy from device %d to device %d (two distinct ids >= 0)",
+                 (int)a->from_dev, (int)a->to_dev);
+        return WF_EINVAL;
+    }
+    n->dtype = n->inputs[0]->dtype;
+    n->shape = n->inputs[0]->shape;
+    return 0;
+}
+
+const wf_op_def wf_op_copy = {
+    .name = "copy",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = infer_copy,
+    .flags = WF_OP_NO_GRAD | WF_OP_ASYNC,
 };
 
 wf_node *(wf_send)(wf_graph *g, wf_node *x, int peer, int edge)

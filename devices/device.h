@@ -157,4 +157,23 @@ int wf__sim_open(wf_runtime *rt, int id, int index, const wf__sim_opts *o, wf_de
 /* Whether 'd' is a simulated device. */
 bool wf__sim_is(const wf_device *d);
 
+/* devices/copy.c: the kernels of core's copy op (core/op.h). */
+
+typedef struct wf__kernels wf__kernels; /* core/op.h's kernel registry */
+
+/* The devices copies move values between, by placement's ids (0: the host, NULL): a
+ * session's (runtime/var_device.c opens them). Entries are set before any copy that names
+ * them runs, and stay until every copy has. */
+typedef struct wf__device_table {
+    wf_device **devs; /* 'n' entries, or NULL before the first device is opened */
+    int n;
+} wf__device_table;
+
+/* Registers the copy op's kernels in 'r' for the device kinds weft is built with (the CPU
+ * kind: the CPU and simulated devices; CUDA), copying between the devices of 't', which
+ * must outlive 'r''s use: host to device and device to device complete in the devices'
+ * order, device to host pends until the device says the bytes have landed. Returns 0,
+ * WF_EINVAL (NULL argument) or WF_ENOMEM. */
+int wf__devices_register_kernels(wf__kernels *r, const wf__device_table *t);
+
 #endif /* WF_DEVICES_DEVICE_H */

@@ -8,7 +8,7 @@
  *   session's registry) through wf__node_run() (core/op.h), and release each input value
  *   when its last reader has finished.
  * Nodes that finish later (WF_OP_ASYNC, a recv waiting for the network): their kernel
- *   pends, the task returns WF_TASK_LATER, and node_complete() (called by the kernel's
+ *   pends, the task returns WF_TASK_LATER, and wf__slot_node_complete() (called by the kernel's
  *   completion, on the transport's actor) does the rest and finishes the task-graph node.
  * Why slots: a wf_taskgraph runs once at a time, and the pending counters of the plan live
  *   in it; a session run from several threads at once takes one slot per run, so runs
@@ -147,7 +147,7 @@ static inline void drop_use(wf__slot *sl, int32_t j)
         wf__memplan_poison(sl, j, sl->vals[j]);
         spare_put(sl, sl->vals[j]);
         sl->vals[j] = NULL;
-        if (sl->dev) /* its copy on a GPU too (exec_device.c) */
+        if (sl->dev) /* or its value on a GPU (exec_device.c) */
             wf__exec_device_drop(sl, j);
     }
 }
@@ -189,7 +189,7 @@ static wf_tensor *cpu_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_s
     if (!out)
         out = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, *shape);
     /* A node that may finish later has its value in place before its kernel starts: the
-     * completion (node_complete(), on another thread, possibly before the kernel returns)
+     * completion (wf__slot_node_complete(), on another thread, possibly before the kernel returns)
      * reads it. */
     if (n->op->flags & WF_OP_ASYNC)
         sl->vals[c->i] = out;
@@ -220,12 +220,12 @@ static void node_after(wf__slot *sl, int i)
     }
 }
 
-/* How a node whose kernel pended (WF_OP_ASYNC: a recv waiting for the network) finishes:
- * called once by the kernel's completion (the transport's actor), it does what the task
- * would have done after the kernel and finishes the node's task (WF_TASK_LATER), as the
- * device executor's copies do (exec_device.c, copy_landed): one mechanism for every node
- * that finishes elsewhere. */
-static void node_complete(void *token, int rc)
+/* How a node whose kernel pended (WF_OP_ASYNC: a recv waiting for the network, a copy to
+ * the host waiting for its device) finishes: called once by the kernel's completion (the
+ * transport's or the device's actor), it does what the task would have done after the
+ * kernel and finishes the node's task (WF_TASK_LATER): one mechanism for every node that
+ * finishes elsewhere. */
+void wf__slot_node_complete(void *token, int rc)
 {
     const wf__task_arg *a = token;
     wf__slot *sl = a->slot;
@@ -271,7 +271,7 @@ static int run_kernel(wf__slot *sl, int i)
         goto done;
     wf_kernel_ctx ctx = { .rt = sl->plan->sess->rt, .step = sl->step, .data = p->kdata[i] };
     if (n->op->flags & WF_OP_ASYNC) { /* never in inline plans (plan.c) */
-        ctx.complete = node_complete;
+        ctx.complete = wf__slot_node_complete;
         ctx.token = &sl->args[i];
     }
     char msg[WF_ERRMSG_MAX];
@@ -284,7 +284,7 @@ static int run_kernel(wf__slot *sl, int i)
         goto done;
     }
     /* WF_KERNEL_PENDING: the value (in 'sl->vals[i]' since cpu_alloc()) is still being
-     * written, and node_complete() may already have run; successors wait for it
+     * written, and wf__slot_node_complete() may already have run; successors wait for it
      * (WF_TASK_LATER). */
     if (!(n->op->flags & WF_OP_ASYNC))
         sl->vals[i] = out;
@@ -311,7 +311,7 @@ static int run_node(wf__slot *sl, int i)
         break;
     case WF__PN_VARIABLE: {
         wf_session *s = p->sess;
-        if (sl->dev && p->dev->where[i]) { /* resident on a device (var_device.c) */
+        if (sl->dev && p->dev->pl.where[i]) { /* resident on a device (var_device.c) */
             int rc = wf__var_device_read(sl, i);
             if (rc < 0)
                 return rc;
@@ -323,12 +323,15 @@ static int run_node(wf__slot *sl, int i)
         break;
     }
     default: {
-        /* A node placed on a GPU runs through its device (exec_device.c). */
-        int rc = sl->dev && p->dev->where[i] ? wf__exec_device_node(sl, i) : run_kernel(sl, i);
+        /* A copy between devices, or a node placed on a GPU, runs through its device
+         * (exec_device.c). */
+        int rc = p->kind[i] == WF__PN_COPY        ? wf__exec_copy_node(sl, i)
+                 : sl->dev && p->dev->pl.where[i] ? wf__exec_device_node(sl, i)
+                                                  : run_kernel(sl, i);
         if (rc < 0)
             return rc;
         if (rc == WF_KERNEL_PENDING)
-            return WF_TASK_LATER; /* node_complete() does the rest */
+            return WF_TASK_LATER; /* wf__slot_node_complete() does the rest */
         node_after(sl, i);
         return 0;
     }
@@ -383,9 +386,6 @@ static int slot_make(wf__plan *p, wf__slot **out)
             goto fail;
         }
     }
-    /* Copy steps between devices (exec_device.c): nodes n .. n + n_copies - 1. */
-    if (p->dev && (rc = wf__slot_dev_add_copies(sl)) < 0)
-        goto fail;
     /* Edges in the order of the destinations' priority (priority.c), so that each node's
      * successor list is sorted by priority, highest first, and the worker that finishes a
      * node keeps its most critical ready successor (sched/taskgraph.c). */
@@ -393,12 +393,17 @@ static int slot_make(wf__plan *p, wf__slot **out)
         int i = p->prio_order ? p->prio_order[r] : r;
         const wf_node *node = p->nodes[i];
         for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++)
-            if ((rc = wf_taskgraph_precede(sl->tg, wf__plan_edge_source(p, e), i)) < 0)
+            if ((rc = wf_taskgraph_precede(sl->tg, p->in_idx[e], i)) < 0)
                 goto fail;
         for (int k = 0; k < node->n_control; k++)
             if ((rc = wf_taskgraph_precede(sl->tg, p->index_of[node->control[k]->id], i)) < 0)
                 goto fail;
     }
+    /* Orderings of the placement (placement/place.c: a fetched resident variable's copy after
+     * its updates). */
+    for (int k = 0; k < p->n_order; k++)
+        if ((rc = wf_taskgraph_precede(sl->tg, p->order[2 * k], p->order[2 * k + 1])) < 0)
+            goto fail;
     /* The memory plan's ordering edges: outputs that share bytes (runtime/memplan.c). */
     for (int k = 0; p->mp && !(p->sess->flags & WF_SESSION_NO_MEMPLAN) && k < p->mp->n_edges; k++)
         if ((rc = wf_taskgraph_precede(sl->tg, p->mp->edges[2 * k], p->mp->edges[2 * k + 1])) < 0)

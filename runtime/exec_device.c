@@ -1,8 +1,7 @@
-/* runtime/exec_device.c: running plan nodes placed on a GPU, and the copy steps between the
+/* runtime/exec_device.c: running plan nodes placed on a GPU, and the copy nodes between the
  *   host and GPUs and between GPUs (docs/architecture.md, "The path of a training step", Run).
- * Owns: a run slot's device values ('sl->dev': per plan node, its value on its GPU; per copy
- *   step, the copy on its destination GPU), what the task of a GPU node does, and what the
- *   task of a copy step does.
+ * Owns: a run slot's device values ('sl->dev': per plan node, its value on its GPU), what
+ *   the task of a GPU node does, and what the task of a copy node does.
  * How a GPU node runs: its task (on a worker, like every node) takes its inputs' device
  *   values and runs it through wf__node_run() (core/op.h) with this file's hooks: the
  *   output from the device's pool, and the kernel the plan resolved from the session's
@@ -10,29 +9,28 @@
  *   to the device, which enqueues it on its compute stream and returns. The task then ends: its
  *   readers on the same device are released while the GPU has not even started, and their
  *   kernels queue behind it (the device completes its work in order, devices/device.h).
- * Copies are steps of their own (pass_place.c makes them, wf__slot_dev_add_copies() puts
- *   them in the task graph after the plan's nodes; a value's readers on the destination
- *   wait for its copy instead of its node):
- *   - host to GPU: the copy is enqueued (staged through pinned memory, so the host value may
- *     change afterwards) and the step ends; the readers on that GPU queue behind it;
- *   - GPU to GPU: the destination copies after the source's work so far (copy_peer) and the
- *     step ends, as above;
- *   - GPU to host: the copy is enqueued, then the device is asked to notify its completion
- *     (devices/device.h: notify()), and the step's task returns WF_TASK_LATER: no worker
- *     waits. The device's actor then finishes the step (wf_taskgraph_complete()), which
- *     releases the host readers with the data in place.
- * Variables resident on the device (pass_place.c, var_device.c): the variable node's task
+ * Copies are nodes of the plan (placement/place.c inserts them, nodes of core's copy op, each
+ *   right after its value in the plan's order; the value's readers on the destination read
+ *   the copy), scheduled as tasks like every node. A copy node runs through wf__node_run()
+ *   with the copy kernel the plan resolved from the session's registry (devices/copy.c
+ *   registers it; the output on the destination: a GPU's memory or the session's pool):
+ *   - host to GPU, GPU to GPU: the kernel enqueues the copy in the destination's order and
+ *     the task ends; the readers on that GPU queue behind it;
+ *   - GPU to host: the kernel pends (WF_KERNEL_PENDING) and the task returns
+ *     WF_TASK_LATER: no worker waits. The device's actor then finishes the node
+ *     (copy_landed(), the kernel's ctx->complete: exec.c's wf__slot_node_complete(), as
+ *     for every node that pends), which releases the host readers with the data in place.
+ * Variables resident on the device (placement/place.c, var_device.c): the variable node's task
  *   takes the session's device value (copied in when stale); an update node's task takes
  *   its variables' device values writable (wf__var_device_writable(), as exec.c's
  *   take_writable() on the host), allocates no output (its value is its first variable's),
  *   and after giving its kernel to the device marks the device values as the latest write.
  *   A fetched resident variable is copied to the host after the run's updates of it.
- * Lifetimes: a value's device value and its copies are dropped with its host value, at its
- *   last use (exec.c's drop_use()): its readers wait for its copies, so no copy outlives
- *   it unread; what is left at the end of the run (a fetched GPU value) is dropped by
- *   wf__exec_device_finish(), which also waits for the devices' work so that a kernel's
- *   late (asynchronous) error fails this run, not the next one.
- * Not here: placement and which copies exist (pass_place.c), the variables' device values
+ * Lifetimes: a value on a device is dropped at its last use (exec.c's drop_use()), as a
+ *   host value is; a copy is a reader of its value and has readers of its own; what is left at the
+ * end of the run (a fetched GPU value) is dropped by wf__exec_device_finish(), which also waits for
+ * the devices' work so that a kernel's late (asynchronous) error fails this run, not the next one.
+ * Not here: placement and where copies go (placement/place.c), the variables' device values
  *   (var_device.c), the devices (devices/), CPU nodes (exec.c). */
 #include "../devices/device.h"
 #include "../memory/pool.h"
@@ -55,11 +53,8 @@ int wf__slot_dev_init(wf__slot *sl)
     if (!sd)
         return wf__err(WF_ENOMEM, "wf_session_run: no memory for a run's device values");
     sl->dev = sd;
-    size_t nc = (size_t)(pd->n_copies ? pd->n_copies : 1);
     sd->dvals = calloc((size_t)(sl->plan->n ? sl->plan->n : 1), sizeof *sd->dvals);
-    sd->cvals = calloc(nc, sizeof *sd->cvals);
-    sd->cargs = calloc(nc, sizeof *sd->cargs);
-    if (!sd->dvals || !sd->cvals || !sd->cargs)
+    if (!sd->dvals)
         return wf__err(WF_ENOMEM, "wf_session_run: no memory for a run's device values");
     return 0;
 }
@@ -69,16 +64,10 @@ void wf__slot_dev_free(wf__slot *sl)
     wf__slot_dev *sd = sl->dev;
     if (!sd)
         return;
-    const wf__plan_dev *pd = sl->plan->dev;
     if (sd->dvals)
         for (int i = 0; i < sl->plan->n; i++)
             wf_tensor_release(sd->dvals[i]);
-    if (sd->cvals)
-        for (int k = 0; k < pd->n_copies; k++)
-            wf_tensor_release(sd->cvals[k]);
     free(sd->dvals);
-    free(sd->cvals);
-    free(sd->cargs);
     free(sd);
     sl->dev = NULL;
 }
@@ -108,179 +97,82 @@ static int call_kernel(void *arg)
     return k->fn(k->ctx, k->n, k->in, k->out);
 }
 
-/* A new tensor on 'd' (a GPU, 'd' NULL: the host, from the session's pool) to hold a copy of
- * 't'. A strided view (a kernel may return one, as CPU kernels do) is copied as its whole
- * buffer: '*whole' is then set, with '*off' the view's first byte. Returns NULL with
- * wf_last_errmsg(). */
-static wf_tensor *copy_target(wf__slot *sl, wf_device *d, const wf_tensor *t, bool *whole,
-                              size_t *off)
-{
-    size_t esize = wf_dtype_size(t->dtype);
-    *whole = !t->contiguous;
-    *off = (size_t)(t->data - (char *)t->buf->data);
-    wf_shape hs = *whole ? WF_SHAPE((int64_t)(t->buf->bytes / esize)) : t->shape;
-    return d ? wf__device_tensor(d, t->dtype, hs)
-             : wf__pool_tensor_alloc(sl->plan->sess->pool, t->dtype, hs);
-}
-
-/* The copy of 't' in 'c' (made by copy_target()) as the value: 'c' itself, or the view of
- * 't' over it, which takes 'c''s reference. Returns NULL with wf_last_errmsg(), 'c' then
- * still the caller's. */
-static wf_tensor *copy_value(const wf_tensor *t, wf_tensor *c, bool whole, size_t off)
-{
-    if (!whole)
-        return c;
-    wf_tensor *v =
-        wf__tensor_alias(c, t->shape, t->strides, (int64_t)(off / wf_dtype_size(t->dtype)));
-    if (v)
-        wf_tensor_release(c); /* the view retains it */
-    return v;
-}
-
-/* Fails copy step 'k' of 'sl' ("<node>: copying its value from <a> to <b>: <why>"). */
-static int copy_fail(wf__slot *sl, int k, int code, const char *why)
+/* Fails copy node 'i' of 'sl' ("<value's node>: copying its value from <a> to <b>: <why>"). */
+static int copy_fail(wf__slot *sl, int i, int code, const char *why)
 {
     const wf__plan *p = sl->plan;
-    const wf__copy *c = &p->dev->copies[k];
     const wf__plan_dev *pd = p->dev;
+    const wf_node *n = p->nodes[i];
+    int from = n->attrs->from_dev, to = n->attrs->to_dev;
     char msg[WF_ERRMSG_MAX];
     snprintf(msg, sizeof msg, "copying its value from %s to %s: %s",
-             c->from ? pd->devs[c->from]->info.name : "the host",
-             c->to ? pd->devs[c->to]->info.name : "the host", why);
-    return wf__slot_fail(sl, p->nodes[c->value], code, msg);
+             from ? pd->devs[from]->info.name : "the host",
+             to ? pd->devs[to]->info.name : "the host", why);
+    return wf__slot_fail(sl, n->inputs[0], code, msg);
 }
 
-/* The device's notice that copy step 'arg' (to the host) has landed: finishes its node of
- * the task graph. Runs on the device's actor. */
+/* The device's notice that copy node 'arg' (to the host) has landed: finishes the node as
+ * any node that pended (exec.c). Runs on the device's actor. */
 static void copy_landed(void *arg, int status)
 {
     const wf__task_arg *a = arg;
-    wf__slot *sl = a->slot;
-    int rc = status < 0 ? copy_fail(sl, a->index, status, wf_last_errmsg()) : 0;
-    int r2 = wf_taskgraph_complete(sl->tg, sl->plan->n + a->index, rc);
-    (void)r2; /* fails only for a graph that is not running, which waits for this node */
+    int rc = status < 0 ? copy_fail(a->slot, a->index, status, wf_last_errmsg()) : 0;
+    wf__slot_node_complete(arg, rc);
 }
 
-/* Releases host tensor 'arg' once the copy into it has landed. */
-static void release_landed(void *arg, int status)
+/* The copy nodes' side of wf__node_run() (core/op.h): the copy's output on its destination,
+ * a GPU's memory or the session's pool; a copy to the host has its value in place before its
+ * kernel starts, since the device's notice (copy_landed()) releases the readers. */
+typedef struct copy_dst {
+    wf__slot *sl;
+    int i;
+} copy_dst;
+
+static wf_tensor *copy_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_shape *shape)
 {
-    wf_tensor_release(arg);
+    const copy_dst *c = arg;
+    wf__slot *sl = c->sl;
+    const wf__plan_dev *pd = sl->plan->dev;
+    if (n->attrs->to_dev)
+        return wf__device_tensor(pd->devs[n->attrs->to_dev], dt, *shape);
+    wf_tensor *t = wf__pool_tensor_alloc(sl->plan->sess->pool, dt, *shape);
+    sl->vals[c->i] = t;
+    return t;
 }
 
-/* The task of copy step 'arg->index' in the run of 'arg->slot' (see the file's header). */
-static int copy_task(void *arg)
+static const wf__node_env copy_env = { .alloc = copy_alloc };
+
+int wf__exec_copy_node(wf__slot *sl, int i)
 {
-    const wf__task_arg *a = arg;
-    wf__slot *sl = a->slot;
-    int k = a->index;
     const wf__plan *p = sl->plan;
-    const wf__plan_dev *pd = p->dev;
-    const wf__copy *c = &pd->copies[k];
-    wf_device *to = c->to ? pd->devs[c->to] : NULL, *from = c->from ? pd->devs[c->from] : NULL;
-    const wf_tensor *t = c->from ? sl->dev->dvals[c->value] : sl->vals[c->value];
-    if (!t) {
-        /* A target that nobody reads was dropped when it was made (exec.c: run_node()):
-         * the key has no fetch of it to copy. Else an internal error. */
-        if (atomic_load_explicit(&sl->uses[c->value], memory_order_acquire) == 0)
-            return 0;
-        return copy_fail(sl, k, WF_EINVAL, "the value is missing");
-    }
-    bool whole;
-    size_t off, esize = wf_dtype_size(t->dtype);
-    size_t bytes = (size_t)t->numel * esize;
-    wf_tensor *dst = NULL;
-    void *tmp = NULL;
-    int rc = 0;
-    if (!from) {
-        /* Host to GPU: a strided host value is gathered first (the copy is contiguous). */
-        const void *src = t->data;
-        if (!t->contiguous && bytes) {
-            if (!(tmp = malloc(bytes)))
-                return copy_fail(sl, k, WF_ENOMEM, "no memory to gather a strided value");
-            if ((rc = wf_tensor_read(t, t->dtype, tmp, bytes)) < 0) {
-                free(tmp);
-                return copy_fail(sl, k, rc, wf_last_errmsg());
-            }
-            src = tmp;
-        }
-        if (!(dst = wf__device_tensor(to, t->dtype, t->shape)))
-            rc = WF_ENOMEM;
-        else if (bytes) /* staged: 'src' may go once this returns */
-            rc = to->ops->copy_from_host(to, dst->buf, 0, src, bytes, NULL);
-        free(tmp);
-        if (rc < 0) {
-            wf_tensor_release(dst);
-            return copy_fail(sl, k, rc, wf_last_errmsg());
-        }
-        sl->dev->cvals[k] = dst;
+    const wf_node *n = p->nodes[i];
+    /* A target's copy to the host that no fetch reads: nothing to hand out. */
+    if (atomic_load_explicit(&sl->uses[i], memory_order_relaxed) == 0)
         return 0;
-    }
-    if (!(dst = copy_target(sl, to, t, &whole, &off)))
-        return copy_fail(sl, k, WF_ENOMEM, wf_last_errmsg());
-    size_t n = whole ? (size_t)dst->numel * esize : bytes; /* within both buffers */
-    size_t src_off = whole ? 0 : off;
-    if (to) { /* GPU to GPU: in the destination's order, like a kernel of it */
-        rc = n ? to->ops->copy_peer(to, dst->buf, 0, from, t->buf, src_off, n) : 0;
-        if (rc < 0) {
-            wf_tensor_release(dst);
-            return copy_fail(sl, k, rc, wf_last_errmsg());
-        }
-        if (!(sl->dev->cvals[k] = copy_value(t, dst, whole, off))) {
-            rc = copy_fail(sl, k, WF_ENOMEM, wf_last_errmsg());
-            wf_tensor_release(dst); /* freed in the device's order, after the copy */
-            return rc;
-        }
-        return 0;
-    }
-    /* GPU to host: the readers wait for the device's notice (copy_landed()). The value is
-     * in place for them now; its bytes land before the notice. */
-    rc = n ? from->ops->copy_to_host(from, t->buf, src_off, dst->data, n, NULL) : 0;
+    wf_tensor *t = wf__slot_value(sl, p->in_idx[p->in_off[i]]);
+    if (!t) /* an internal error: a value released too early or never made */
+        return copy_fail(sl, i, WF_EINVAL, "the value is missing");
+    wf_kernel_ctx ctx = {
+        .rt = p->sess->rt,
+        .step = sl->step,
+        .data = p->kdata[i],
+        .complete = copy_landed,
+        .token = &sl->args[i],
+    };
+    wf_tensor *out = NULL;
+    char msg[WF_ERRMSG_MAX];
+    int rc = wf__node_run(&copy_env, &(copy_dst){ sl, i }, p->kernel[i], &ctx, n, &t, t->dtype,
+                          &t->shape, NULL, &out, msg, sizeof msg);
     if (rc < 0) {
-        wf_tensor_release(dst);
-        return copy_fail(sl, k, rc, wf_last_errmsg());
+        if (!n->attrs->to_dev)
+            sl->vals[i] = NULL; /* copy_alloc()'s alias of what wf__node_run() released */
+        return copy_fail(sl, i, rc, msg);
     }
-    if (!(sl->vals[c->value] = copy_value(t, dst, whole, off))) {
-        /* The copy is queued into host memory 'dst': it may go only once the copy has. */
-        rc = copy_fail(sl, k, WF_ENOMEM, wf_last_errmsg());
-        if (from->ops->notify(from, release_landed, dst) < 0) {
-            (void)from->ops->sync(from);
-            wf_tensor_release(dst);
-        }
-        return rc;
-    }
-    if ((rc = from->ops->notify(from, copy_landed, &sl->dev->cargs[k])) < 0)
-        return copy_fail(sl, k, rc, wf_last_errmsg()); /* its value is dropped with the run */
-    return WF_TASK_LATER;
-}
-
-int wf__slot_dev_add_copies(wf__slot *sl)
-{
-    const wf__plan *p = sl->plan;
-    const wf__plan_dev *pd = p->dev;
-    for (int k = 0; k < pd->n_copies; k++) {
-        sl->dev->cargs[k] = (wf__task_arg){ sl, k };
-        const wf_node *n = p->nodes[pd->copies[k].value];
-        int id = wf_taskgraph_add(sl->tg, copy_task, &sl->dev->cargs[k], n->name);
-        if (id < 0)
-            return id;
-        int rc = wf_taskgraph_set_kind(sl->tg, id, "copy"); /* a transfer, for traces */
-        if (rc < 0)
-            return rc;
-        rc = wf_taskgraph_precede(sl->tg, pd->copies[k].value, id);
-        if (rc < 0)
-            return rc;
-        /* A fetched resident variable is copied after this run's updates of it, which write
-         * it in place (var_device.c): the fetch gets the value after the step, as a fetch of
-         * a variable on the host does. */
-        if (p->kind[pd->copies[k].value] != WF__PN_VARIABLE)
-            continue;
-        for (int i = 0; i < p->n; i++)
-            for (int a = 0; a < p->nodes[i]->op->n_assign && p->kind[i] == WF__PN_KERNEL; a++)
-                if (p->in_idx[p->in_off[i] + a] == pd->copies[k].value &&
-                    (rc = wf_taskgraph_precede(sl->tg, i, id)) < 0)
-                    return rc;
-    }
-    return 0;
+    if (n->attrs->to_dev)
+        sl->dev->dvals[i] = out; /* in the destination's order: its readers queue behind it */
+    /* To the host: the value is in 'sl->vals' since copy_alloc(); WF_KERNEL_PENDING until
+     * copy_landed(). */
+    return rc;
 }
 
 #define STACK_INPUTS 8
@@ -334,10 +226,9 @@ int wf__exec_device_node(wf__slot *sl, int i)
     const wf__plan *p = sl->plan;
     const wf__plan_dev *pd = p->dev;
     const wf_node *n = p->nodes[i];
-    int id = pd->where[i];
+    int id = pd->pl.where[i];
     wf_device *d = pd->devs[id];
     const int32_t *idx = p->in_idx + p->in_off[i];
-    const int32_t *via = pd->in_copy + p->in_off[i];
     int n_in = n->n_inputs, rc = 0;
     wf_tensor *in_stack[STACK_INPUTS], **in = in_stack, *out = NULL;
     wf_dtype dt_stack[STACK_INPUTS], *dts = dt_stack;
@@ -352,7 +243,7 @@ int wf__exec_device_node(wf__slot *sl, int i)
         }
     }
     for (int k = 0; k < n_in; k++) {
-        in[k] = via[k] >= 0 ? sl->dev->cvals[via[k]] : sl->dev->dvals[idx[k]];
+        in[k] = sl->dev->dvals[idx[k]]; /* made here, or copied here by a copy node */
         if (!in[k]) { /* an internal error: a copy not made, or dropped too early */
             char why[128];
             snprintf(why, sizeof why, "input %d has no value on %s", k, d->info.name);
@@ -394,15 +285,9 @@ done:
 
 void wf__exec_device_drop(wf__slot *sl, int32_t j)
 {
-    const wf__plan_dev *pd = sl->plan->dev;
     wf_tensor *t = sl->dev->dvals[j];
     sl->dev->dvals[j] = NULL;
     wf_tensor_release(t); /* a device buffer goes back to its pool in stream order */
-    for (int32_t k = pd->copy_off[j]; k < pd->copy_off[j + 1]; k++) {
-        t = sl->dev->cvals[k];
-        sl->dev->cvals[k] = NULL;
-        wf_tensor_release(t);
-    }
 }
 
 int wf__exec_device_finish(wf__slot *sl, int rc)

@@ -3,10 +3,13 @@
  *   run slot (wf__slot), and the calls between session.c, plan.c and exec.c.
  * Invariants (stated here once):
  *   - a plan's nodes are what its key (the fetches and targets) needs after the compile
- *     passes (runtime/passes.h): graph nodes and nodes the passes made, which the plan
- *     owns ('made'), in a topological order (ascending id when no pass made a node);
+ *     passes (runtime/passes.h): graph nodes, nodes the passes made, which the plan
+ *     owns ('made'), and the copy nodes placement inserted ('dev->copy_nodes'), in a
+ *     topological order (ascending id when no pass made a node and nothing crosses
+ *     devices);
  *     plan index i runs task i of every slot's task graph; 'index_of' maps every graph
- *     node to the plan node that computes its value (itself, or its replacement);
+ *     node to the plan node whose value a run hands out for it (itself, its replacement,
+ *     or for a fetched node on a GPU its copy to the host);
  *   - 'uses0[i]' is the number of input edges of plan nodes that read node i; at the start
  *     of a run 'uses[i]' is 'uses0[i]' plus one per fetch of i, and the value of node i is
  *     released when 'uses[i]' reaches 0, so between runs every value slot is NULL;
@@ -24,6 +27,8 @@
 #include "../core/graph.h"
 #include "../core/op.h"
 #include "../core/tensor.h"
+#include "../devices/device.h"
+#include "../placement/place.h"
 
 #include <weft/memory.h>
 #include <weft/runtime.h>
@@ -62,6 +67,8 @@ enum {
     WF__PN_PLACEHOLDER, /* its value is the feed, set before the run starts */
     WF__PN_CONSTANT,    /* its value is the node's tensor */
     WF__PN_VARIABLE,    /* its value is the session's current value of the variable */
+    WF__PN_COPY,        /* a node of core's copy op that placement inserted: its input's
+                           value on another device (exec_device.c: wf__exec_copy_node()) */
 };
 
 /* The most dead values an inline run keeps for reuse (a strict chain needs one or two). */
@@ -153,6 +160,10 @@ struct wf__plan {
     int32_t *host_vars;       /* plan indices of the variables read on the host (all of them
                                  when 'dev' is NULL): made current there before a run */
     int n_host_vars;
+    int32_t *order; /* 'n_order' (before, after) pairs of plan indices: orderings
+                       that are neither input nor control edges (pass_place.c: a
+                       fetched resident variable's copy after its updates) */
+    int n_order;
 };
 
 /* A variable's value on a device (runtime/var_device.c), guarded by the session's
@@ -162,7 +173,7 @@ struct wf__plan {
  * 'dev_ver == ver' (both: the two are equal). */
 typedef struct wf__var_dev {
     struct wf_tensor *dval; /* the value on device 'dev', or NULL (never made) */
-    int dev;                /* its device id (pass_place.c numbering) */
+    int dev;                /* its device id (placement/place.c numbering) */
     int writing;            /* updates given 'dval' to write that have not yet handed their
                                kernel to the device (a copy back waits for them) */
     uint64_t ver, host_ver, dev_ver;
@@ -183,29 +194,30 @@ struct wf_session {
                                         check of the host values' currency */
     _Atomic uint64_t var_copies_in;  /* variable copies to a device value (host or peer) */
     _Atomic uint64_t var_copies_out; /* variable copies from a device value to the host */
-    pthread_mutex_t dev_mu;          /* guards opening 'devs' */
-    struct wf_device **devs;         /* 'n_devs' (placement's ids): opened once, at the first plan
-                                        that places a node there, shared by every plan, closed by
-                                        wf_session_destroy() (runtime/var_device.c) */
-    int n_devs;
-    pthread_mutex_t plans_mu;   /* guards 'plans' and 'errmsg' */
-    wf__plan *plans;            /* compiled plans, most recent first */
-    int max_slots;              /* per plan (wf_session_opts.n_run_slots) */
-    _Atomic uint64_t n_runs;    /* runs started: each run's wf_kernel_ctx.step */
-    uint32_t flags;             /* wf_session_opts.flags: WF_SESSION_NO_* passes */
-    int device;                 /* wf_session_opts.device (pass_place.c) */
-    int n_sim;                  /* tests only (test_internal_*.c set it before the first
-                                   run): simulated devices (devices/sim.c) numbered after
-                                   the runtime's devices, for placement */
-    uint32_t sim_delay_us;      /* their wf__sim_opts (devices/device.h): delay, */
-    int64_t sim_fail_alloc;     /* the allocation that fails, */
-    int64_t sim_fail_notice;    /* the completion that faults */
-    wf__kernels *kernels;       /* the kernels by (op, device kind) (core/op.h): the op
-                                   defs' own, and what the layers below registered at
-                                   creation; read-only once the session is made */
-    int n_plans;                /* plans compiled, guarded by 'plans_mu' */
-    wf_plan_stats last_stats;   /* of the latest compiled plan, guarded by 'plans_mu' */
-    char errmsg[WF_ERRMSG_MAX]; /* the latest failure */
+    pthread_mutex_t dev_mu;          /* guards opening 'devtab''s devices */
+    wf__device_table devtab;         /* the devices by placement's ids ('n' of them): each
+                                        opened once, at the first plan that places a node
+                                        there, shared by every plan, closed by
+                                        wf_session_destroy() (runtime/var_device.c); the copy
+                                        kernels' data (devices/copy.c) */
+    pthread_mutex_t plans_mu;        /* guards 'plans' and 'errmsg' */
+    wf__plan *plans;                 /* compiled plans, most recent first */
+    int max_slots;                   /* per plan (wf_session_opts.n_run_slots) */
+    _Atomic uint64_t n_runs;         /* runs started: each run's wf_kernel_ctx.step */
+    uint32_t flags;                  /* wf_session_opts.flags: WF_SESSION_NO_* passes */
+    int device;                      /* wf_session_opts.device (placement/place.c) */
+    int n_sim;                       /* tests only (test_internal_*.c set it before the first
+                                        run): simulated devices (devices/sim.c) numbered after
+                                        the runtime's devices, for placement */
+    uint32_t sim_delay_us;           /* their wf__sim_opts (devices/device.h): delay, */
+    int64_t sim_fail_alloc;          /* the allocation that fails, */
+    int64_t sim_fail_notice;         /* the completion that faults */
+    wf__kernels *kernels;            /* the kernels by (op, device kind) (core/op.h): the op
+                                        defs' own, and what the layers below registered at
+                                        creation; read-only once the session is made */
+    int n_plans;                     /* plans compiled, guarded by 'plans_mu' */
+    wf_plan_stats last_stats;        /* of the latest compiled plan, guarded by 'plans_mu' */
+    char errmsg[WF_ERRMSG_MAX];      /* the latest failure */
 };
 
 /* session.c */
@@ -322,61 +334,39 @@ int wf__slot_fail_msg(wf__slot *sl, int code, const char *msg);
 
 /* pass_place.c and exec_device.c: nodes on GPUs (docs/architecture.md, "Devices"). */
 
-/* A copy step of a plan that runs nodes on devices (exec_device.c): the value of plan node
- * 'value', made on device 'from', copied to device 'to' (0: the host). Copy k is task-graph
- * node p->n + k of every slot: it follows the value's node, and the readers on 'to' follow
- * it instead of the value's node. */
-typedef struct wf__copy {
-    int32_t value;
-    int16_t from, to;
-} wf__copy;
-
-/* Where a plan's nodes run, when some run on a GPU. Every value lives where its node ran;
- * sources (placeholders, constants, variables) on the host. Each value crossing to another
- * device is copied there once per run, whatever the number of its readers there.
- * Read-only after compile. */
+/* Where a plan's nodes run, when some run on a GPU: placement/'s result (placement/
+ * place.h: 'where' per plan node, the resident variables, the copies and their nodes, the
+ * orderings), which the plan's arrays were made from (pass_place.c), and the session's
+ * devices the plan uses. Every value lives where its node ran ('pl.where'). Read-only
+ * after compile. */
 typedef struct wf__plan_dev {
     int n_devices;           /* the runtime's devices (ids 0 .. n_devices-1), simulated ones
                                 (wf_session.n_sim) included */
     struct wf_device **devs; /* per id: the session's device when a node runs there (not
                                 owned: wf__session_device()), else NULL (also for the CPU,
                                 whose kernels run directly) */
-    int16_t *where;          /* per plan node: its device id (0: the CPU) */
-    int n_gpu;               /* plan nodes on a GPU (kernels, updates included) */
-    int n_resident;          /* variables resident on a GPU: 'where' of the variable's node
-                                is that device; its readers read its device value with no
-                                copy step (runtime/var_device.c) */
-    int n_copies;            /* entries of 'copies' */
-    wf__copy *copies;        /* sorted by value, then by destination */
-    int32_t *copy_off;       /* CSR, n + 1 entries: the copies of value i are copies
-                                [copy_off[i], copy_off[i + 1]) */
-    int32_t *in_copy;        /* per input edge e (as p->in_idx): the copy its reader reads, or
-                                -1: the value itself, made on the reader's device */
+    wf__placement pl;        /* owned; its node list and edges moved to the plan */
 } wf__plan_dev;
 
 /* A slot's device state (exec_device.c). */
 typedef struct wf__slot_dev {
-    wf_tensor **dvals;   /* per plan node: its value on its GPU (a resident variable's: a
-                            reference to the session's device value), or NULL */
-    wf_tensor **cvals;   /* per copy step to a GPU: the copy, or NULL */
-    wf__task_arg *cargs; /* per copy step: its task's argument (index: the copy) */
+    wf_tensor **dvals; /* per plan node on a GPU: its value there (a resident variable's: a
+                          reference to the session's device value; a copy's: the copy),
+                          or NULL */
 } wf__slot_dev;
 
-/* Places the nodes of 'p' (after build(), before the memory plan): explicit placements
- * (wf_node_set_device()) are checked (WF_EINVAL: no such device; WF_ENODEV: no kernel for
- * it), the rule of wf_session_opts.device places the others, updates follow their
- * variables' readers and variables read on one device only become resident there
- * (WF_ENOSYS: an update placed on a device whose variable is read elsewhere), the
- * session's devices used are opened (once per session), and 'p->host_vars' is set. Leaves
- * 'p->dev' NULL when every node runs on the CPU. Returns 0 or a negative status naming the
- * node and the device (wf_last_errmsg()). */
+/* Places the nodes of 'p' (after build(), before the memory plan) with wf__place()
+ * (placement/place.h: explicit placements checked, the rule, updates and resident
+ * variables, a copy node for every value that crosses devices), takes its partitioned node
+ * list into the plan, opens the session's devices used (once per session), resolves each
+ * node's kernel and sets 'p->host_vars'. Leaves 'p->dev' NULL when every node runs
+ * on the CPU. Returns 0 or a negative status naming the node and the device
+ * (wf_last_errmsg()). */
 int wf__plan_place(wf__plan *p);
 
-/* Checks the device 'node' was placed on with wf_node_set_device() (nothing when it was
- * not): WF_EINVAL for a device the runtime lacks, WF_ENODEV for an op without a kernel for
- * it, naming the node and the device (wf_last_errmsg()). wf__plan_place() runs it on the
- * plan's nodes, and the compile on every node it needs before any pass may fold it away. */
-int wf__place_check(wf_session *s, const wf_node *node);
+/* wf__place_check() (placement/place.h) of 'node' against the devices and registry of
+ * 's': the compile runs it on every node it needs before any pass may fold it away. */
+int wf__place_check_node(wf_session *s, const wf_node *node);
 
 /* Frees 'p->dev' (after the slots, whose values use its devices, which the session closes). */
 void wf__plan_place_free(wf__plan *p);
@@ -389,18 +379,20 @@ void wf__slot_dev_free(wf__slot *sl);
  * Returns 0 or the run's failure (recorded in 'sl'). */
 int wf__exec_device_node(wf__slot *sl, int i);
 
-/* Adds the copy steps of the plan to the slot's task graph (after its plan nodes), each
- * after the node that makes its value. Returns 0 or a negative status (slot_make()). */
-int wf__slot_dev_add_copies(wf__slot *sl);
+/* Runs copy node 'i' (WF__PN_COPY): its kernel (devices/copy.c, from the session's registry)
+ * from its input's device to its own. Returns 0, WF_KERNEL_PENDING (a copy to the host that
+ * lands later: the device's notice finishes the node through wf__slot_node_complete()), or
+ * the run's failure (recorded in 'sl'). A copy whose value nobody reads this run (a target's)
+ * copies nothing. */
+int wf__exec_copy_node(wf__slot *sl, int i);
 
-/* The task-graph node that input edge 'e' of a plan node waits for: the node of its value,
- * or the copy step that brings the value to the reader's device. */
-static inline int32_t wf__plan_edge_source(const wf__plan *p, int32_t e)
+/* The value of plan node 'j' this run: on its GPU, or on the host. */
+static inline wf_tensor *wf__slot_value(const wf__slot *sl, int32_t j)
 {
-    return p->dev && p->dev->in_copy[e] >= 0 ? p->n + p->dev->in_copy[e] : p->in_idx[e];
+    return sl->dev && sl->plan->dev->pl.where[j] ? sl->dev->dvals[j] : sl->vals[j];
 }
 
-/* The last use of value 'j' is done: drops its value on a device and its copies. */
+/* The last use of value 'j' is done: drops its value on a device. */
 void wf__exec_device_drop(wf__slot *sl, int32_t j);
 
 /* At the end of a run ('rc' its result so far): waits for the GPUs' work, reports a
@@ -411,6 +403,11 @@ int wf__exec_device_finish(wf__slot *sl, int rc);
 /* A new device tensor of 'dt' and 'shape' on 'd' (exec_device.c). Returns NULL with
  * wf_last_errmsg(). */
 wf_tensor *wf__device_tensor(struct wf_device *d, wf_dtype dt, wf_shape shape);
+
+/* exec.c: how a node whose kernel pended (WF_KERNEL_PENDING) finishes: called once by the
+ * kernel's completion ('token' is its &sl->args[i]; 'rc' < 0: it failed, recorded unless a
+ * failure was already), it drops the node's input uses and finishes its task. */
+void wf__slot_node_complete(void *token, int rc);
 
 /* var_device.c: the session's devices and the variables resident on them. */
 

@@ -927,7 +927,7 @@ static int run_shapes(const wf__slot *sl, wf_dtype *dt, wf_shape *sh)
         sh[i] = node->shape;
         if (p->kind[i] == WF__PN_PLACEHOLDER && sl->vals[i]) {
             sh[i] = sl->vals[i]->shape;
-        } else if (p->kind[i] == WF__PN_KERNEL && p->reinfer[i]) {
+        } else if ((p->kind[i] == WF__PN_KERNEL || p->kind[i] == WF__PN_COPY) && p->reinfer[i]) {
             bool ok = true;
             for (int k = 0; k < node->n_inputs; k++) {
                 int32_t j = p->in_idx[p->in_off[i] + k];

@@ -1,128 +1,50 @@
-/* runtime/pass_place.c: placement of a plan's nodes on devices.
- * Owns: wf_node_set_device() (the per-node placement of the public API), the placement of
- *   a compiled plan (wf__plan_dev: the device of every node, which values cross devices,
- *   which variables are resident on a device), and which of the session's devices a plan
- *   uses.
- * The rule (user hints first, as TensorFlow's placer): a node placed with
- *   wf_node_set_device() goes there (checked: WF_EINVAL for a device the runtime lacks,
- *   WF_ENODEV for an op without a kernel for it, naming the node and the device); the
- *   others follow wf_session_opts.device: -1 keeps them on the CPU, D >= 1 puts them on
- *   device D where their op has a kernel for it, and 0 (the default) puts a node where its
- *   inputs are and prefers the GPU for ops with a CUDA kernel. Under the rule these stay on
- *   the CPU: sources (placeholders and constants are host tensors; variables, see below),
- *   ops that allocate their own output, f64 nodes (see gpu_able()), and every node of a
- *   plan small enough to run inline (a copy to a GPU costs more than such a plan).
- * Variables on devices (issue 6; place_updates()): updates (optimizers' update nodes, the
- *   fused multi_update, the step counter's increment: core/op.h n_assign) are placed last.
- *   The rule moves an update to the device where every other reader of the variables it
- *   assigns runs (repeatedly: the increment follows the updates that read the counter), if
- *   its op has a kernel there; an update left on a device whose variables are also read
- *   elsewhere goes back to the host, or, placed there by the caller, is WF_ENOSYS naming
- *   the update, the variable and the other device. Then a variable whose readers in the
- *   plan (updates included) all run on one device is resident there: its node's 'where' is
- *   that device, its readers read the session's device value with no copy step, its
- *   updates write that value in place, and its host value becomes stale until something
- *   reads it on the host (runtime/var_device.c). A variable read on the host by this plan
- *   is in 'p->host_vars', made current before each run. On CUDA, update_K, multi_update
- *   and the increment have kernels (grad/optim_cpu.c); an update of RMSProp or Adagrad,
- *   which the CUDA kernel does not compute, stays on the host (its op's kernel_ok), and its
- *   variables with it.
- *   TODO(#6): a first run on a real GPU (the CUDA path is compile-checked only; simulated
- *   devices test the placement and the residency).
- * Copies: every value read on another device than its own (host to GPU, GPU to host, GPU
- *   to GPU), and every fetched GPU value (to the host), gets one copy step per destination
- *   device, whatever the number of its readers there (wf__plan_dev.copies). The copies are
- *   task-graph nodes of their own after the plan's nodes (exec_device.c): the plan's order
- *   and its nodes stay those of the graph; only the readers' edges go through the copies
- *   (wf__plan_edge_source()).
- * Simulated devices: a test may give the session simulated devices (wf_session.n_sim,
- *   devices/sim.c), numbered after the runtime's; they run the CPU kernels, so their
- *   placement checks the CPU kernel.
- * Devices are the session's (wf__session_device(), runtime/var_device.c): opened at the
- *   first plan that places a node there and shared by every plan, so the work of all plans
- *   and runs on a device is one in-order queue (devices/device.h), which is what lets one
- *   plan's update write a device value another plan's kernels read. (Before issue 6 each
- *   plan opened its own, with its own streams and pool.)
+/* runtime/pass_place.c: wiring placement/'s device assignment into a compiled plan.
+ * Owns: the plan's side of placement: what wf__place() (placement/place.c, a pure
+ *   function: the rule, the updates and resident variables, the copy nodes) is given (the
+ *   plan's nodes and edges, the runtime's devices, the session's registry and rule), how its
+ *   result replaces the plan's arrays (the partitioned node list with its copy nodes, the
+ *   per-node kinds, uses, 'index_of', 'host_vars'), which of the session's devices the plan
+ *   uses (opened once per session, wf__session_device(), runtime/var_device.c), and the
+ *   kernel each plan node runs (the session's registered one for its device's kind).
+ * Devices are the session's: opened at the first plan that places a node there and shared
+ *   by every plan, so the work of all plans and runs on a device is one in-order queue
+ *   (devices/device.h), which is what lets one plan's update write a device value another
+ *   plan's kernels read.
  * Without a GPU (or built without CUDA) the runtime has one device, nothing is placed
  *   elsewhere, and 'p->dev' stays NULL: CPU plans run exactly as before.
- * Not here: running placed nodes and the copies (exec_device.c), the device values of
- *   variables (var_device.c), the devices (devices/). */
-#include "../devices/device.h"
+ *   TODO(#6): a first run on a real GPU (the CUDA path is compile-checked only; simulated
+ *   devices test the placement and the residency).
+ * Not here: the rule (placement/place.c), running placed nodes and the copies
+ *   (exec_device.c), the device values of variables (var_device.c), the devices (devices/). */
+#include "../placement/place.h"
 #include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-int wf_node_set_device(wf_node *n, int device)
+/* The runtime's real devices (the CPU, then the CUDA GPUs): at least the CPU. */
+static int real_devices(const wf_session *s)
 {
-    if (!n)
-        return wf__err(WF_EINVAL, "wf_node_set_device: node is NULL");
-    if (device < -1)
-        return wf__err(WF_EINVAL,
-                       "wf_node_set_device: %s '%s': device %d is not a device id (0 .. n-1) "
-                       "nor -1",
-                       n->op ? n->op->name : "?", n->name ? n->name : "?", device);
-    n->device = device;
-    return 0;
+    int n = wf_device_count(s->rt);
+    return n < 1 ? 1 : n;
 }
 
-int wf_node_device(const wf_node *n)
+/* What placement reads of session 's' alone (wf__place_check()). */
+static wf__place_in session_in(const wf_session *s)
 {
-    return n ? n->device : -1;
+    return (wf__place_in){
+        .kernels = s->kernels,
+        .n_real = real_devices(s),
+        .n_sim = s->n_sim,
+        .device = s->device,
+    };
 }
 
-/* "cpu:0", "cuda:K" or "sim:K" for device 'id' of a runtime with 'n_real' devices (the CPU,
- * then the CUDA GPUs) and simulated ones after them. */
-static const char *dev_name(int id, int n_real, char *buf, size_t size)
+int wf__place_check_node(wf_session *s, const wf_node *node)
 {
-    if (id == 0)
-        snprintf(buf, size, "cpu:0");
-    else if (id < n_real)
-        snprintf(buf, size, "cuda:%d", id - 1);
-    else
-        snprintf(buf, size, "sim:%d", id - n_real);
-    return buf;
-}
-
-/* The kernel slot (WF_KERNEL_*) that runs on device 'id'. */
-static int kernel_kind(int id, int n_real)
-{
-    return id > 0 && id < n_real ? WF_KERNEL_CUDA : WF_KERNEL_CPU;
-}
-
-/* Whether the rule may put 'n' (a kernel node) on device 'id' (a GPU) at all. f64 stays on
- * the CPU: most GPUs run it at 1/32 to 1/64 of their f32 rate, and f64 graphs are gradient
- * checks. */
-static bool kernel_able(const wf__kernels *kr, const wf_node *n, int id, int n_real)
-{
-    if (!wf__kernels_ok(kr, n->op, n, kernel_kind(id, n_real)) ||
-        (n->op->flags & (WF_OP_DYNAMIC_SHAPE | WF_OP_ASYNC)) || n->dtype == WF_F64)
-        return false;
-    for (int k = 0; k < n->n_inputs; k++)
-        if (n->inputs[k]->dtype == WF_F64)
-            return false;
-    return true;
-}
-
-/* Whether update 'n' may run on device 'id': a kernel for it, and variables that are not
- * f64 (as above). Its other inputs may be: the step counter (i64) and the hyperparameters
- * (f64, read by the kernel as scalars). */
-static bool update_able(const wf__kernels *kr, const wf_node *n, int id, int n_real)
-{
-    if (!wf__kernels_ok(kr, n->op, n, kernel_kind(id, n_real)) ||
-        (n->op->flags & WF_OP_DYNAMIC_SHAPE))
-        return false;
-    for (int k = 0; k < n->op->n_assign; k++)
-        if (n->inputs[k]->dtype == WF_F64)
-            return false;
-    return true;
-}
-
-/* Updates are placed after the other nodes, by where their variables are read
- * (place_updates()). */
-static bool gpu_able(const wf__kernels *kr, const wf_node *n, int id, int n_real)
-{
-    return n->op->n_assign == 0 && kernel_able(kr, n, id, n_real);
+    wf__place_in in = session_in(s);
+    return wf__place_check(&in, node);
 }
 
 void wf__plan_place_free(wf__plan *p)
@@ -131,73 +53,77 @@ void wf__plan_place_free(wf__plan *p)
     if (!pd)
         return;
     free(pd->devs); /* the session's devices: wf_session_destroy() closes them */
-    free(pd->where);
-    free(pd->copies);
-    free(pd->copy_off);
-    free(pd->in_copy);
+    wf__placement_free(&pd->pl);
     free(pd);
     p->dev = NULL;
 }
 
-static int cmp_copy(const void *a, const void *b)
+static bool has_any_dim(wf_shape s)
 {
-    const wf__copy *x = a, *y = b;
-    if (x->value != y->value)
-        return x->value < y->value ? -1 : 1;
-    return (x->to > y->to) - (x->to < y->to);
+    for (int d = 0; d < s.rank; d++)
+        if (s.dims[d] < 0)
+            return true;
+    return false;
 }
 
-/* The copy of value 'j' to device 'to' (it exists: place_copies() made it). */
-static int32_t find_copy(const wf__plan_dev *pd, int32_t j, int to)
+/* Replaces the plan's node list and per-node arrays by the partitioned ones of 'pl' (copy
+ * nodes: WF__PN_COPY, right after their values). Returns 0 or WF_ENOMEM. */
+static int take_partition(wf__plan *p, wf__placement *pl)
 {
-    for (int32_t c = pd->copy_off[j]; c < pd->copy_off[j + 1]; c++)
-        if (pd->copies[c].to == to)
-            return c;
-    return -1;
-}
-
-/* Makes the copy steps of 'p' ('where' set): one per value and destination device, for the
- * edges that cross devices and for the fetched GPU values (the key also holds targets,
- * whose copy finds no value to copy and does nothing: exec_device.c). Sets 'copies',
- * 'copy_off' and 'in_copy'. Returns 0 or WF_ENOMEM. */
-static int place_copies(wf__plan *p)
-{
-    wf__plan_dev *pd = p->dev;
-    int n = p->n;
-    int32_t n_edges = p->in_off[n];
-    /* At most one per crossing edge and one per key: collect, sort, remove repeats. */
-    wf__copy *c = malloc((size_t)(n_edges + p->n_key + 1) * sizeof *c);
-    if (!c)
-        return wf__err(WF_ENOMEM, "placement: no memory for the copies of %d nodes", n);
-    int nc = 0;
-    for (int i = 0; i < n; i++)
-        for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++) {
-            int32_t j = p->in_idx[e];
-            if (pd->where[j] != pd->where[i])
-                c[nc++] = (wf__copy){ j, pd->where[j], pd->where[i] };
-        }
-    for (int k = 0; k < p->n_key; k++) {
-        int32_t id = p->key[k];
-        int32_t i = id >= 0 && id < p->sess->n_nodes ? p->index_of[id] : -1;
-        if (i >= 0 && pd->where[i] > 0)
-            c[nc++] = (wf__copy){ i, pd->where[i], 0 };
+    int n = p->n, N = pl->n;
+    size_t m = (size_t)(N ? N : 1);
+    uint8_t *kind = calloc(m, 1), *reinfer = calloc(m, 1);
+    int32_t *var = malloc(m * sizeof *var), *uses0 = calloc(m, sizeof *uses0);
+    if (!kind || !reinfer || !var || !uses0) {
+        free(kind);
+        free(reinfer);
+        free(var);
+        free(uses0);
+        return wf__err(WF_ENOMEM, "placement: no memory for a plan of %d nodes", N);
     }
-    qsort(c, (size_t)nc, sizeof *c, cmp_copy);
-    int kept = 0;
-    for (int k = 0; k < nc; k++)
-        if (!kept || cmp_copy(&c[kept - 1], &c[k]) != 0)
-            c[kept++] = c[k];
-    pd->copies = c;
-    pd->n_copies = kept;
-    for (int k = 0; k < kept; k++)
-        pd->copy_off[c[k].value + 1]++;
-    for (int i = 0; i < n; i++)
-        pd->copy_off[i + 1] += pd->copy_off[i];
-    for (int i = 0; i < n; i++)
-        for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++) {
-            int32_t j = p->in_idx[e];
-            pd->in_copy[e] = pd->where[j] == pd->where[i] ? -1 : find_copy(pd, j, pd->where[i]);
-        }
+    for (int i = 0; i < N; i++) {
+        kind[i] = WF__PN_COPY;
+        var[i] = -1;
+        reinfer[i] = has_any_dim(pl->nodes[i]->shape);
+    }
+    for (int i = 0; i < n; i++) {
+        int32_t j = pl->new_index[i];
+        kind[j] = p->kind[i];
+        reinfer[j] = p->reinfer[i];
+        var[j] = p->var[i];
+    }
+    for (int32_t e = 0; e < pl->in_off[N]; e++)
+        uses0[pl->in_idx[e]]++;
+    for (int id = 0; id < p->sess->n_nodes; id++)
+        if (p->index_of[id] >= 0)
+            p->index_of[id] = pl->new_index[p->index_of[id]];
+    /* A fetched node on a GPU is handed out by its copy to the host. */
+    for (int k = 0; k < p->n_key; k++)
+        if (p->key[k] < p->sess->n_nodes && pl->key_at[k] >= 0)
+            p->index_of[p->key[k]] = pl->key_at[k];
+    for (int k = 0; k < p->n_placeholders; k++)
+        p->placeholders[k] = pl->new_index[p->placeholders[k]];
+    free(p->nodes);
+    free(p->kind);
+    free(p->reinfer);
+    free(p->var);
+    free(p->in_off);
+    free(p->in_idx);
+    free(p->uses0);
+    free(p->order);
+    p->n = N;
+    p->nodes = pl->nodes;
+    p->in_off = pl->in_off;
+    p->in_idx = pl->in_idx;
+    p->order = pl->order;
+    p->n_order = pl->n_order;
+    pl->nodes = NULL;
+    pl->in_off = pl->in_idx = pl->order = NULL;
+    pl->n_order = 0;
+    p->kind = kind;
+    p->reinfer = reinfer;
+    p->var = var;
+    p->uses0 = uses0;
     return 0;
 }
 
@@ -210,348 +136,102 @@ static int host_vars(wf__plan *p)
     if (!(p->host_vars = malloc((size_t)(p->n ? p->n : 1) * sizeof *p->host_vars)))
         return wf__err(WF_ENOMEM, "placement: no memory for the variables of %d nodes", p->n);
     for (int i = 0; i < p->n; i++)
-        if (p->kind[i] == WF__PN_VARIABLE && (!p->dev || p->dev->where[i] == 0))
+        if (p->kind[i] == WF__PN_VARIABLE && (!p->dev || p->dev->pl.where[i] == 0))
             p->host_vars[p->n_host_vars++] = i;
     return 0;
 }
 
-/* The readers of each variable of a plan: CSR over plan indices (a reader that reads it
- * twice is there twice). */
-typedef struct readers {
-    int32_t *off, *idx;
-} readers;
-
-static int readers_make(const wf__plan *p, readers *r)
-{
-    int n = p->n;
-    int32_t n_edges = p->in_off[n];
-    r->off = calloc((size_t)n + 1, sizeof *r->off);
-    r->idx = malloc((size_t)(n_edges ? n_edges : 1) * sizeof *r->idx);
-    int32_t *fill = calloc((size_t)(n ? n : 1), sizeof *fill);
-    if (!r->off || !r->idx || !fill) {
-        free(r->off);
-        free(r->idx);
-        free(fill);
-        return wf__err(WF_ENOMEM, "placement: no memory for the readers of %d nodes", n);
-    }
-    for (int32_t e = 0; e < n_edges; e++)
-        if (p->kind[p->in_idx[e]] == WF__PN_VARIABLE)
-            r->off[p->in_idx[e] + 1]++;
-    for (int i = 0; i < n; i++)
-        r->off[i + 1] += r->off[i];
-    for (int i = 0; i < n; i++)
-        for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++) {
-            int32_t j = p->in_idx[e];
-            if (p->kind[j] == WF__PN_VARIABLE)
-                r->idx[r->off[j] + fill[j]++] = i;
-        }
-    free(fill);
-    return 0;
-}
-
-/* Whether every assigned input of update node 'i' is a variable of the session. */
-static bool assigns_variables(const wf__plan *p, int i)
-{
-    for (int k = 0; k < p->nodes[i]->op->n_assign; k++)
-        if (p->kind[p->in_idx[p->in_off[i] + k]] != WF__PN_VARIABLE)
-            return false;
-    return true;
-}
-
-/* The one device every reader of the variables that update 'i' assigns runs on, 'i' and
- * the updates in 'skip' aside: a device id, -2 when there is no such reader, -1 when they
- * run on several. */
-static int readers_device(const wf__plan *p, const readers *r, int i, const uint8_t *skip)
-{
-    const int16_t *where = p->dev->where;
-    int dev = -2;
-    for (int k = 0; k < p->nodes[i]->op->n_assign; k++) {
-        int32_t v = p->in_idx[p->in_off[i] + k];
-        for (int32_t e = r->off[v]; e < r->off[v + 1]; e++) {
-            int32_t j = r->idx[e];
-            if (j == i || (skip && skip[j]))
-                continue;
-            dev = dev == -2 || dev == where[j] ? where[j] : -1;
-        }
-    }
-    return dev;
-}
-
-/* Places the updates and makes variables resident (the header's "Variables on devices"):
- * an update the rule may move goes to the device where every other reader of its variables
- * runs (repeated, since an update is another's reader: the step counter's increment follows
- * the updates that read the counter); an update on a device whose variables are also read
- * elsewhere goes back to the host when the rule put it there, and is an error (WF_ENOSYS,
- * naming the update, the variable and the devices) when the caller did. Then every variable
- * whose readers all run on one device is resident there. Returns 0 or a negative status. */
-static int place_updates(wf__plan *p, int n_real, bool rule_gpu)
-{
-    wf__plan_dev *pd = p->dev;
-    int n = p->n, rc = 0;
-    readers r;
-    if ((rc = readers_make(p, &r)) < 0)
-        return rc;
-    uint8_t *open = calloc((size_t)(n ? n : 1), 1); /* updates the rule may still move */
-    if (!open) {
-        free(r.off);
-        free(r.idx);
-        return wf__err(WF_ENOMEM, "placement: no memory for %d nodes", n);
-    }
-    for (int i = 0; rule_gpu && i < n; i++) {
-        const wf_node *node = p->nodes[i];
-        open[i] = p->kind[i] == WF__PN_KERNEL && node->op->n_assign > 0 && node->device < 0 &&
-                  pd->where[i] == 0 && assigns_variables(p, i);
-    }
-    uint8_t *moved = calloc((size_t)(n ? n : 1), 1);
-    if (!moved)
-        rc = wf__err(WF_ENOMEM, "placement: no memory for %d nodes", n);
-    for (bool changed = rc == 0; changed;) {
-        changed = false;
-        for (int i = 0; i < n; i++) {
-            if (!open[i])
-                continue;
-            int dev = readers_device(p, &r, i, open);
-            if (dev > 0 && update_able(p->sess->kernels, p->nodes[i], dev, n_real)) {
-                pd->where[i] = (int16_t)dev;
-                pd->n_gpu++;
-                open[i] = 0;
-                moved[i] = 1;
-                changed = true;
-            }
-        }
-    }
-    /* Every update on a device needs its variables read there only. */
-    for (bool changed = rc == 0; changed && rc == 0;) {
-        changed = false;
-        for (int i = 0; i < n && rc == 0; i++) {
-            const wf_node *node = p->nodes[i];
-            if (p->kind[i] != WF__PN_KERNEL || node->op->n_assign == 0 || pd->where[i] == 0)
-                continue;
-            int dev = readers_device(p, &r, i, NULL);
-            bool ok = assigns_variables(p, i) && (dev == -2 || dev == pd->where[i]);
-            if (ok)
-                continue;
-            if (moved[i]) {
-                pd->where[i] = 0;
-                pd->n_gpu--;
-                moved[i] = 0;
-                changed = true;
-                continue;
-            }
-            char desc[WF_ERRMSG_MAX], dn[32], dn2[32];
-            int want = pd->where[i];
-            const wf_node *var = NULL;
-            int other = 0;
-            for (int k = 0; k < node->op->n_assign && !var; k++) {
-                int32_t v = p->in_idx[p->in_off[i] + k];
-                if (p->kind[v] != WF__PN_VARIABLE) {
-                    var = p->nodes[v];
-                    other = -1;
-                }
-                for (int32_t e = r.off[v]; !var && e < r.off[v + 1]; e++)
-                    if (pd->where[r.idx[e]] != want) {
-                        var = p->nodes[v];
-                        other = pd->where[r.idx[e]];
-                    }
-            }
-            if (other < 0)
-                rc = wf__err(WF_ENOSYS,
-                             "placement: %s is placed on device %d (%s), but it assigns '%s', "
-                             "which is not a variable of the session",
-                             wf__rt_node_desc(node, desc, sizeof desc), want,
-                             dev_name(want, n_real, dn, sizeof dn), var ? var->name : "?");
-            else
-                rc = wf__err(WF_ENOSYS,
-                             "placement: %s is placed on device %d (%s), but it updates "
-                             "variable '%s', which is also read on %s: a variable updated on a "
-                             "device must be read only there (its value lives there)",
-                             wf__rt_node_desc(node, desc, sizeof desc), want,
-                             dev_name(want, n_real, dn, sizeof dn), var ? var->name : "?",
-                             dev_name(other, n_real, dn2, sizeof dn2));
-        }
-    }
-    /* Resident variables: every reader on one device (updates included). */
-    for (int j = 0; rc == 0 && j < n; j++) {
-        if (p->kind[j] != WF__PN_VARIABLE || r.off[j] == r.off[j + 1])
-            continue;
-        int dev = pd->where[r.idx[r.off[j]]];
-        for (int32_t e = r.off[j]; e < r.off[j + 1]; e++)
-            if (pd->where[r.idx[e]] != dev)
-                dev = -1;
-        if (dev > 0) {
-            pd->where[j] = (int16_t)dev;
-            pd->n_resident++;
-        }
-    }
-    free(open);
-    free(moved);
-    free(r.off);
-    free(r.idx);
-    return rc;
-}
-
-int wf__place_check(wf_session *s, const wf_node *node)
-{
-    int want = node->device;
-    if (want < 0)
-        return 0;
-    int n_real = wf_device_count(s->rt);
-    if (n_real < 1)
-        n_real = 1;
-    int n_dev = n_real + s->n_sim;
-    char dn[32], desc[WF_ERRMSG_MAX];
-    if (want >= n_dev)
-        return wf__err(WF_EINVAL,
-                       "placement: %s is placed on device %d, but this runtime has %d "
-                       "device%s%s",
-                       wf__rt_node_desc(node, desc, sizeof desc), want, n_dev,
-                       n_dev == 1 ? "" : "s",
-                       n_dev == 1 ? " (cpu:0; no CUDA device: none found, or weft is built "
-                                    "without CUDA)"
-                                  : "");
-    /* Sources hold host values: placing one only says where its readers are expected. */
-    if (want == 0 || (node->op->flags & WF_OP_SOURCE))
-        return 0;
-    int kk = kernel_kind(want, n_real);
-    if (!wf__kernels_ok(s->kernels, node->op, node, kk))
-        return wf__err(
-            WF_ENODEV,
-            "placement: %s is placed on device %d (%s), but op '%s' has no %s "
-            "kernel%s",
-            wf__rt_node_desc(node, desc, sizeof desc), want, dev_name(want, n_real, dn, sizeof dn),
-            node->op->name, kk == WF_KERNEL_CUDA ? "CUDA" : "CPU",
-            wf__kernels_find(s->kernels, node->op, kk) ? " for this node (its attributes or inputs)"
-                                                       : "");
-    return 0;
-}
-
+/* Places 'p' through wf__place() and opens the devices it uses. */
 static int place(wf__plan *p)
 {
     wf_session *s = p->sess;
-    int n = p->n;
-    int n_real = wf_device_count(s->rt);
-    if (n_real < 1)
-        n_real = 1;
-    int n_dev = n_real + s->n_sim;
-    char dn[32];
-    const char *none = n_dev == 1 ? " (cpu:0; no CUDA device: none found, or weft is built "
-                                    "without CUDA)"
-                                  : "";
-    /* Explicit placements first: checked whether or not anything else is placed. */
-    bool explicit_gpu = false;
-    for (int i = 0; i < n; i++) {
-        const wf_node *node = p->nodes[i];
-        int rc = wf__place_check(s, node);
-        if (rc < 0)
-            return rc;
-        /* an update's variables are checked in place_updates() */
-        explicit_gpu |= node->device > 0 && p->kind[i] == WF__PN_KERNEL;
-    }
-    if (s->device < -1 || s->device >= n_dev)
-        return wf__err(WF_EINVAL,
-                       "placement: wf_session_opts.device is %d, but this runtime has %d "
-                       "device%s%s",
-                       s->device, n_dev, n_dev == 1 ? "" : "s", none);
-    bool rule_gpu = n_dev > 1 && s->device != -1 && !p->run_inline;
-    if (!explicit_gpu && !rule_gpu)
-        return host_vars(p); /* every node on the CPU */
-
-    wf__plan_dev *pd = calloc(1, sizeof *pd);
-    if (!pd)
-        return wf__err(WF_ENOMEM, "placement: no memory for %d nodes", n);
-    p->dev = pd;
-    pd->n_devices = n_dev;
-    size_t m = (size_t)(n ? n : 1);
-    size_t n_edges = (size_t)p->in_off[n];
-    pd->devs = calloc((size_t)n_dev, sizeof *pd->devs);
-    pd->where = calloc(m, sizeof *pd->where);
-    pd->copy_off = calloc(m + 1, sizeof *pd->copy_off);
-    pd->in_copy = malloc((n_edges ? n_edges : 1) * sizeof *pd->in_copy);
-    if (!pd->devs || !pd->where || !pd->copy_off || !pd->in_copy) {
-        wf__plan_place_free(p);
-        return wf__err(WF_ENOMEM, "placement: no memory for %d nodes", n);
-    }
-    /* Plan order is topological: each node's inputs are placed before it. */
-    for (int i = 0; i < n; i++) {
-        const wf_node *node = p->nodes[i];
-        int where = 0;
-        if (p->kind[i] != WF__PN_KERNEL) {
-            where = 0;
-        } else if (node->device >= 0) {
-            where = node->device;
-        } else if (rule_gpu) {
-            int want = s->device;
-            if (want < 1) {
-                want = 1; /* prefer the (first) GPU, unless an input is on another one */
-                for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++)
-                    if (pd->where[p->in_idx[e]] > 0) {
-                        want = pd->where[p->in_idx[e]];
-                        break;
-                    }
-            }
-            if (gpu_able(s->kernels, node, want, n_real))
-                where = want;
-        }
-        pd->where[i] = (int16_t)where;
-        pd->n_gpu += where > 0;
-    }
-    if (pd->n_gpu == 0) {
-        wf__plan_place_free(p);
+    int32_t *key = malloc((size_t)(p->n_key ? p->n_key : 1) * sizeof *key);
+    if (!key)
+        return wf__err(WF_ENOMEM, "placement: no memory for %d fetches", p->n_key);
+    for (int k = 0; k < p->n_key; k++)
+        key[k] = p->key[k] >= 0 && p->key[k] < s->n_nodes ? p->index_of[p->key[k]] : -1;
+    wf__place_in in = session_in(s);
+    in.n = p->n;
+    in.nodes = p->nodes;
+    in.in_off = p->in_off;
+    in.in_idx = p->in_idx;
+    in.n_key = p->n_key;
+    in.key = key;
+    in.small = p->run_inline;
+    wf__placement pl;
+    int rc = wf__place(&in, &pl);
+    free(key);
+    if (rc < 0)
+        return rc;
+    if (!pl.where) /* every node on the CPU */
         return host_vars(p);
+    int n_dev = in.n_real + in.n_sim;
+    wf__plan_dev *pd = calloc(1, sizeof *pd);
+    if (!pd || !(pd->devs = calloc((size_t)n_dev, sizeof *pd->devs))) {
+        free(pd);
+        wf__placement_free(&pl);
+        return wf__err(WF_ENOMEM, "placement: no memory for %d devices", n_dev);
     }
-    int rc = place_updates(p, n_real, rule_gpu);
-    if (rc >= 0)
+    pd->n_devices = n_dev;
+    pd->pl = pl; /* the plan owns it from here */
+    p->dev = pd;
+    if ((rc = take_partition(p, &pd->pl)) >= 0)
         rc = host_vars(p);
-    if (rc >= 0)
-        rc = place_copies(p);
-    for (int i = 0; rc >= 0 && i < n; i++) {
-        int id = pd->where[i];
+    for (int i = 0; rc >= 0 && i < p->n; i++) {
+        int id = pd->pl.where[i];
         if (id > 0 && !pd->devs[id]) {
             rc = wf__session_device(s, id, n_dev, &pd->devs[id]);
             if (rc < 0) {
-                char why[WF_ERRMSG_MAX], desc[WF_ERRMSG_MAX];
+                char why[WF_ERRMSG_MAX], desc[WF_ERRMSG_MAX], dn[32];
                 snprintf(why, sizeof why, "%s", wf_last_errmsg());
                 rc = wf__err(rc, "placement: %s: opening device %d (%s): %s",
                              wf__rt_node_desc(p->nodes[i], desc, sizeof desc), id,
-                             dev_name(id, n_real, dn, sizeof dn), why);
+                             wf__place_dev_name(id, in.n_real, dn, sizeof dn), why);
             }
         }
     }
-    if (rc < 0) {
-        wf__plan_place_free(p);
-        return rc;
-    }
+    if (rc < 0)
+        return rc;         /* the plan is destroyed with 'p->dev' */
     p->run_inline = false; /* the task graph orders GPU work and copies */
     return 0;
 }
 
-/* Sets p->kernel[i] for every kernel node: the session's registered kernel (core/op.h) for
- * the kind of the device the node runs on, so a run never looks one up. A node whose op has
- * no kernel there is WF_ENODEV naming the node and the device (nodes a pass made included:
- * their placement is their origin's). */
+/* Sets p->kernel[i] for every kernel and copy node: the session's registered kernel
+ * (core/op.h) for the kind of the device it runs on (a copy: of the end that is not the
+ * host), so a run never looks one up. A node whose op has no kernel there is WF_ENODEV
+ * naming the node and the device (nodes a pass made included: their placement is their
+ * origin's). */
 static int resolve_kernels(wf__plan *p)
 {
     wf_session *s = p->sess;
-    int n_real = wf_device_count(s->rt);
-    if (n_real < 1)
-        n_real = 1;
+    int n_real = real_devices(s);
     p->kernel = calloc((size_t)(p->n ? p->n : 1), sizeof *p->kernel);
     p->kdata = calloc((size_t)(p->n ? p->n : 1), sizeof *p->kdata);
     if (!p->kernel || !p->kdata)
         return wf__err(WF_ENOMEM, "placement: no memory for %d nodes", p->n);
     for (int i = 0; i < p->n; i++) {
-        if (p->kind[i] != WF__PN_KERNEL)
+        if (p->kind[i] != WF__PN_KERNEL && p->kind[i] != WF__PN_COPY)
             continue;
-        int id = p->dev ? p->dev->where[i] : 0, kk = kernel_kind(id, n_real);
         const wf_node *node = p->nodes[i];
+        bool copy = p->kind[i] == WF__PN_COPY;
+        int id = copy ? (node->attrs->to_dev ? node->attrs->to_dev : node->attrs->from_dev)
+                      : (p->dev ? p->dev->pl.where[i] : 0);
+        int kk = wf__place_kernel_kind(id, n_real);
         p->kdata[i] = wf__kernels_data(s->kernels, node->op, kk);
-        if (!(p->kernel[i] = wf__kernels_find(s->kernels, node->op, kk))) {
-            char desc[WF_ERRMSG_MAX], dn[32];
-            return wf__err(
-                WF_ENODEV, "placement: %s runs on device %d (%s), but op '%s' has no %s kernel",
-                wf__rt_node_desc(node, desc, sizeof desc), id, dev_name(id, n_real, dn, sizeof dn),
-                node->op->name, kk == WF_KERNEL_CUDA ? "CUDA" : "CPU");
-        }
+        if ((p->kernel[i] = wf__kernels_find(s->kernels, node->op, kk)))
+            continue;
+        char desc[WF_ERRMSG_MAX], dn[32];
+        if (copy)
+            return wf__err(WF_ENODEV,
+                           "placement: '%s' is read on device %d (%s), but no %s copy kernel "
+                           "is registered",
+                           node->inputs[0]->name, id, wf__place_dev_name(id, n_real, dn, sizeof dn),
+                           kk == WF_KERNEL_CUDA ? "CUDA" : "CPU");
+        return wf__err(WF_ENODEV,
+                       "placement: %s runs on device %d (%s), but op '%s' has no %s kernel",
+                       wf__rt_node_desc(node, desc, sizeof desc), id,
+                       wf__place_dev_name(id, n_real, dn, sizeof dn), node->op->name,
+                       kk == WF_KERNEL_CUDA ? "CUDA" : "CPU");
     }
     return 0;
 }
@@ -559,7 +239,7 @@ static int resolve_kernels(wf__plan *p)
 int wf__plan_place(wf__plan *p)
 {
     int rc = place(p);
-    if (rc >= 0 && (rc = resolve_kernels(p)) < 0)
-        wf__plan_place_free(p);
+    if (rc >= 0)
+        rc = resolve_kernels(p);
     return rc;
 }

@@ -49,6 +49,7 @@ void wf__plan_destroy(wf__plan *p)
     free(p->index_of);
     free(p->placeholders);
     free(p->host_vars);
+    free(p->order);
     free(p->prio_order);
     wf__memplan_free(p->mp);
     wf__pass_free_nodes(p->made, p->n_made);
@@ -168,7 +169,7 @@ static int run_passes(wf_session *s, wf__pass_ctx *c, wf_plan_stats *st)
      * constant would otherwise take a wrong device with it, unseen). */
     for (int id = 0; id < c->n_orig; id++)
         if (c->live[id]) {
-            int rc = wf__place_check(s, c->node[id]);
+            int rc = wf__place_check_node(s, c->node[id]);
             if (rc < 0)
                 return rc;
         }

@@ -105,8 +105,11 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     int rc = wf_pool_create(s->rt, NULL, &s->pool);
     if (rc >= 0)
         rc = wf__kernels_create(&s->kernels);
-    /* The kernels of the layers below, registered for this session: the network's send and
-     * recv for its communicator (transport/post.h). */
+    /* The kernels of the layers below, registered for this session: the copies between its
+     * devices (devices/device.h), and the network's send and recv for its communicator
+     * (transport/post.h). */
+    if (rc >= 0)
+        rc = wf__devices_register_kernels(s->kernels, &s->devtab);
     if (rc >= 0 && o.comm)
         rc = wf__transport_register_kernels(s->kernels, o.comm);
     if (rc < 0) {

@@ -35,7 +35,7 @@
  *   given its kernel: on a GPU the device's order then puts the copy after the kernel;
  *   on a simulated device, whose kernels run in the calling thread, it also keeps the
  *   copy from reading bytes a kernel is writing (tests run it under TSan).
- * Not here: which variables are resident in a plan (pass_place.c), the update kernels run on
+ * Not here: which variables are resident in a plan (placement/place.c), the update kernels run on
  *   the device (exec_device.c), the devices (devices/). */
 #include "../devices/device.h"
 #include "internal.h"
@@ -48,7 +48,8 @@
 /* "cpu:0", "cuda:K" or "sim:K" of the session's device 'id'. */
 static const char *dev_label(const wf_session *s, int id)
 {
-    return id > 0 && id < s->n_devs && s->devs[id] ? s->devs[id]->info.name : "the host";
+    return id > 0 && id < s->devtab.n && s->devtab.devs[id] ? s->devtab.devs[id]->info.name
+                                                            : "the host";
 }
 
 /* "<op> '<name>' (<file>:<line>)" of variable 'k'. */
@@ -66,24 +67,24 @@ int wf__session_device(wf_session *s, int id, int n_dev, wf_device **out)
     *out = NULL;
     int rc = 0;
     pthread_mutex_lock(&s->dev_mu);
-    if (!s->devs) {
-        if ((s->devs = calloc((size_t)n_dev, sizeof *s->devs)))
-            s->n_devs = n_dev;
+    if (!s->devtab.devs) {
+        if ((s->devtab.devs = calloc((size_t)n_dev, sizeof *s->devtab.devs)))
+            s->devtab.n = n_dev;
         else
             rc = wf__err(WF_ENOMEM, "no memory for %d devices", n_dev);
     }
-    if (rc == 0 && (id < 1 || id >= s->n_devs))
-        rc = wf__err(WF_EINVAL, "device %d is not one of the session's %d", id, s->n_devs);
-    if (rc == 0 && !s->devs[id]) {
+    if (rc == 0 && (id < 1 || id >= s->devtab.n))
+        rc = wf__err(WF_EINVAL, "device %d is not one of the session's %d", id, s->devtab.n);
+    if (rc == 0 && !s->devtab.devs[id]) {
         int n_real = wf_device_count(s->rt);
         if (n_real < 1)
             n_real = 1;
         wf__sim_opts so = { s->sim_delay_us, s->sim_fail_alloc, s->sim_fail_notice };
-        rc = id < n_real ? wf_device_open(s->rt, id, NULL, &s->devs[id])
-                         : wf__sim_open(s->rt, id, id - n_real, &so, &s->devs[id]);
+        rc = id < n_real ? wf_device_open(s->rt, id, NULL, &s->devtab.devs[id])
+                         : wf__sim_open(s->rt, id, id - n_real, &so, &s->devtab.devs[id]);
     }
     if (rc == 0)
-        *out = s->devs[id];
+        *out = s->devtab.devs[id];
     pthread_mutex_unlock(&s->dev_mu);
     return rc;
 }
@@ -94,11 +95,11 @@ void wf__session_devices_close(wf_session *s)
         wf_tensor_release(s->var_dev[k].dval); /* freed in its device's order */
         s->var_dev[k].dval = NULL;
     }
-    for (int id = 0; s->devs && id < s->n_devs; id++)
-        wf_device_close(s->devs[id]); /* waits for the device's work */
-    free(s->devs);
-    s->devs = NULL;
-    s->n_devs = 0;
+    for (int id = 0; s->devtab.devs && id < s->devtab.n; id++)
+        wf_device_close(s->devtab.devs[id]); /* waits for the device's work */
+    free(s->devtab.devs);
+    s->devtab.devs = NULL;
+    s->devtab.n = 0;
 }
 
 /* ---- Copying back ---------------------------------------------------------------------- */
@@ -179,7 +180,7 @@ int wf__var_host_current(wf_session *s, int k, const char *fn, wf_tensor **out)
         uint64_t v0 = vd->ver;
         wf_tensor *dv = wf_tensor_retain(vd->dval);
         int id = vd->dev;
-        wf_device *d = s->devs[id]; /* set before the value was made (under the lock) */
+        wf_device *d = s->devtab.devs[id]; /* set before the value was made (under the lock) */
         pthread_rwlock_unlock(&s->var_lock);
 
         char desc[WF_ERRMSG_MAX];
@@ -239,7 +240,7 @@ int wf__var_device_read(wf__slot *sl, int i)
     const wf__plan *p = sl->plan;
     wf_session *s = p->sess;
     const wf_node *n = p->nodes[i];
-    int k = p->var[i], id = p->dev->where[i];
+    int k = p->var[i], id = p->dev->pl.where[i];
     wf_device *d = p->dev->devs[id];
     char why[WF_ERRMSG_MAX];
     wf__var_dev *vd = &s->var_dev[k];
@@ -289,7 +290,8 @@ int wf__var_device_read(wf__slot *sl, int i)
         if (rc == 0 && bytes)
             rc = d->ops->copy_from_host(d, dst->buf, 0, src, bytes, NULL);
     } else if (vd->dval && vd->dev_ver == vd->ver && vd->dev != id) { /* from another device */
-        rc = bytes ? d->ops->copy_peer(d, dst->buf, 0, s->devs[vd->dev], vd->dval->buf, 0, bytes)
+        rc = bytes ? d->ops->copy_peer(d, dst->buf, 0, s->devtab.devs[vd->dev], vd->dval->buf, 0,
+                                       bytes)
                    : 0;
     } else {
         rc = wf__err(WF_EINVAL, "no copy of the variable is current (an internal error)");
@@ -325,12 +327,12 @@ int wf__var_device_writable(wf__slot *sl, int i, wf_tensor **in)
     wf_session *s = p->sess;
     const wf_node *n = p->nodes[i];
     const int32_t *idx = p->in_idx + p->in_off[i];
-    int id = p->dev->where[i], k = 0, rc = 0;
+    int id = p->dev->pl.where[i], k = 0, rc = 0;
     wf_device *d = p->dev->devs[id];
     char why[WF_ERRMSG_MAX];
     for (; k < n->op->n_assign; k++) {
         int32_t j = idx[k], v = p->var[j];
-        if (v < 0 || p->dev->where[j] != id) { /* placement makes neither */
+        if (v < 0 || p->dev->pl.where[j] != id) { /* placement makes neither */
             snprintf(why, sizeof why,
                      "assigned input %d is not a variable resident on %s (an internal error)", k,
                      d->info.name);

@@ -5,6 +5,8 @@
  * devices check their ranges and their source's kind, and buffers outlive their device.
  * The CUDA device's versions are compiled here and run by tests/devices/test_cuda.c's
  * session tests on a machine with a GPU. */
+#include "../../core/graph.h"
+#include "../../core/op.h"
 #include "../../devices/device.h"
 #include "runtime_util.h"
 
@@ -149,4 +151,108 @@ Test(devices_internal_devflow, simulated_peer_copies_check_their_source_and_rang
     wf_device_close(a);
     wf_device_close(b);
     wf_device_close(cpu);
+}
+
+/* A device tensor of 'n' f32 on 'd'. */
+static wf_tensor *dev_f32(wf_device *d, int64_t n)
+{
+    wf_buffer *b;
+    cr_assert_eq(d->ops->alloc(d, (size_t)n * sizeof(float), &b), 0, "%s", wf_last_errmsg());
+    wf_tensor *t = wf__tensor_wrap(WF_F32, WF_SHAPE(n), b);
+    cr_assert_not_null(t);
+    return t;
+}
+
+typedef struct copy_done {
+    atomic_int calls;
+    int rc;
+    float first; /* out[0] when the completion came */
+    const float *out;
+} copy_done;
+
+static void on_copy_done(void *token, int rc)
+{
+    copy_done *c = token;
+    c->rc = rc;
+    c->first = c->out[0];
+    atomic_fetch_add_explicit(&c->calls, 1, memory_order_release);
+}
+
+static int run_copy(wf__kernels *r, wf_graph *g, wf_node *x, int from, int to, wf_tensor *in,
+                    wf_tensor *out, copy_done *done)
+{
+    wf_attrs a = { 0 };
+    a.from_dev = from;
+    a.to_dev = to;
+    wf_node *n = wf__node_add(g, &wf_op_copy, &x, 1, &a);
+    cr_assert_not_null(n, "%s", wf_last_errmsg());
+    wf_kernel_fn k = wf__kernels_find(r, &wf_op_copy, WF_KERNEL_CPU);
+    cr_assert_not_null(k, "devices/ registered the copy kernel of the CPU kind");
+    wf_kernel_ctx ctx = { .rt = rt, .data = wf__kernels_data(r, &wf_op_copy, WF_KERNEL_CPU) };
+    if (done) {
+        ctx.complete = on_copy_done;
+        ctx.token = done;
+    }
+    return k(&ctx, n, &in, &out);
+}
+
+Test(devices_internal_devflow, the_copy_kernels_move_values_host_to_device_between_devices_and_back)
+{
+    wf_device *devs[3] = { NULL };
+    cr_assert_eq(wf__sim_open(rt, 1, 0, &(wf__sim_opts){ .delay_us = 20000 }, &devs[1]), 0);
+    cr_assert_eq(wf__sim_open(rt, 2, 1, &(wf__sim_opts){ .delay_us = 20000 }, &devs[2]), 0);
+    wf__device_table tab = { devs, 3 };
+    wf__kernels *r;
+    cr_assert_eq(wf__kernels_create(&r), 0);
+    cr_assert_eq(wf__devices_register_kernels(r, &tab), 0, "%s", wf_last_errmsg());
+    cr_assert_eq(wf__devices_register_kernels(NULL, &tab), WF_EINVAL);
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    cr_assert_not_null(g);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(6));
+    /* A strided host value (every other element of 12) is gathered on its way in. */
+    float src[12];
+    for (int i = 0; i < 12; i++)
+        src[i] = (float)i * 1.25f - 3.0f;
+    wf_tensor *whole = wf_tensor_from(WF_F32, WF_SHAPE(12), src);
+    cr_assert_not_null(whole);
+    wf_tensor *h = wf__tensor_alias(whole, WF_SHAPE(6), (const int64_t[]){ 2 }, 0);
+    cr_assert_not_null(h, "%s", wf_last_errmsg());
+    cr_assert(!h->contiguous);
+    wf_tensor *d1 = dev_f32(devs[1], 6), *d2 = dev_f32(devs[2], 6);
+    cr_assert_eq(run_copy(r, g, x, 0, 1, h, d1, NULL), 0, "%s", wf_last_errmsg());
+    cr_assert_eq(run_copy(r, g, x, 1, 2, d1, d2, NULL), 0, "%s", wf_last_errmsg());
+    /* To the host: pends, and the bytes are there when the completion comes, not before. */
+    wf_tensor *back = wf__tensor_alloc(WF_F32, WF_SHAPE(6));
+    cr_assert_not_null(back);
+    memset((void *)back->data, 0, 6 * sizeof(float));
+    copy_done done = { .out = (const float *)back->data };
+    cr_assert_eq(run_copy(r, g, x, 2, 0, d2, back, &done), WF_KERNEL_PENDING, "%s",
+                 wf_last_errmsg());
+    for (int k = 0; atomic_load_explicit(&done.calls, memory_order_acquire) < 1 && k < 20000; k++)
+        nanosleep(&(struct timespec){ 0, 100000 }, NULL);
+    cr_assert_eq(atomic_load(&done.calls), 1, "the completion came once");
+    cr_assert_eq(done.rc, 0);
+    cr_assert_eq(done.first, src[0]);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(((const float *)back->data)[i], src[2 * i], "element %d", i);
+    /* Without a completion the kernel waits for the device itself. */
+    memset((void *)back->data, 0, 6 * sizeof(float));
+    cr_assert_eq(run_copy(r, g, x, 1, 0, d1, back, NULL), 0, "%s", wf_last_errmsg());
+    cr_assert_eq(((const float *)back->data)[5], src[10]);
+    /* A device id that names no open device is refused, naming both ids. */
+    cr_assert_eq(run_copy(r, g, x, 0, 5, h, d1, NULL), WF_EINVAL);
+    cr_assert(strstr(wf_last_errmsg(), "device 5"), "%s", wf_last_errmsg());
+    /* A copy between one device and itself is no copy: inference refuses it. */
+    wf_attrs a = { 0 };
+    a.from_dev = a.to_dev = 1;
+    cr_assert_null(wf__node_add(g, &wf_op_copy, &x, 1, &a));
+    wf_tensor_release(back);
+    wf_tensor_release(d1);
+    wf_tensor_release(d2);
+    wf_tensor_release(h);
+    wf_tensor_release(whole);
+    wf_graph_destroy(g);
+    wf__kernels_destroy(r);
+    wf_device_close(devs[1]);
+    wf_device_close(devs[2]);
 }

@@ -2,7 +2,7 @@
  * without a GPU: task-graph nodes that finish later (WF_TASK_LATER, completed from an actor),
  * and sessions whose nodes run on simulated devices (devices/sim.c: the CPU kernels on
  * memory of their own; copies to the host land, and completions arrive, only later, from
- * the device's actor, in order). Checked: the copy steps the placement makes (one per value
+ * the device's actor, in order). Checked: the copy nodes the placement inserts (one per value
  * and destination, host <-> device and device <-> device), results bitwise equal to the
  * same graph on the CPU (a reader released before its copy landed would read stale bytes),
  * a run on one worker (a worker that waited for a copy would deadlock it), concurrent runs,
@@ -250,7 +250,7 @@ static wf__plan *only_plan(wf_session *s)
     return s->plans;
 }
 
-Test(runtime_internal_devflow, host_and_device_crossings_become_one_copy_step_each)
+Test(runtime_internal_devflow, host_and_device_crossings_become_one_copy_node_each)
 {
     fill();
     int a = sim_id(0);
@@ -264,24 +264,31 @@ Test(runtime_internal_devflow, host_and_device_crossings_become_one_copy_step_ea
     cr_assert_not_null(pd);
     /* To the device: x and w (read by h), r and the scalar 1 (read by y); to the host: h
      * (read by r and z: one copy for both) and y (read by z). z is on the host already. */
-    cr_assert_eq(pd->n_copies, 6, "got %d copies", pd->n_copies);
+    cr_assert_eq(pd->pl.n_copies, 6, "got %d copies", pd->pl.n_copies);
     int32_t ih = p->index_of[c.h->id], iy = p->index_of[c.y->id], ix = p->index_of[c.x->id];
     int seen_h = 0, seen_y = 0, seen_x = 0;
-    for (int k = 0; k < pd->n_copies; k++) {
-        const wf__copy *cp = &pd->copies[k];
+    for (int k = 0; k < pd->pl.n_copies; k++) {
+        const wf__copy *cp = &pd->pl.copies[k];
         cr_assert_neq(cp->from, cp->to);
-        cr_assert_eq(cp->from, pd->where[cp->value]);
+        cr_assert_eq(cp->from, pd->pl.where[cp->value]);
+        /* A node of the plan, right after its value, on its destination. */
+        cr_assert_eq(p->kind[cp->at], WF__PN_COPY);
+        cr_assert_eq(p->nodes[cp->at]->op, &wf_op_copy);
+        cr_assert_gt(cp->at, cp->value);
+        cr_assert_eq(pd->pl.where[cp->at], cp->to);
+        cr_assert_eq(p->in_idx[p->in_off[cp->at]], cp->value);
         seen_h += cp->value == ih && cp->to == 0;
         seen_y += cp->value == iy && cp->to == 0;
         seen_x += cp->value == ix && cp->to == a;
     }
     cr_assert(seen_h == 1 && seen_y == 1 && seen_x == 1);
-    /* Each reader waits for the copy (its task-graph node), not for the value's node. */
+    /* Each reader reads the copy (a plan node), not the value's node; the task graph has
+     * the plan's nodes and no others. */
     int32_t iz = p->index_of[c.z->id];
     for (int32_t e = p->in_off[iz]; e < p->in_off[iz + 1]; e++)
-        cr_assert_geq(wf__plan_edge_source(p, e), p->n, "z waits for a copy");
+        cr_assert_eq(p->kind[p->in_idx[e]], WF__PN_COPY, "z reads a copy");
     cr_assert_not_null(p->all_slots[0]);
-    cr_assert_eq(wf_taskgraph_node_count(p->all_slots[0]->tg), p->n + pd->n_copies);
+    cr_assert_eq(wf_taskgraph_node_count(p->all_slots[0]->tg), p->n);
     wf_tensor_release(out);
     wf_tensor_release(xv);
     wf_session_destroy(s);
@@ -421,11 +428,11 @@ static void train(wf_runtime *r, int n_sim, int steps, float *losses, wf_tensor 
     if (n_sim) { /* the rule put kernels, updates and variables on the device */
         wf__plan *p = s->plans;
         cr_assert_not_null(p->dev);
-        cr_assert_gt(p->dev->n_gpu, 0);
+        cr_assert_gt(p->dev->pl.n_gpu, 0);
         for (int i = 0; i < p->n; i++)
             if (p->kind[i] == WF__PN_VARIABLE ||
                 (p->kind[i] == WF__PN_KERNEL && p->nodes[i]->op->n_assign > 0))
-                cr_assert_eq(p->dev->where[i], sim_id(0), "'%s'", p->nodes[i]->name);
+                cr_assert_eq(p->dev->pl.where[i], sim_id(0), "'%s'", p->nodes[i]->name);
     }
     cr_assert_eq(wf_session_variable(s, w1, w_out), 0);
     wf_tensor_release(xv);
@@ -664,20 +671,20 @@ static int check_resident_plan(const wf__plan *p, int dev)
     int n_vars = 0, n_upd = 0;
     for (int i = 0; i < p->n; i++) {
         if (p->kind[i] == WF__PN_VARIABLE) {
-            cr_assert_eq(pd->where[i], dev, "variable '%s' is on device %d", p->nodes[i]->name,
-                         pd->where[i]);
+            cr_assert_eq(pd->pl.where[i], dev, "variable '%s' is on device %d", p->nodes[i]->name,
+                         pd->pl.where[i]);
             n_vars++;
         }
         if (is_update(p, i)) {
-            cr_assert_eq(pd->where[i], dev, "update '%s' (%s) is on device %d", p->nodes[i]->name,
-                         p->nodes[i]->op->name, pd->where[i]);
+            cr_assert_eq(pd->pl.where[i], dev, "update '%s' (%s) is on device %d",
+                         p->nodes[i]->name, p->nodes[i]->op->name, pd->pl.where[i]);
             n_upd++;
         }
     }
-    cr_assert_eq(pd->n_resident, n_vars);
+    cr_assert_eq(pd->pl.n_resident, n_vars);
     cr_assert_gt(n_upd, 0);
-    for (int c = 0; c < pd->n_copies; c++) {
-        const wf__copy *cp = &pd->copies[c];
+    for (int c = 0; c < pd->pl.n_copies; c++) {
+        const wf__copy *cp = &pd->pl.copies[c];
         bool fetched = false; /* a fetch of it is copied to the host, after the step */
         for (int k = 0; k < p->n_key; k++)
             fetched |= p->key[k] == p->nodes[cp->value]->id && cp->to == 0;
@@ -859,7 +866,7 @@ Test(runtime_internal_devflow, evaluation_plans_on_the_cpu_and_the_device_see_th
     int n_plans = 0;
     for (wf__plan *p = dev->plans; p; p = p->next)
         if (p->dev && p->dev->devs[a]) {
-            cr_assert_eq(p->dev->devs[a], dev->devs[a]);
+            cr_assert_eq(p->dev->devs[a], dev->devtab.devs[a]);
             n_plans++;
         }
     cr_assert_eq(n_plans, 2, "the training and the device evaluation plans");
@@ -1021,7 +1028,7 @@ Test(runtime_internal_devflow, a_variable_resident_on_two_devices_in_turn_moves_
     wf__plan *ev = plan_of(dev, m.ev);
     for (int i = 0; i < ev->n; i++)
         if (ev->kind[i] == WF__PN_VARIABLE)
-            cr_assert_eq(ev->dev->where[i], b, "'%s'", ev->nodes[i]->name);
+            cr_assert_eq(ev->dev->pl.where[i], b, "'%s'", ev->nodes[i]->name);
     check_resident_plan(plan_of(dev, m.step), a);
     same_variables(cpu, dev, &m, "after moving between devices");
     wf_session_destroy(dev);
