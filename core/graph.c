@@ -703,6 +703,29 @@ static bool valid_dtype(wf_dtype dt)
     return dt != WF_DTYPE_INVALID && wf_dtype_size(dt) != 0;
 }
 
+/* The value of node 'n' of an eager graph. A variable's is made from its initializer when
+ * first needed (an op reads it, wf_node_value()), not when the node is added: an eager
+ * training loop adds its variables again every step and gives them the last step's values
+ * (wf_variable_set), so an initializer run at the add was thrown away at once; it was a
+ * quarter of the time of an eager MLP step (64-1024-1024-10, batch 256, Adam: glorot
+ * weights and Adam's zeroed slots). The initializer is counter-based, so a late value equals
+ * an early one. NULL: no value (WF_ENOMEM set when the initializer failed). Two threads
+ * reading one graph's variable at once agree on one value (the loser releases its own). */
+static wf_tensor *eager_value(wf_node *n)
+{
+    wf_tensor *v = __atomic_load_n(&n->value, __ATOMIC_ACQUIRE);
+    if (v || n->op != &wf_op_variable || n->graph->mode != WF_EAGER)
+        return v;
+    wf_tensor *t;
+    if (wf_init_tensor(n->attrs->init, n->dtype, n->shape, &t) < 0)
+        return NULL;
+    if (!__atomic_compare_exchange_n(&n->value, &v, t, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        wf_tensor_release(t);
+        return v;
+    }
+    return t;
+}
+
 /* Eager outputs: fresh tensors. */
 static wf_tensor *eager_alloc(void *arg, const wf_node *n, wf_dtype dt, const wf_shape *shape)
 {
@@ -762,11 +785,13 @@ static int eager_cpu(wf_graph *g, wf_node *n, char *msg, size_t msglen)
     }
     int rc = 0;
     for (int i = 0; i < n->n_inputs && rc == 0; i++)
-        if (!(in[i] = n->inputs[i]->value)) {
+        if (!(in[i] = eager_value(n->inputs[i]))) {
             char desc[WF_ERRMSG_MAX];
-            snprintf(msg, msglen, "%s: input %d ('%s') has no value",
-                     wf__node_desc(n, desc, sizeof desc), i, n->inputs[i]->name);
-            rc = WF_EINVAL;
+            bool var = n->inputs[i]->op == &wf_op_variable;
+            snprintf(msg, msglen, "%s: input %d ('%s') has no value%s",
+                     wf__node_desc(n, desc, sizeof desc), i, n->inputs[i]->name,
+                     var ? ": no memory for its initial value" : "");
+            rc = var ? WF_ENOMEM : WF_EINVAL;
         }
     wf_tensor *out = NULL;
     if (rc == 0) {
@@ -783,18 +808,23 @@ static int eager_cpu(wf_graph *g, wf_node *n, char *msg, size_t msglen)
     return 0;
 }
 
-/* The value of a source node in an eager graph. */
+/* A source node of an eager graph: constants have their value, a variable gets its own when
+ * first needed (eager_value). */
 static int eager_source(wf_node *n)
 {
     if (n->op == &wf_op_placeholder)
         return wf__err(WF_EINVAL, "eager graphs take constants, not placeholders");
-    if (n->op == &wf_op_variable && !n->value) {
-        wf_tensor *t;
-        int rc = wf_init_tensor(n->attrs->init, n->dtype, n->shape, &t);
-        if (rc < 0)
-            return rc;
-        n->value = t;
-    }
+    return 0;
+}
+
+/* Makes the values of the inputs of 'n' (the variables' that no op read yet) for an eager
+ * hook, which reads them from the nodes. */
+static int eager_inputs(wf_node *n)
+{
+    for (int i = 0; i < n->n_inputs; i++)
+        if (!eager_value(n->inputs[i]) && n->inputs[i]->op == &wf_op_variable)
+            return wf__err(WF_ENOMEM, "no memory for the initial value of input %d ('%s')", i,
+                           n->inputs[i]->name);
     return 0;
 }
 
@@ -936,7 +966,7 @@ static wf_node *add_node(wf_graph *g, const wf_op_def *op, const char *name, wf_
             }
         } else if (op->flags & WF_OP_SOURCE)
             rc = eager_source(n);
-        else
+        else if ((rc = eager_inputs(n)) == 0)
             rc = g->eager_fn(g->eager_ctx, n);
         if (rc < 0) {
             char why[WF_ERRMSG_MAX];
@@ -1053,7 +1083,9 @@ int wf_node_line(const wf_node *n)
 
 wf_tensor *wf_node_value(const wf_node *n)
 {
-    return n ? n->value : NULL;
+    /* A variable's first read makes its value (eager_value): the node is the graph's
+     * (writable) memory; the const is the query's promise to the caller. */
+    return n ? eager_value((wf_node *)(uintptr_t)n) : NULL;
 }
 
 int wf_node_set_name(wf_node *n, const char *name)

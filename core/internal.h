@@ -83,13 +83,24 @@ struct wf_graph {
  * Under AddressSanitizer the cache is off, so that use after free and leaks stay visible. */
 #define WF__CACHE_MAX     ((size_t)64 << 20) /* bytes per thread (glibc's per-thread heap size) */
 #define WF__VALUE_CLASSES 9 /* value blocks by data capacity: 16 B, 32 B, ... 4 KiB */
+/* Large value blocks (data past 4 KiB, up to WF__LARGE_MAX): four classes per power of two,
+ * so a block wastes less than a quarter of its data capacity (tensor.c: value_class). */
+#define WF__LARGE_CLASSES 52
+#define WF__LARGE_MAX     ((size_t)32 << 20)
 
 typedef struct wf__cache_item {
     struct wf__cache_item *next;
 } wf__cache_item;
 
-/* The lists of a cache: node chunks, full-size arena blocks, value blocks per class. */
-enum { WF__CACHE_CHUNK, WF__CACHE_ARENA, WF__CACHE_VALUE, WF__CACHE_LISTS = 2 + WF__VALUE_CLASSES };
+/* The lists of a cache: node chunks, full-size arena blocks, value blocks per class (the
+ * small classes, then the large ones from WF__CACHE_LARGE). */
+enum {
+    WF__CACHE_CHUNK,
+    WF__CACHE_ARENA,
+    WF__CACHE_VALUE,
+    WF__CACHE_LARGE = WF__CACHE_VALUE + WF__VALUE_CLASSES,
+    WF__CACHE_LISTS = WF__CACHE_LARGE + WF__LARGE_CLASSES
+};
 
 typedef struct wf__cache_stats {
     size_t bytes;               /* held in all lists */
@@ -121,12 +132,15 @@ wf__cache_stats wf__cache_get_stats(void);
 bool wf__cache_enabled(void);
 
 /* wf__tensor_alloc() for a value core makes and hands out as it is (an eager graph's
- * outputs, scalars): when the data is at most 4 KiB, the tensor, its buffer and the data are
- * one block (so no other free hook can be swapped in), from this thread's cache if it has
- * one of the value's class (see above), else from malloc(). Measured on an eager 1-element add
- * (2 vCPUs, 10^6 adds): ~240 ns per add against ~310 ns with per-graph 64 KiB slabs of
- * values, whose freed pages malloc gave back to the system, so that every graph faulted them
- * in again (85k page faults against 58k here, at ~2.3 us each on these VMs).
+ * outputs, scalars): when the data is at most WF__LARGE_MAX, the tensor, its buffer and the
+ * data are one block (so no other free hook can be swapped in), from this thread's cache if
+ * it has one of the value's class (see above), else from malloc(). Measured on an eager
+ * 1-element add (2 vCPUs, 10^6 adds): ~240 ns per add against ~310 ns with per-graph 64 KiB
+ * slabs of values, whose freed pages malloc gave back to the system, so that every graph
+ * faulted them in again (85k page faults against 58k here, at ~2.3 us each on these VMs).
+ * The large classes are PyTorch's caching allocator for eager steps: before them, an eager
+ * MLP step (64-1024-1024-10, batch 256, Adam) took ~1700 page faults, its megabyte values
+ * unmapped by free() and faulted in again by the next step's kernels.
  * Returns NULL with wf_last_errmsg() set (WF_ENOMEM or WF_EINVAL). */
 wf_tensor *wf__tensor_alloc_value(wf_dtype dt, wf_shape shape);
 

@@ -5,9 +5,9 @@
  *   wf__tensor_adopt, wf__tensor_alloc_value) are one block, a tensor_block: its buffer first
  *   (so that the buffer's free() frees the block), then its header ('in_block'); the header
  *   holds a reference to the buffer, so the block outlives it. wf__tensor_alloc_value()
- *   puts small data (up to 4 KiB) in the block too, and such a block's last release gives
- *   it to the releasing thread's cache (core/internal.h), from which the next value of its
- *   size class is made.
+ *   puts the data (up to WF__LARGE_MAX) in the block too, and such a block's last release
+ *   gives it to the releasing thread's cache (core/internal.h), from which the next value of
+ *   its size class is made.
  * Not here: pools (memory/ provides buffers through the free hook), kernels (ops/). */
 #include "tensor.h"
 
@@ -102,7 +102,7 @@ static wf_tensor *header(wf_dtype dt, wf_shape shape)
 /* See the file comment. Putting the tensor header into its buffer's allocation saves one
  * malloc() and free() per tensor. wf__tensor_alloc()'s data stays an allocation of its own
  * (freed with free(), so that a test or a device may give its buffer another hook); an eager
- * graph's small values have theirs in the block (wf__tensor_alloc_value). */
+ * graph's values have theirs in the block (wf__tensor_alloc_value). */
 typedef struct tensor_block {
     wf_buffer buf;
     wf_tensor t;
@@ -149,27 +149,44 @@ static void data_in_block(void *ctx, void *data, size_t bytes)
     (void)bytes;
 }
 
-#define VALUE_INLINE_MAX 4096 /* bytes of data kept in the block */
+#define VALUE_INLINE_MAX 4096 /* the largest small class's data */
 #define MAX_ALIGN        _Alignof(max_align_t)
 /* malloc() aligns to max_align_t: past the block rounded up to that, 64 - MAX_ALIGN more
  * bytes reach the next 64-byte boundary. */
 #define VALUE_HEAD ((sizeof(tensor_block) + MAX_ALIGN - 1) & ~(MAX_ALIGN - 1))
 
-/* A value block's class (its list in the thread's cache, core/internal.h) by data bytes: the
- * capacities are the powers of two from 16 to 4096 (VALUE_INLINE_MAX) bytes, so that a block
- * of a class holds any value of it and wastes less than half. The smallest keeps a 1-element
- * value a 288-byte malloc() chunk, as it was before the cache. */
+/* A value block's class (its list in the thread's cache, core/internal.h) by data bytes. The
+ * small classes' capacities are the powers of two from 16 to 4096 (VALUE_INLINE_MAX) bytes,
+ * so that a block of a class holds any value of it and wastes less than half; the smallest
+ * keeps a 1-element value a 288-byte malloc() chunk, as it was before the cache. The large
+ * ones (past 4 KiB, up to WF__LARGE_MAX) split each power of two into four, so a block wastes
+ * less than a quarter: class WF__VALUE_CLASSES + 4 (o - 12) + q holds (4 + q + 1) << (o - 2)
+ * bytes, where 2^o <= bytes - 1 < 2^(o+1). */
 static int value_class(size_t bytes)
 {
-    return bytes <= 16 ? 0 : 64 - __builtin_clzll((unsigned long long)bytes - 1) - 4;
+    if (bytes <= VALUE_INLINE_MAX)
+        return bytes <= 16 ? 0 : 64 - __builtin_clzll((unsigned long long)bytes - 1) - 4;
+    int o = 63 - __builtin_clzll((unsigned long long)bytes - 1);
+    int q = (int)(((bytes - 1) >> (o - 2)) & 3);
+    return WF__VALUE_CLASSES + 4 * (o - 12) + q;
+}
+
+static size_t class_capacity(int cls)
+{
+    if (cls < WF__VALUE_CLASSES)
+        return (size_t)16 << cls;
+    int o = 12 + (cls - WF__VALUE_CLASSES) / 4, q = (cls - WF__VALUE_CLASSES) % 4;
+    return (size_t)(4 + q + 1) << (o - 2);
 }
 
 _Static_assert(((size_t)16 << (WF__VALUE_CLASSES - 1)) == VALUE_INLINE_MAX,
                "the largest value class holds VALUE_INLINE_MAX bytes");
+_Static_assert(((size_t)8 << (12 + (WF__LARGE_CLASSES - 1) / 4 - 2)) == WF__LARGE_MAX,
+               "the largest large class holds WF__LARGE_MAX bytes");
 
 static size_t value_block_bytes(int cls)
 {
-    return VALUE_HEAD + (64 - MAX_ALIGN) + ((size_t)16 << cls);
+    return VALUE_HEAD + (64 - MAX_ALIGN) + class_capacity(cls);
 }
 
 wf_tensor *wf__tensor_alloc_value(wf_dtype dt, wf_shape shape)
@@ -177,7 +194,7 @@ wf_tensor *wf__tensor_alloc_value(wf_dtype dt, wf_shape shape)
     size_t bytes;
     if (wf__tensor_check("wf_tensor", dt, shape, &bytes) < 0)
         return NULL;
-    if (bytes > VALUE_INLINE_MAX)
+    if (bytes > WF__LARGE_MAX)
         return wf__tensor_alloc(dt, shape);
     int cls = value_class(bytes);
     size_t total = value_block_bytes(cls);

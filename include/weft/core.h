@@ -219,8 +219,9 @@ WF_API WF_NODISCARD int wf_node_set_device(wf_node *n, int device);
 /* The device set with wf_node_set_device(), or -1 (none; also for NULL). */
 WF_API int wf_node_device(const wf_node *n);
 
-/* In an eager graph: the node's value (borrowed; valid while the graph lives). In a static
- * graph: the value of a constant, else NULL. */
+/* In an eager graph: the node's value (borrowed; valid while the graph lives; a variable's
+ * is made from its initializer at its first read, so NULL only when there is no memory for
+ * it). In a static graph: the value of a constant, else NULL. */
 WF_API wf_tensor *wf_node_value(const wf_node *n);
 
 /* Records where the next node on this thread is created. The op constructors are also
@@ -343,7 +344,9 @@ static inline wf_init wf_init_he_normal(uint64_t seed)
 WF_API WF_NODISCARD int wf_init_tensor(wf_init init, wf_dtype dt, wf_shape shape, wf_tensor **out);
 
 /* A named, mutable variable: its value is owned by each session (static graphs) or by the
- * graph (eager graphs), starts from 'init', and is written only by update nodes.
+ * graph (eager graphs), starts from 'init', and is written only by update nodes. In an eager
+ * graph 'init' runs when the value is first needed (an op reads it, wf_node_value()), so a
+ * wf_variable_set() before that costs no initialisation.
  * Returns NULL on error (a -1 dimension, an unnamed variable, a name in use). */
 WF_API wf_node *wf_variable(wf_graph *g, const char *name, wf_dtype dt, wf_shape shape,
                             wf_init init);

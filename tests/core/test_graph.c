@@ -1,7 +1,8 @@
 /* tests/core/test_graph.c: graphs and nodes through the public API: creation, names (given,
  * automatic, clashes, renames), source locations recorded by the macros, the first-error
  * state, bad arguments (NULL graph, NULL or empty names, rank above 8, invalid dtypes,
- * negative dimensions), placeholders, constants, scalars, variables, eager values, a
+ * negative dimensions), placeholders, constants, scalars, variables, eager values (a
+ * variable's made from its initializer at its first read, or set before it), a
  * 100,000-node graph, and per-thread pending locations. Ops with inputs are tested in
  * test_internal_graph.c. */
 #include "wf_test.h"
@@ -665,5 +666,48 @@ Test(core_graph, pending_location_belongs_to_its_thread)
     wf_node *mine = (wf_placeholder)(g, "mine", WF_F32, WF_SHAPE(1));
     cr_assert_str_eq(wf_node_file(mine), "main.c");
     cr_assert_eq(wf_node_line(mine), 3);
+    wf_graph_destroy(g);
+}
+
+Test(core_graph, eager_variable_value_is_its_initializers_and_set_replaces_it_unread)
+{
+    wf_graph *g = wf_graph_create(rt, WF_EAGER);
+    cr_assert_not_null(g);
+    wf_init init = wf_init_glorot_uniform(7);
+    wf_node *a = wf_variable(g, "a", WF_F32, WF_SHAPE(3, 4), init);
+    wf_node *b = wf_variable(g, "b", WF_F32, WF_SHAPE(3, 4), init);
+    cr_assert(a && b, "%s", wf_graph_errmsg(g));
+    /* read after other nodes were added: the same bits as the initializer gives at once */
+    wf_tensor *want;
+    cr_assert_eq(wf_init_tensor(init, WF_F32, WF_SHAPE(3, 4), &want), 0);
+    wf_tensor *got = wf_node_value(a);
+    cr_assert_not_null(got);
+    cr_assert_eq(wf_node_value(a), got, "a second read gives the same value");
+    for (int i = 0; i < 12; i++)
+        cr_assert_eq(wf_tensor_get(got, i), wf_tensor_get(want, i), "element %d", i);
+    /* set before any read: the value set, retained, not a copy */
+    float ones[12];
+    for (int i = 0; i < 12; i++)
+        ones[i] = 1.0f + (float)i;
+    wf_tensor *v = wf_tensor_from(WF_F32, WF_SHAPE(3, 4), ones);
+    cr_assert_eq(wf_variable_set(b, v), 0, "%s", wf_last_errmsg());
+    cr_assert_eq(wf_node_value(b), v);
+    cr_assert_eq(wf_tensor_get(wf_node_value(b), 11), 12.0);
+    /* a mismatched value is refused and the variable keeps its own */
+    wf_tensor *wrong = wf_tensor_from(WF_F32, WF_SHAPE(4, 3), ones);
+    cr_assert_eq(wf_variable_set(b, wrong), WF_ESHAPE);
+    cr_assert(strstr(wf_last_errmsg(), "'b'"), "%s", wf_last_errmsg());
+    cr_assert_eq(wf_node_value(b), v);
+    wf_tensor_release(wrong);
+    wf_tensor_release(v);
+    wf_tensor_release(want);
+    wf_graph_destroy(g);
+    /* a static graph's variable has no value, and cannot be set */
+    g = wf_graph_create(rt, WF_STATIC);
+    a = wf_variable(g, "a", WF_F32, WF_SHAPE(2), init);
+    cr_assert_null(wf_node_value(a));
+    wf_tensor *two = wf_tensor_from(WF_F32, WF_SHAPE(2), ones);
+    cr_assert_eq(wf_variable_set(a, two), WF_EINVAL);
+    wf_tensor_release(two);
     wf_graph_destroy(g);
 }

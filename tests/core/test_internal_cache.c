@@ -2,10 +2,11 @@
  * a graph built from a destroyed graph's node chunks, arena blocks and value blocks has the
  * right values, names and counts and nothing of the old graph; values that outlive their
  * graph keep their bytes; the cache stays within its bound and empties on wf__cache_trim();
- * many graphs made and destroyed on 2 threads at once, with values released on the other
- * thread, stay right. Under AddressSanitizer the cache is off: the behaviour tests still run,
- * the ones about what the cache holds skip.
- * Internal: links the static library, where the wf__ symbols are visible. */
+ * large values (past 4 KiB) come back by classes of a quarter of a power of two, and stay
+ * within the bound too; many graphs made and destroyed on 2 threads at once, with values released
+ * on the other thread, stay right. Under AddressSanitizer the cache is off: the behaviour tests
+ * still run, the ones about what the cache holds skip. Internal: links the static library, where
+ * the wf__ symbols are visible. */
 #include "../../core/internal.h"
 #include "../../core/tensor.h"
 #include "wf_test.h"
@@ -151,6 +152,72 @@ Test(core_internal_cache, values_of_every_size_class_come_back_with_their_own_si
     wf__cache_stats s = wf__cache_get_stats();
     for (int c = 0; c < WF__VALUE_CLASSES; c++)
         cr_assert_geq(s.count[WF__CACHE_VALUE + c], 1, "class %d", c);
+}
+
+/* A value of 'n' f32 elements, filled with 'v', its block 64-aligned. */
+static wf_tensor *value_of(int64_t n, float v)
+{
+    wf_tensor *t = wf__tensor_alloc_value(WF_F32, WF_SHAPE(n));
+    cr_assert_not_null(t, "%s", wf_last_errmsg());
+    cr_assert_eq((uintptr_t)t->data % 64, 0);
+    cr_assert_eq(t->buf->bytes, (size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        ((float *)t->data)[i] = v;
+    return t;
+}
+
+Test(core_internal_cache, large_values_come_back_by_class_of_a_quarter_octave)
+{
+    /* Past 4 KiB a class holds (5..8)/4 of a power of two: 1025 elements (4100 bytes) and
+     * 1280 (5120) share a class, 1281 is the next; 1 MiB and 1 MiB + 4 bytes differ; 32 MiB
+     * (WF__LARGE_MAX) is the last class. Each pair: the first's block, released, is the
+     * second's when they share a class, and never when they do not. */
+    static const struct {
+        int64_t a, b;
+        bool same;
+    } pairs[] = {
+        { 1025, 1280, true },     { 1280, 1281, false },     { 1281, 1536, true },
+        { 1536, 1537, false },    { 1793, 2048, true },      { 2048, 2049, false },
+        { 262144, 229377, true }, { 262144, 262145, false }, { 8388608, 7340033, true },
+    };
+
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+        wf__cache_trim();
+        wf_tensor *t = value_of(pairs[k].a, 1.5f);
+        const wf_tensor *was = t;
+        wf_tensor_release(t);
+        t = value_of(pairs[k].b, -2.0f); /* filled to its end: the block holds it */
+        cr_assert_eq(wf_tensor_get(t, pairs[k].b - 1), -2.0);
+        if (wf__cache_enabled())
+            cr_assert_eq(t == was, pairs[k].same, "%lld then %lld elements", (long long)pairs[k].a,
+                         (long long)pairs[k].b);
+        wf_tensor_release(t);
+    }
+    /* Past WF__LARGE_MAX: an allocation of its own, freed (not cached) at its release. */
+    wf__cache_trim();
+    wf_tensor *big = value_of((int64_t)(WF__LARGE_MAX / 4) + 1, 3.0f);
+    cr_assert_null(big->buf->free_fn);
+    wf_tensor_release(big);
+    cr_assert_eq(wf__cache_get_stats().bytes, 0);
+}
+
+Test(core_internal_cache, large_values_stay_within_the_bound)
+{
+    if (!wf__cache_enabled())
+        cr_skip_test("the cache is off under AddressSanitizer");
+    wf__cache_trim();
+    /* Three values of 32 MiB: each block is a little more (its header), so the 64 MiB
+     * cache keeps one and frees the others. */
+    wf_tensor *t[3];
+    for (int i = 0; i < 3; i++)
+        t[i] = value_of((int64_t)(WF__LARGE_MAX / 4), (float)i);
+    for (int i = 0; i < 3; i++)
+        wf_tensor_release(t[i]);
+    wf__cache_stats s = wf__cache_get_stats();
+    cr_assert_leq(s.bytes, WF__CACHE_MAX);
+    cr_assert_eq(s.count[WF__CACHE_LARGE + WF__LARGE_CLASSES - 1], 1);
+    wf__cache_trim();
+    cr_assert_eq(wf__cache_get_stats().bytes, 0);
 }
 
 Test(core_internal_cache, cache_stays_within_its_bound_and_trim_empties_it)
