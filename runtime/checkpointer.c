@@ -30,11 +30,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The largest step: 18 decimal digits, as wf__checkpoint_step() reads them back. */
+#define WF__STEP_MAX 999999999999999999ll
 
 #define NAME_SUFFIX ".safetensors" /* the suffix; the prefix is "ckpt-" */
 
@@ -220,7 +224,13 @@ int wf_checkpointer_create(const wf_checkpointer_opts *opts, wf_checkpointer **o
     c->keep = opts->keep ? opts->keep : 3;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    /* The thread takes no signals (it inherits a full mask): a program's SIGINT handler runs
+     * on its own threads, and no write of the thread is interrupted. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     int e = pthread_create(&c->thread, NULL, writer, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (e != 0) {
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
@@ -300,7 +310,7 @@ int wf_checkpointer_save(wf_checkpointer *c, wf_session *s, int64_t step,
 {
     if (!c)
         return wf__err(WF_EINVAL, "wf_checkpointer_save: checkpointer is NULL");
-    if (step < 0 || n_extra < 0 || (n_extra > 0 && !extra))
+    if (step < 0 || step > WF__STEP_MAX || n_extra < 0 || (n_extra > 0 && !extra))
         return wf__err(WF_EINVAL, "wf_checkpointer_save: step %" PRId64 ", %d extras at %p", step,
                        n_extra, (const void *)extra);
     pthread_mutex_lock(&c->mu);
