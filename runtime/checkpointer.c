@@ -13,6 +13,11 @@
  *   worker that would take a core away from the training step's own tasks for that long,
  *   and on a one-worker runtime stall it outright. The thread only sleeps or waits on the
  *   disk, so it competes for no core while the step computes.
+ * Buffers: the snapshot written last is kept ('spare') and the next one copies into its
+ *   buffers when it has the same tensors (names, dtypes, shapes: every step of a training
+ *   run), so a snapshot takes no new memory and no page faults: a 22 MB one allocated fresh
+ *   took about 46 ms on this 2-core machine under load. Those tensors are the
+ *   checkpointer's alone (the writer keeps no reference), so writing them is safe.
  * Invariants: at most one snapshot is pending or being written ('job' set from hand-over to
  *   the end of its write, under 'mu'); a checkpoint file is removed only after a newer one is
  *   complete, and never one of the newest 'keep'; so a failed or killed write loses nothing
@@ -25,11 +30,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The largest step: 18 decimal digits, as wf__checkpoint_step() reads them back. */
+#define WF__STEP_MAX 999999999999999999ll
 
 #define NAME_SUFFIX ".safetensors" /* the suffix; the prefix is "ckpt-" */
 
@@ -47,6 +56,7 @@ struct wf_checkpointer {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* signalled when 'job' is set or cleared, or 'quit' */
     job *job;          /* the snapshot pending or being written; NULL: idle */
+    job *spare;        /* the last snapshot written, kept for its buffers (or NULL) */
     bool quit;
     int err;                    /* the last background write's failure; 0: none */
     char errmsg[WF_ERRMSG_MAX]; /* its message */
@@ -174,10 +184,12 @@ static void *writer(void *arg)
             snprintf(c->errmsg, sizeof c->errmsg, "checkpoint of step %" PRId64 ": %s", j->step,
                      wf_last_errmsg());
         }
+        job *old = c->spare;
+        c->spare = j;
         c->job = NULL;
         pthread_cond_broadcast(&c->cv);
         pthread_mutex_unlock(&c->mu);
-        job_free(j);
+        job_free(old);
         pthread_mutex_lock(&c->mu);
     }
     pthread_mutex_unlock(&c->mu);
@@ -212,7 +224,13 @@ int wf_checkpointer_create(const wf_checkpointer_opts *opts, wf_checkpointer **o
     c->keep = opts->keep ? opts->keep : 3;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
+    /* The thread takes no signals (it inherits a full mask): a program's SIGINT handler runs
+     * on its own threads, and no write of the thread is interrupted. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     int e = pthread_create(&c->thread, NULL, writer, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (e != 0) {
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
@@ -251,6 +269,22 @@ static wf_tensor *host_copy(const wf_tensor *t)
     return copy;
 }
 
+/* The spare snapshot's tensor 'old' with the value of 'src' copied in, when it has the same
+ * name, dtype and shape (moved out of 'old'); else NULL. */
+static wf_tensor *reuse(wf_named_tensor *old, const wf_named_tensor *src)
+{
+    wf_tensor *t = old->tensor;
+    if (!t || strcmp(old->name, src->name) != 0 ||
+        wf_tensor_dtype(t) != wf_tensor_dtype(src->tensor) ||
+        !wf_shape_equal(wf_tensor_shape(t), wf_tensor_shape(src->tensor)))
+        return NULL;
+    size_t bytes = (size_t)wf_tensor_numel(t) * wf_dtype_size(wf_tensor_dtype(t));
+    if (wf_tensor_read(src->tensor, wf_tensor_dtype(t), (void *)wf_tensor_data(t), bytes) < 0)
+        return NULL;
+    old->tensor = NULL;
+    return t;
+}
+
 /* Checks the extras' names against the variables' ('ts[0 .. nv-1]') and each other. */
 static int check_extra(const wf_named_tensor *ts, int nv, const wf_named_tensor *extra, int n)
 {
@@ -276,26 +310,32 @@ int wf_checkpointer_save(wf_checkpointer *c, wf_session *s, int64_t step,
 {
     if (!c)
         return wf__err(WF_EINVAL, "wf_checkpointer_save: checkpointer is NULL");
-    if (step < 0 || n_extra < 0 || (n_extra > 0 && !extra))
+    if (step < 0 || step > WF__STEP_MAX || n_extra < 0 || (n_extra > 0 && !extra))
         return wf__err(WF_EINVAL, "wf_checkpointer_save: step %" PRId64 ", %d extras at %p", step,
                        n_extra, (const void *)extra);
     pthread_mutex_lock(&c->mu);
     int rc = drain(c);
+    job *sp = c->spare; /* idle now: the thread does not touch it */
+    c->spare = NULL;
     pthread_mutex_unlock(&c->mu);
-    if (rc < 0)
+    if (rc < 0) {
+        job_free(sp);
         return rc;
+    }
     int nv = s ? s->n_vars : 0, n = nv + n_extra;
     job *j = calloc(1, sizeof *j);
     wf_named_tensor *vars = calloc((size_t)(nv ? nv : 1), sizeof *vars);
     if (!j || !vars || !(j->ts = calloc((size_t)(n ? n : 1), sizeof *j->ts))) {
         free(j);
         free(vars);
+        job_free(sp);
         return wf__err(WF_ENOMEM, "wf_checkpointer_save: no memory for %d tensors", n);
     }
     j->step = step;
     if (s && (rc = wf__checkpoint_take(s, "wf_checkpointer_save", vars)) < 0) {
         free(vars);
         job_free(j);
+        job_free(sp);
         return rc;
     }
     rc = check_extra(vars, nv, extra, n_extra);
@@ -304,13 +344,16 @@ int wf_checkpointer_save(wf_checkpointer *c, wf_session *s, int64_t step,
     for (int i = 0; i < n && rc == 0; i++, j->n++) {
         const wf_named_tensor *src = i < nv ? &vars[i] : &extra[i - nv];
         j->ts[i].name = strdup(src->name);
-        j->ts[i].tensor = host_copy(src->tensor);
+        j->ts[i].tensor = sp && sp->n == n ? reuse(&sp->ts[i], src) : NULL;
+        if (!j->ts[i].tensor)
+            j->ts[i].tensor = host_copy(src->tensor);
         if (!j->ts[i].name || !j->ts[i].tensor)
             rc = wf__err(WF_ENOMEM, "wf_checkpointer_save: no memory to copy '%s'", src->name);
     }
     for (int k = 0; k < nv; k++)
         wf_tensor_release(vars[k].tensor);
     free(vars);
+    job_free(sp); /* what was not reused */
     if (rc < 0) {
         job_free(j);
         return rc;
@@ -341,6 +384,7 @@ void wf_checkpointer_destroy(wf_checkpointer *c)
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->thread, NULL);
+    job_free(c->spare);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c->dir);

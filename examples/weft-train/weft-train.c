@@ -614,7 +614,13 @@ static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_tr
             }
         wf_safetensors_free(ex, n_ex);
     }
-    /* An eager run's variables: the rest of the file. */
+    /* An eager run's variables: the rest of the file, instead of any --init values. */
+    for (int i = 0; rc == 0 && o->eager && i < t->n_state; i++) {
+        wf_tensor_release(t->state[i].tensor);
+        t->state[i].tensor = NULL;
+    }
+    if (rc == 0 && o->eager)
+        t->n_state = 0;
     for (int i = 0; rc == 0 && o->eager && i < n; i++) {
         if (ts[i].tensor == id || ts[i].tensor == at)
             continue;

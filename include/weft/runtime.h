@@ -360,8 +360,8 @@ typedef struct wf_checkpointer_opts {
 WF_API WF_NODISCARD int wf_checkpointer_create(const wf_checkpointer_opts *opts,
                                                wf_checkpointer **out);
 
-/* Takes the snapshot of step 'step' (the number of steps done, >= 0): every variable of 's'
- * (when 's' is not NULL; their host values, copied back from a device first, taken together
+/* Takes the snapshot of step 'step' (the number of steps done, 0 to 10^18 - 1): every variable of
+ * 's' (when 's' is not NULL; their host values, copied back from a device first, taken together
  * under the session's variable lock as wf_checkpoint_save() takes them), then the caller's
  * tensors 'extra[0 .. n_extra-1]' (the data loader's position, RNG counters, the run's
  * options as bytes, or an eager program's variables), each copied into a new host buffer.
@@ -369,9 +369,11 @@ WF_API WF_NODISCARD int wf_checkpointer_create(const wf_checkpointer_opts *opts,
  * the previous write is still under way, it waits for it first (one write at a time).
  * Returns 0; the failure of the previous background write (WF_EIO, WF_ENOMEM, ...; the
  *   message names the file), in which case no snapshot is taken and the error is cleared,
- *   so the next call tries again; WF_EINVAL (NULL checkpointer, step < 0, n_extra < 0, a
- *   NULL extra tensor or name, an extra named like a variable or another extra); or
- *   WF_ENOMEM; the message is in wf_last_errmsg().
+ *   so the next call tries again; WF_EINVAL (NULL checkpointer, a step out of range,
+ *   n_extra < 0, a NULL extra tensor or name, an extra named like a variable or another
+ *   extra); or WF_ENOMEM; the message is in wf_last_errmsg().
+ * Memory: the snapshot written last is kept and the next one copies into its buffers when
+ *   it holds the same tensors, so a run holds one snapshot's worth of host memory.
  * Ownership: 'extra' and its tensors are borrowed for the call (copied). Threads: one
  *   thread at a time per checkpointer; runs of 's' must not be in flight. */
 WF_API WF_NODISCARD int wf_checkpointer_save(wf_checkpointer *c, wf_session *s, int64_t step,

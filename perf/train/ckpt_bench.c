@@ -13,7 +13,9 @@
  * (--json: one JSON object each) are the median time per step of each mode over the rounds;
  * the checkpointing one adds "overhead_pct" (its median over the plain median, minus 1),
  * "snapshot_ms" (median time of one wf_checkpointer_save(): the copy the step waits for),
- * "ckpt_bytes" (one file) and "checkpoints".
+ * "ckpt_bytes" (one file) and "checkpoints". "cpu_s" is the process's CPU time per step
+ * (every thread: the workers, and the checkpointer's copy and write), steadier than the
+ * wall time when other processes share the cores; "overhead_cpu_pct" compares those.
  * Usage: ckpt_bench [--json] [--rounds N] [--steps N] [--every K] [--threads N] [--dir D]
  *                   [--quick]   (--quick: a smoke run, a small MLP, not a measurement) */
 #include "../bench_util.h"
@@ -98,9 +100,9 @@ static int step(model *m)
 /* One segment of 'c->steps' steps; with 'ck', a snapshot every K steps. Returns the seconds
  * per step, or a negative value; adds each snapshot's seconds to 'snap' ('*n_snap'). */
 static double segment(const cfg *c, model *m, wf_checkpointer *ck, int64_t *global, double *snap,
-                      int *n_snap)
+                      int *n_snap, double *cpu)
 {
-    double t0 = bench_now_s();
+    double t0 = bench_now_s(), c0 = bench_process_cpu_s();
     for (int i = 0; i < c->steps; i++, (*global)++) {
         if (step(m) < 0)
             return -1;
@@ -117,6 +119,7 @@ static double segment(const cfg *c, model *m, wf_checkpointer *ck, int64_t *glob
         fprintf(stderr, "ckpt_bench: %s\n", wf_last_errmsg());
         return -1;
     }
+    *cpu = (bench_process_cpu_s() - c0) / c->steps;
     return (bench_now_s() - t0) / c->steps;
 }
 
@@ -138,7 +141,7 @@ static void remove_dir(const char *dir)
 
 static int parse(int argc, char **argv, cfg *c)
 {
-    *c = (cfg){ .rounds = 5, .steps = 300, .every = 100, .threads = bench_default_threads() };
+    *c = (cfg){ .rounds = 7, .steps = 200, .every = 100, .threads = bench_default_threads() };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int *dst = strcmp(a, "--rounds") == 0    ? &c->rounds
@@ -195,9 +198,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "ckpt_bench: %s\n", wf_last_errmsg());
     double *plain = calloc((size_t)c.rounds, sizeof *plain);
     double *with = calloc((size_t)c.rounds, sizeof *with);
+    double *cpu_plain = calloc((size_t)c.rounds, sizeof *cpu_plain);
+    double *cpu_with = calloc((size_t)c.rounds, sizeof *cpu_with);
     int per = c.steps / c.every + 1, n_snap = 0;
     double *snap = calloc((size_t)(c.rounds * per), sizeof *snap);
-    if (rc == 0 && (!plain || !with || !snap))
+    if (rc == 0 && (!plain || !with || !snap || !cpu_plain || !cpu_with))
         rc = WF_ENOMEM;
     int64_t global = 0;
     for (int i = 0; rc == 0 && i < 3; i++, global++) /* warm-up: the plan, the pools */
@@ -205,11 +210,11 @@ int main(int argc, char **argv)
     for (int r = 0; rc == 0 && r < c.rounds; r++) {
         for (int k = 0; k < 2 && rc == 0; k++) {
             bool ckpt = (k == 0) == (r % 2 == 1); /* plain first in even rounds */
-            double t = segment(&c, &m, ckpt ? ck : NULL, &global, snap, &n_snap);
+            double cpu = 0, t = segment(&c, &m, ckpt ? ck : NULL, &global, snap, &n_snap, &cpu);
             if (t < 0)
                 rc = WF_EIO;
-            else
-                (ckpt ? with : plain)[r] = t;
+            (ckpt ? with : plain)[r] = t;
+            (ckpt ? cpu_with : cpu_plain)[r] = cpu;
         }
     }
     if (rc == 0) {
@@ -219,32 +224,38 @@ int main(int argc, char **argv)
         if (wf_checkpoint_latest(c.dir, last, sizeof last, &at) == 0)
             (void)stat(last, &st);
         double mp = bench_median(plain, c.rounds), mw = bench_median(with, c.rounds);
+        double cp = bench_median(cpu_plain, c.rounds), cw = bench_median(cpu_with, c.rounds);
         double ms = n_snap ? bench_median(snap, n_snap) : 0;
         char bench[64];
         snprintf(bench, sizeof bench, "train_ckpt_k%d_mlp_adam_b%d%s", c.every, c.quick ? 32 : 256,
                  c.quick ? "_quick" : "");
         if (c.json) {
             printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"checkpoint\": false, "
-                   "\"threads\": %d, \"median_s\": %.6g, \"reps\": %d, \"steps\": %d}\n",
-                   bench, c.threads, mp, c.rounds, c.steps);
+                   "\"threads\": %d, \"median_s\": %.6g, \"cpu_s\": %.6g, \"reps\": %d, "
+                   "\"steps\": %d}\n",
+                   bench, c.threads, mp, cp, c.rounds, c.steps);
             printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"checkpoint\": true, "
-                   "\"threads\": %d, \"median_s\": %.6g, \"reps\": %d, \"steps\": %d, "
-                   "\"every\": %d, \"overhead_pct\": %.3f, \"snapshot_ms\": %.3f, "
-                   "\"ckpt_bytes\": %lld, \"checkpoints\": %d}\n",
-                   bench, c.threads, mw, c.rounds, c.steps, c.every, 100 * (mw / mp - 1), 1e3 * ms,
-                   (long long)st.st_size, n_snap);
+                   "\"threads\": %d, \"median_s\": %.6g, \"cpu_s\": %.6g, \"reps\": %d, "
+                   "\"steps\": %d, \"every\": %d, \"overhead_pct\": %.3f, "
+                   "\"overhead_cpu_pct\": %.3f, \"snapshot_ms\": %.3f, \"ckpt_bytes\": %lld, "
+                   "\"checkpoints\": %d}\n",
+                   bench, c.threads, mw, cw, c.rounds, c.steps, c.every, 100 * (mw / mp - 1),
+                   100 * (cw / cp - 1), 1e3 * ms, (long long)st.st_size, n_snap);
         } else {
             printf("%s, %d threads, %d rounds of %d steps (no peer: the same run without "
                    "checkpoints)\n",
                    bench, c.threads, c.rounds, c.steps);
-            printf("  no checkpoints      %8.3f ms/step\n", 1e3 * mp);
-            printf("  every %4d steps    %8.3f ms/step  (%+.2f%%; snapshot %.2f ms, %lld bytes, "
-                   "%d checkpoints)\n",
-                   c.every, 1e3 * mw, 100 * (mw / mp - 1), 1e3 * ms, (long long)st.st_size, n_snap);
+            printf("  no checkpoints      %8.3f ms/step  %8.3f ms CPU/step\n", 1e3 * mp, 1e3 * cp);
+            printf("  every %4d steps    %8.3f ms/step  %8.3f ms CPU/step  (%+.2f%%, CPU "
+                   "%+.2f%%; snapshot %.2f ms, %lld bytes, %d checkpoints)\n",
+                   c.every, 1e3 * mw, 1e3 * cw, 100 * (mw / mp - 1), 100 * (cw / cp - 1), 1e3 * ms,
+                   (long long)st.st_size, n_snap);
         }
     }
     free(plain);
     free(with);
+    free(cpu_plain);
+    free(cpu_with);
     free(snap);
     wf_checkpointer_destroy(ck);
     wf_tensor_release(m.xs);

@@ -294,6 +294,8 @@ Test(runtime_checkpointer, bad_arguments_and_folders_are_refused_with_a_message)
     cr_assert(strstr(wf_last_errmsg(), "'w' has the name of a variable"), "%s", wf_last_errmsg());
     cr_assert_eq(wf_checkpointer_save(c, p.s, 1, twice, 2), WF_EINVAL);
     cr_assert_eq(wf_checkpointer_save(c, p.s, -1, NULL, 0), WF_EINVAL);
+    cr_assert_eq(wf_checkpointer_save(c, p.s, 1000000000000000000ll, NULL, 0), WF_EINVAL,
+                 "a step of 19 digits could not be read back");
     cr_assert_eq(wf_checkpointer_save(c, p.s, 1, NULL, 1), WF_EINVAL);
     cr_assert_eq(wf_checkpointer_save(NULL, p.s, 1, NULL, 0), WF_EINVAL);
     cr_assert_eq(wf_checkpointer_wait(NULL), WF_EINVAL);
