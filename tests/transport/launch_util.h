@@ -12,9 +12,11 @@
 #include <string.h>
 #include <sys/wait.h>
 
-/* Runs 'cmd' (sh -c), stdout and stderr into 'out'; returns its exit status (-1: no exit). */
+/* Runs 'cmd' (sh -c), stdout and stderr into 'out'; returns its exit status (-1: no exit).
+ * The ranks it starts inherit tu_ucx_env()'s setting (ThreadSanitizer builds). */
 static inline int lu_run(const char *cmd, char *out, size_t cap)
 {
+    tu_ucx_env();
     char full[8192];
     snprintf(full, sizeof full, "%s 2>&1", cmd);
     FILE *p = popen(full, "r");

@@ -3,7 +3,7 @@
  * stops the others and exits non-zero naming it.
  * The rank program is this test executable itself: started with WF_LAUNCHER_MODE set, a
  * constructor runs the rank's part and exits before Criterion's main. */
-#include "transport_util.h"
+#include "launch_util.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -199,21 +199,6 @@ Test(transport_launcher, a_killed_rank_makes_weft_run_exit_non_zero_naming_it)
     cr_assert(strstr(out, "rank 1 (pid") && strstr(out, "signal 9"), "%s", out);
 }
 
-/* Whether process 'pid' is gone (no such process, or a zombie not yet reaped). */
-static bool gone(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return true;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *close_paren = strrchr(buf, ')');
-    return close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z';
-}
-
 /* Bug: SIGKILL of weft-run while 3 ranks all-reduce left all 3 running (for ever). Each
  * rank now dies with its launcher: gone within 1 s. 'in_shell': each rank's program is a
  * child of a shell, not of weft-run (PR_SET_PDEATHSIG kills the shell only), and ends
@@ -265,14 +250,14 @@ static void kill_weft_run(bool in_shell)
      * ranks behind a shell exit themselves (measured there: 1.01-1.02 s). */
     const double limit_s = WF_TEST_TIMEOUT(1.0);
     while (!all_gone && wf_test_now_ns() - t0 < (uint64_t)(limit_s * 1e9)) {
-        all_gone = gone(pids[0]) && gone(pids[1]) && gone(pids[2]);
+        all_gone = lu_gone(pids[0]) && lu_gone(pids[1]) && lu_gone(pids[2]);
         if (!all_gone)
             wf_test_sleep_us(5000);
     }
     double s = (double)(wf_test_now_ns() - t0) / 1e9;
     bool alive[3];
     for (int r = 0; r < 3; r++) {
-        alive[r] = !gone(pids[r]);
+        alive[r] = !lu_gone(pids[r]);
         if (alive[r])
             kill(-pids[r], SIGKILL), kill(pids[r], SIGKILL); /* leave nothing behind */
     }

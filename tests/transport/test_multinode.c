@@ -23,6 +23,7 @@ static pid_t start_prog(int node, int port, const char *wr, const char *prog, co
              "exec %s --nnodes 2 --node-rank %d --master 127.0.0.1:%d --token multi -n 2 %s -- "
              "%s",
              WF_WEFT_RUN, node, port, wr, prog);
+    tu_ucx_env(); /* inherited by the ranks */
     fflush(NULL);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);

@@ -121,6 +121,7 @@ Test(transport_restarts, a_signal_from_outside_is_not_followed_by_a_restart)
     lu_tmpdir(dir, sizeof dir);
     int out[2];
     cr_assert_eq(pipe(out), 0);
+    tu_ucx_env();
     fflush(NULL);
     pid_t run = fork();
     cr_assert_geq(run, 0);
