@@ -192,8 +192,9 @@ WF_API WF_NODISCARD int wf_plan_create(const wf_graph *g, const wf_cluster *c,
 WF_API void wf_plan_destroy(wf_plan *p);
 
 /* Scores a given assignment with the planner's model: 'stage_of[id]' for every node id of
- * 'g' (sources included), stages 0 .. p-1 with p from 'opts'. Writes the slowest stage's
- * seconds. For comparing with other splits (parameter balancing, a user's file).
+ * 'g', stages 0 .. p-1 with p from 'opts' (the entries of sources are ignored: they go with
+ * their earliest reader, or their hint). Writes the slowest stage's seconds; memory caps are
+ * not checked. For comparing with other splits (parameter balancing, a user's file).
  * Returns 0 or WF_EINVAL (a stage out of range, an edge that goes backwards: named). */
 WF_API WF_NODISCARD int wf_plan_evaluate(const wf_graph *g, const wf_cluster *c,
                                          const wf_plan_opts *opts, const int *stage_of,

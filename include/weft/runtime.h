@@ -8,6 +8,7 @@
 
 #include <weft/base.h>
 #include <weft/core.h>
+#include <weft/placement.h>
 #include <weft/transport.h>
 
 #include <stdio.h>
@@ -411,6 +412,21 @@ WF_API WF_NODISCARD int wf_checkpoint_latest(const char *dir, char *path, size_t
  *   on failure it is NULL and '*n_extra' 0. Threads: as wf_checkpoint_load(). */
 WF_API WF_NODISCARD int wf_checkpoint_restore(wf_session *s, const char *path, int64_t *step,
                                               wf_named_tensor **extra, int *n_extra);
+
+/* ---- Profiling for the placement planner --------------------------------------------------- */
+
+/* The profile run: times every distinct signature (op, dtype, input and output shapes) of the
+ * ops of 'g' that 't' has no entry for on the kind of runtime device 'device' (0 the CPU,
+ * 1 + i CUDA device i), each alone in a one-node session on placeholders ('reps' timed runs
+ * after a warm-up; the median, which includes the session's per-run cost), and records it
+ * with wf_cost_table_put() for wf_plan_create() (weft/placement.h). Sources, updates, send
+ * and recv, inputs with -1 dimensions and nodes that cannot run alone there are skipped
+ * (they keep the flops/bytes prior).
+ * Returns the number of signatures measured (>= 0), or WF_EINVAL (NULL, device < 0, reps not
+ * in 1 .. 10000) or WF_ENOMEM. Ownership: 'g' is borrowed (not changed); 't' gains entries.
+ * Threads: not while 'g' changes. */
+WF_API WF_NODISCARD int wf_profile_graph(wf_runtime *rt, const wf_graph *g, int device, int reps,
+                                         wf_cost_table *t);
 
 #ifdef __cplusplus
 }

@@ -154,6 +154,19 @@ WF_API WF_NODISCARD int wf_comm_send(wf_comm *c, int peer, uint64_t key, const v
                                      size_t bytes);
 WF_API WF_NODISCARD int wf_comm_recv(wf_comm *c, int peer, uint64_t key, void *buf, size_t bytes);
 
+/* Measures the round trip of every pair of ranks with a ping-pong of 'small' and of
+ * 'large' bytes ('reps' timed round trips each after one warm-up; the median kept), for the
+ * planner's links (weft/placement.h: wf_cluster_link_from_pingpong()). Every rank calls it
+ * at the same point (best right after wf_comm_create(), while nothing else is sent: it uses
+ * the keys WF_COMM_KEY(2^24 - 1, 0xff00) and 0xff01), and every rank gets the whole matrix:
+ * 'rtt_small[a * size + b]' and 'rtt_large[...]' in seconds (symmetric; 0 on the diagonal).
+ * Returns 0, WF_EINVAL (NULL, small >= large, large > 1 GiB, reps not in 1 .. 10000),
+ * WF_ENOMEM, or the errors of wf_comm_send()/wf_comm_recv()/wf_comm_allgather().
+ * Ownership: the arrays are the caller's, size * size doubles each. Threads: one call at a
+ * time per comm, with no other traffic under those keys. */
+WF_API WF_NODISCARD int wf_comm_probe_links(wf_comm *c, size_t small, size_t large, int reps,
+                                            double *rtt_small, double *rtt_large);
+
 /* ---- Collectives ------------------------------------------------------------------------
  * Every rank calls the same collectives in the same order, with the same sizes, dtype, op
  * and root; one collective at a time per comm (from any thread). Results are bitwise equal
