@@ -1,23 +1,17 @@
 /* sched/taskgraph.c: task graphs built once and run many times.
  * Owns: the nodes (one embedded task each, so a run allocates nothing), the edge list,
  * and the compiled form: successors as CSR arrays, initial pending counts, the roots.
- * Invariant: between runs, pending[i] == npred of node i in both halves of the word (see
- * PEND_* below): the low half counts down, and is reset to its initial value (the high half,
- * which never changes during a run) by the worker that sees it reach zero, which is after its
- * last decrement of this run and before the run ends.
+ * Invariant: between runs, pending[i] == npred of node i: a node's counter is reset to its
+ * initial value by the worker that sees it reach zero, which is after its last decrement of
+ * this run and before the run ends.
  * A graph whose edges all go from a lower to a higher id (nodes added in a topological
  * order, the usual case) is acyclic by construction; only other graphs pay for a check.
  * Running: a worker that finishes a node decrements its successors; of those that become
  * ready it keeps the first for itself (no deque round trip along a chain) and pushes the
- * rest. The successors' counters are random lines of memory, often last written by the other
- * worker, and a locked decrement waits for its line before the next one may start: so the
- * list is prefetched before the node's function runs, and every counter line is prefetched
- * for writing before the first decrement, which overlaps their misses instead of paying them
- * one after another. The reset reads the node's predecessor count from the counter's own
- * word, not from the node, whose line the releasing worker may never need. Finished nodes are
- * counted locally and given to the group in one subtraction when the worker's run of inline
- * successors ends. Later completion: a node whose function returns WF_TASK_LATER finishes when two
- * things have happened, in either order: its function returned, and wf_taskgraph_complete() was
+ * rest. Finished nodes are counted locally and given to the group in one subtraction when
+ * the worker's run of inline successors ends.
+ * Later completion: a node whose function returns WF_TASK_LATER finishes when two things
+ *   have happened, in either order: its function returned, and wf_taskgraph_complete() was
  *   called for it. Each adds one to 'later[i]'; the one that sees 1 (the second) finishes
  *   the node with the completion's result ('later_rc[i]') and resets 'later[i]' to 0, so
  *   the invariant on 'pending' holds for 'later' too. The first one touches nothing of the
@@ -37,11 +31,6 @@
 #define CHUNK_LOG 12
 #define CHUNK     (1 << CHUNK_LOG)
 #define HUGE_MIN  ((size_t)4 << 20)
-
-/* A node's counter word: predecessors left in this run (low 32 bits) and its predecessor
- * count (high 32 bits), so whoever sees it reach zero can reset it from the same word. */
-#define PEND_LEFT(x)     ((uint32_t)(x))
-#define PEND_INIT(npred) (((uint64_t)(uint32_t)(npred) << 32) | (uint32_t)(npred))
 
 static void advise_huge(void *p, size_t bytes)
 {
@@ -63,10 +52,9 @@ struct wf_taskgraph {
     bool dirty;
     int64_t nback; /* edges from a higher id to a lower one */
     int *succ, *roots;
-    int nroots;                /* nodes without predecessors, counted as edges are added */
-    bool compiled;             /* succ_off holds CSR offsets; otherwise it holds out-degrees */
-    _Atomic uint64_t *pending; /* per node: PEND_* above */
-    int *off;                  /* n + 1 CSR offsets: node i's successors are succ[off[i] ..) */
+    int nroots;    /* nodes without predecessors, counted as edges are added */
+    bool compiled; /* succ_off holds CSR offsets; otherwise it holds out-degrees */
+    _Atomic int32_t *pending;
     _Atomic int32_t *later;    /* per node: arrivals of a WF_TASK_LATER node (see above) */
     _Atomic int32_t *later_rc; /* per node: the result given to wf_taskgraph_complete() */
     /* tracing: the graph's id, its runs so far, the op kind of each node (wf_taskgraph_set_kind,
@@ -132,7 +120,6 @@ static void free_compiled(wf_taskgraph *g)
     free(g->succ);
     free(g->roots);
     free((void *)g->pending);
-    free(g->off);
     free((void *)g->later);
     free((void *)g->later_rc);
     free(g->ready_by);
@@ -144,9 +131,8 @@ static void free_compiled(wf_taskgraph *g)
     g->ready_by = g->crit = g->pred = NULL;
     g->pred_off = NULL;
     g->work = g->work_in = NULL;
-    g->succ = g->roots = g->off = NULL;
-    g->pending = NULL;
-    g->later = g->later_rc = NULL;
+    g->succ = g->roots = NULL;
+    g->pending = g->later = g->later_rc = NULL;
 }
 
 void wf_taskgraph_destroy(wf_taskgraph *g)
@@ -345,18 +331,17 @@ static int check_acyclic(wf_taskgraph *g)
     while (head < tail) {
         int v = queue[head++];
         for (int k = node(g, v)->succ_off; k < succ_end(g, v); k++)
-            if (PEND_LEFT(atomic_fetch_sub_explicit(&g->pending[g->succ[k]], 1,
-                                                    memory_order_relaxed)) == 1)
+            if (atomic_fetch_sub_explicit(&g->pending[g->succ[k]], 1, memory_order_relaxed) == 1)
                 queue[tail++] = g->succ[k];
     }
     int rc = 0;
     if (tail < n) {
         for (int i = 0; i < n; i++)
-            left[i] = PEND_LEFT(atomic_load_explicit(&g->pending[i], memory_order_relaxed)) > 0;
+            left[i] = atomic_load_explicit(&g->pending[i], memory_order_relaxed) > 0;
         rc = report_cycle(g, left);
     }
     for (int i = 0; i < n; i++)
-        atomic_store_explicit(&g->pending[i], PEND_INIT(node(g, i)->npred), memory_order_relaxed);
+        atomic_store_explicit(&g->pending[i], node(g, i)->npred, memory_order_relaxed);
     free(queue);
     free(left);
     return rc;
@@ -399,12 +384,11 @@ static int compile(wf_taskgraph *g)
     size_t m = (size_t)g->nedges;
     g->succ = malloc((m ? m : 1) * sizeof *g->succ);
     g->pending = malloc((size_t)(n ? n : 1) * sizeof *g->pending);
-    g->off = malloc(((size_t)n + 1) * sizeof *g->off);
     g->roots = malloc((size_t)(g->nroots ? g->nroots : 1) * sizeof *g->roots);
     g->later = calloc((size_t)(n ? n : 1), sizeof *g->later);
     g->later_rc = calloc((size_t)(n ? n : 1), sizeof *g->later_rc);
     int *cur = malloc((size_t)(n ? n : 1) * sizeof *cur);
-    if (!g->succ || !g->pending || !g->off || !g->roots || !g->later || !g->later_rc || !cur ||
+    if (!g->succ || !g->pending || !g->roots || !g->later || !g->later_rc || !cur ||
         (g->rt->trace_cap && compile_trace(g) < 0)) {
         free(cur);
         free_compiled(g);
@@ -419,15 +403,13 @@ static int compile(wf_taskgraph *g)
         int outdeg = t->succ_off;
         t->succ_off = sum;
         cur[i] = sum;
-        g->off[i] = sum;
         sum += outdeg;
-        atomic_init(&g->pending[i], PEND_INIT(t->npred));
+        atomic_init(&g->pending[i], t->npred);
         atomic_init(&t->cancel, 0);
         if (!t->npred)
             g->roots[nroots++] = i;
     }
     WF_ASSERT(nroots == g->nroots && (size_t)sum == m);
-    g->off[n] = sum;
     for (size_t e = 0; e < m; e++)
         g->succ[cur[g->edges[e][0]]++] = g->edges[e][1];
     free(cur);
@@ -523,19 +505,13 @@ static wf__task *release_successors(wf_taskgraph *g, wf__worker *w, const wf__ta
 {
     const int *succ = g->succ;
     wf__task *keep = NULL;
-    int begin = g->off[t->node], end = g->off[t->node + 1];
-    for (int k = begin; k < end; k++) /* overlap the counters' misses (see the top) */
-        __builtin_prefetch((const void *)&g->pending[succ[k]], 1);
-    for (int k = begin; k < end; k++) {
+    for (int k = t->succ_off, end = succ_end(g, (int)t->node); k < end; k++) {
         int s = succ[k];
         wf__task *st = node(g, s);
         if (WF_UNLIKELY(skip))
             atomic_store_explicit(&st->cancel, 1, memory_order_relaxed);
-        uint64_t old = atomic_fetch_sub_explicit(&g->pending[s], 1, memory_order_acq_rel);
-        if (PEND_LEFT(old) == 1) {
-            atomic_store_explicit(&g->pending[s], old - 1 + (old >> 32), memory_order_relaxed);
-            if (!keep)
-                __builtin_prefetch(st); /* its function and argument, read next */
+        if (atomic_fetch_sub_explicit(&g->pending[s], 1, memory_order_acq_rel) == 1) {
+            atomic_store_explicit(&g->pending[s], st->npred, memory_order_relaxed);
             if (g->ready_by) /* traced: 's' is ours now, and every predecessor's 'work' seen */
                 trace_ready(g, s, (int32_t)t->node);
             if (!keep && w)
@@ -590,8 +566,6 @@ void wf__graph_run_node(wf__worker *w, wf__task *t)
             atomic_store_explicit(&t->cancel, 0, memory_order_relaxed);
         uint64_t t0 = w->ring ? wf__now_ns() : 0;
         int rc = 0;
-        /* The successor list, read after the function: let its miss overlap the work. */
-        __builtin_prefetch(&g->succ[g->off[i]]);
         WF_PROBE2(task_begin, w->index, t->name);
         if (WF_LIKELY(!skip)) {
             w->fail_set = 0;
