@@ -1,7 +1,8 @@
 /* perf/sched/impl.h: the contract between sched_bench's driver and each runtime it measures.
  * Owns: the list of cases (sb_bench), their inputs (sb_inputs) and the table of calls every
- * implementation fills (sb_impl): weft (impl_weft.c), oneTBB (impl_tbb.cpp), OpenMP
- * (impl_omp.c) and the serial reference (sched_bench.c).
+ * implementation fills (sb_impl): weft (impl_weft.c), oneTBB's flow graph and task_group
+ * (impl_tbb.cpp), oneTBB task_group with atomic successor counters (impl_tbb_counters.cpp),
+ * OpenMP (impl_omp.c) and the serial reference (sched_bench.c).
  * Invariant: the driver times only run(); prepare(), cleanup() and finish() are outside the
  * clock, so whatever a case counts as its work (building a graph, say) must happen inside
  * run(), and freeing what run() built happens in cleanup() (timed on its own).
@@ -35,7 +36,7 @@ typedef struct sb_inputs {
 } sb_inputs;
 
 typedef struct sb_impl {
-    const char *name; /* "weft", "tbb", "omp", "serial": the JSON 'impl' */
+    const char *name; /* "weft", "tbb", "tbb_counters", "omp", "serial": the JSON 'impl' */
     /* Starts the runtime with 'threads' threads in all (the caller's included where the
      * runtime uses it) and prints a one-line description to 'info' (at most 'len' bytes).
      * Returns 0 or -1 (the reason printed on stderr). */
@@ -57,6 +58,7 @@ typedef struct sb_impl {
 extern const sb_impl sb_impl_weft;
 #ifdef SB_HAVE_TBB
 extern const sb_impl sb_impl_tbb;
+extern const sb_impl sb_impl_tbb_counters;
 #endif
 #ifdef SB_HAVE_OMP
 extern const sb_impl sb_impl_omp;

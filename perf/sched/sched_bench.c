@@ -12,7 +12,7 @@
  * complete, inside the run, so it has no cleanup_s). A wrong
  * result (fib's value, the chain's count, the DAG's checksum against the serial loop)
  * fails the run: exit status 1.
- * Not here: the workloads (workloads.h), the runtimes' code (impl_*.c, impl_tbb.cpp), the
+ * Not here: the workloads (workloads.h), the runtimes' code (impl_*.c, impl_tbb*.cpp), the
  * clocks, medians and option parsing shared with the other drivers (../bench_util.h). */
 #ifndef _GNU_SOURCE
 #    define _GNU_SOURCE /* sched_getaffinity(), CPU_COUNT() */
@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_IMPLS 4
+#define MAX_IMPLS 5
 #define MAX_REPS  1000
 
 static const char *const bench_names[SB_N_BENCH] = { "fib", "wide", "chain", "chain_replay",
@@ -108,20 +108,22 @@ static const sb_impl impl_serial = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: sched_bench [--threads N] [--reps N] [--only LIST] [--impl LIST] [--json]\n"
-               "                   [--gap-ms N] [--quick]\n"
-               "  --threads N   threads per runtime (default: the cores this process may use)\n"
-               "  --reps N      timed repetitions per case, after one warm-up (default 5)\n"
-               "  --only LIST   cases, comma-separated: fib,wide,chain,chain_replay,dag,"
-               "idle_burn\n"
-               "                (default: all)\n"
-               "  --impl LIST   implementations: weft,tbb,omp,serial (default: all built)\n"
-               "  --json        one JSON object per line instead of the table\n"
-               "  --gap-ms N    sleep before each run, so the last runtime's spinning has died\n"
-               "                down (default 300)\n"
-               "  --quick       sizes / 10 (fib 25, 100k tasks, 100 DAG layers): a smoke test\n"
-               "Environment: WEFT_TRACE=FILE writes a trace of weft's runs of the first case;\n"
-               "WEFT_TOPOLOGY, WEFT_NO_PIN apply to weft (see wf_runtime_opts_from_env()).\n");
+    fprintf(
+        f,
+        "usage: sched_bench [--threads N] [--reps N] [--only LIST] [--impl LIST] [--json]\n"
+        "                   [--gap-ms N] [--quick]\n"
+        "  --threads N   threads per runtime (default: the cores this process may use)\n"
+        "  --reps N      timed repetitions per case, after one warm-up (default 5)\n"
+        "  --only LIST   cases, comma-separated: fib,wide,chain,chain_replay,dag,"
+        "idle_burn\n"
+        "                (default: all)\n"
+        "  --impl LIST   implementations: weft,tbb,tbb_counters,omp,serial (default: all built)\n"
+        "  --json        one JSON object per line instead of the table\n"
+        "  --gap-ms N    sleep before each run, so the last runtime's spinning has died\n"
+        "                down (default 300)\n"
+        "  --quick       sizes / 10 (fib 25, 100k tasks, 100 DAG layers): a smoke test\n"
+        "Environment: WEFT_TRACE=FILE writes a trace of weft's runs of the first case;\n"
+        "WEFT_TOPOLOGY, WEFT_NO_PIN apply to weft (see wf_runtime_opts_from_env()).\n");
 }
 
 static int parse_options(int argc, char **argv, const char *const *impl_names, int n_impls,
@@ -286,7 +288,7 @@ static void report_case(driver *dr, int bench, const sb_inputs *in, impl_state *
                 printf(",\"checksum\":\"%016llx\"", (unsigned long long)dr->dag_checksum);
             printf("}\n");
         } else {
-            printf("%-13s %-8s %7d %10.4f %10.4f %10.4f %9.1f %9llu", name, s->impl->name,
+            printf("%-13s %-12s %7d %10.4f %10.4f %10.4f %9.1f %9llu", name, s->impl->name,
                    impl_threads(dr, s), s->median, s->min, s->max, s->median * 1e9 / (double)tasks,
                    (unsigned long long)tasks);
             if ((bench == SB_CHAIN || bench == SB_DAG) && s->impl->cleanup != NULL)
@@ -391,7 +393,7 @@ static void idle_burn(driver *dr, impl_state *s, const sb_inputs *burst)
                s ? s->impl->name : "baseline", dr->o.threads, ms, s ? what : "none");
         return;
     }
-    printf("%-13s %-8s %7d %10.3f ms CPU per idle second", "idle_burn",
+    printf("%-13s %-12s %7d %10.3f ms CPU per idle second", "idle_burn",
            s ? s->impl->name : "baseline", dr->o.threads, ms);
     if (s == NULL)
         printf(" (no burst, every runtime idle)");
@@ -417,8 +419,10 @@ int main(int argc, char **argv)
     table[n_table++] = &sb_impl_weft;
 #ifdef SB_HAVE_TBB
     table[n_table++] = &sb_impl_tbb;
+    table[n_table++] = &sb_impl_tbb_counters;
 #else
     missing[n_missing++] = "tbb: skipped: oneTBB was not found when this was configured";
+    missing[n_missing++] = "tbb_counters: skipped: oneTBB was not found when this was configured";
 #endif
 #ifdef SB_HAVE_OMP
     table[n_table++] = &sb_impl_omp;
@@ -479,7 +483,7 @@ int main(int argc, char **argv)
     }
 
     if (!dr.o.json)
-        printf("%-13s %-8s %7s %10s %10s %10s %9s %9s %10s\n", "bench", "impl", "threads",
+        printf("%-13s %-12s %7s %10s %10s %10s %9s %9s %10s\n", "bench", "impl", "threads",
                "median_s", "min_s", "max_s", "ns/task", "tasks", "cleanup_s");
     for (int b = 0; b < SB_N_BENCH; b++)
         if (dr.o.only & (1u << b))

@@ -3,7 +3,9 @@
  * names that need escaping), names the tasks, keeps at most 'trace_events' per worker,
  * empties the rings, and fails with WF_EINVAL when tracing is off and WF_EIO on a bad path.
  * The counters: tasks run, spawned, inbox, actor messages, steals (none with one worker;
- * local + remote = won <= tried), and reset, which zeroes counters but keeps numa and cpu. */
+ * local + remote = won <= tried), and reset, which zeroes counters but keeps numa and cpu;
+ * idle workers park and count their time asleep, and a wide graph from one worker reaches
+ * the other by stealing. */
 #include "wf_test.h"
 
 #include <weft/weft.h>
@@ -12,6 +14,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 TestSuite(sched_trace, .fini = wf_test_fini, .timeout = WF_TEST_TIMEOUT(60));
@@ -733,5 +736,81 @@ Test(sched_stats, stats_returns_the_worker_count_and_copies_at_most_n)
     memset(&untouched, 0xab, sizeof untouched);
     cr_assert_eq(memcmp(&st[2], &untouched, sizeof untouched), 0, "stats wrote past n");
     cr_assert_eq(wf_runtime_stats(rt, st, 0), 4);
+    wf_runtime_destroy(rt);
+}
+
+/* ---- idle time, parks and steals: what shows where a DAG node's time goes ------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int busy_1ms(void *arg)
+{
+    (void)arg;
+    double until = now_s() + 1e-3;
+    while (now_s() < until)
+        ;
+    return 0;
+}
+
+/* Two idle workers park (after their 50 us spin) and, once work wakes them, count the time
+ * asleep: at least most of the idle period, never more than the wall time since the reset. */
+Test(sched_stats, idle_workers_park_and_count_their_idle_time)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    wf_test_sleep_us(20000);
+    wf_runtime_stats_reset(rt);
+    double t0 = now_s();
+    wf_test_sleep_us(300000);
+    wf_group g;
+    cr_assert_eq(wf_group_init(&g, rt), 0);
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(wf_spawn(&g, busy_1ms, NULL), 0);
+    cr_assert_eq(wf_group_wait(&g), 0);
+    wf_group_deinit(&g);
+    wf_test_sleep_us(20000);
+    wf_worker_stats st[2];
+    cr_assert_eq(wf_runtime_stats(rt, st, 2), 2);
+    double wall = now_s() - t0, idle = (double)WF_TEST_SUM(st, 2, idle_ns) * 1e-9;
+    cr_assert_geq(WF_TEST_SUM(st, 2, parks), 1);
+    cr_assert_geq(idle, 0.15, "the workers slept %.3f s of 2 x %.3f s idle", idle, 0.3);
+    cr_assert_leq(idle, 2 * wall, "idle %.3f s is more than 2 workers x %.3f s of wall time", idle,
+                  wall);
+    wf_runtime_destroy(rt);
+}
+
+/* A graph submitted from a worker puts its roots on that worker's deque: a second worker
+ * gets any of them only by stealing, and the counters say so (steals_won and tasks_run). */
+static int submit_wide_graph(void *arg)
+{
+    wf_taskgraph *tg = arg;
+    return wf_taskgraph_run(tg);
+}
+
+Test(sched_stats, a_wide_graph_from_a_worker_is_shared_by_stealing)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    wf_taskgraph *tg;
+    cr_assert_eq(wf_taskgraph_create(rt, &tg), 0);
+    for (int i = 0; i < 200; i++)
+        cr_assert_geq(wf_taskgraph_add(tg, busy_1ms, NULL, "busy"), 0);
+    wf_runtime_stats_reset(rt);
+    wf_group g;
+    cr_assert_eq(wf_group_init(&g, rt), 0);
+    cr_assert_eq(wf_spawn(&g, submit_wide_graph, tg), 0);
+    cr_assert_eq(wf_group_wait(&g), 0);
+    wf_group_deinit(&g);
+    wf_test_sleep_us(20000);
+    wf_worker_stats st[2];
+    cr_assert_eq(wf_runtime_stats(rt, st, 2), 2);
+    cr_assert_geq(WF_TEST_SUM(st, 2, tasks_run), 201);
+    cr_assert_geq(WF_TEST_SUM(st, 2, steals_won), 1, "200 nodes of 1 ms, and no steal");
+    for (int w = 0; w < 2; w++)
+        cr_assert_geq(st[w].tasks_run, 1, "worker %d ran nothing", w);
+    wf_taskgraph_destroy(tg);
     wf_runtime_destroy(rt);
 }
