@@ -143,7 +143,9 @@ uint64_t wf__net_now_ns(void)
 static int comm_vfail(wf_comm *c, int code, int rank, bool quiet, const char *fmt, va_list ap)
 {
     pthread_mutex_lock(&c->mu);
-    if (atomic_load(&c->failed) == 0) {
+    bool first = atomic_load(&c->failed) == 0;
+    bool up = c->phase >= WF__PH_READY;
+    if (first) {
         vsnprintf(c->failmsg, sizeof c->failmsg, fmt, ap);
         c->failed_rank = rank;
         c->fail_quiet = quiet;
@@ -154,6 +156,11 @@ static int comm_vfail(wf_comm *c, int code, int rank, bool quiet, const char *fm
     int rc = atomic_load(&c->failed);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    /* The flight record first, before the others hear of it (and before a launcher that
+     * sees them exit stops this rank), and only once the comm was up: a failed rendezvous
+     * has nothing to record. */
+    if (first && up)
+        wf__flight_on_fail(c);
     /* Let the net thread tell the others (a no-op once it has stopped), and the actor fail
      * every posted request. */
     wf__net_kick(c);
