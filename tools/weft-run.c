@@ -22,6 +22,8 @@
  * made with it (wf_dist_opts_from_env) fails on every rank once that pipe closes.
  * Owns: the child processes, their output pipes, the line buffers.
  * Built on libuv (processes, pipes, signals), like the control plane of transport/. */
+#include "flight_verdict.h"
+
 #include <uv.h>
 
 #include <arpa/inet.h>
@@ -369,6 +371,9 @@ int main(int argc, char **argv)
         uv_signal_start(&L->sigs[s], on_signal, fwd[s]);
     }
 
+    /* The flight records of this job go to a directory of its own (WEFT_FLIGHT_DIR). */
+    fv_job flight;
+    fv_job_begin(&flight);
     /* The environment of every rank: ours plus the four WEFT_ variables. */
     extern char **environ;
     size_t nenv = 0;
@@ -495,6 +500,7 @@ int main(int argc, char **argv)
     free(env);
     free(L->ranks);
     int code = L->exit_code;
+    fv_job_end(&flight, n, code != 0);
     free(L);
     return code;
 }
