@@ -450,6 +450,11 @@ size_t fv_verdict(const fv_rank *rs, int n, char *out, size_t outlen)
             put_ranks(&o, never, n);
             out_put(&o, " never entered ");
             put_op(&o, named);
+        } else if (n_missing) { /* stopped or killed: it never finished, whatever it did */
+            put_ranks(&o, missing, n);
+            out_put(&o, " left no flight record (stopped or killed?) and never finished ");
+            put_op(&o, named);
+            n_missing = 0;
         } else {
             out_put(&o, "every rank with a record entered ");
             put_op(&o, named);
@@ -465,17 +470,22 @@ size_t fv_verdict(const fv_rank *rs, int n, char *out, size_t outlen)
         put_ranks(&o, missing, n);
         out_put(&o, " left no flight record (stopped or killed?)");
     }
-    /* The first failure a rank recorded: the reason the comm gave. */
+    /* The first failure: the reason of the record dumped first (a rank dumps as its comm
+     * fails; the others fail later, often only hearing of it). Clocks of other hosts differ,
+     * so across hosts this picks a reason, not necessarily the first. */
+    int first = -1;
     for (int r = 0; r < n; r++)
-        if (rs[r].present && rs[r].failed[0] && rs[r].reason[0]) {
-            char reason[sizeof rs[r].reason];
-            snprintf(reason, sizeof reason, "%s", rs[r].reason);
-            for (char *q = reason; *q; q++)
-                if (*q == '\n' || *q == '\r')
-                    *q = ' ';
-            out_put(&o, "; rank %d: %s: %s", r, rs[r].failed, reason);
-            break;
-        }
+        if (rs[r].present && rs[r].failed[0] && rs[r].reason[0] &&
+            (first < 0 || rs[r].now < rs[first].now))
+            first = r;
+    if (first >= 0) {
+        char reason[sizeof rs[first].reason];
+        snprintf(reason, sizeof reason, "%s", rs[first].reason);
+        for (char *q = reason; *q; q++)
+            if (*q == '\n' || *q == '\r')
+                *q = ' ';
+        out_put(&o, "; rank %d: %s: %s", first, rs[first].failed, reason);
+    }
     free(never);
     return o.len;
 }

@@ -837,8 +837,10 @@ static int coll_enter(wf_comm *c, int kind, coll_call *call, wf_dtype dt, size_t
     int n = c->size, nb = n > 2 ? 2 : 1;
     int nbr[2] = { (c->rank + n - 1) % n, (c->rank + 1) % n };
     uint64_t tag = coll_tag(call->seq, DESC_STEP);
-    for (int i = 0; i < nb && rc == 0; i++)
+    for (int i = 0; i < nb && rc == 0; i++) {
         rc = wf__irecv_desc(c, nbr[i], tag, c->desc_from[i], sizeof c->desc_from[i], &call->rq[i]);
+        c->desc_rq[i] = call->rq[i];
+    }
     for (int i = 0; i < nb && rc == 0; i++)
         rc = wf__isend(c, nbr[1 - i], tag, c->desc_mine, sizeof c->desc_mine, &call->rq[2 + i]);
     return rc;
@@ -847,8 +849,24 @@ static int coll_enter(wf_comm *c, int kind, coll_call *call, wf_dtype dt, size_t
 /* Ends a collective that entered with 'rc' (its result so far): a result is returned only
  * once both neighbours' descriptors came and match; an error that did not fail the comm yet
  * does now (the others must not wait for this rank). Returns the collective's status. */
+int wf__coll_settle(wf_comm *c)
+{
+    uint64_t end = wf__net_now_ns() + 100000000u;
+    for (;;) {
+        bool pending = false;
+        for (int i = 0; i < 2; i++)
+            pending |=
+                c->desc_rq[i] && !atomic_load_explicit(&c->desc_rq[i]->done, memory_order_acquire);
+        if (!pending || atomic_load(&c->failed) || wf__net_now_ns() >= end)
+            break;
+        c->api.ucp_worker_progress(c->worker);
+    }
+    return atomic_load(&c->failed) ? wf__comm_failed(c) : 0;
+}
+
 static int coll_exit(wf_comm *c, coll_call *call, int rc)
 {
+    c->desc_rq[0] = c->desc_rq[1] = NULL; /* waited for (and freed) below */
     if (c->size > 1) {
         if (rc < 0 && !atomic_load(&c->failed)) {
             char msg[WF_ERRMSG_MAX];
@@ -863,6 +881,10 @@ static int coll_exit(wf_comm *c, coll_call *call, int rc)
             snprintf(msg, sizeof msg, "%s", wf_last_errmsg());
             (void)wf__wait_all(call->rq, 4, deadline(c), what);
             wf__err(rc, "%s", msg);
+            /* Every rank reports the comm's failure, the first one anywhere (a mismatch seen
+             * by the callback while this rank's own wait failed on a wrong-sized message). */
+            if (atomic_load(&c->failed))
+                rc = wf__comm_failed(c);
         } else {
             int n = c->size, nb = n > 2 ? 2 : 1;
             int nbr[2] = { (c->rank + n - 1) % n, (c->rank + 1) % n };

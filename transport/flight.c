@@ -236,7 +236,9 @@ int wf__flight_write(wf_comm *c, const char *path)
         copy[i - first] = f->ent[i % WF__FLIGHT_OPS];
     pthread_mutex_unlock(&f->mu);
     uint64_t now = wf__net_now_ns();
-    int code = atomic_load(&c->failed);
+    pthread_mutex_lock(&c->mu);
+    int code = c->fail_code; /* leads 'failed': the failure dump runs between the two */
+    pthread_mutex_unlock(&c->mu);
     sbuf b = { 0 };
     put(&b, "{\"flight\":1,\"rank\":%d,\"size\":%d,\"host\":", c->rank, c->size);
     put_json_str(&b, c->host);
@@ -283,7 +285,9 @@ void wf__flight_on_fail(wf_comm *c)
     /* Failing is already under way and has its own message: keep it, whatever the dump says. */
     char keep[WF_ERRMSG_MAX];
     snprintf(keep, sizeof keep, "%s", wf_last_errmsg());
-    int code = atomic_load(&c->failed);
+    pthread_mutex_lock(&c->mu);
+    int code = c->fail_code;
+    pthread_mutex_unlock(&c->mu);
     if (wf__flight_write(c, NULL) < 0)
         fprintf(stderr, "weft: rank %d: flight record not written: %s\n", c->rank,
                 wf_last_errmsg());

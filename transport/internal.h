@@ -11,7 +11,8 @@
  *  - A request ('wf_comm_req') is freed by its waiter after its UCX request completed, or,
  *    if the waiter gave up on it (comm failure), it is an orphan on 'orphans' (mu) and the
  *    UCX completion callback, or wf_comm_destroy() after the worker is gone, frees it.
- *  - Once 'failed' is non-zero it never changes; 'failmsg' is written once, before it.
+ *  - Once 'failed' is non-zero it never changes; 'failmsg' is written once, before it
+ *    (and before 'fail_code', which leads 'failed' by the time the flight dump takes).
  *  - 'busy' counts callers polling the worker themselves (collectives, blocking receives);
  *    while it is above 0, "weft-net" does not watch the event fd ('poll_paused').
  *  - 'cma' is decided by all ranks together at creation and never changes; a single-copy
@@ -334,6 +335,8 @@ struct wf_comm {
     _Atomic int sends_in_flight; /* sends posted and not completed (see wf__wait) */
     _Atomic int busy;            /* callers driving progress themselves (wf__busy_begin) */
     _Atomic int failed;          /* 0 or the wf_status that failed the comm */
+    int fail_code;               /* (mu) the same, set first: between the two the failing
+                                    thread writes the flight record (net.c, comm_vfail) */
     int failed_rank;             /* (mu) the rank that failed, or -1 */
     _Atomic uint64_t grace_end;  /* 0, or until when waiters giving up let transfers finish */
     char failmsg[WF_ERRMSG_MAX];
@@ -368,6 +371,7 @@ struct wf_comm {
      * and what its left and right neighbours sent (written by UCX before their receives
      * complete). 'graph_hash' is wf_comm_set_graph_hash()'s. */
     uint64_t desc_mine[4], desc_from[2][4];
+    wf_comm_req *desc_rq[2]; /* their receives, while the collective runs (caller only) */
     int desc_peer[2];
     _Atomic uint64_t graph_hash;
     wf__flight *flight; /* the flight recorder (flight.c) */
@@ -484,6 +488,12 @@ int wf__coll_check_left(wf_comm *c);
  * receive 'r' (UCX callback, any thread, before 'r' is done): fails the comm, naming both
  * ranks and both calls, when it differs from this rank's. */
 void wf__coll_desc_arrived(wf_comm *c, const wf_comm_req *r);
+
+/* coll.c: a collective's data message had the wrong size (WF_EFORMAT): lets the current
+ * collective's descriptor receives complete first (up to 100 ms), so that when the cause
+ * is a mismatched call, that is the comm's failure and message. Returns the comm's failure
+ * code (0 if it has not failed). Threads: the caller of the collective. */
+int wf__coll_settle(wf_comm *c);
 
 /* coll.c: writes where this rank's collectives are ("allreduce #12", or "no collective
  * yet") for messages. Threads: any. */

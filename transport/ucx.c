@@ -602,6 +602,10 @@ int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
         free_req(r);
         return peer_error(c, peer, d, ust);
     }
+    if (status == WF_EFORMAT && (r->key & WF__TAG_COLL) && wf__coll_settle(c) < 0) {
+        free_req(r); /* a mismatched call: its message says more than the size */
+        return wf__comm_failed(c);
+    }
     if (status < 0) {
         char d[200];
         wf__req_describe(r, d, sizeof d);
