@@ -5,8 +5,8 @@
  * Invariant: an entry is written only under the recorder's 'mu', which is held for a few
  * stores (never across I/O or UCX), so a dump taken from any thread while operations run
  * sees whole entries; the file is built in memory and written after 'mu' is released.
- * Cost: two lock/unlock pairs and two clock reads per operation (measured with
- * allreduce_bench --no-flight beside the default; see transport/README.md).
+ * Cost: two lock/unlock pairs and two coarse clock reads per operation (measured by
+ * perf/transport/flight_bench.c, recorder on against off; see transport/README.md).
  * Not here: when operations start and end (coll.c, ucx.c), merging the dumps of a job
  * (tools/flight_verdict.c). */
 #include "internal.h"
@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *const kind_names[WF__K_COUNT] = {
@@ -25,6 +26,17 @@ static const char *const kind_names[WF__K_COUNT] = {
 };
 
 static const char *const state_names[] = { "posted", "waiting", "done", "failed" };
+
+/* The recorder's clock: CLOCK_MONOTONIC_COARSE (a few ms of resolution, enough to say who
+ * waited how long), since a plain CLOCK_MONOTONIC read cost ~500 ns on this VM (twice per
+ * operation: more than the rest of a one-rank collective), the coarse one ~5 ns idle and
+ * ~120 ns at a load average of 23. */
+static uint64_t flight_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 const char *wf__kind_name(unsigned kind)
 {
@@ -61,7 +73,7 @@ uint64_t wf__flight_begin(wf_comm *c, const wf__fent *e)
     wf__flight *f = c->flight;
     if (!f || !f->on)
         return 0;
-    uint64_t now = wf__net_now_ns();
+    uint64_t now = flight_now();
     pthread_mutex_lock(&f->mu);
     uint64_t ticket = ++f->n;
     wf__fent *d = &f->ent[(ticket - 1) % WF__FLIGHT_OPS];
@@ -80,7 +92,7 @@ void wf__flight_set(wf_comm *c, uint64_t ticket, int state, int rc)
     wf__flight *f = c->flight;
     if (!ticket || !f)
         return;
-    uint64_t now = state >= WF__FS_DONE ? wf__net_now_ns() : 0;
+    uint64_t now = state >= WF__FS_DONE ? flight_now() : 0;
     pthread_mutex_lock(&f->mu);
     if (f->n - ticket < WF__FLIGHT_OPS) { /* not overwritten since */
         wf__fent *d = &f->ent[(ticket - 1) % WF__FLIGHT_OPS];
@@ -235,7 +247,7 @@ int wf__flight_write(wf_comm *c, const char *path)
     for (uint64_t i = first; i < n; i++)
         copy[i - first] = f->ent[i % WF__FLIGHT_OPS];
     pthread_mutex_unlock(&f->mu);
-    uint64_t now = wf__net_now_ns();
+    uint64_t now = flight_now();
     pthread_mutex_lock(&c->mu);
     int code = c->fail_code; /* leads 'failed': the failure dump runs between the two */
     pthread_mutex_unlock(&c->mu);
