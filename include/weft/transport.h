@@ -144,7 +144,8 @@ WF_API WF_NODISCARD int wf_comm_set_graph_hash(wf_comm *c, uint64_t hash);
  * JSON object per line, first a header {"flight":1, "rank", "size", "host", "pid",
  * "incarnation", "failed" (the error's name, or null), "reason", "now_ns", "ops"}, then
  * one line per operation, oldest first: {"seq", "op", "key", "bytes", "count", "dtype",
- * "peer", "state", "t_start_ns", "t_end_ns", "rc", "tag"} (times in ns on CLOCK_MONOTONIC_COARSE: a few ms of resolution).
+ * "peer", "state", "t_start_ns", "t_end_ns", "rc", "tag"} (times in ns on
+ * CLOCK_MONOTONIC_COARSE: a few ms of resolution).
  * Returns 0, WF_EINVAL (NULL comm, no path and no flight_dir, the recorder is off) or
  * WF_EIO (the file could not be written: the message says why).
  * Threads: any, also while operations run. */
