@@ -161,3 +161,27 @@ put("gzip", "npy", gz(x))
 put("gzip", "two_members", gz(b"1,2,0\n") + gz(b"3,4,1\n"))
 put("gzip", "truncated", gz(csv * 4)[:-6])
 put("gzip", "bad_crc", gz(csv)[:-8] + b"\0\0\0\0" + gz(csv)[-4:])
+
+# ---- flight records (tools/flight_verdict.c) ---------------------------------------------
+def flight(rank, ops, failed="WF_ETIMEDOUT", reason="rank 0: no progress", now=5000000000):
+    head = {"flight": 1, "rank": rank, "size": 3, "host": "node1", "pid": 100 + rank,
+            "incarnation": 7, "failed": failed, "reason": reason, "now_ns": now,
+            "ops": len(ops)}
+    lines = [json.dumps(head, separators=(",", ":"))]
+    for seq, op, state, tag in ops:
+        lines.append(json.dumps({"seq": seq, "op": op, "key": 0, "bytes": 4, "count": 1,
+                                 "dtype": "f32", "peer": -1, "state": state,
+                                 "t_start_ns": 1000000000, "t_end_ns": 0, "rc": 0,
+                                 "tag": tag}, separators=(",", ":")))
+    return ("\n".join(lines) + "\n").encode()
+
+
+put("flight", "waiting", flight(0, [(1, "allreduce", "done", "step 0"),
+                                    (2, "allreduce", "waiting", "step 1")]))
+put("flight", "p2p_and_escapes", flight(2, [(1, "barrier", "done", "a \"q\" \\ \u0001"),
+                                            (1, "recv", "waiting", "x")], failed=None,
+                                        reason=""))
+put("flight", "truncated", flight(1, [(1, "allreduce", "done", "step 0")])[:-9])
+put("flight", "no_header", b'{"seq":1,"op":"allreduce"}\n')
+put("flight", "big_numbers", b'{"flight":1,"rank":0,"size":1,"now_ns":99999999999999999999}\n'
+    b'{"seq":-1,"op":"allreduce","t_start_ns":18446744073709551615,"state":"waiting"}\n')

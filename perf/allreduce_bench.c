@@ -2,7 +2,7 @@
  * MPI's MPI_Allreduce under mpirun, in one run, over shared memory and over TCP loopback.
  *   allreduce_bench [--json] [--quick] [--reps N] [--min-bytes B] [--max-bytes B]
  *                   [--transport shm|tcp|both] [--spin-us US] [--chunk-bytes B]
- *                   [--shm-tls TLS] [--no-mpi] [--no-bind] [--huge-pages]
+ *                   [--shm-tls TLS] [--no-mpi] [--no-bind] [--huge-pages] [--flight-compare]
  * Sizes 4 KiB .. 256 MiB (x4 steps; --quick: 4 KiB .. 1 MiB, 3 repetitions, a smoke test).
  * For each transport, weft runs first: this program again under 'weft-run -n 2' (the
  * launcher's rendezvous on loopback; shm: weft's default transports, which on one host are
@@ -28,6 +28,9 @@
  * pages (as weft's own arenas and gradient buckets are: memory/huge.h), the JSON's "pages"
  * says "2m" instead of "4k". Single-copy transfers pin every page they copy, so this changes
  * the large sizes on shared memory most.
+ * --flight-compare: weft runs twice per transport, with its flight recorder ("weft", the
+ * default) and without it ("weft-nofl", wf_comm_opts.flight_off), to measure the recorder's
+ * cost; --no-flight runs only the latter.
  */
 #include "bench_util.h"
 
@@ -58,7 +61,7 @@
 #endif
 
 typedef struct ab_opts {
-    bool json, quick, no_mpi, shm, tcp, no_bind, huge;
+    bool json, quick, no_mpi, shm, tcp, no_bind, huge, no_flight, flight_compare;
     int reps; /* 0: by size */
     long min_bytes, max_bytes;
     uint32_t spin_us;    /* wf_comm_opts.spin_us (0: default) */
@@ -127,6 +130,7 @@ static int weft_rank(const ab_opts *o, const char *transport, const char *out_pa
 #endif
     co.tls = strcmp(transport, "tcp") ? o->shm_tls : "tcp,self";
     co.spin_us = o->spin_us;
+    co.flight_off = o->no_flight;
     co.chunk_bytes = (size_t)o->chunk_bytes;
     wf_comm *c;
     if ((rc = wf_comm_create(NULL, &co, &c)) < 0) {
@@ -169,7 +173,8 @@ static int weft_rank(const ab_opts *o, const char *transport, const char *out_pa
             }
         }
         if (rc == 0 && !bad && co.rank == 0)
-            report(out, o, "weft", transport, bytes, bench_median(t, reps), reps);
+            report(out, o, o->no_flight ? "weft-nofl" : "weft", transport, bytes,
+                   bench_median(t, reps), reps);
     }
     if (rc < 0)
         fprintf(stderr, "allreduce_bench: rank %d: %s\n", co.rank, wf_last_errmsg());
@@ -184,11 +189,13 @@ static int weft_rank(const ab_opts *o, const char *transport, const char *out_pa
 
 static void common_args(const ab_opts *o, char *s, size_t n)
 {
-    snprintf(s, n,
-             "%s%s%s%s--min-bytes %ld --max-bytes %ld --reps %d --spin-us %u --chunk-bytes %ld%s%s",
-             o->json ? "--json " : "", o->quick ? "--quick " : "", o->no_bind ? "--no-bind " : "",
-             o->huge ? "--huge-pages " : "", o->min_bytes, o->max_bytes, o->reps, o->spin_us,
-             o->chunk_bytes, o->shm_tls ? " --shm-tls " : "", o->shm_tls ? o->shm_tls : "");
+    snprintf(
+        s, n,
+        "%s%s%s%s%s--min-bytes %ld --max-bytes %ld --reps %d --spin-us %u --chunk-bytes %ld%s%s",
+        o->json ? "--json " : "", o->quick ? "--quick " : "", o->no_bind ? "--no-bind " : "",
+        o->no_flight ? "--no-flight " : "", o->huge ? "--huge-pages " : "", o->min_bytes,
+        o->max_bytes, o->reps, o->spin_us, o->chunk_bytes, o->shm_tls ? " --shm-tls " : "",
+        o->shm_tls ? o->shm_tls : "");
 }
 
 /* Runs the weft side of 'transport' under weft-run and prints rank 0's lines. */
@@ -345,6 +352,10 @@ int main(int argc, char **argv)
             o.no_mpi = true;
         } else if (!strcmp(argv[i], "--no-bind")) {
             o.no_bind = true;
+        } else if (!strcmp(argv[i], "--no-flight")) {
+            o.no_flight = true;
+        } else if (!strcmp(argv[i], "--flight-compare")) {
+            o.flight_compare = true;
         } else if (!strcmp(argv[i], "--huge-pages")) {
             o.huge = true;
         } else if (!strcmp(argv[i], "--mpi-peer") && i + 1 < argc) {
@@ -377,6 +388,11 @@ int main(int argc, char **argv)
         if (!(tr ? o.tcp : o.shm))
             continue;
         bad |= run_weft(&o, self, tr ? "tcp" : "shm");
+        if (o.flight_compare && !o.no_flight) {
+            o.no_flight = true;
+            bad |= run_weft(&o, self, tr ? "tcp" : "shm");
+            o.no_flight = false;
+        }
         if (!o.no_mpi)
             run_mpi(&o, self, tr ? "tcp" : "shm");
     }
@@ -384,7 +400,8 @@ int main(int argc, char **argv)
 usage:
     fprintf(stderr, "usage: allreduce_bench [--json] [--quick] [--reps N] [--min-bytes B] "
                     "[--max-bytes B] [--transport shm|tcp|both] [--spin-us US] [--chunk-bytes B] "
-                    "[--shm-tls TLS] [--no-mpi] [--no-bind] [--huge-pages]\n"
+                    "[--shm-tls TLS] [--no-mpi] [--no-bind] [--huge-pages] [--no-flight] "
+                    "[--flight-compare]\n"
                     "  (sizes: powers of two from 4096 to 2^30)\n");
     return 2;
 }

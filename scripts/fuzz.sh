@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 secs="${1:-60}"
 build="${WF_FUZZ_BUILD_DIR:-build-fuzz}"
-targets="${WF_FUZZ_TARGETS:-safetensors checkpoint frame csv gzip idx npy}"
+targets="${WF_FUZZ_TARGETS:-safetensors checkpoint frame flight csv gzip idx npy}"
 
 cc=""
 for c in clang-14 clang; do

@@ -43,6 +43,7 @@
  * Owns: the child processes, their output pipes, the line buffers, the restart count, node
  * 0's view of the job's nodes.
  * Built on libuv (processes, pipes, signals), like the control plane of transport/. */
+#include "flight_verdict.h"
 #include "run_link.h"
 
 #include <uv.h>
@@ -118,6 +119,7 @@ typedef struct launcher {
     int job_code;       /* node 0: the job's first failure's status this start, or 0 */
     char job_fail[400]; /* node 0: that failure, in words */
     bool *down;         /* node 0: [node] its ranks of this start have all ended */
+    fv_job flight;      /* the job's flight records (WEFT_FLIGHT_DIR) */
     bool link_lost;     /* other nodes: node 0 is gone; end when our ranks have */
     char rbuf[65536];   /* one loop thread: one read buffer serves every pipe */
 } launcher;
@@ -425,6 +427,8 @@ static bool more_telling(const char *a, const char *b)
  * 'code' (0: none): start all of them again, or end the job. */
 static void job_over(launcher *L, int code, const char *failure)
 {
+    if (code != 0)
+        fv_job_report(&L->flight, L->size);
     if (code != 0 && !L->interrupted && L->restart < L->restarts) {
         L->restart++;
         L->incarnation++;
@@ -860,6 +864,8 @@ int main(int argc, char **argv)
         uv_signal_start(&L->sigs[s], on_signal, fwd[s]);
     }
 
+    /* The flight records of this job go to a directory of its own (WEFT_FLIGHT_DIR). */
+    fv_job_begin(&L->flight);
     /* The environment of every rank: ours plus the WEFT_ variables. */
     extern char **environ;
     size_t nenv = 0;
@@ -951,6 +957,7 @@ int main(int argc, char **argv)
     free(rargv);
     free(env);
     free(L->down);
+    fv_job_end(&L->flight, L->size, false); /* job_over() gave the verdicts */
     free(L);
     return code;
 }

@@ -682,12 +682,8 @@ static int nccl_route(wf_comm *c, const char *fn, const void *send, const void *
 
 /* ---- Ranks that left ------------------------------------------------------------------------ */
 
-/* The collectives by the kind a rank publishes in 'coll_now' (internal.h). */
-enum { K_NONE, K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_BROADCAST, K_BARRIER, K_COUNT };
-
-static const char *const kind_names[K_COUNT] = {
-    "collective", "allreduce", "reduce_scatter", "allgather", "broadcast", "barrier",
-};
+/* The collectives by the kind a rank publishes in 'coll_now' (internal.h): enum wf__op_kind,
+ * named by wf__kind_name(). */
 
 void wf__coll_where(const wf_comm *c, char *buf, size_t size)
 {
@@ -696,8 +692,7 @@ void wf__coll_where(const wf_comm *c, char *buf, size_t size)
     if (now >> 8 == 0)
         snprintf(buf, size, "no collective yet");
     else
-        snprintf(buf, size, "%s #%llu", kind_names[kind < K_COUNT ? kind : K_NONE],
-                 (unsigned long long)(now >> 8));
+        snprintf(buf, size, "%s #%llu", wf__kind_name(kind), (unsigned long long)(now >> 8));
 }
 
 int wf__coll_check_left(wf_comm *c)
@@ -729,16 +724,200 @@ int wf__coll_left(wf_comm *c, int rank, uint32_t n)
     return wf__coll_check_left(c);
 }
 
-/* Counts and publishes a new collective of 'kind' ('*seq' its number), and refuses it at
- * once when a rank that left took part in fewer collectives: it will never join this one.
- * The caller stores 'coll_now' before it loads 'left' and "weft-net" stores 'left' before
- * it loads 'coll_now' (both sequentially consistent), so one of the two always sees the
- * other, and a waiter is never missed. */
-static int coll_enter(wf_comm *c, int kind, uint32_t *seq)
+/* ---- Call descriptors --------------------------------------------------------------------
+ * Each collective tells its ring neighbours what it is: desc[0] = seq | kind << 32 | dtype <<
+ * 40 | op << 48, desc[1] = count (elements; bytes for allgather and broadcast), desc[2] =
+ * root + 1 (broadcast) or 0, desc[3] = the graph hash (0: none). 32 bytes sent eagerly to
+ * each neighbour at entry (tag step DESC_STEP) while the data moves, so a matching call
+ * costs one small message each way; a different call is seen when the neighbour's
+ * descriptor arrives (wf__coll_desc_arrived, in UCX's callback) and fails the comm on every
+ * rank, also when the data would never match (another kind or size takes other tags and
+ * lengths). On exit a collective returns its result only once both neighbours' descriptors
+ * came and matched: two neighbours are every other rank for up to 3 ranks. */
+#define DESC_STEP 0xfffe
+
+static const char *const reduce_names[] = { "?", "sum", "mean", "max" };
+
+/* "allreduce #12 (f32 x 1000, sum)" and the like, from a descriptor. */
+static void desc_describe(const uint64_t *d, char *s, size_t n)
 {
-    *seq = ++c->coll_seq;
-    atomic_store(&c->coll_now, (uint64_t)*seq << 8 | (unsigned)kind);
-    return wf__coll_check_left(c);
+    unsigned kind = (unsigned)(d[0] >> 32) & 0xff, dt = (unsigned)(d[0] >> 40) & 0xff;
+    unsigned op = (unsigned)(d[0] >> 48) & 0xff;
+    unsigned long long count = (unsigned long long)d[1];
+    const char *opn = reduce_names[op < 4 ? op : 0];
+    int at = snprintf(s, n, "%s #%u", wf__kind_name(kind), (unsigned)d[0]);
+    if (at < 0 || (size_t)at >= n)
+        return;
+    switch (kind) {
+    case WF__K_ALLREDUCE:
+        at += snprintf(s + at, n - (size_t)at, " (%s x %llu, %s)", wf_dtype_name((wf_dtype)dt),
+                       count, opn);
+        break;
+    case WF__K_REDUCE_SCATTER:
+        at += snprintf(s + at, n - (size_t)at, " (%s x %llu per rank, %s)",
+                       wf_dtype_name((wf_dtype)dt), count, opn);
+        break;
+    case WF__K_ALLGATHER:
+        at += snprintf(s + at, n - (size_t)at, " (%llu bytes per rank)", count);
+        break;
+    case WF__K_BROADCAST:
+        at += snprintf(s + at, n - (size_t)at, " (%llu bytes, root %lld)", count,
+                       (long long)d[2] - 1);
+        break;
+    default:
+        break;
+    }
+    if (d[3] && at > 0 && (size_t)at < n)
+        snprintf(s + at, n - (size_t)at, " of graph %#llx", (unsigned long long)d[3]);
+}
+
+static bool desc_match(const uint64_t *a, const uint64_t *b)
+{
+    return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && (!a[3] || !b[3] || a[3] == b[3]);
+}
+
+/* Fails the comm when 'theirs' (rank 'peer') is not this rank's call. Returns the comm's
+ * failure code, or 0 when they match. */
+static int desc_check(wf_comm *c, int peer, const uint64_t *theirs)
+{
+    if (desc_match(c->desc_mine, theirs))
+        return 0;
+    char me[128], them[128];
+    desc_describe(c->desc_mine, me, sizeof me);
+    desc_describe(theirs, them, sizeof them);
+    int lo = c->rank < peer ? c->rank : peer;
+    const char *dlo = lo == c->rank ? me : them, *dhi = lo == c->rank ? them : me;
+    wf__comm_fail(c, WF_EPEER, peer, "mismatched collectives: rank %d called %s, rank %d called %s",
+                  lo, dlo, lo == c->rank ? peer : c->rank, dhi);
+    return wf__comm_failed(c);
+}
+
+void wf__coll_desc_arrived(wf_comm *c, const wf_comm_req *r)
+{
+    /* 'desc_mine' is this collective's until its exit, which waits for this receive. */
+    (void)desc_check(c, r->peer, r->buf);
+}
+
+/* A collective in progress: its number, flight-recorder ticket and descriptor messages. */
+typedef struct coll_call {
+    uint32_t seq;
+    uint64_t ticket;
+    wf_comm_req *rq[4]; /* receives from the neighbours, then sends to them */
+} coll_call;
+
+/* Counts and publishes a new collective of 'kind' (its number in 'call->seq'), records it,
+ * sends its descriptor to the neighbours and posts their receives; refuses it at once when
+ * a rank that left took part in fewer collectives: it will never join this one. The
+ * caller stores 'coll_now' before it loads 'left' and "weft-net" stores 'left' before it
+ * loads 'coll_now' (both sequentially consistent), so one of the two always sees the
+ * other, and a waiter is never missed. Every call that entered ends with coll_exit(). */
+static int coll_enter(wf_comm *c, int kind, coll_call *call, wf_dtype dt, size_t count,
+                      wf_reduce_op op, int root)
+{
+    memset(call, 0, sizeof *call);
+    call->seq = ++c->coll_seq;
+    atomic_store(&c->coll_now, (uint64_t)call->seq << 8 | (unsigned)kind);
+    size_t es = kind == WF__K_ALLREDUCE || kind == WF__K_REDUCE_SCATTER ? wf_dtype_size(dt) : 1;
+    call->ticket = wf__flight_begin(c, &(wf__fent){ .kind = (uint8_t)kind,
+                                                    .seq = call->seq,
+                                                    .count = count,
+                                                    .bytes = count * es,
+                                                    .dtype = (uint8_t)dt,
+                                                    .op = (uint8_t)op,
+                                                    .peer = kind == WF__K_BROADCAST ? root : -1,
+                                                    .state = WF__FS_WAITING });
+    int rc = wf__coll_check_left(c);
+    if (rc < 0 || c->size == 1)
+        return rc;
+    c->desc_mine[0] = call->seq | (uint64_t)kind << 32 | (uint64_t)(dt & 0xff) << 40 |
+                      (uint64_t)(op & 0xff) << 48;
+    c->desc_mine[1] = count;
+    c->desc_mine[2] = kind == WF__K_BROADCAST ? (uint64_t)root + 1 : 0;
+    c->desc_mine[3] = atomic_load_explicit(&c->graph_hash, memory_order_relaxed);
+    int n = c->size, nb = n > 2 ? 2 : 1;
+    int nbr[2] = { (c->rank + n - 1) % n, (c->rank + 1) % n };
+    uint64_t tag = coll_tag(call->seq, DESC_STEP);
+    for (int i = 0; i < nb && rc == 0; i++) {
+        rc = wf__irecv_desc(c, nbr[i], tag, c->desc_from[i], sizeof c->desc_from[i], &call->rq[i]);
+        c->desc_rq[i] = call->rq[i];
+    }
+    for (int i = 0; i < nb && rc == 0; i++)
+        rc = wf__isend(c, nbr[1 - i], tag, c->desc_mine, sizeof c->desc_mine, &call->rq[2 + i]);
+    return rc;
+}
+
+/* Ends a collective that entered with 'rc' (its result so far): a result is returned only
+ * once both neighbours' descriptors came and match; an error that did not fail the comm yet
+ * does now (the others must not wait for this rank). Returns the collective's status. */
+/* Waits for the descriptor messages 'rq' (4, NULL entries skipped) and frees them. Those
+ * already done, the usual case (sent at entry, ahead of the data), are freed without
+ * wf__wait(), whose clock reads cost ~0.5 us each on this VM (measured: CLOCK_MONOTONIC at
+ * 480-500 ns a read), and their 'what' is only written when one must be waited for. */
+static int desc_reap(wf_comm *c, wf_comm_req **rq, uint32_t seq)
+{
+    bool pending = false;
+    for (int i = 0; i < 4; i++) {
+        if (!rq[i])
+            continue;
+        if (atomic_load_explicit(&rq[i]->done, memory_order_acquire) && rq[i]->status == 0) {
+            wf__req_free(rq[i]); /* 'status' was written under mu before 'done' */
+            rq[i] = NULL;
+        } else {
+            pending = true;
+        }
+    }
+    if (!pending)
+        return 0;
+    char what[64]; /* named only when needed: snprintf costs ~0.4 us here */
+    snprintf(what, sizeof what, "call descriptor of collective #%u", seq);
+    return wf__wait_all(rq, 4, deadline(c), what);
+}
+
+int wf__coll_settle(wf_comm *c)
+{
+    uint64_t end = wf__net_now_ns() + 100000000u;
+    for (;;) {
+        bool pending = false;
+        for (int i = 0; i < 2; i++)
+            pending |=
+                c->desc_rq[i] && !atomic_load_explicit(&c->desc_rq[i]->done, memory_order_acquire);
+        if (!pending || atomic_load(&c->failed) || wf__net_now_ns() >= end)
+            break;
+        c->api.ucp_worker_progress(c->worker);
+    }
+    return atomic_load(&c->failed) ? wf__comm_failed(c) : 0;
+}
+
+static int coll_exit(wf_comm *c, coll_call *call, int rc)
+{
+    c->desc_rq[0] = c->desc_rq[1] = NULL; /* waited for (and freed) below */
+    if (c->size > 1) {
+        if (rc < 0 && !atomic_load(&c->failed)) {
+            char msg[WF_ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s", wf_last_errmsg());
+            wf__comm_fail(c, rc, c->rank, "rank %d: %s", c->rank, msg);
+            wf__err(rc, "%s", msg);
+        }
+        if (rc < 0) {
+            char msg[WF_ERRMSG_MAX], what[64];
+            snprintf(msg, sizeof msg, "%s", wf_last_errmsg());
+            snprintf(what, sizeof what, "call descriptor of collective #%u", call->seq);
+            (void)wf__wait_all(call->rq, 4, deadline(c), what);
+            wf__err(rc, "%s", msg);
+            /* Every rank reports the comm's failure, the first one anywhere (a mismatch seen
+             * by the callback while this rank's own wait failed on a wrong-sized message). */
+            if (atomic_load(&c->failed))
+                rc = wf__comm_failed(c);
+        } else {
+            int n = c->size, nb = n > 2 ? 2 : 1;
+            int nbr[2] = { (c->rank + n - 1) % n, (c->rank + 1) % n };
+            rc = desc_reap(c, call->rq, call->seq);
+            for (int i = 0; i < nb && rc == 0; i++)
+                rc = desc_check(c, nbr[i], c->desc_from[i]);
+        }
+    }
+    wf__flight_set(c, call->ticket, rc < 0 ? WF__FS_FAILED : WF__FS_DONE, rc);
+    return rc;
 }
 
 /* ---- Public collectives ---------------------------------------------------------------------- */
@@ -757,9 +936,10 @@ static int allreduce_impl(wf_comm *c, const void *send, void *recv, size_t count
     if (dev >= 0)
         return wf__nccl_allreduce(c, dev, send, recv, count, dt, op);
 #endif
-    uint32_t seq;
-    if ((rc = coll_enter(c, K_ALLREDUCE, &seq)) < 0)
-        return rc;
+    coll_call call;
+    if ((rc = coll_enter(c, WF__K_ALLREDUCE, &call, dt, count, op, -1)) < 0)
+        return coll_exit(c, &call, rc);
+    uint32_t seq = call.seq;
     bool small = bytes <= c->small_bytes || count < (size_t)c->size;
     uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
     /* Both algorithms read 'send' themselves; only a single rank, or a 'send' that overlaps
@@ -777,13 +957,14 @@ static int allreduce_impl(wf_comm *c, const void *send, void *recv, size_t count
         } else {
             size_t *ol = malloc(2 * (size_t)c->size * sizeof *ol);
             if (!ol)
-                return wf__err(WF_ENOMEM, "%s: out of memory", what);
+                return coll_exit(c, &call, wf__err(WF_ENOMEM, "%s: out of memory", what));
             split(count, c->size, ol, ol + c->size);
             rc = ring(c, recv, send == recv ? NULL : send, wf_dtype_size(dt), ol, ol + c->size, dt,
                       op, true, true, seq, what);
             free(ol);
         }
     }
+    rc = coll_exit(c, &call, rc);
     if (rc == 0 && op == WF_REDUCE_MEAN)
         scale_mean(recv, count, dt, c->size);
     return rc;
@@ -804,9 +985,10 @@ static int reduce_scatter_impl(wf_comm *c, const void *send, void *recv, size_t 
     if (dev >= 0)
         return wf__nccl_reduce_scatter(c, dev, send, recv, count, dt, op);
 #endif
-    uint32_t seq;
-    if ((rc = coll_enter(c, K_REDUCE_SCATTER, &seq)) < 0)
-        return rc;
+    coll_call call;
+    if ((rc = coll_enter(c, WF__K_REDUCE_SCATTER, &call, dt, count, op, -1)) < 0)
+        return coll_exit(c, &call, rc);
+    uint32_t seq = call.seq;
     int n = c->size;
     char what[128];
     snprintf(what, sizeof what, "reduce_scatter #%u (%zu x %s per rank)", seq, count,
@@ -816,13 +998,14 @@ static int reduce_scatter_impl(wf_comm *c, const void *send, void *recv, size_t 
     if (!work || !ol) {
         free(work);
         free(ol);
-        return wf__err(WF_ENOMEM, "%s: out of memory", what);
+        return coll_exit(c, &call, wf__err(WF_ENOMEM, "%s: out of memory", what));
     }
     if (count)
         memcpy(work, send, bytes * (size_t)n);
     shifted_blocks(n, count, ol, ol + n);
     if (n > 1 && count)
         rc = ring(c, work, NULL, wf_dtype_size(dt), ol, ol + n, dt, op, true, false, seq, what);
+    rc = coll_exit(c, &call, rc);
     if (rc == 0 && count) {
         memcpy(recv, work + (size_t)c->rank * bytes, bytes);
         if (op == WF_REDUCE_MEAN)
@@ -850,22 +1033,21 @@ static int allgather_impl(wf_comm *c, const void *send, void *recv, size_t bytes
     if (dev >= 0)
         return wf__nccl_allgather(c, dev, send, recv, bytes);
 #endif
-    uint32_t seq;
-    if ((rc = coll_enter(c, K_ALLGATHER, &seq)) < 0)
-        return rc;
-    if (!bytes)
-        return 0;
+    coll_call call;
+    if ((rc = coll_enter(c, WF__K_ALLGATHER, &call, WF_U8, bytes, 0, -1)) < 0 || !bytes)
+        return coll_exit(c, &call, rc);
+    uint32_t seq = call.seq;
     memmove((uint8_t *)recv + (size_t)c->rank * bytes, send, bytes);
     char what[96];
     snprintf(what, sizeof what, "allgather #%u (%zu bytes per rank)", seq, bytes);
     size_t *ol = malloc(2 * (size_t)n * sizeof *ol);
     if (!ol)
-        return wf__err(WF_ENOMEM, "%s: out of memory", what);
+        return coll_exit(c, &call, wf__err(WF_ENOMEM, "%s: out of memory", what));
     shifted_blocks(n, bytes, ol, ol + n);
     if (n > 1)
         rc = ring(c, recv, NULL, 1, ol, ol + n, WF_U8, WF_REDUCE_SUM, false, true, seq, what);
     free(ol);
-    return rc;
+    return coll_exit(c, &call, rc);
 }
 
 static int broadcast_impl(wf_comm *c, void *buf, size_t bytes, int root)
@@ -883,9 +1065,10 @@ static int broadcast_impl(wf_comm *c, void *buf, size_t bytes, int root)
     if (dev >= 0)
         return wf__nccl_broadcast(c, dev, buf, bytes, root);
 #endif
-    uint32_t seq;
-    if ((rc = coll_enter(c, K_BROADCAST, &seq)) < 0)
-        return rc;
+    coll_call call;
+    if ((rc = coll_enter(c, WF__K_BROADCAST, &call, WF_U8, bytes, 0, root)) < 0)
+        return coll_exit(c, &call, rc);
+    uint32_t seq = call.seq;
     char what[96];
     snprintf(what, sizeof what, "broadcast #%u (%zu bytes from rank %d)", seq, bytes, root);
     uint64_t dl = deadline(c);
@@ -897,7 +1080,7 @@ static int broadcast_impl(wf_comm *c, void *buf, size_t bytes, int root)
             int parent = (rel - mask + root) % n;
             if ((rc = wf__irecv(c, parent, coll_tag(seq, 0), buf, bytes, &rq)) < 0 ||
                 (rc = wf__wait(rq, dl, what)) < 0)
-                return rc;
+                return coll_exit(c, &call, rc);
             break;
         }
         mask <<= 1;
@@ -908,7 +1091,7 @@ static int broadcast_impl(wf_comm *c, void *buf, size_t bytes, int root)
         if (rel + mask < n && rc == 0)
             rc = wf__isend(c, (rel + mask + root) % n, coll_tag(seq, 0), buf, bytes, &sends[ns++]);
     int rc2 = wf__wait_all(sends, (size_t)ns, dl, what);
-    return rc < 0 ? rc : rc2;
+    return coll_exit(c, &call, rc < 0 ? rc : rc2);
 }
 
 static int barrier_impl(wf_comm *c)
@@ -917,9 +1100,10 @@ static int barrier_impl(wf_comm *c)
     if (rc < 0)
         return rc;
     int n = c->size;
-    uint32_t seq;
-    if ((rc = coll_enter(c, K_BARRIER, &seq)) < 0)
-        return rc;
+    coll_call call;
+    if ((rc = coll_enter(c, WF__K_BARRIER, &call, WF_U8, 0, 0, -1)) < 0)
+        return coll_exit(c, &call, rc);
+    uint32_t seq = call.seq;
     char what[64];
     snprintf(what, sizeof what, "barrier #%u", seq);
     uint64_t dl = deadline(c);
@@ -932,9 +1116,9 @@ static int barrier_impl(wf_comm *c)
             rc = wf__isend(c, (c->rank + d) % n, coll_tag(seq, step), NULL, 0, &rq[1]);
         int rc2 = wf__wait_all(rq, 2, dl, what);
         if (rc < 0 || rc2 < 0)
-            return rc < 0 ? rc : rc2;
+            return coll_exit(c, &call, rc < 0 ? rc : rc2);
     }
-    return 0;
+    return coll_exit(c, &call, 0);
 }
 
 /* ---- Entry points: each collective runs in busy mode (internal.h) ----------------------- */

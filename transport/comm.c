@@ -98,6 +98,7 @@ static void comm_free(wf_comm *c)
     free(c->addr_str);
     free(c->token);
     free(c->scratch);
+    wf__flight_fini(c);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -190,6 +191,12 @@ int wf_comm_create(wf_runtime *rt, const wf_comm_opts *o, wf_comm **out)
     c->small_bytes = o->small_bytes ? o->small_bytes : 65536;
     c->chunk_bytes = o->chunk_bytes ? o->chunk_bytes : 262144;
     c->incarnation = o->incarnation;
+    if (wf__flight_init(c, o) < 0) {
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return WF_ENOMEM;
+    }
     if (!c->incarnation) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -366,6 +373,8 @@ int wf_dist_opts_from_env(wf_comm_opts *opts)
         o.net_devices = s;
     if ((s = getenv("WEFT_TLS")) && *s)
         o.tls = s;
+    if ((s = getenv("WEFT_FLIGHT_DIR")) && *s)
+        o.flight_dir = s;
     long lfd;
     if ((rc = env_int("WEFT_LAUNCHER_FD", 1, INT_MAX, &lfd)) < 0)
         return rc;

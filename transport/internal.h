@@ -11,7 +11,8 @@
  *  - A request ('wf_comm_req') is freed by its waiter after its UCX request completed, or,
  *    if the waiter gave up on it (comm failure), it is an orphan on 'orphans' (mu) and the
  *    UCX completion callback, or wf_comm_destroy() after the worker is gone, frees it.
- *  - Once 'failed' is non-zero it never changes; 'failmsg' is written once, before it.
+ *  - Once 'failed' is non-zero it never changes; 'failmsg' is written once, before it
+ *    (and before 'fail_code', which leads 'failed' by the time the flight dump takes).
  *  - 'busy' counts callers polling the worker themselves (collectives, blocking receives);
  *    while it is above 0, "weft-net" does not watch the event fd ('poll_paused').
  *  - 'cma' is decided by all ranks together at creation and never changes; a single-copy
@@ -121,6 +122,66 @@ typedef struct wf__hello {
 int wf__hello_decode(const uint8_t *p, size_t len, int size, const char *token, wf__hello *h,
                      char *err, size_t errlen);
 
+/* ---- The flight recorder (flight.c) ---------------------------------------------------- */
+
+/* What a recorded operation is: the collectives, then point to point. */
+enum wf__op_kind {
+    WF__K_NONE,
+    WF__K_ALLREDUCE,
+    WF__K_REDUCE_SCATTER,
+    WF__K_ALLGATHER,
+    WF__K_BROADCAST,
+    WF__K_BARRIER,
+    WF__K_SEND,
+    WF__K_RECV,
+    WF__K_COUNT
+};
+
+/* "allreduce", ..., "send", "recv" ("collective" for an unknown kind). */
+const char *wf__kind_name(unsigned kind);
+
+enum wf__flight_state { WF__FS_POSTED, WF__FS_WAITING, WF__FS_DONE, WF__FS_FAILED };
+
+#define WF__FLIGHT_OPS 1024 /* operations each comm remembers */
+#define WF__FLIGHT_TAG 48   /* bytes of a caller's tag, NUL included */
+
+/* One recorded operation. 'seq' is the collective's number (coll_seq) or, for point to
+ * point, the comm's count of public sends and receives. */
+typedef struct wf__fent {
+    uint64_t seq, key, bytes, count;
+    uint64_t t0, t1; /* CLOCK_MONOTONIC ns: posted, and done or failed (0: not yet) */
+    int32_t peer;    /* point to point: the peer; broadcast: the root; else -1 */
+    int32_t rc;      /* the status it ended with */
+    uint8_t kind, state, dtype, op;
+    char tag[WF__FLIGHT_TAG];
+} wf__fent;
+
+typedef struct wf__flight {
+    pthread_mutex_t mu; /* guards everything below; never held across I/O or UCX */
+    bool on;            /* false: wf_comm_opts.flight_off */
+    uint64_t n;         /* operations recorded so far; entry i is at ent[i % WF__FLIGHT_OPS] */
+    uint64_t p2p_seq;
+    char tag[WF__FLIGHT_TAG]; /* the caller's tag (wf_comm_set_tag) */
+    char *dir;                /* wf_comm_opts.flight_dir (malloc), or NULL */
+    bool dumped;              /* the failure dump was written (or tried) */
+    wf__fent ent[WF__FLIGHT_OPS];
+} wf__flight;
+
+/* Records the start of 'e' (its kind, seq, sizes, peer; the tag and time are added) in the
+ * state 'e->state'. Returns its ticket (for wf__flight_set), 0 when the recorder is off. */
+uint64_t wf__flight_begin(wf_comm *c, const wf__fent *e);
+/* Moves operation 'ticket' to 'state' (with 'rc' and the end time once DONE or FAILED);
+ * a no-op for ticket 0 or an entry already overwritten. */
+void wf__flight_set(wf_comm *c, uint64_t ticket, int state, int rc);
+/* Writes the record to 'path' (NULL: <flight_dir>/flight.rank<R>.jsonl). Returns 0,
+ * WF_EINVAL (no path and no flight_dir) or WF_EIO, with a message. */
+int wf__flight_write(wf_comm *c, const char *path);
+/* The comm has just failed: writes the record once, if a flight_dir was given. */
+void wf__flight_on_fail(wf_comm *c);
+/* Makes the recorder of a new comm (creation); WF_ENOMEM. Frees it (NULL-safe). */
+int wf__flight_init(wf_comm *c, const wf_comm_opts *o);
+void wf__flight_fini(wf_comm *c);
+
 /* ---- The communicator --------------------------------------------------------------- */
 
 typedef struct wf__conn wf__conn;
@@ -213,6 +274,8 @@ struct wf_comm_req {
     void *buf;                /* the caller's buffer, until the actor hands it on */
     bool handed;              /* (actor) given to UCX */
     wf_comm_req *next_posted; /* (mu) on 'posted' until the actor finishes it */
+    uint64_t flight;          /* its flight-recorder ticket (flight.c), 0: not recorded */
+    bool desc;                /* a collective's call descriptor (coll.c): checked on arrival */
 };
 
 struct wf_comm {
@@ -272,6 +335,8 @@ struct wf_comm {
     _Atomic int sends_in_flight; /* sends posted and not completed (see wf__wait) */
     _Atomic int busy;            /* callers driving progress themselves (wf__busy_begin) */
     _Atomic int failed;          /* 0 or the wf_status that failed the comm */
+    int fail_code;               /* (mu) the same, set first: between the two the failing
+                                    thread writes the flight record (net.c, comm_vfail) */
     int failed_rank;             /* (mu) the rank that failed, or -1 */
     _Atomic uint64_t grace_end;  /* 0, or until when waiters giving up let transfers finish */
     char failmsg[WF_ERRMSG_MAX];
@@ -302,6 +367,14 @@ struct wf_comm {
     uint64_t cma_word; /* what wf__cma_setup's neighbour reads */
     void *scratch;
     size_t scratch_cap;
+    /* The call descriptor of the collective in progress (coll.c, check_desc): this rank's,
+     * and what its left and right neighbours sent (written by UCX before their receives
+     * complete). 'graph_hash' is wf_comm_set_graph_hash()'s. */
+    uint64_t desc_mine[4], desc_from[2][4];
+    wf_comm_req *desc_rq[2]; /* their receives, while the collective runs (caller only) */
+    int desc_peer[2];
+    _Atomic uint64_t graph_hash;
+    wf__flight *flight; /* the flight recorder (flight.c) */
 };
 
 /* net.c: starts the "weft-net" thread (rendezvous, heartbeats, failure detection). */
@@ -361,6 +434,9 @@ void wf__post_completed(wf_comm_req *r);
 int wf__isend(wf_comm *c, int peer, uint64_t body, const void *buf, size_t bytes,
               wf_comm_req **out);
 int wf__irecv(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, wf_comm_req **out);
+/* As wf__irecv(), for a collective's call descriptor: its completion calls
+ * wf__coll_desc_arrived() before the request is done. */
+int wf__irecv_desc(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, wf_comm_req **out);
 /* As wf__isend()/wf__irecv(), for the actor's posted requests: 'r' is made by the caller
  * (calloc'ed, 'on_done' and friends set, already on 'posted'); on failure the caller frees it. */
 int wf__post_ucx(wf_comm *c, wf_comm_req *r, int peer, uint64_t body, void *buf, size_t bytes,
@@ -407,6 +483,17 @@ void wf__nccl_fini(wf_comm *c); /* after the goodbye round */
  * the collectives make the same check on entry. Returns the comm's failure code or 0. */
 int wf__coll_left(wf_comm *c, int rank, uint32_t n);
 int wf__coll_check_left(wf_comm *c);
+
+/* coll.c: a neighbour's call descriptor for the collective in progress has arrived in
+ * receive 'r' (UCX callback, any thread, before 'r' is done): fails the comm, naming both
+ * ranks and both calls, when it differs from this rank's. */
+void wf__coll_desc_arrived(wf_comm *c, const wf_comm_req *r);
+
+/* coll.c: a collective's data message had the wrong size (WF_EFORMAT): lets the current
+ * collective's descriptor receives complete first (up to 100 ms), so that when the cause
+ * is a mismatched call, that is the comm's failure and message. Returns the comm's failure
+ * code (0 if it has not failed). Threads: the caller of the collective. */
+int wf__coll_settle(wf_comm *c);
 
 /* coll.c: writes where this rank's collectives are ("allreduce #12", or "no collective
  * yet") for messages. Threads: any. */

@@ -143,15 +143,32 @@ uint64_t wf__net_now_ns(void)
 static int comm_vfail(wf_comm *c, int code, int rank, bool quiet, const char *fmt, va_list ap)
 {
     pthread_mutex_lock(&c->mu);
-    if (atomic_load(&c->failed) == 0) {
+    bool first = c->fail_code == 0;
+    bool up = c->phase >= WF__PH_READY;
+    if (first) {
         vsnprintf(c->failmsg, sizeof c->failmsg, fmt, ap);
         c->failed_rank = rank;
         c->fail_quiet = quiet;
-        atomic_store(&c->failed, code);
+        c->fail_code = code;
     } else if (!quiet) {
         c->fail_quiet = false; /* a real failure after a quiet one: now everyone hears */
     }
-    int rc = atomic_load(&c->failed);
+    /* A later failure waits until the first is published, so that 'failed' is set once any
+     * wf__comm_fail() returns (callers read it, through wf__comm_failed(), right after).
+     * The first one's thread only writes a file meanwhile and calls neither UCX nor this. */
+    while (!first && atomic_load(&c->failed) == 0)
+        pthread_cond_wait(&c->cv, &c->mu);
+    int rc = c->fail_code;
+    pthread_mutex_unlock(&c->mu);
+    /* The flight record first, before anyone hears of the failure: neither this rank's
+     * caller (which may return, leave and exit at once, and a launcher that sees it exit
+     * stops the others) nor the other ranks; and only once the comm was up (a failed
+     * rendezvous has nothing to record). Meanwhile 'failed' still reads 0. */
+    if (first && up)
+        wf__flight_on_fail(c);
+    pthread_mutex_lock(&c->mu);
+    if (first)
+        atomic_store(&c->failed, code);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     /* Let the net thread tell the others (a no-op once it has stopped), and the actor fail

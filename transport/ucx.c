@@ -236,6 +236,11 @@ ctx:
 static void complete(wf_comm_req *r, void *ureq, ucs_status_t st, size_t length)
 {
     wf_comm *c = r->c;
+    /* A neighbour's call descriptor: compared before the waiter can see it done (and move
+     * on to the next collective), so that a mismatched collective fails every rank at once
+     * instead of waiting for messages that never come (coll.c). */
+    if (r->desc && r->is_recv && st == UCS_OK && length == r->bytes)
+        wf__coll_desc_arrived(c, r);
     int status = 0;
     if (st == UCS_OK && r->is_recv && length != r->bytes)
         status = WF_EFORMAT;
@@ -381,13 +386,15 @@ int wf__post_ucx(wf_comm *c, wf_comm_req *r, int peer, uint64_t body, void *buf,
     return post_ucx(c, r, peer, body, buf, bytes, is_recv);
 }
 
-static int post(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, bool is_recv,
-                wf_comm_req **out)
+static int post_as(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, bool is_recv,
+                   bool desc, wf_comm_req **out)
 {
     *out = NULL;
     wf_comm_req *r = calloc(1, sizeof *r);
     if (!r)
         return wf__err(WF_ENOMEM, "wf_comm: no memory for a request");
+    r->desc = desc; /* before UCX can complete it */
+    r->buf = buf;
     int rc = post_ucx(c, r, peer, body, buf, bytes, is_recv);
     if (rc < 0) {
         free(r);
@@ -395,6 +402,17 @@ static int post(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, bo
     }
     *out = r;
     return 0;
+}
+
+static int post(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, bool is_recv,
+                wf_comm_req **out)
+{
+    return post_as(c, peer, body, buf, bytes, is_recv, false, out);
+}
+
+int wf__irecv_desc(wf_comm *c, int peer, uint64_t body, void *buf, size_t bytes, wf_comm_req **out)
+{
+    return post_as(c, peer, body, buf, bytes, true, true, out);
 }
 
 int wf__isend(wf_comm *c, int peer, uint64_t body, const void *buf, size_t bytes, wf_comm_req **out)
@@ -584,6 +602,10 @@ int wf__wait(wf_comm_req *r, uint64_t deadline_ns, const char *what)
         free_req(r);
         return peer_error(c, peer, d, ust);
     }
+    if (status == WF_EFORMAT && (r->key & WF__TAG_COLL) && wf__coll_settle(c) < 0) {
+        free_req(r); /* a mismatched call: its message says more than the size */
+        return wf__comm_failed(c);
+    }
     if (status < 0) {
         char d[200];
         wf__req_describe(r, d, sizeof d);
@@ -640,24 +662,48 @@ static int check_p2p(const char *fn, wf_comm *c, int peer, uint64_t key, const v
     return wf__comm_failed(c);
 }
 
+/* A public send or receive, recorded by the flight recorder from its post to its wait. */
+static int p2p_post(const char *fn, wf_comm *c, int peer, uint64_t key, void *buf, size_t bytes,
+                    bool is_recv, wf_comm_req **out)
+{
+    int rc = check_p2p(fn, c, peer, key, buf, bytes, out);
+    if (rc < 0)
+        return rc;
+    uint64_t ticket = wf__flight_begin(c, &(wf__fent){ .kind = is_recv ? WF__K_RECV : WF__K_SEND,
+                                                       .key = key,
+                                                       .bytes = bytes,
+                                                       .count = bytes,
+                                                       .peer = peer,
+                                                       .state = WF__FS_POSTED });
+    rc = post(c, peer, key, buf, bytes, is_recv, out);
+    if (rc < 0)
+        wf__flight_set(c, ticket, WF__FS_FAILED, rc);
+    else
+        (*out)->flight = ticket;
+    return rc;
+}
+
 int wf_comm_isend(wf_comm *c, int peer, uint64_t key, const void *buf, size_t bytes,
                   wf_comm_req **out)
 {
-    int rc = check_p2p("wf_comm_isend", c, peer, key, buf, bytes, out);
-    return rc < 0 ? rc : wf__isend(c, peer, key, buf, bytes, out);
+    return p2p_post("wf_comm_isend", c, peer, key, (void *)buf, bytes, false, out);
 }
 
 int wf_comm_irecv(wf_comm *c, int peer, uint64_t key, void *buf, size_t bytes, wf_comm_req **out)
 {
-    int rc = check_p2p("wf_comm_irecv", c, peer, key, buf, bytes, out);
-    return rc < 0 ? rc : wf__irecv(c, peer, key, buf, bytes, out);
+    return p2p_post("wf_comm_irecv", c, peer, key, buf, bytes, true, out);
 }
 
 int wf_comm_wait(wf_comm_req *r)
 {
     if (!r)
         return wf__err(WF_EINVAL, "wf_comm_wait: NULL request");
-    return wf__wait(r, wf__net_now_ns() + (uint64_t)r->c->op_timeout_ms * 1000000u, "wf_comm_wait");
+    wf_comm *c = r->c;
+    uint64_t ticket = r->flight; /* 'r' is freed by the wait */
+    wf__flight_set(c, ticket, WF__FS_WAITING, 0);
+    int rc = wf__wait(r, wf__net_now_ns() + (uint64_t)c->op_timeout_ms * 1000000u, "wf_comm_wait");
+    wf__flight_set(c, ticket, rc < 0 ? WF__FS_FAILED : WF__FS_DONE, rc);
+    return rc;
 }
 
 int wf_comm_test(wf_comm_req *r)

@@ -69,6 +69,11 @@ typedef struct wf_comm_opts {
                                       death, fails the comm with WF_EPEER on every rank,
                                       also in a rank that is not the launcher's child; 0:
                                       none */
+    const char *flight_dir;        /* a directory where, when the comm fails (WF_EPEER,
+                                      WF_ETIMEDOUT, a rank's abort), this rank writes its
+                                      flight record, flight.rank<R>.jsonl (see
+                                      wf_comm_flight_dump); NULL: only on demand */
+    int flight_off;                /* non-zero: no flight recorder (to measure its cost) */
 } wf_comm_opts;
 
 /* Fills 'opts' (rank, size, addr, token, incarnation) from the environment, for tools,
@@ -76,7 +81,7 @@ typedef struct wf_comm_opts {
  * wins: WEFT_RANK/WEFT_SIZE (set by weft-run), OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE
  * (Open MPI), SLURM_PROCID/SLURM_NTASKS (Slurm), PMI_RANK/PMI_SIZE. Independently:
  * WEFT_ADDR (addr), WEFT_TOKEN (token), WEFT_INCARNATION, WEFT_NET_DEVICES, WEFT_TLS,
- * WEFT_LAUNCHER_FD (launcher_fd).
+ * WEFT_LAUNCHER_FD (launcher_fd), WEFT_FLIGHT_DIR (flight_dir).
  * Returns 1 when a rank and size were found, 0 when none were (opts keeps its rank and
  * size), or WF_EINVAL with a message for a malformed value (opts is then unchanged).
  * Ownership: the strings put in 'opts' are borrowed from the environment.
@@ -116,6 +121,35 @@ WF_API int wf_comm_size(const wf_comm *c);
  * control connection closed"). Once failed, every pending and later operation fails with
  * the same code and message. Threads: any. */
 WF_API int wf_comm_status(const wf_comm *c);
+
+/* ---- Flight recorder ------------------------------------------------------------------
+ * Every comm remembers its last 1,024 collectives and public point-to-point operations
+ * (wf_comm_isend/irecv and their blocking forms): sequence number, op, key, bytes, dtype
+ * and count, peer (or root), state (posted, waiting, done, failed), start and end times and
+ * the caller's tag. When the comm fails, each rank that sees it writes the record to
+ * opts.flight_dir (weft-run sets one per job and merges the files into one verdict line). */
+
+/* Sets the tag recorded with every operation this comm starts from now on (copied; at most
+ * 47 bytes are kept), e.g. "bucket 3, step 17"; NULL or "" clears it.
+ * Returns 0, or WF_EINVAL for a NULL comm. Threads: any (the tag is the comm's, not the
+ * thread's: set it where one thread issues the collectives). */
+WF_API WF_NODISCARD int wf_comm_set_tag(wf_comm *c, const char *tag);
+
+/* Sets the hash of the graph (or program) that issues the following collectives; it travels
+ * with each collective, and two ranks whose non-zero hashes differ fail as a mismatched
+ * call (WF_EPEER). 0: none (not compared). Returns 0 or WF_EINVAL. Threads: any. */
+WF_API WF_NODISCARD int wf_comm_set_graph_hash(wf_comm *c, uint64_t hash);
+
+/* Writes the flight record now, to 'path' (NULL: <flight_dir>/flight.rank<R>.jsonl): one
+ * JSON object per line, first a header {"flight":1, "rank", "size", "host", "pid",
+ * "incarnation", "failed" (the error's name, or null), "reason", "now_ns", "ops"}, then
+ * one line per operation, oldest first: {"seq", "op", "key", "bytes", "count", "dtype",
+ * "peer", "state", "t_start_ns", "t_end_ns", "rc", "tag"} (times in ns on
+ * CLOCK_MONOTONIC_COARSE: a few ms of resolution).
+ * Returns 0, WF_EINVAL (NULL comm, no path and no flight_dir, the recorder is off) or
+ * WF_EIO (the file could not be written: the message says why).
+ * Threads: any, also while operations run. */
+WF_API WF_NODISCARD int wf_comm_flight_dump(wf_comm *c, const char *path);
 
 /* ---- Point to point ------------------------------------------------------------------- */
 
@@ -170,18 +204,23 @@ WF_API WF_NODISCARD int wf_comm_probe_links(wf_comm *c, size_t small, size_t lar
 /* ---- Collectives ------------------------------------------------------------------------
  * Every rank calls the same collectives in the same order, with the same sizes, dtype, op
  * and root; one collective at a time per comm (from any thread). Results are bitwise equal
- * on every rank. Each returns 0, WF_EINVAL (NULL buffer, bad dtype/op/root, a count that
- * overflows), WF_EPEER or WF_ETIMEDOUT (the message names the rank that failed or was
- * late, and the collective), WF_ENOMEM or WF_EDEVICE.
- * The calling thread polls the network itself while a collective runs (no sleep for up to
- * 200 ms per wait, yielding its core now and then), so a collective costs a core for its
- * duration, and little latency.
- * Device memory: in builds with CUDA and NCCL, all-reduce, reduce-scatter, all-gather and
- * broadcast of buffers on a CUDA device (all of a call's buffers on the same device, ready
- * when called) go through NCCL on that device; the first such call makes the NCCL
- * communicator (rank 0's id travels by a host broadcast). A dead rank or a passed deadline
- * aborts it, so the call returns the comm's error instead of hanging. Integer means and
- * host/device mixes are refused (WF_EINVAL). Without NCCL, pass host memory only. */
+ * on every rank. Each call carries its number, kind, dtype, count, op or root (and the
+ * graph hash, wf_comm_set_graph_hash) to its ring neighbours: a rank that calls another
+ * collective fails the comm on every rank with WF_EPEER, naming both ranks and both calls
+ * ("rank 0 called allreduce #12 (f32 x 1000, sum), rank 1 called broadcast #12 (40 bytes,
+ * root 0)"), instead of a hang or a wrong result. With up to 3 ranks no rank returns a
+ * result of a mismatched call; with more, a rank that is not a neighbour of the odd one
+ * may, and its next call fails. Each returns 0, WF_EINVAL (NULL buffer, bad dtype/op/root, a count
+ * that overflows), WF_EPEER or WF_ETIMEDOUT (the message names the rank that failed or was late,
+ * and the collective), WF_ENOMEM or WF_EDEVICE. The calling thread polls the network itself while a
+ * collective runs (no sleep for up to 200 ms per wait, yielding its core now and then), so a
+ * collective costs a core for its duration, and little latency. Device memory: in builds with CUDA
+ * and NCCL, all-reduce, reduce-scatter, all-gather and broadcast of buffers on a CUDA device (all
+ * of a call's buffers on the same device, ready when called) go through NCCL on that device; the
+ * first such call makes the NCCL communicator (rank 0's id travels by a host broadcast). A dead
+ * rank or a passed deadline aborts it, so the call returns the comm's error instead of hanging.
+ * Integer means and host/device mixes are refused (WF_EINVAL). Without NCCL, pass host memory only.
+ */
 
 typedef enum wf_reduce_op {
     WF_REDUCE_SUM = 1,

@@ -85,7 +85,7 @@ static int tu_n_bodies;
 typedef struct tu_run {
     int size;
     wf_comm_opts opts; /* rank, size, addr and token are filled in; of its strings, only
-                          'tls' travels to the ranks */
+                          'tls' and 'flight_dir' travel to the ranks */
     tu_body body;
     const void *arg; /* 'arg_size' bytes, copied to each rank (no pointers inside) */
     size_t arg_size;
@@ -178,6 +178,7 @@ __attribute__((constructor(200))) static void tu_rank_main(void)
         _exit(40);
     }
     t.opts.tls = getenv("WF_TU_TLS");
+    t.opts.flight_dir = getenv("WF_TU_FLIGHT_DIR");
     t.with_rt = getenv("WF_TU_RT") != NULL;
     t.size = atoi(size_s);
     snprintf(t.addr, sizeof t.addr, "%s", addr);
@@ -200,11 +201,12 @@ static inline pid_t tu_spawn(tu_run *t, int r)
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 10, sizeof *env);
-    char *vars[9];
+    char **env = calloc(n + 11, sizeof *env);
+    char *vars[10];
     wf_comm_opts plain = t->opts;
     const char *tls = plain.tls;
-    plain.addr = plain.token = plain.net_devices = plain.tls = NULL;
+    const char *flight_dir = plain.flight_dir;
+    plain.addr = plain.token = plain.net_devices = plain.tls = plain.flight_dir = NULL;
     char *opts_hex = malloc(2 * sizeof plain + 1), *arg_hex = malloc(2 * t->arg_size + 1);
     cr_assert(env && opts_hex && arg_hex);
     tu_hex(opts_hex, &plain, sizeof plain);
@@ -218,6 +220,8 @@ static inline pid_t tu_spawn(tu_run *t, int r)
     cr_assert_geq(asprintf(&vars[k++], "WF_TU_ARG=%s", arg_hex), 0);
     if (tls)
         cr_assert_geq(asprintf(&vars[k++], "WF_TU_TLS=%s", tls), 0);
+    if (flight_dir)
+        cr_assert_geq(asprintf(&vars[k++], "WF_TU_FLIGHT_DIR=%s", flight_dir), 0);
     if (t->with_rt)
         cr_assert_geq(asprintf(&vars[k++], "WF_TU_RT=1"), 0);
     size_t m = 0;

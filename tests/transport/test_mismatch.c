@@ -1,0 +1,171 @@
+/* tests/transport/test_mismatch.c: ranks that call different collectives at the same point
+ * (another kind, dtype, count, op or graph hash) all fail with WF_EPEER within a round trip,
+ * naming both ranks and both calls, instead of hanging until op_timeout_ms or returning a
+ * wrong sum; matching calls with the same graph hash still work.
+ * Ranks are real processes on loopback (transport_util.h); op_timeout_ms is 60 s, so a hang
+ * shows as a wait far beyond the 2 s allowed. */
+#include "transport_util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+TestSuite(transport_mismatch, .timeout = WF_TEST_TIMEOUT(60), .fini = wf_test_fini);
+
+/* What each rank calls: kind 0 all-reduce, 1 broadcast, 2 barrier, 3 allgather. */
+typedef struct call {
+    int kind;
+    wf_dtype dt;
+    size_t count;
+    wf_reduce_op op;
+    uint64_t hash;
+} call;
+
+typedef struct plan {
+    call calls[3];    /* by rank */
+    char want[2][64]; /* substrings every rank's message must hold (no pointers: the plan
+                         is copied to other processes) */
+} plan;
+
+static int do_call(wf_comm *c, const call *k, void *buf)
+{
+    if (k->hash && wf_comm_set_graph_hash(c, k->hash) < 0)
+        return WF_EINVAL;
+    switch (k->kind) {
+    case 0:
+        return wf_comm_allreduce(c, buf, buf, k->count, k->dt, k->op);
+    case 1:
+        return wf_comm_broadcast(c, buf, k->count, 0);
+    case 3:
+        return wf_comm_allgather(c, buf, (char *)buf + 65536, k->count);
+    default:
+        return wf_comm_barrier(c);
+    }
+}
+
+static int mismatch_body(wf_comm *c, int rank, int size, void *arg)
+{
+    const plan *p = arg;
+    static float buf[1 << 19]; /* 2 MiB: the largest call, and room for allgather's output */
+    for (int i = 0; i < (int)(sizeof buf / sizeof buf[0]); i++)
+        buf[i] = 1.0f;
+    /* One matching all-reduce first: the mismatch is at a later collective number. */
+    float one = 1.0f;
+    uint64_t t0 = wf_test_now_ns();
+    int rc = wf_comm_allreduce(c, &one, &one, 1, WF_F32, WF_REDUCE_SUM);
+    /* A rank still finishing it may already hear of the mismatch the others found in the
+     * next call: the comm fails everywhere, whatever call each rank is in. */
+    if (rc == 0) {
+        TU_CHECK(one == (float)size, "warm-up sum %g", one);
+        t0 = wf_test_now_ns();
+        rc = do_call(c, &p->calls[rank], buf);
+    }
+    double s = (double)(wf_test_now_ns() - t0) / 1e9;
+    const char *msg = wf_last_errmsg();
+    TU_CHECK(rc == WF_EPEER, "rank %d: got %s after %.2f s: %s", rank, wf_err_name(rc), s, msg);
+    TU_CHECK(s < WF_TEST_TIMEOUT(2.0), "rank %d returned after %.2f s", rank, s);
+    TU_CHECK(strstr(msg, "mismatched collectives"), "rank %d: %s", rank, msg);
+    for (int i = 0; i < 2; i++)
+        TU_CHECK(strstr(msg, p->want[i]), "rank %d: no '%s' in: %s", rank, p->want[i], msg);
+    TU_CHECK(wf_comm_status(c) == WF_EPEER, "rank %d: the comm did not fail", rank);
+    fprintf(stderr, "rank %d of %d: WF_EPEER after %.3f s: %s\n", rank, size, s, msg);
+    return 0;
+}
+TU_REGISTER(mismatch_body)
+
+static void run_plan(int size, const plan *p)
+{
+    tu_run_all(size, &(wf_comm_opts){ .op_timeout_ms = 60000 }, mismatch_body, p, sizeof *p,
+               WF_TEST_TIMEOUT(20));
+}
+
+#define AR(dt_, n_, op_)                                   \
+    {                                                      \
+        .kind = 0, .dt = (dt_), .count = (n_), .op = (op_) \
+    }
+
+Test(transport_mismatch, allreduce_against_broadcast_fails_both_ranks_naming_both_calls)
+{
+    plan p = { .calls = { AR(WF_F32, 1000, WF_REDUCE_SUM), { .kind = 1, .count = 40 } },
+               .want = { "rank 0 called allreduce #", " (f32 x 1000, sum), rank 1 called "
+                                                      "broadcast #" } };
+    run_plan(2, &p);
+}
+
+Test(transport_mismatch, a_dtype_mismatch_of_equal_size_fails_instead_of_a_wrong_sum)
+{
+    /* f32 and i32 of one count move the same bytes: without the check this is a wrong sum. */
+    plan p = { .calls = { AR(WF_F32, 1000, WF_REDUCE_SUM), AR(WF_I32, 1000, WF_REDUCE_SUM) },
+               .want = { "(f32 x 1000, sum)", "rank 1 called allreduce #" } };
+    run_plan(2, &p);
+}
+
+Test(transport_mismatch, a_count_mismatch_fails_both_ranks)
+{
+    /* 1000 floats go by recursive doubling, 400000 by the ring: their messages never match. */
+    plan p = { .calls = { AR(WF_F32, 1000, WF_REDUCE_SUM), AR(WF_F32, 400000, WF_REDUCE_SUM) },
+               .want = { "(f32 x 1000, sum)", "(f32 x 400000, sum)" } };
+    run_plan(2, &p);
+}
+
+Test(transport_mismatch, an_op_mismatch_of_three_ranks_fails_every_rank)
+{
+    plan p = { .calls = { AR(WF_F32, 1000, WF_REDUCE_SUM), AR(WF_F32, 1000, WF_REDUCE_MAX),
+                          AR(WF_F32, 1000, WF_REDUCE_SUM) },
+               .want = { "(f32 x 1000, max)", "(f32 x 1000, sum)" } };
+    run_plan(3, &p);
+}
+
+Test(transport_mismatch, a_count_mismatch_of_three_ranks_fails_every_rank)
+{
+    plan p = { .calls = { AR(WF_F32, 1000, WF_REDUCE_SUM), AR(WF_F32, 1000, WF_REDUCE_SUM),
+                          AR(WF_F32, 10, WF_REDUCE_SUM) },
+               .want = { "(f32 x 10, sum)", "(f32 x 1000, sum)" } };
+    run_plan(3, &p);
+}
+
+Test(transport_mismatch, a_dtype_mismatch_of_three_ranks_fails_every_rank)
+{
+    plan p = { .calls = { AR(WF_F32, 1000, WF_REDUCE_SUM), AR(WF_I32, 1000, WF_REDUCE_SUM),
+                          AR(WF_F32, 1000, WF_REDUCE_SUM) },
+               .want = { "(i32 x 1000, sum)", "rank 1 called" } };
+    run_plan(3, &p);
+}
+
+Test(transport_mismatch, a_barrier_against_an_allgather_fails_every_rank)
+{
+    plan p = { .calls = { { .kind = 2 }, { .kind = 3, .count = 64 }, { .kind = 2 } },
+               .want = { "barrier #", "allgather #" } };
+    run_plan(3, &p);
+}
+
+Test(transport_mismatch, calls_of_different_graphs_fail_every_rank)
+{
+    call a = AR(WF_F32, 100, WF_REDUCE_SUM), b = a;
+    a.hash = 0x1111;
+    b.hash = 0x2222;
+    plan p = { .calls = { a, b }, .want = { "of graph 0x1111", "of graph 0x2222" } };
+    run_plan(2, &p);
+}
+
+/* The same graph hash on every rank (and calls of every kind): no false alarm, right sums. */
+static int matching_body(wf_comm *c, int rank, int size, void *arg)
+{
+    (void)arg;
+    TU_OK(wf_comm_set_graph_hash(c, 0xabcdef));
+    for (int i = 0; i < 50; i++) {
+        int64_t x = rank + i;
+        TU_OK(wf_comm_allreduce(c, &x, &x, 1, WF_I64, WF_REDUCE_SUM));
+        TU_CHECK(x == (int64_t)size * i + size * (size - 1) / 2, "step %d: %lld", i, (long long)x);
+        int64_t b = rank == 1 ? 77 + i : 0;
+        TU_OK(wf_comm_broadcast(c, &b, sizeof b, 1));
+        TU_CHECK(b == 77 + i, "step %d: broadcast gave %lld", i, (long long)b);
+        TU_OK(wf_comm_barrier(c));
+    }
+    return 0;
+}
+TU_REGISTER(matching_body)
+
+Test(transport_mismatch, matching_calls_with_one_graph_hash_succeed)
+{
+    tu_run_all(3, NULL, matching_body, NULL, 0, WF_TEST_TIMEOUT(20));
+}
