@@ -9,6 +9,8 @@
  *   successor that became ready and pushes the others in list order (sched/taskgraph.c), so
  *   it goes on along the critical path while thieves (which take the oldest push) get the
  *   next most critical. Results never depend on it: only which ready node runs first.
+ *   Nodes of WF_OP_ASYNC ops (their work runs on another actor) get ASYNC_NS more, so they
+ *   and their inputs go before other work of equal rank.
  * Why these weights: one task round trip costs about a microsecond here (exec.c's comment
  *   on inline plans measured ~0.15 us at best, more with a kernel's setup), a worker's
  *   GEMM runs at tens of GFLOP/s, and streaming memory at about 10 GB/s per core; only the
@@ -22,6 +24,7 @@
 #define SOURCE_NS   100.0  /* placeholders, constants, variables: no kernel */
 #define NS_PER_FLOP 0.02   /* ~50 GFLOP/s */
 #define NS_PER_BYTE 0.1    /* ~10 GB/s */
+#define ASYNC_NS    1e9    /* added to nodes whose work finishes elsewhere (WF_OP_ASYNC) */
 
 static double bytes_of(wf_dtype dt, wf_shape s)
 {
@@ -84,6 +87,13 @@ void wf__plan_priority(wf__plan *p)
      * finishes every node's successors before the node. */
     for (int i = n - 1; i >= 0; i--) {
         double prio = cost_ns(p, i) + best[i];
+        /* A node that hands its work to another actor (the network: send, recv, a gradient
+         * bucket's reduction) costs a worker microseconds and starts work that runs beside
+         * the rest of the step, so it goes first once ready, and so does what it waits for:
+         * a bucket's reduction then starts as its last gradient is made (as DDP's hooks
+         * launch it), and communication overlaps the rest of backward. */
+        if (p->nodes[i]->op->flags & WF_OP_ASYNC)
+            prio += ASYNC_NS;
         r[i] = (ranked){ prio, i };
         for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++)
             if (best[p->in_idx[e]] < prio)

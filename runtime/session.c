@@ -265,26 +265,47 @@ int wf__session_plan(wf_session *s, const char *fn, wf_node *const *fetches, int
                      wf_node *const *targets, int n_targets, wf__plan **out)
 {
     *out = NULL;
-    if (n_fetches > INT32_MAX - n_targets)
+    if (n_fetches > INT32_MAX - n_targets - 1)
         return wf__session_fail(s, WF_EINVAL, "%s: too many fetches and targets", fn);
     int rc = 0;
+    wf_node **mapped = NULL;
+    if (s->dp && n_fetches + n_targets > 0) {
+        /* A strategy's session (dumps, statistics): the rewritten graph's nodes. The map is
+         * idempotent, so wf_session_run()'s mapped nodes pass through unchanged. */
+        if (!(mapped = malloc((size_t)(n_fetches + n_targets) * sizeof *mapped)))
+            return wf__session_fail(s, WF_ENOMEM, "%s: no memory", fn);
+        rc = wf__dp_map(s, fetches, n_fetches, mapped, "fetch");
+        if (rc == 0)
+            rc = wf__dp_map(s, targets, n_targets, mapped + n_fetches, "target");
+        if (rc < 0) {
+            free(mapped);
+            return rc;
+        }
+        fetches = mapped;
+        targets = mapped + n_fetches;
+    }
     for (int i = 0; i < n_fetches && rc == 0; i++)
         rc = check_node(s, fn, fetches[i], "fetch", i);
     for (int i = 0; i < n_targets && rc == 0; i++)
         rc = check_node(s, fn, targets[i], "target", i);
-    if (rc < 0 || n_fetches + n_targets == 0)
+    if (rc < 0 || n_fetches + n_targets == 0) {
+        free(mapped);
         return rc;
+    }
 
     /* The plan's key: the sorted, distinct ids of fetches and targets. */
     int32_t key_stack[STACK_KEY], *key = key_stack;
     int n_key = n_fetches + n_targets;
-    if (n_key > STACK_KEY && !(key = malloc((size_t)n_key * sizeof *key)))
+    if (n_key > STACK_KEY && !(key = malloc((size_t)n_key * sizeof *key))) {
+        free(mapped);
         return wf__session_fail(s, WF_ENOMEM, "%s: no memory for %d fetches and targets", fn,
                                 n_key);
+    }
     for (int i = 0; i < n_fetches; i++)
         key[i] = fetches[i]->id;
     for (int i = 0; i < n_targets; i++)
         key[n_fetches + i] = targets[i]->id;
+    free(mapped);
     qsort(key, (size_t)n_key, sizeof *key, cmp_i32);
     int m = 0;
     for (int i = 0; i < n_key; i++)

@@ -20,7 +20,7 @@ TestSuite(transport_multiworker, .timeout = WF_TEST_TIMEOUT(240), .fini = wf_tes
 #define OUT     10
 #define MAXSTEP 64
 
-enum { M_TRAIN, M_PLAIN, M_BADGRAPH, M_BADOPTS, M_BADBATCH, M_KILL };
+enum { M_TRAIN, M_PLAIN, M_BADGRAPH, M_BADOPTS, M_BADBATCH, M_KILL, M_TRACE };
 
 typedef struct mw_arg {
     int mode;
@@ -221,6 +221,116 @@ static int rank_kill(wf_comm *c, int rank, int size, void *argp)
 }
 TU_REGISTER(rank_kill)
 
+/* Of a Chrome trace 'buf': the task spans of run 'run' (the 'args' of each event). */
+typedef struct span {
+    double ts, end;
+    char name[32], kind[32];
+} span;
+
+static int trace_spans(const char *buf, long run, span *out, int cap)
+{
+    int n = 0;
+    for (const char *p = strstr(buf, "{\"name\":\""); p && n < cap;
+         p = strstr(p + 1, "{\"name\":\"")) {
+        const char *e = strstr(p, "}}");
+        const char *ts = strstr(p, "\"ts\":"), *dur = strstr(p, "\"dur\":");
+        const char *kind = strstr(p, "\"kind\":\""), *r = strstr(p, "\"run\":");
+        if (!e || !ts || !dur || !kind || !r || ts > e || dur > e || kind > e || r > e)
+            continue;
+        if (strtol(r + 6, NULL, 10) != run)
+            continue;
+        span *s = &out[n++];
+        s->ts = strtod(ts + 5, NULL);
+        s->end = s->ts + strtod(dur + 6, NULL);
+        sscanf(p + 9, "%31[^\"]", s->name);
+        sscanf(kind + 8, "%31[^\"]", s->kind);
+    }
+    return n;
+}
+
+/* Rank 0 traces steps 2 to 4 of a 3-layer MLP with 4 KiB buckets: the first bucket's
+ * reduction (the last layer's gradients, which backward makes first) starts before the last
+ * matmul of backward (the first layer's weight gradient) ends: communication overlaps
+ * backward. */
+static int rank_trace(wf_comm *c, int rank, int size, void *argp)
+{
+    (void)size;
+    (void)argp;
+    wf_strategy *st = NULL;
+    TU_OK(wf_strategy_multiworker(
+        c, &(wf_strategy_opts){ .first_bucket_bytes = 4096, .bucket_bytes = 4096 }, &st));
+    wf_graph *g = wf_graph_create(tu_rt, WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, IN));
+    wf_node *y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
+    wf_node *w1 = wf_variable(g, "w1", WF_F32, WF_SHAPE(IN, 512), wf_init_glorot_uniform(1));
+    wf_node *w2 = wf_variable(g, "w2", WF_F32, WF_SHAPE(512, 512), wf_init_glorot_uniform(2));
+    wf_node *w3 = wf_variable(g, "w3", WF_F32, WF_SHAPE(512, OUT), wf_init_glorot_uniform(3));
+    wf_node *h = wf_relu(g, wf_matmul(g, wf_relu(g, wf_matmul(g, x, w1)), w2));
+    wf_node *loss = wf_mean(g, wf_softmax_cross_entropy(g, wf_matmul(g, h, w3), y));
+    wf_node *train = wf_minimize(g, wf_adam(1e-3), loss);
+    TU_CHECK(train, "build: %s", wf_graph_errmsg(g));
+    wf_session *s = NULL;
+    TU_OK(wf_session_create(g, &(wf_session_opts){ .strategy = st }, &s));
+    static float xs[256 * IN];
+    static int32_t ys[256];
+    batch_of(0, 256, xs, ys);
+    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(256, IN), xs);
+    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(256), ys);
+    wf_feed f[] = { { x, xt }, { y, yt } };
+    for (int step = 0; step < 4; step++) {
+        wf_tensor *out = NULL;
+        int rc = wf_session_run(s, f, 2, &loss, 1, &out, &train, 1);
+        TU_CHECK(rc == 0, "step %d: %s", step, wf_session_errmsg(s));
+        wf_tensor_release(out);
+    }
+    wf_tensor_release(xt);
+    wf_tensor_release(yt);
+    if (rank == 0) {
+        char path[96];
+        snprintf(path, sizeof path, "/tmp/weft-mw-trace-%d.json", (int)getpid());
+        TU_CHECK(wf_runtime_trace_write(tu_rt, path) > 0, "trace: %s", wf_last_errmsg());
+        FILE *fp = fopen(path, "r");
+        TU_CHECK(fp, "open %s", path);
+        static char buf[8 << 20];
+        size_t len = fread(buf, 1, sizeof buf - 1, fp);
+        buf[len] = 0;
+        fclose(fp);
+        unlink(path);
+        static span sp[16384];
+        int overlapped = 0;
+        for (long run = 1; run <= 3; run++) {
+            int n = trace_spans(buf, run, sp, 16384);
+            double b0 = -1, mm_end = -1;
+            int buckets = 0;
+            for (int i = 0; i < n; i++) {
+                if (!strcmp(sp[i].name, "dp_bucket_0"))
+                    b0 = sp[i].ts;
+                if (!strncmp(sp[i].name, "dp_bucket_", 10))
+                    buckets++;
+                if (!strcmp(sp[i].kind, "matmul") && sp[i].end > mm_end)
+                    mm_end = sp[i].end;
+            }
+            TU_CHECK(buckets >= 3, "run %ld: %d buckets (4 KiB each: expected >= 3)", run, buckets);
+            TU_CHECK(b0 >= 0 && mm_end >= 0, "run %ld: no dp_bucket_0 or no matmul", run);
+            printf("run %ld: the first bucket's reduction started %.3f us before backward's "
+                   "last matmul ended\n",
+                   run, mm_end - b0);
+            overlapped += b0 < mm_end;
+        }
+        /* A step whose second worker the OS did not run during backward (2 shared cores)
+         * cannot overlap; two of three must. */
+        TU_CHECK(overlapped >= 2,
+                 "only %d of 3 traced steps started the first bucket's "
+                 "reduction before backward's last matmul ended",
+                 overlapped);
+    }
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+    wf_strategy_destroy(st);
+    return 0;
+}
+TU_REGISTER(rank_trace)
+
 static void result_path(char *buf, size_t n, const char *tag)
 {
     snprintf(buf, n, "/tmp/weft-mw-%d-%s.bin", (int)getpid(), tag);
@@ -384,6 +494,22 @@ Test(transport_multiworker, a_killed_rank_fails_the_others_run_within_2s_with_ep
     cr_assert(WIFSIGNALED(t.status[1]) && WTERMSIG(t.status[1]) == SIGKILL, "rank 1 not killed");
     cr_assert(WIFEXITED(t.status[0]) && WEXITSTATUS(t.status[0]) == 0,
               "rank 0 did not report the death of rank 1 correctly (stderr)");
+}
+
+Test(transport_multiworker, bucket_reductions_start_before_backward_ends_in_the_trace)
+{
+    mw_arg a = { .mode = M_TRACE };
+    tu_run t = { .size = 2,
+                 .body = rank_trace,
+                 .arg = &a,
+                 .arg_size = sizeof a,
+                 .timeout_s = WF_TEST_TIMEOUT(60),
+                 .with_rt = true };
+    tu_start(&t);
+    cr_assert(tu_wait(&t), "the ranks did not finish in time");
+    for (int i = 0; i < 2; i++)
+        cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
+                  "rank %d failed (status %d)", i, t.status[i]);
 }
 
 Test(transport_multiworker, bad_strategy_options_are_refused)
