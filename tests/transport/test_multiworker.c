@@ -317,8 +317,8 @@ static int rank_trace(wf_comm *c, int rank, int size, void *argp)
                    run, mm_end - b0);
             overlapped += b0 < mm_end;
         }
-        /* A step whose second worker the OS did not run during backward (2 shared cores)
-         * cannot overlap; two of three must. */
+        /* Each step: the bucket's gradient goes before backward's chain (runtime/
+         * priority.c), so this holds even when the OS runs only one of the two workers. */
         TU_CHECK(overlapped >= 2,
                  "only %d of 3 traced steps started the first bucket's "
                  "reduction before backward's last matmul ended",
