@@ -11,7 +11,9 @@
  *   shard_rows(x, k, S). Gradients, in creation order (the order backward makes them),
  *   fill buckets; each bucket is one dp_reduce over the bucket's gradients of every local
  *   shard, and a slice + reshape per gradient gives the global gradient. Every scalar f32
- *   replica node gets a dp_reduce of its own (it runs only when fetched). Global nodes are
+ *   replica node gets a dp_reduce of its own (it runs only when fetched), which adds the
+ *   shards' values up when the node is a sum (a count of correct rows), weights them by
+ *   rows when it is a mean (a loss), and else aggregates as the gradients do. Global nodes are
  *   added once, reading global gradients and global copies; a control edge on a replica
  *   node becomes one on each shard's copy (an update still runs after every read).
  * Why the tree lives in dp_reduce and not in add nodes: the same code sums a rank's own
@@ -20,6 +22,7 @@
 #include "replicate.h"
 
 #include "../core/error.h"
+#include "../ops/table.h"
 
 #include <weft/ops.h>
 
@@ -190,7 +193,13 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
         ins[k++] = w->ref;
         for (int i = 0; i < b; i++)
             ins[k++] = w->shard[i * w->n + id];
-        wf_node *f = reduce_node(w->g, o, b, ins, k, w->edge, NULL);
+        /* a sum over rows adds up over the shards; a mean is weighted by rows */
+        wf__replicate_opts so = *o;
+        if (n->op == &wf_op_sum)
+            so.aggregation = WF__AGG_SUM;
+        else if (n->op == &wf_op_mean)
+            so.aggregation = WF__AGG_MEAN;
+        wf_node *f = reduce_node(w->g, &so, b, ins, k, w->edge, NULL);
         w->edge += 2;
         wf_node *s = f ? (wf_reshape)(w->g, f, n->shape) : NULL;
         if (!s)

@@ -208,15 +208,34 @@ int wf__dp_start(wf_session *s)
     int rc = wf__transport_register_coll_kernels(s->kernels, c);
     if (rc < 0 || !c)
         return rc;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int k = 0; k < s->n_vars && rc == 0; k++) {
+    /* One broadcast of every variable packed together: a collective per variable would
+     * cost a round trip each (and each one polls a core while it waits). */
+    size_t total = 0;
+    for (int k = 0; k < s->n_vars; k++)
+        total += (size_t)s->var_vals[k]->numel * wf_dtype_size(s->var_vals[k]->dtype);
+    char *buf = malloc(total ? total : 1);
+    if (!buf)
+        return wf__err(WF_ENOMEM, "no memory to broadcast %zu bytes of variables", total);
+    size_t off = 0;
+    for (int k = 0; k < s->n_vars; k++) {
         wf_tensor *v = s->var_vals[k];
         size_t bytes = (size_t)v->numel * wf_dtype_size(v->dtype);
-        rc = wf_comm_broadcast(c, v->data, bytes, 0);
-        h = fnv(h, v->data, bytes);
+        memcpy(buf + off, v->data, bytes);
+        off += bytes;
     }
-    if (rc < 0)
+    if ((rc = wf_comm_broadcast(c, buf, total, 0)) < 0) {
+        free(buf);
         return wf__err(rc, "broadcasting the variables from rank 0: %s", wf_last_errmsg());
+    }
+    off = 0;
+    for (int k = 0; k < s->n_vars; k++) {
+        wf_tensor *v = s->var_vals[k];
+        size_t bytes = (size_t)v->numel * wf_dtype_size(v->dtype);
+        memcpy(v->data, buf + off, bytes);
+        off += bytes;
+    }
+    uint64_t h = fnv(0xcbf29ce484222325ull, buf, total);
+    free(buf);
     int size = wf_comm_size(c);
     uint64_t *all = calloc((size_t)size, sizeof *all);
     if (!all)

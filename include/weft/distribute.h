@@ -14,8 +14,10 @@
  *   them; each bucket's reduction is a node of the dataflow that starts when its last
  *   gradient exists, on the network's actor (no worker waits), so communication overlaps the
  *   rest of backward. The optimizer's update then runs on every rank with the same gradient.
- *   A fetched scalar (a loss, a metric) computed from the batch is the global value (the
- *   same reduction); fetching a per-row value of a replica is refused (WF_EINVAL).
+ *   A fetched f32 scalar computed from the batch is the global value, reduced as the
+ *   gradients are, except that the shards' values of a wf_sum are added (a count of
+ *   correct rows: the global count) and those of a wf_mean weighted by rows (a mean loss:
+ *   the global mean); fetching a per-row value of a replica is refused (WF_EINVAL).
  *   At creation variables are broadcast from rank 0 and checked equal by a hash on every
  *   rank; ranks whose graphs or options differ fail creation with WF_EINVAL naming the
  *   ranks and the difference. A rank that dies fails the others' runs with WF_EPEER naming
