@@ -251,11 +251,11 @@ static int trainer_static(trainer *t, char *err, size_t errlen)
     t->train = wf_minimize(g, t->opt, t->loss);
     int rc = wf_graph_status(g);
     if (rc == 0)
-        rc = wf_session_create(g,
-                               &(wf_session_opts){
-                                   .flags = t->o->mixed_bf16 ? WF_SESSION_MIXED_BF16 : 0,
-                                   .strategy = t->strategy },
-                               &t->s);
+        rc = wf_session_create(
+            g,
+            &(wf_session_opts){ .flags = t->o->mixed_bf16 ? WF_SESSION_MIXED_BF16 : 0,
+                                .strategy = t->strategy },
+            &t->s);
     if (rc < 0) {
         snprintf(err, errlen, "building the model: %s", wf_graph_errmsg(g));
         return rc;
