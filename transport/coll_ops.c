@@ -283,6 +283,8 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         return rc;
     if (!ctx->complete)
         return wf__err(WF_ENOSYS, "dp_reduce runs only in a session's run (it finishes later)");
+    if ((rc = wf_comm_status(c)) < 0)
+        return rc; /* a failed comm (a dead rank): its message, and nothing posted */
     int nr = wf_comm_size(c), me = wf_comm_rank(c);
     dpx *x = calloc(1, sizeof *x);
     if (x) {

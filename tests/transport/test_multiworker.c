@@ -209,11 +209,17 @@ static int rank_kill(wf_comm *c, int rank, int size, void *argp)
     uint64_t t0 = wf_test_now_ns();
     int rc = wf_session_run(s, f, 2, &m.loss, 1, &out, &m.train, 1);
     double dt = (double)(wf_test_now_ns() - t0) * 1e-9;
-    wf_tensor_release(xt);
-    wf_tensor_release(yt);
     TU_CHECK(rc == WF_EPEER, "the run gave %s: %s", wf_err_name(rc), wf_session_errmsg(s));
     TU_CHECK(strstr(wf_session_errmsg(s), "rank 1"), "message: %s", wf_session_errmsg(s));
     TU_CHECK(dt < 2.0, "the failure took %.2f s", dt);
+    /* the session is unusable (its communicator failed) but gives the same error at once */
+    t0 = wf_test_now_ns();
+    rc = wf_session_run(s, f, 2, &m.loss, 1, &out, &m.train, 1);
+    dt = (double)(wf_test_now_ns() - t0) * 1e-9;
+    TU_CHECK(rc == WF_EPEER && strstr(wf_session_errmsg(s), "rank 1") && dt < 1.0,
+             "a second run gave %s after %.2f s: %s", wf_err_name(rc), dt, wf_session_errmsg(s));
+    wf_tensor_release(xt);
+    wf_tensor_release(yt);
     wf_session_destroy(s);
     wf_graph_destroy(m.g);
     wf_strategy_destroy(st);
