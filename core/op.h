@@ -288,6 +288,30 @@ extern const wf_op_def wf_op_recv;
  * device says it has landed. No gradient: placement inserts copies after autodiff. */
 extern const wf_op_def wf_op_copy;
 
+/* The ops of data-parallel rewrites (core/op_dist.c; placement/replicate.c inserts them):
+ *   shard_rows: input x [B, ...]; attrs.begin[0] the shard k, attrs.end[0] the shard count
+ *     S; its value is rows [lo, hi) of x (wf__shard_rows_range()); a batch of fewer than S
+ *     rows is refused (WF_ESHAPE). It has a CPU kernel.
+ *   dp_reduce: inputs ref (the sharded batch: its rows give B) and b values per reduced
+ *     tensor (grad-major: value j of local shard i is input 1 + j * b + i), all f32 with
+ *     static shapes; attrs.begin[0] the first local shard k0, .end[0] the shard count S,
+ *     .step[0] b, .axis the aggregation (WF__AGG_*), .edge the first of two key edges; its
+ *     value is the f32 [sum of the tensors' sizes] of every tensor, each shard's value
+ *     scaled by its weight and summed over every shard of every rank in one fixed tree.
+ *     Kernel-less: the transport registers it per session (transport/coll_ops.h);
+ *     WF_OP_STATEFUL | WF_OP_ASYNC. */
+extern const wf_op_def wf_op_shard_rows;
+extern const wf_op_def wf_op_dp_reduce;
+
+/* Aggregations of dp_reduce (attrs.axis); equal to wf_aggregation (weft/distribute.h):
+ * MEAN weights shard k by its rows over the batch's (n_k / B: the mean over the global
+ * batch), SUM by 1, SHARD_MEAN by 1 / S. */
+enum { WF__AGG_MEAN = 0, WF__AGG_SUM = 1, WF__AGG_SHARD_MEAN = 2 };
+
+/* Rows [*lo, *hi) of shard k of a batch of 'rows' rows split into 'shards' contiguous
+ * shards, the first rows % shards of them one row longer. */
+void wf__shard_rows_range(int64_t rows, int64_t k, int64_t shards, int64_t *lo, int64_t *hi);
+
 /* Finds an op by name: core's built-ins first, then 'table[0 .. count-1]' (may be NULL
  * when 'count' is 0; NULL entries are skipped). Returns the def or NULL (also for a NULL
  * name). Linear search: tables are short and lookup by name is rare (loading graphs). */

@@ -218,7 +218,31 @@ struct wf_session {
     int n_plans;                     /* plans compiled, guarded by 'plans_mu' */
     wf_plan_stats last_stats;        /* of the latest compiled plan, guarded by 'plans_mu' */
     char errmsg[WF_ERRMSG_MAX];      /* the latest failure */
+    struct wf__dp *dp;               /* a strategy's rewrite (runtime/strategy.c), or NULL */
 };
+
+/* strategy.c: sessions given a strategy (weft/distribute.h). */
+
+/* Before the session exists: checks that every rank has the same graph and options (a
+ * hash exchanged), then rewrites 'g' (placement/replicate.h); '*comm' (the session's
+ * opts.comm: NULL or the strategy's) becomes the strategy's communicator. Returns 0 with
+ * '*out' (free with wf__dp_free()) or a negative status with the message set on 'g'. */
+int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf__dp **out);
+
+/* Once the session's variables exist: registers dp_reduce's kernel, broadcasts every
+ * variable from rank 0 and checks them equal by a hash on every rank. Returns 0 or a
+ * negative status with the message set. */
+int wf__dp_start(wf_session *s);
+
+/* The communicator of the session's strategy (NULL: none, or one process). */
+wf_comm *wf__dp_comm(const struct wf__dp *dp);
+
+/* Replaces fetches or targets 'in[0 .. n-1]' by the nodes that stand for them in the
+ * rewritten graph, into 'out'; 'what' ("fetch", "target") names them in messages. Returns 0
+ * or WF_EINVAL (a per-replica value) with the message set on 's'. */
+int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const char *what);
+
+void wf__dp_free(struct wf__dp *dp);
 
 /* session.c */
 

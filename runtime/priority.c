@@ -9,6 +9,9 @@
  *   successor that became ready and pushes the others in list order (sched/taskgraph.c), so
  *   it goes on along the critical path while thieves (which take the oldest push) get the
  *   next most critical. Results never depend on it: only which ready node runs first.
+ *   Nodes of WF_OP_ASYNC ops (their work runs on another actor) get ASYNC_NS more, their
+ *   inputs half that, theirs a quarter, and so on (the boost is not part of the path time
+ *   that propagates), so a node that feeds an async node soon goes before a long chain.
  * Why these weights: one task round trip costs about a microsecond here (exec.c's comment
  *   on inline plans measured ~0.15 us at best, more with a kernel's setup), a worker's
  *   GEMM runs at tens of GFLOP/s, and streaming memory at about 10 GB/s per core; only the
@@ -22,6 +25,7 @@
 #define SOURCE_NS   100.0  /* placeholders, constants, variables: no kernel */
 #define NS_PER_FLOP 0.02   /* ~50 GFLOP/s */
 #define NS_PER_BYTE 0.1    /* ~10 GB/s */
+#define ASYNC_NS    1e9    /* added to nodes whose work finishes elsewhere (WF_OP_ASYNC) */
 
 static double bytes_of(wf_dtype dt, wf_shape s)
 {
@@ -71,11 +75,13 @@ void wf__plan_priority(wf__plan *p)
     if ((p->sess->flags & WF_SESSION_NO_PRIORITY) || p->n == 0 || p->run_inline)
         return; /* inline plans run in plan order on one thread: nothing to choose */
     int n = p->n;
-    double *best = calloc((size_t)n, sizeof *best); /* highest successor priority so far */
+    double *best = calloc((size_t)n, sizeof *best);   /* highest successor priority so far */
+    double *boost = calloc((size_t)n, sizeof *boost); /* highest successor boost so far */
     ranked *r = malloc((size_t)n * sizeof *r);
     int32_t *order = malloc((size_t)n * sizeof *order);
-    if (!best || !r || !order) {
+    if (!best || !boost || !r || !order) {
         free(best);
+        free(boost);
         free(r);
         free(order);
         return;
@@ -84,21 +90,34 @@ void wf__plan_priority(wf__plan *p)
      * finishes every node's successors before the node. */
     for (int i = n - 1; i >= 0; i--) {
         double prio = cost_ns(p, i) + best[i];
-        r[i] = (ranked){ prio, i };
-        for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++)
+        /* A node that hands its work to another actor (the network: send, recv, a gradient
+         * bucket's reduction) costs a worker microseconds and starts work that runs beside
+         * the rest of the step, so it goes first once ready, and what it waits for just
+         * before it: the boost halves with each step back, so a bucket's last gradient is
+         * made before backward goes on down its chain, and the reduction starts then (as
+         * DDP's hooks launch it): communication overlaps the rest of backward. */
+        double b = (p->nodes[i]->op->flags & WF_OP_ASYNC) ? ASYNC_NS : boost[i] * 0.5;
+        r[i] = (ranked){ prio + b, i };
+        for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++) {
             if (best[p->in_idx[e]] < prio)
                 best[p->in_idx[e]] = prio;
+            if (boost[p->in_idx[e]] < b)
+                boost[p->in_idx[e]] = b;
+        }
         const wf_node *node = p->nodes[i];
         for (int k = 0; k < node->n_control; k++) {
             int32_t j = p->index_of[node->control[k]->id];
             if (j >= 0 && best[j] < prio)
                 best[j] = prio;
+            if (j >= 0 && boost[j] < b)
+                boost[j] = b;
         }
     }
     qsort(r, (size_t)n, sizeof *r, by_priority);
     for (int i = 0; i < n; i++)
         order[i] = r[i].index;
     free(best);
+    free(boost);
     free(r);
     p->prio_order = order;
 }

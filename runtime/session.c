@@ -59,6 +59,7 @@ void wf_session_destroy(wf_session *s)
     free(s->var_of);
     wf_pool_destroy(s->pool);
     wf__kernels_destroy(s->kernels);
+    wf__dp_free(s->dp);
     pthread_rwlock_destroy(&s->var_lock);
     pthread_mutex_destroy(&s->plans_mu);
     free(s);
@@ -90,9 +91,20 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
         wf__err(code, "wf_session_create: the graph has an error: %s", wf_graph_errmsg(g));
         return code;
     }
+    /* A strategy: every rank agrees, then the graph is rewritten for this rank's replicas
+     * (runtime/strategy.c), before the session counts the nodes it runs. */
+    struct wf__dp *dp = NULL;
+    if (o.strategy) {
+        int prc = wf__dp_prepare(g, o.strategy, &o.comm, &dp);
+        if (prc < 0)
+            return prc;
+    }
     wf_session *s = calloc(1, sizeof *s);
-    if (!s)
+    if (!s) {
+        wf__dp_free(dp);
         return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory");
+    }
+    s->dp = dp;
     s->g = g;
     s->rt = wf_graph_runtime(g);
     s->n_nodes = wf_graph_node_count(g);
@@ -112,6 +124,8 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
         rc = wf__devices_register_kernels(s->kernels, &s->devtab);
     if (rc >= 0 && o.comm)
         rc = wf__transport_register_kernels(s->kernels, o.comm);
+    /* A strategy's: the reduction of its buckets (transport/coll_ops.h), and then the
+     * variables broadcast from rank 0 (runtime/strategy.c, once they have values). */
     if (rc < 0) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", wf_last_errmsg());
@@ -147,6 +161,13 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
             return wf__graph_fail(g, rc, "wf_session_create: %s: initial value: %s",
                                   wf__rt_node_desc(n, desc, sizeof desc), why);
         }
+    }
+    /* A strategy's reduction kernel, and the variables of rank 0 on every rank. */
+    if (s->dp && (rc = wf__dp_start(s)) < 0) {
+        char why[WF_ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", wf_last_errmsg());
+        wf_session_destroy(s);
+        return wf__graph_fail(g, rc, "wf_session_create: %s", why);
     }
     *out = s;
     return 0;
@@ -247,26 +268,47 @@ int wf__session_plan(wf_session *s, const char *fn, wf_node *const *fetches, int
                      wf_node *const *targets, int n_targets, wf__plan **out)
 {
     *out = NULL;
-    if (n_fetches > INT32_MAX - n_targets)
+    if (n_fetches > INT32_MAX - n_targets - 1)
         return wf__session_fail(s, WF_EINVAL, "%s: too many fetches and targets", fn);
     int rc = 0;
+    wf_node **mapped = NULL;
+    if (s->dp && n_fetches + n_targets > 0) {
+        /* A strategy's session (dumps, statistics): the rewritten graph's nodes. The map is
+         * idempotent, so wf_session_run()'s mapped nodes pass through unchanged. */
+        if (!(mapped = malloc((size_t)(n_fetches + n_targets) * sizeof *mapped)))
+            return wf__session_fail(s, WF_ENOMEM, "%s: no memory", fn);
+        rc = wf__dp_map(s, fetches, n_fetches, mapped, "fetch");
+        if (rc == 0)
+            rc = wf__dp_map(s, targets, n_targets, mapped + n_fetches, "target");
+        if (rc < 0) {
+            free(mapped);
+            return rc;
+        }
+        fetches = mapped;
+        targets = mapped + n_fetches;
+    }
     for (int i = 0; i < n_fetches && rc == 0; i++)
         rc = check_node(s, fn, fetches[i], "fetch", i);
     for (int i = 0; i < n_targets && rc == 0; i++)
         rc = check_node(s, fn, targets[i], "target", i);
-    if (rc < 0 || n_fetches + n_targets == 0)
+    if (rc < 0 || n_fetches + n_targets == 0) {
+        free(mapped);
         return rc;
+    }
 
     /* The plan's key: the sorted, distinct ids of fetches and targets. */
     int32_t key_stack[STACK_KEY], *key = key_stack;
     int n_key = n_fetches + n_targets;
-    if (n_key > STACK_KEY && !(key = malloc((size_t)n_key * sizeof *key)))
+    if (n_key > STACK_KEY && !(key = malloc((size_t)n_key * sizeof *key))) {
+        free(mapped);
         return wf__session_fail(s, WF_ENOMEM, "%s: no memory for %d fetches and targets", fn,
                                 n_key);
+    }
     for (int i = 0; i < n_fetches; i++)
         key[i] = fetches[i]->id;
     for (int i = 0; i < n_targets; i++)
         key[n_fetches + i] = targets[i]->id;
+    free(mapped);
     qsort(key, (size_t)n_key, sizeof *key, cmp_i32);
     int m = 0;
     for (int i = 0; i < n_key; i++)
@@ -280,8 +322,32 @@ int wf__session_plan(wf_session *s, const char *fn, wf_node *const *fetches, int
     return 0;
 }
 
+static int run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches,
+               int n_fetches, wf_tensor **outs, wf_node *const *targets, int n_targets);
+
 int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches,
                    int n_fetches, wf_tensor **outs, wf_node *const *targets, int n_targets)
+{
+    if (!s || !s->dp || n_fetches < 0 || n_targets < 0 || (n_fetches && (!fetches || !outs)) ||
+        (n_targets && !targets) || n_fetches > INT32_MAX - n_targets - 1)
+        return run(s, feeds, n_feeds, fetches, n_fetches, outs, targets, n_targets);
+    /* A strategy: the nodes that stand for the user's in the rewritten graph. */
+    wf_node **m = malloc((size_t)(n_fetches + n_targets + 1) * sizeof *m);
+    if (!m)
+        return wf__session_fail(s, WF_ENOMEM, "wf_session_run: no memory");
+    for (int i = 0; i < n_fetches; i++)
+        outs[i] = NULL;
+    int rc = wf__dp_map(s, fetches, n_fetches, m, "fetch");
+    if (rc == 0)
+        rc = wf__dp_map(s, targets, n_targets, m + n_fetches, "target");
+    if (rc == 0)
+        rc = run(s, feeds, n_feeds, m, n_fetches, outs, m + n_fetches, n_targets);
+    free(m);
+    return rc;
+}
+
+static int run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches,
+               int n_fetches, wf_tensor **outs, wf_node *const *targets, int n_targets)
 {
     if (!s)
         return wf__err(WF_EINVAL, "wf_session_run: session is NULL");

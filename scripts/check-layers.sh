@@ -53,7 +53,7 @@ RESTRICT = {("sched", "core"): {"core/error.h"}}
 # The public header of each module (docs/conventions.md, "Layout").
 PUBLIC = {m: ("core.h" if m == "core" else m + ".h") for m in MODULES}
 # Modules with a second public header (an area big enough for its own): header -> module.
-MORE_PUBLIC = {"nn.h": "ops"}
+MORE_PUBLIC = {"nn.h": "ops", "distribute.h": "runtime"}
 # Third-party libraries: the first component of the include name -> who may include it.
 # 'runtime' (everything above) may include any of them; tests/ and perf/ too.
 LIBS = {

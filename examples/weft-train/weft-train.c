@@ -71,6 +71,8 @@ typedef struct options {
     const char *ckpt_dir;   /* --checkpoint-dir D */
     int keep;               /* --keep N: 0 the library's default (3) */
     bool resume;            /* --resume: from the newest complete checkpoint of D */
+    const char *strategy;   /* --strategy multiworker: data parallel over weft-run's ranks */
+    int shards;             /* --shards S (0: the number of ranks) */
 } options;
 
 /* ---- The model --------------------------------------------------------------------------- */
@@ -225,6 +227,9 @@ typedef struct trainer {
     const model *m;
     wf_runtime *rt;
     wf_optimizer opt;
+    wf_comm *comm;         /* --strategy: the ranks (weft-run's environment) */
+    wf_strategy *strategy; /* --strategy: NULL otherwise */
+    int rank;              /* 0 without --strategy; only rank 0 prints, logs and saves */
     /* static mode */
     wf_graph *g;
     wf_session *s;
@@ -261,7 +266,10 @@ static int trainer_static(trainer *t, char *err, size_t errlen)
     int rc = wf_graph_status(g);
     if (rc == 0)
         rc = wf_session_create(
-            g, &(wf_session_opts){ .flags = t->o->mixed_bf16 ? WF_SESSION_MIXED_BF16 : 0 }, &t->s);
+            g,
+            &(wf_session_opts){ .flags = t->o->mixed_bf16 ? WF_SESSION_MIXED_BF16 : 0,
+                                .strategy = t->strategy },
+            &t->s);
     if (rc < 0) {
         snprintf(err, errlen, "building the model: %s", wf_graph_errmsg(g));
         return rc;
@@ -686,6 +694,10 @@ static void usage(FILE *f)
             "  --keep N                 keep the newest N checkpoints (3)\n"
             "  --resume                 go on from the newest complete checkpoint of D (none:\n"
             "                           start at step 0); refused if the options differ\n"
+            "  --strategy multiworker   data parallel over the ranks of weft-run -n N: --batch\n"
+            "                           is the global batch; only rank 0 prints, logs and saves\n"
+            "  --shards S               its shards (default: the number of ranks); any number of\n"
+            "                           ranks dividing S trains the same bits\n"
             "  --quiet                  only the final line\n"
             "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
             "(not the checkpoint); the exit status is then 130.\n");
@@ -793,6 +805,23 @@ static int parse_args(int argc, char **argv, options *o)
             else
                 o->threads = (int)v;
             i++;
+        } else if (strcmp(a, "--strategy") == 0) {
+            NEED(1);
+            o->strategy = argv[++i];
+            if (strcmp(o->strategy, "multiworker") != 0) {
+                fprintf(stderr, "weft-train: --strategy %s: expected multiworker\n", o->strategy);
+                return -1;
+            }
+        } else if (strcmp(a, "--shards") == 0) {
+            NEED(1);
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1 || v > 4096) {
+                fprintf(stderr, "weft-train: --shards %s: expected a count from 1 to 4096\n",
+                        argv[i]);
+                return -1;
+            }
+            o->shards = (int)v;
         } else if (strcmp(a, "--eager") == 0) {
             o->eager = true;
         } else if (strcmp(a, "--mixed-bf16") == 0) {
@@ -837,6 +866,14 @@ static int parse_args(int argc, char **argv, options *o)
     }
     if (o->keep && !o->ckpt_every) {
         fprintf(stderr, "weft-train: --keep needs --checkpoint-every K\n");
+        return -1;
+    }
+    if (o->strategy && o->eager) {
+        fprintf(stderr, "weft-train: --strategy rewrites a static graph: not with --eager\n");
+        return -1;
+    }
+    if (o->shards && !o->strategy) {
+        fprintf(stderr, "weft-train: --shards needs --strategy multiworker\n");
         return -1;
     }
     if (o->steps && o->epochs) {
@@ -923,6 +960,48 @@ static int finish_plot(wt_plot *plot, const options *o, const trainer *t, long s
     return rc;
 }
 
+/* --strategy: the communicator of weft-run's ranks (WEFT_RANK, WEFT_SIZE, ... or Slurm's,
+ * Open MPI's) and the strategy over it. Ranks other than 0 go quiet and write no files. */
+static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
+{
+    wf_comm_opts co = { .rank = 0, .size = 1 };
+    int rc = wf_dist_opts_from_env(&co);
+    if (rc < 0) {
+        snprintf(err, errlen, "--strategy: %s", wf_last_errmsg());
+        return rc;
+    }
+    if ((rc = wf_comm_create(t->rt, &co, &t->comm)) < 0) {
+        snprintf(err, errlen, "--strategy: joining the ranks: %s", wf_last_errmsg());
+        return rc;
+    }
+    t->rank = wf_comm_rank(t->comm);
+    if ((rc = wf_strategy_multiworker(t->comm, &(wf_strategy_opts){ .shards = o->shards },
+                                      &t->strategy)) < 0) {
+        snprintf(err, errlen, "--strategy: %s", wf_last_errmsg());
+        return rc;
+    }
+    return 0;
+}
+
+/* --strategy, before any file is opened: a rank other than 0 (from the environment) writes
+ * no log, plot, checkpoint, trace or graph, and prints nothing (its errors still go to
+ * stderr). */
+static int quiet_other_ranks(options *o)
+{
+    wf_comm_opts co = { .rank = 0, .size = 1 };
+    if (wf_dist_opts_from_env(&co) < 0) {
+        fprintf(stderr, "weft-train: --strategy: %s\n", wf_last_errmsg());
+        return -1;
+    }
+    if (co.rank != 0) {
+        o->quiet = true;
+        o->log = o->plot = o->save = o->trace = o->dump_graph = NULL;
+        if (!freopen("/dev/null", "w", stdout))
+            return -1;
+    }
+    return 0;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -933,7 +1012,7 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     options o;
-    if (parse_args(argc, argv, &o) < 0)
+    if (parse_args(argc, argv, &o) < 0 || (o.strategy && quiet_other_ranks(&o) < 0))
         return 2;
     char err[1024] = "";
     wt_dataset all = { 0 }, train = { 0 }, test = { 0 };
@@ -972,6 +1051,8 @@ int main(int argc, char **argv)
         ro.trace_events = 1u << 18;
     if (rc == 0 && (rc = wf_runtime_create(&t.rt, &ro)) < 0)
         snprintf(err, sizeof err, "runtime: %s", wf_last_errmsg());
+    if (rc == 0 && o.strategy)
+        rc = join_ranks(&o, &t, err, sizeof err);
     if (rc == 0)
         rc = o.eager ? trainer_eager(&t, err, sizeof err) : trainer_static(&t, err, sizeof err);
     if (rc < 0) {
@@ -994,7 +1075,7 @@ int main(int argc, char **argv)
                  sizeof runid);
         rc = WF_ENOMEM;
     }
-    if (rc == 0 && o.ckpt_every &&
+    if (rc == 0 && o.ckpt_every && t.rank == 0 && /* one writer: rank 0 */
         (rc = wf_checkpointer_create(&(wf_checkpointer_opts){ .dir = o.ckpt_dir, .keep = o.keep },
                                      &ckpt)) < 0)
         snprintf(err, sizeof err, "--checkpoint-dir %s: %s", o.ckpt_dir, wf_last_errmsg());
@@ -1164,6 +1245,8 @@ out:
         wf_tensor_release(t.state[i].tensor);
     wf_session_destroy(t.s);
     wf_graph_destroy(t.g);
+    wf_strategy_destroy(t.strategy);
+    wf_comm_destroy(t.comm);
     wf_runtime_destroy(t.rt);
     wt_dataset_free(&all);
     wt_dataset_free(&train);

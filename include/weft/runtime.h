@@ -8,6 +8,7 @@
 
 #include <weft/base.h>
 #include <weft/core.h>
+#include <weft/distribute.h>
 #include <weft/placement.h>
 #include <weft/transport.h>
 
@@ -43,6 +44,12 @@ typedef struct wf_session_opts {
     wf_comm *comm;   /* NULL: none. The communicator the graph's send and recv nodes
                         (wf_send, wf_recv) use: the transport registers their kernels for
                         this session. Borrowed: it must outlive the session. */
+    const wf_strategy *strategy; /* NULL: none. A distribution strategy (weft/distribute.h):
+                        the graph, written for one replica, is rewritten at creation and
+                        trained data-parallel over the strategy's communicator (which also
+                        serves send and recv; 'comm', when set, must be the same). Creation
+                        is then a collective call of every rank. Borrowed: it must outlive
+                        the session. */
 } wf_session_opts;
 
 /* Flags of wf_session_opts: each switches one compile pass off. The passes run in this

@@ -5,6 +5,7 @@
 #include <weft/base.h>
 #include <weft/core.h>
 #include <weft/devices.h>
+#include <weft/distribute.h>
 #include <weft/grad.h>
 #include <weft/memory.h>
 #include <weft/nn.h>

@@ -1,0 +1,87 @@
+/* weft/distribute.h: distribution strategies: one graph, written for one replica, trained
+ * data-parallel over the ranks of a communicator.
+ * Owns: the public contract of strategies (part of runtime/): the strategy object, its
+ *   options, and what a session given one (wf_session_opts.strategy) does.
+ * MultiWorkerMirrored (wf_strategy_multiworker()): one replica per rank. At
+ *   wf_session_create() the graph is rewritten (a pure graph pass): every placeholder whose
+ *   first dimension is -1 is a batch, fed whole (the global batch, B rows, the same on every
+ *   rank) and split into S shards of contiguous rows (shard k: rows [k*B/S, (k+1)*B/S), the
+ *   first B mod S shards one row longer); rank r computes the forward and backward of its
+ *   shards r*S/N .. (r+1)*S/N - 1; each gradient is the sum over all S shards of the shard's
+ *   gradient times its weight (the aggregation), in one fixed tree whatever the number of
+ *   ranks, so 1 rank x 4 shards, 2 x 2 and 4 x 1 train bit for bit alike. Gradients travel
+ *   in buckets (first_bucket_bytes, then bucket_bytes), filled in the order backward makes
+ *   them; each bucket's reduction is a node of the dataflow that starts when its last
+ *   gradient exists, on the network's actor (no worker waits), so communication overlaps the
+ *   rest of backward. The optimizer's update then runs on every rank with the same gradient.
+ *   A fetched f32 scalar computed from the batch is the global value, reduced as the
+ *   gradients are, except that the shards' values of a wf_sum are added (a count of
+ *   correct rows: the global count) and those of a wf_mean weighted by rows (a mean loss:
+ *   the global mean); fetching a per-row value of a replica is refused (WF_EINVAL).
+ *   At creation variables are broadcast from rank 0 and checked equal by a hash on every
+ *   rank; ranks whose graphs or options differ fail creation with WF_EINVAL naming the
+ *   ranks and the difference. A rank that dies fails the others' runs with WF_EPEER naming
+ *   it (the communicator's failure detection); the session is then unusable but
+ *   destroyable.
+ * The tree: shards [lo, hi) split at lo + the largest power of two below hi - lo, so S = 4
+ *   sums as (s0 + s1) + (s2 + s3), S = 3 as (s0 + s1) + s2.
+ * Limits: S must be a multiple of N, and each rank's S / N shards a subtree of the tree (a
+ *   power of two, or N = 1, always is; S = 6 over N = 3 is, over N = 2 is not); at most 64
+ *   shards per rank; the reduced values are f32; wf_send/wf_recv edges from 16384 up are
+ *   the strategy's; every rank makes the same runs in the same order.
+ * Not here: sessions (weft/runtime.h), communicators (weft/transport.h). */
+#ifndef WEFT_DISTRIBUTE_H
+#define WEFT_DISTRIBUTE_H
+
+#include <weft/base.h>
+#include <weft/transport.h>
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct wf_strategy wf_strategy; /* opaque */
+
+/* How the shards' values combine into the global one. */
+typedef enum wf_aggregation {
+    WF_AGG_MEAN = 0,      /* each shard weighted by its share of the batch's rows (n_k / B):
+                             for a mean loss, the mean over the global batch, as one process
+                             computes it, also when S does not divide B */
+    WF_AGG_SUM = 1,       /* plain sum (a loss that sums over rows) */
+    WF_AGG_SHARD_MEAN = 2 /* each shard weighted 1 / S, whatever its rows (DDP's average) */
+} wf_aggregation;
+
+typedef struct wf_strategy_opts {
+    int shards;                /* S; 0: the communicator's size */
+    int aggregation;           /* wf_aggregation; 0: WF_AGG_MEAN */
+    size_t bucket_bytes;       /* 0: 25 MiB (PyTorch DDP's). A bucket closes when the next
+                                  gradient would not fit; a bigger gradient goes alone. */
+    size_t first_bucket_bytes; /* 0: 1 MiB: the first bucket is small so that communication
+                                  starts early in backward */
+} wf_strategy_opts;
+
+/* Makes a MultiWorkerMirrored strategy over 'comm' (NULL: this process alone, rank 0 of 1:
+ * the single-process run with S shards, which any number of ranks reproduces bit for bit).
+ * Returns 0, WF_EINVAL (NULL out, negative or unknown option, S not a multiple of the
+ * world size N or a rank's shards not a subtree of the tree: the message names the
+ * values) or WF_ENOMEM.
+ * Ownership: the caller owns '*out' (wf_strategy_destroy()); 'comm' is borrowed and must
+ * outlive every session made with the strategy; 'opts' (NULL: defaults) is copied.
+ * Threads: any. */
+WF_API WF_NODISCARD int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts,
+                                                wf_strategy **out);
+
+/* This process's rank and the world size of a strategy (0 and 1 without a communicator),
+ * or WF_EINVAL for NULL. */
+WF_API int wf_strategy_rank(const wf_strategy *st);
+WF_API int wf_strategy_size(const wf_strategy *st);
+
+/* Frees a strategy (after every session made with it). NULL is a no-op. */
+WF_API void wf_strategy_destroy(wf_strategy *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_DISTRIBUTE_H */

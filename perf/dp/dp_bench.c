@@ -1,0 +1,348 @@
+/* perf/dp/dp_bench.c: data-parallel training of the MLP 784-1024-1024-10 (ReLU, Adam 1e-3,
+ * global batch 256) with MultiWorkerMirrored (weft/distribute.h) against PyTorch DDP (gloo,
+ * perf/dp/dp_bench_ddp.py) in the same run.
+ * Cases, each in fresh processes (so each peak RSS is its own): weft 1 rank x 1 worker and
+ *   x 2 workers (plain sessions), weft 2 ranks x 1 worker (the strategy, 2 shards), and
+ *   PyTorch DDP with 2 processes x 1 thread (and 1 x 1 for reference).
+ * Reported: the median step time (of rank 0; the ranks run in lockstep), the peak RSS (the
+ *   largest rank's), the scaling efficiency T(1 rank, 1 worker) / (ranks * workers * T) and,
+ *   for 2 ranks, the exposed communication per step: from the trace of rank 0, the time in
+ *   the step's window (first task start to last task end) during which its worker ran no
+ *   task, i.e. waited on the network (median over the timed steps).
+ * Usage: dp_bench [--json] [--steps N] [--warmup W] [--python PATH] [--no-torch]
+ * Not here: the strategy (runtime/strategy.c, placement/replicate.c, transport/coll_ops.c). */
+#ifndef _GNU_SOURCE
+#    define _GNU_SOURCE
+#endif
+#include "../bench_util.h"
+
+#include <weft/weft.h>
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BATCH    256
+#define IN       784
+#define HID      1024
+#define OUT      10
+#define MAXSTEPS 256
+
+typedef struct result {
+    double median_s, rss_mb, exposed_s;
+    int ok, rank;
+} result;
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return 29517;
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static double rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* The idle time inside the window of run 'run' of a trace: its worker-task spans' window
+ * minus their union (one worker). */
+static double exposed_of(const char *buf, long run)
+{
+    enum { MAXS = 4096 };
+
+    static double ts[MAXS], te[MAXS];
+    int n = 0;
+    for (const char *p = strstr(buf, "{\"name\":\""); p && n < MAXS;
+         p = strstr(p + 1, "{\"name\":\"")) {
+        const char *e = strstr(p, "}}");
+        const char *cat = strstr(p, "\"cat\":\"task\""), *t = strstr(p, "\"ts\":");
+        const char *d = strstr(p, "\"dur\":"), *r = strstr(p, "\"run\":");
+        if (!e || !cat || !t || !d || !r || cat > e || t > e || d > e || r > e ||
+            strtol(r + 6, NULL, 10) != run)
+            continue;
+        ts[n] = strtod(t + 5, NULL);
+        te[n] = ts[n] + strtod(d + 6, NULL);
+        n++;
+    }
+    if (n == 0)
+        return NAN;
+    /* sort by start (insertion: a step has ~100 tasks) and take the union */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && ts[j] < ts[j - 1]; j--) {
+            double a = ts[j], b = te[j];
+            ts[j] = ts[j - 1];
+            te[j] = te[j - 1];
+            ts[j - 1] = a;
+            te[j - 1] = b;
+        }
+    double lo = ts[0], hi = te[0], busy = 0, cs = ts[0], ce = te[0];
+    for (int i = 1; i < n; i++) {
+        if (te[i] > hi)
+            hi = te[i];
+        if (ts[i] > ce) {
+            busy += ce - cs;
+            cs = ts[i];
+            ce = te[i];
+        } else if (te[i] > ce) {
+            ce = te[i];
+        }
+    }
+    busy += ce - cs;
+    return (hi - lo - busy) * 1e-6; /* the trace is in microseconds */
+}
+
+/* One rank of a case: trains 'warmup + steps' steps and fills 'r' (rank 0's times). */
+static int run_case(int rank, int size, int workers, int port, int steps, int warmup, result *r)
+{
+    wf_runtime *rt = NULL;
+    wf_comm *c = NULL;
+    wf_strategy *st = NULL;
+    int rc = wf_runtime_create(
+        &rt, &(wf_runtime_opts){ .n_workers = workers, .trace_events = size > 1 ? 1u << 16 : 0 });
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    if (rc == 0 && size > 1)
+        rc = wf_comm_create(
+            rt, &(wf_comm_opts){ .rank = rank, .size = size, .addr = addr, .token = "dp" }, &c);
+    if (rc == 0 && size > 1)
+        rc = wf_strategy_multiworker(c, NULL, &st);
+    if (rc < 0) {
+        fprintf(stderr, "dp_bench: rank %d: %s\n", rank, wf_last_errmsg());
+        return 1;
+    }
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, IN));
+    wf_node *y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
+    wf_node *w1 = wf_variable(g, "w1", WF_F32, WF_SHAPE(IN, HID), wf_init_glorot_uniform(1));
+    wf_node *b1 = wf_variable(g, "b1", WF_F32, WF_SHAPE(HID), wf_init_zeros());
+    wf_node *w2 = wf_variable(g, "w2", WF_F32, WF_SHAPE(HID, HID), wf_init_glorot_uniform(2));
+    wf_node *b2 = wf_variable(g, "b2", WF_F32, WF_SHAPE(HID), wf_init_zeros());
+    wf_node *w3 = wf_variable(g, "w3", WF_F32, WF_SHAPE(HID, OUT), wf_init_glorot_uniform(3));
+    wf_node *b3 = wf_variable(g, "b3", WF_F32, WF_SHAPE(OUT), wf_init_zeros());
+    wf_node *h = wf_relu(g, wf_add(g, wf_matmul(g, x, w1), b1));
+    h = wf_relu(g, wf_add(g, wf_matmul(g, h, w2), b2));
+    wf_node *loss = wf_mean(g, wf_softmax_cross_entropy(g, wf_add(g, wf_matmul(g, h, w3), b3), y));
+    wf_node *train = wf_minimize(g, wf_adam(1e-3), loss);
+    wf_session *s = NULL;
+    if (!train || wf_session_create(g, &(wf_session_opts){ .strategy = st }, &s) < 0) {
+        fprintf(stderr, "dp_bench: rank %d: %s\n", rank, wf_graph_errmsg(g));
+        return 1;
+    }
+    float *xs = malloc(sizeof(float) * BATCH * IN);
+    int32_t *ys = malloc(sizeof(int32_t) * BATCH);
+    uint64_t seed = 7;
+    for (int i = 0; i < BATCH * IN; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        xs[i] = (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    for (int i = 0; i < BATCH; i++)
+        ys[i] = (i * 7) % OUT;
+    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(BATCH, IN), xs);
+    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(BATCH), ys);
+    wf_feed f[] = { { x, xt }, { y, yt } };
+    double t[MAXSTEPS];
+    for (int i = 0; i < warmup + steps && rc == 0; i++) {
+        wf_tensor *out = NULL;
+        double t0 = bench_now_s();
+        rc = wf_session_run(s, f, 2, &loss, 1, &out, &train, 1);
+        if (i >= warmup)
+            t[i - warmup] = bench_now_s() - t0;
+        wf_tensor_release(out);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "dp_bench: rank %d: %s\n", rank, wf_session_errmsg(s));
+        return 1;
+    }
+    r->rss_mb = rss_mb();
+    r->median_s = bench_median(t, steps);
+    r->exposed_s = 0;
+    if (size > 1 && rank == 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/dp_bench-%d.json", (int)getpid());
+        FILE *fp = NULL;
+        char *buf = malloc(64 << 20);
+        if (buf && wf_runtime_trace_write(rt, path) > 0 && (fp = fopen(path, "r"))) {
+            size_t len = fread(buf, 1, (64 << 20) - 1, fp);
+            buf[len] = 0;
+            fclose(fp);
+            double e[MAXSTEPS];
+            int ne = 0;
+            for (int i = 0; i < steps; i++) {
+                double v = exposed_of(buf, warmup + i);
+                if (!isnan(v))
+                    e[ne++] = v;
+            }
+            r->exposed_s = ne ? bench_median(e, ne) : NAN;
+        } else {
+            r->exposed_s = NAN;
+        }
+        unlink(path);
+        free(buf);
+    }
+    r->ok = 1;
+    wf_tensor_release(xt);
+    wf_tensor_release(yt);
+    free(xs);
+    free(ys);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+    wf_strategy_destroy(st);
+    wf_comm_destroy(c);
+    wf_runtime_destroy(rt);
+    return 0;
+}
+
+/* Runs a case on 'size' fresh processes; rank 0's times, the largest RSS. */
+static result spawn_case(int size, int workers, int steps, int warmup)
+{
+    int port = free_port();
+    int fds[2];
+    result out = { 0 };
+    if (pipe(fds) != 0)
+        return out;
+    pid_t pids[8];
+    for (int r = 0; r < size; r++) {
+        fflush(NULL);
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            close(fds[0]);
+            result res = { .rank = r };
+            int rc = run_case(r, size, workers, port, steps, warmup, &res);
+            if (write(fds[1], &res, sizeof res) != (ssize_t)sizeof res)
+                rc = 1;
+            _exit(rc);
+        }
+    }
+    close(fds[1]);
+    double rss = 0;
+    for (int r = 0; r < size; r++) {
+        result res;
+        if (read(fds[0], &res, sizeof res) == (ssize_t)sizeof res && res.ok) {
+            if (res.rss_mb > rss)
+                rss = res.rss_mb;
+            if (res.rank == 0)
+                out = res;
+        }
+    }
+    close(fds[0]);
+    int bad = 0;
+    for (int r = 0; r < size; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    out.rss_mb = rss;
+    out.ok = !bad && out.ok;
+    return out;
+}
+
+/* PyTorch DDP with 'ranks' processes; ok 0 when it could not run. */
+static result torch_case(const char *python, int ranks, int steps, int warmup)
+{
+    result r = { 0 };
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s/dp_bench_ddp.py --ranks %d --steps %d --warmup %d --port %d",
+             python, DB_SCRIPT_DIR, ranks, steps, warmup, free_port());
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return r;
+    char line[1024] = "";
+    if (!fgets(line, sizeof line, p))
+        line[0] = 0;
+    int st = pclose(p);
+    const char *m = strstr(line, "\"median_s\": "), *rs = strstr(line, "\"peak_rss_mb\": ");
+    if (st != 0 || !m || !rs)
+        return r;
+    r.median_s = strtod(m + 12, NULL);
+    r.rss_mb = strtod(rs + 15, NULL);
+    r.ok = 1;
+    return r;
+}
+
+static void print(bool json, const char *impl, int ranks, int workers, const result *r, double t11,
+                  bool weft)
+{
+    double eff = t11 / ((double)ranks * workers * r->median_s);
+    if (json && weft)
+        printf("{\"bench\": \"mlp_dp\", \"impl\": \"%s\", \"ranks\": %d, \"workers\": %d, "
+               "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"scaling_efficiency\": %.3f, "
+               "\"exposed_comm_s\": %.6f}\n",
+               impl, ranks, workers, r->median_s, r->rss_mb, eff, r->exposed_s);
+    else if (json)
+        printf("{\"bench\": \"mlp_dp\", \"impl\": \"%s\", \"ranks\": %d, \"workers\": %d, "
+               "\"median_s\": %.6f, \"peak_rss_mb\": %.1f}\n",
+               impl, ranks, workers, r->median_s, r->rss_mb);
+    else
+        printf("%-12s %d x %d   %8.2f ms   %6.1f MB   efficiency %.2f   exposed %.2f ms\n", impl,
+               ranks, workers, 1e3 * r->median_s, r->rss_mb, weft ? eff : NAN, 1e3 * r->exposed_s);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    bool json = false, torch = true;
+    int steps = 20, warmup = 3;
+    const char *python = "/usr/bin/python3";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            json = true;
+        else if (!strcmp(argv[i], "--no-torch"))
+            torch = false;
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc &&
+                 bench_parse_int(argv[i + 1], 1, MAXSTEPS, &steps) == 0)
+            i++;
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc &&
+                 bench_parse_int(argv[i + 1], 0, 100, &warmup) == 0)
+            i++;
+        else if (!strcmp(argv[i], "--python") && i + 1 < argc)
+            python = argv[++i];
+        else {
+            fprintf(stderr, "usage: dp_bench [--json] [--steps N] [--warmup W] [--python PATH] "
+                            "[--no-torch]\n");
+            return 2;
+        }
+    }
+    result w11 = spawn_case(1, 1, steps, warmup);
+    result w12 = spawn_case(1, 2, steps, warmup);
+    result w21 = spawn_case(2, 1, steps, warmup);
+    if (!w11.ok || !w12.ok || !w21.ok) {
+        fprintf(stderr, "dp_bench: a weft case failed\n");
+        return 1;
+    }
+    print(json, "weft", 1, 1, &w11, w11.median_s, true);
+    print(json, "weft", 1, 2, &w12, w11.median_s, true);
+    print(json, "weft", 2, 1, &w21, w11.median_s, true);
+    if (!torch)
+        return 0;
+    result t2 = torch_case(python, 2, steps, warmup), t1 = torch_case(python, 1, steps, warmup);
+    if (!t2.ok || !t1.ok) {
+        if (json)
+            printf("{\"bench\": \"mlp_dp\", \"impl\": \"pytorch_ddp\", \"skipped\": \"%s or "
+                   "torch failed\"}\n",
+                   python);
+        else
+            printf("pytorch_ddp  skipped (%s or torch failed)\n", python);
+        return 0;
+    }
+    print(json, "pytorch_ddp", 2, 1, &t2, w11.median_s, false);
+    print(json, "pytorch_ddp", 1, 1, &t1, w11.median_s, false);
+    if (!json)
+        printf("weft 2 x 1 step / PyTorch DDP 2 x 1 step: %.2f\n", w21.median_s / t2.median_s);
+    return 0;
+}

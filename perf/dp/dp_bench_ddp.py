@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""perf/dp/dp_bench_ddp.py: the PyTorch DDP peer of perf/dp_bench (gloo, N processes x 1 thread).
+
+Trains the MLP 784-1024-1024-10 (ReLU, Adam lr 1e-3, softmax cross-entropy) on a fixed random
+global batch (B rows; rank r takes rows [r*B/N, (r+1)*B/N)), times each step after a warm-up
+and prints one JSON line from rank 0: median step seconds and the peak RSS of every rank.
+Usage: dp_bench_ddp.py --ranks N --batch B --steps S --warmup W --port P
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+
+def rank_main(rank, args, q):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(args.port)
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 10))
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if args.ranks > 1 else model
+    opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(args.batch, 784, generator=g)
+    y = torch.randint(0, 10, (args.batch,), generator=g)
+    lo = rank * args.batch // args.ranks
+    hi = (rank + 1) * args.batch // args.ranks
+    xs, ys = x[lo:hi].contiguous(), y[lo:hi].contiguous()
+    times = []
+    for s in range(args.warmup + args.steps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(ddp(xs), ys)
+        loss.backward()
+        opt.step()
+        t = time.perf_counter() - t0
+        if s >= args.warmup:
+            times.append(t)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    rsss = [None] * args.ranks
+    dist.all_gather_object(rsss, rss)
+    tt = [None] * args.ranks
+    dist.all_gather_object(tt, times)
+    if rank == 0:
+        # a step lasts as long as its slowest rank
+        per = [max(tt[r][i] for r in range(args.ranks)) for i in range(args.steps)]
+        per.sort()
+        q.put({"median_s": per[len(per) // 2], "peak_rss_mb": max(rsss),
+               "loss": float(loss.detach())})
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--port", type=int, default=29511)
+    args = ap.parse_args()
+    try:
+        import torch.multiprocessing as mp
+    except ImportError:
+        print(json.dumps({"skip": "torch is not installed"}))
+        return 0
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=rank_main, args=(r, args, q)) for r in range(args.ranks)]
+    for p in ps:
+        p.start()
+    res = q.get(timeout=600)
+    for p in ps:
+        p.join()
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,336 @@
+/* placement/replicate.c: the data-parallel rewrite (placement/replicate.h).
+ * Owns: sorting the user's nodes into three kinds, the per-shard copies, the gradient
+ *   buckets, and the global copies of the updates.
+ * Kinds: a node is "replica" (R) when it depends on a batch placeholder (a -1 first
+ *   dimension) through data or control edges and neither is nor depends on an update; it is
+ *   "global" (Q) when it is an update (op->n_assign > 0) that depends on a batch, or depends
+ *   on a global node; else it is shared (variables, constants, what reads only them). The
+ *   gradients are the replica nodes that global nodes read as data.
+ * Copies: for each local shard i (global shard k0 + i) every replica node is added again
+ *   with its replica inputs replaced by shard i's copies; a batch placeholder becomes
+ *   shard_rows(x, k, S). Gradients, in creation order (the order backward makes them),
+ *   fill buckets; each bucket is one dp_reduce over the bucket's gradients of every local
+ *   shard, and a slice + reshape per gradient gives the global gradient. Every scalar f32
+ *   replica node gets a dp_reduce of its own (it runs only when fetched), which adds the
+ *   shards' values up when the node is a sum (a count of correct rows), weights them by
+ *   rows when it is a mean (a loss), and else aggregates as the gradients do. Global nodes are
+ *   added once, reading global gradients and global copies; a control edge on a replica
+ *   node becomes one on each shard's copy (an update still runs after every read).
+ * Why the tree lives in dp_reduce and not in add nodes: the same code sums a rank's own
+ *   shards and the ranks' partial sums, so the bits cannot depend on the world size.
+ * Not here: the kernels (core/op_dist.c, transport/coll_ops.c), runtime wiring. */
+#include "replicate.h"
+
+#include "../core/error.h"
+#include "../ops/table.h"
+
+#include <weft/ops.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { K_SHARED = 0, K_REPLICA = 1, K_GLOBAL = 2 };
+
+static bool is_batch(const wf_node *n)
+{
+    return n->op == &wf_op_placeholder && n->shape.rank >= 1 && n->shape.dims[0] < 0;
+}
+
+/* The dp_reduce node of 'vals' (b per value) and its attributes; NULL on failure. */
+static wf_node *reduce_node(wf_graph *g, const wf__replicate_opts *o, int b, wf_node **ins,
+                            int n_ins, int edge, const char *name)
+{
+    wf_attrs a = { 0 };
+    a.begin[0] = (int64_t)o->rank * b;
+    a.end[0] = o->shards;
+    a.step[0] = b;
+    a.axis = o->aggregation;
+    a.edge = edge;
+    const char *nm = name && !wf_graph_find(g, name) ? name : NULL;
+    return wf__node_add_ex(g, &wf_op_dp_reduce, nm, ins, n_ins, &a, (wf_srcloc){ 0 });
+}
+
+/* Slices value 'off' .. 'off + numel(like)' of flat 'f' back into 'like''s shape. */
+static wf_node *unpack(wf_graph *g, wf_node *f, int64_t off, const wf_node *like)
+{
+    int64_t begin[1] = { off }, end[1] = { off + wf_shape_numel(like->shape) };
+    wf_node *s = (wf_slice)(g, f, begin, end, NULL);
+    return s ? (wf_reshape)(g, s, like->shape) : NULL;
+}
+
+typedef struct rw {
+    wf_graph *g;
+    const wf__replicate_opts *o;
+    int n, b;
+    uint8_t *kind;
+    wf_node **shard; /* b * n: shard[i * n + id] */
+    wf_node **glob;  /* n: the global node of a gradient or of a global node */
+    wf_node *ref;    /* the first batch placeholder */
+    int edge;
+} rw;
+
+static int fail_node(const wf_node *n, int code, const char *what)
+{
+    char desc[WF_ERRMSG_MAX];
+    return wf__err(code, "data-parallel rewrite: %s: %s", wf__node_desc(n, desc, sizeof desc),
+                   what);
+}
+
+static int copy_shards(rw *w)
+{
+    wf_node *stack_in[16], **in = stack_in;
+    int cap = 16, rc = 0;
+    for (int i = 0; i < w->b && rc == 0; i++)
+        for (int id = 0; id < w->n && rc == 0; id++) {
+            wf_node *n = wf_graph_node(w->g, id);
+            if (w->kind[id] != K_REPLICA)
+                continue;
+            wf_node *c;
+            if (is_batch(n)) {
+                wf_attrs a = { 0 };
+                a.begin[0] = (int64_t)w->o->rank * w->b + i;
+                a.end[0] = w->o->shards;
+                c = wf__node_add_ex(w->g, &wf_op_shard_rows, NULL, &n, 1, &a, (wf_srcloc){ 0 });
+            } else {
+                if (n->n_inputs > cap) {
+                    wf_node **m =
+                        realloc(in == stack_in ? NULL : in, (size_t)n->n_inputs * sizeof *m);
+                    if (!m) {
+                        rc = wf__err(WF_ENOMEM, "data-parallel rewrite: no memory");
+                        break;
+                    }
+                    in = m;
+                    cap = n->n_inputs;
+                }
+                for (int k = 0; k < n->n_inputs; k++) {
+                    wf_node *x = n->inputs[k];
+                    in[k] = w->kind[x->id] == K_REPLICA ? w->shard[i * w->n + x->id] : x;
+                }
+                c = wf__node_add_ex(w->g, n->op, NULL, in, n->n_inputs, n->attrs,
+                                    (wf_srcloc){ n->file, n->line });
+                for (int k = 0; c && k < n->n_control; k++) {
+                    wf_node *x = n->control[k];
+                    wf_node *cx = w->kind[x->id] == K_REPLICA ? w->shard[i * w->n + x->id] : x;
+                    if (wf__node_add_control(c, cx) < 0)
+                        c = NULL;
+                }
+            }
+            if (!c)
+                rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+            w->shard[i * w->n + id] = c;
+        }
+    if (in != stack_in)
+        free(in);
+    return rc;
+}
+
+/* Buckets of the gradients ('is_grad'), then the scalars. */
+static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
+{
+    const wf__replicate_opts *o = w->o;
+    int b = w->b, rc = 0;
+    int max_in = 1 + b * w->n;
+    wf_node **ins = malloc((size_t)max_in * sizeof *ins);
+    int *members = malloc((size_t)(w->n ? w->n : 1) * sizeof *members);
+    if (!ins || !members) {
+        free(ins);
+        free(members);
+        return wf__err(WF_ENOMEM, "data-parallel rewrite: no memory");
+    }
+    int n_mem = 0;
+    size_t bytes = 0, limit = o->first_bucket_bytes;
+    for (int id = 0; id <= w->n && rc == 0; id++) {
+        bool g = id < w->n && is_grad[id];
+        size_t gb = g ? (size_t)wf_shape_numel(wf_graph_node(w->g, id)->shape) * 4 : 0;
+        bool close = n_mem > 0 && (id == w->n || bytes + gb > limit);
+        if (close) {
+            if (w->edge + 1 >= (1 << 15)) {
+                rc = wf__err(WF_EINVAL, "data-parallel rewrite: more than %d buckets and scalars",
+                             ((1 << 15) - o->edge_base) / 2);
+                break;
+            }
+            int k = 0;
+            ins[k++] = w->ref;
+            for (int j = 0; j < n_mem; j++)
+                for (int i = 0; i < b; i++)
+                    ins[k++] = w->shard[i * w->n + members[j]];
+            char name[64];
+            snprintf(name, sizeof name, "dp_bucket_%d", m->n_buckets);
+            wf_node *f = reduce_node(w->g, o, b, ins, k, w->edge, name);
+            w->edge += 2;
+            int64_t off = 0;
+            for (int j = 0; f && j < n_mem; j++) {
+                wf_node *like = wf_graph_node(w->g, members[j]);
+                w->glob[members[j]] = unpack(w->g, f, off, like);
+                off += wf_shape_numel(like->shape);
+                if (!w->glob[members[j]])
+                    f = NULL;
+            }
+            if (!f) {
+                rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+                break;
+            }
+            m->n_buckets++;
+            m->n_grads += n_mem;
+            n_mem = 0;
+            bytes = 0;
+            limit = o->bucket_bytes;
+        }
+        if (g) {
+            members[n_mem++] = id;
+            bytes += gb;
+        }
+    }
+    /* Scalars the shards compute: global values for fetches. */
+    for (int id = 0; id < w->n && rc == 0; id++) {
+        wf_node *n = wf_graph_node(w->g, id);
+        if (w->kind[id] != K_REPLICA || is_grad[id] || n->shape.rank != 0 || n->dtype != WF_F32)
+            continue;
+        if (w->edge + 1 >= (1 << 15))
+            break; /* no edges left: such a scalar is then not fetchable (remap NULL) */
+        int k = 0;
+        ins[k++] = w->ref;
+        for (int i = 0; i < b; i++)
+            ins[k++] = w->shard[i * w->n + id];
+        /* a sum over rows adds up over the shards; a mean is weighted by rows */
+        wf__replicate_opts so = *o;
+        if (n->op == &wf_op_sum)
+            so.aggregation = WF__AGG_SUM;
+        else if (n->op == &wf_op_mean)
+            so.aggregation = WF__AGG_MEAN;
+        wf_node *f = reduce_node(w->g, &so, b, ins, k, w->edge, NULL);
+        w->edge += 2;
+        wf_node *s = f ? (wf_reshape)(w->g, f, n->shape) : NULL;
+        if (!s)
+            rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+        m->remap[id] = s;
+    }
+    free(ins);
+    free(members);
+    return rc;
+}
+
+static int copy_globals(rw *w, const uint8_t *is_grad)
+{
+    int rc = 0;
+    for (int id = 0; id < w->n && rc == 0; id++) {
+        wf_node *n = wf_graph_node(w->g, id);
+        if (w->kind[id] != K_GLOBAL)
+            continue;
+        wf_node **in = malloc((size_t)(n->n_inputs ? n->n_inputs : 1) * sizeof *in);
+        if (!in)
+            return wf__err(WF_ENOMEM, "data-parallel rewrite: no memory");
+        for (int k = 0; k < n->n_inputs; k++) {
+            wf_node *x = n->inputs[k];
+            in[k] = w->kind[x->id] == K_SHARED ? x : w->glob[x->id];
+            if (!in[k])
+                rc = fail_node(n, WF_EINVAL,
+                               "an update reads a per-replica value that is no "
+                               "gradient");
+            (void)is_grad;
+        }
+        wf_node *c = NULL;
+        if (rc == 0) {
+            c = wf__node_add_ex(w->g, n->op, NULL, in, n->n_inputs, n->attrs,
+                                (wf_srcloc){ n->file, n->line });
+            for (int k = 0; c && k < n->n_control; k++) {
+                wf_node *x = n->control[k];
+                if (w->kind[x->id] == K_REPLICA) {
+                    for (int i = 0; c && i < w->b; i++)
+                        if (wf__node_add_control(c, w->shard[i * w->n + x->id]) < 0)
+                            c = NULL;
+                } else if (wf__node_add_control(c, w->kind[x->id] ? w->glob[x->id] : x) < 0) {
+                    c = NULL;
+                }
+            }
+            if (!c)
+                rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+        }
+        free(in);
+        w->glob[id] = c;
+    }
+    return rc;
+}
+
+int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
+{
+    memset(m, 0, sizeof *m);
+    if (!g || !o || o->size < 1 || o->rank < 0 || o->rank >= o->size || o->shards < o->size ||
+        o->shards % o->size || !o->bucket_bytes || !o->first_bucket_bytes)
+        return wf__err(WF_EINVAL, "data-parallel rewrite: bad options");
+    if (wf_graph_mode(g) != WF_STATIC)
+        return wf__err(WF_EINVAL, "data-parallel rewrite: the graph is eager; a strategy "
+                                  "rewrites static graphs");
+    rw w = { .g = g, .o = o, .n = wf_graph_node_count(g), .b = o->shards / o->size };
+    w.edge = o->edge_base;
+    int n = w.n, rc = 0;
+    w.kind = calloc((size_t)(n ? n : 1), 1);
+    uint8_t *is_grad = calloc((size_t)(n ? n : 1), 1);
+    w.shard = calloc((size_t)w.b * (size_t)(n ? n : 1), sizeof *w.shard);
+    w.glob = calloc((size_t)(n ? n : 1), sizeof *w.glob);
+    m->remap = calloc((size_t)(n ? n : 1), sizeof *m->remap);
+    if (!w.kind || !is_grad || !w.shard || !w.glob || !m->remap) {
+        rc = wf__err(WF_ENOMEM, "data-parallel rewrite: no memory for %d nodes", n);
+        goto done;
+    }
+    for (int id = 0; id < n; id++) {
+        const wf_node *v = wf_graph_node(g, id);
+        int k = K_SHARED;
+        if (is_batch(v)) {
+            k = K_REPLICA;
+            if (!w.ref)
+                w.ref = (wf_node *)v;
+        }
+        for (int j = 0; j < v->n_inputs; j++)
+            k = k > w.kind[v->inputs[j]->id] ? k : w.kind[v->inputs[j]->id];
+        for (int j = 0; j < v->n_control; j++)
+            k = k > w.kind[v->control[j]->id] ? k : w.kind[v->control[j]->id];
+        if (k == K_REPLICA && v->op->n_assign > 0)
+            k = K_GLOBAL;
+        w.kind[id] = (uint8_t)k;
+    }
+    if (!w.ref) {
+        rc = wf__err(WF_EINVAL, "data-parallel rewrite: no placeholder has a -1 first dimension "
+                                "(a batch to shard)");
+        goto done;
+    }
+    for (int id = 0; id < n; id++) {
+        const wf_node *v = wf_graph_node(g, id);
+        if (w.kind[id] != K_GLOBAL)
+            continue;
+        for (int j = 0; j < v->n_inputs; j++) {
+            const wf_node *x = v->inputs[j];
+            if (w.kind[x->id] != K_REPLICA)
+                continue;
+            if (x->dtype != WF_F32 || wf_shape_numel(x->shape) < 0) {
+                rc = fail_node(x, WF_EINVAL, "a gradient must be f32 with a static shape");
+                goto done;
+            }
+            is_grad[x->id] = 1;
+        }
+    }
+    if ((rc = copy_shards(&w)) < 0 || (rc = reduce_all(&w, is_grad, m)) < 0 ||
+        (rc = copy_globals(&w, is_grad)) < 0)
+        goto done;
+    for (int id = 0; id < n; id++) {
+        if (w.kind[id] == K_SHARED)
+            m->remap[id] = wf_graph_node(g, id);
+        else if (w.kind[id] == K_GLOBAL)
+            m->remap[id] = w.glob[id];
+        else if (is_grad[id])
+            m->remap[id] = w.glob[id];
+    }
+    m->n = n;
+    m->n_local = w.b;
+done:
+    free(w.kind);
+    free(is_grad);
+    free(w.shard);
+    free(w.glob);
+    if (rc < 0) {
+        free(m->remap);
+        memset(m, 0, sizeof *m);
+    }
+    return rc;
+}

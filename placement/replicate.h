@@ -1,0 +1,46 @@
+/* placement/replicate.h: the data-parallel rewrite of a graph written for one replica (a
+ * module interface for runtime/: not installed, not internal.h).
+ * Owns: wf__replicate() and what it returns: which node of the rewritten graph stands for
+ *   each node of the user's graph.
+ * The rewrite (placement/replicate.c, a pure graph pass: core and ops only) appends to the
+ *   graph: for each local shard a copy of every node that depends on a batch (a placeholder
+ *   whose first dimension is -1; in the copy, that placeholder is read through shard_rows),
+ *   up to the gradients the updates read; one dp_reduce node per gradient bucket (and per
+ *   scalar the shards compute) with slices back to each gradient's shape; and one copy of
+ *   every update (and what follows the updates) reading the reduced gradients.
+ * Not here: running dp_reduce (transport/coll_ops.c), the session's side (runtime/). */
+#ifndef WF_PLACEMENT_REPLICATE_H
+#define WF_PLACEMENT_REPLICATE_H
+
+#include "../core/graph.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wf__replicate_opts {
+    int rank, size;            /* this rank, the world size N */
+    int shards;                /* S: a multiple of N, S / N a power of two */
+    int aggregation;           /* WF__AGG_* (core/op.h) */
+    size_t bucket_bytes;       /* > 0 */
+    size_t first_bucket_bytes; /* > 0 */
+    int edge_base;             /* the first key edge dp_reduce nodes use (two each) */
+} wf__replicate_opts;
+
+/* What stands for each node of the user's graph (ids below 'n'). */
+typedef struct wf__replica_map {
+    int n;           /* the user's nodes */
+    wf_node **remap; /* 'n' entries: the node to run in its place (itself when it depends on
+                        no batch); NULL: a per-replica value that cannot be fetched */
+    int n_buckets;   /* gradient buckets made */
+    int n_grads;     /* gradients reduced */
+    int n_local;     /* local shards b */
+} wf__replica_map;
+
+/* Rewrites 'g' (static, no error) for 'o', appending nodes, and fills '*m' (the caller frees
+ * m->remap with free()). Returns 0, WF_EINVAL (no batch placeholder; a gradient an update
+ * reads that is not f32 with a static shape; too many buckets for the key edges: the message
+ * names the node), WF_ENOMEM, or the error of a node it could not add (the graph keeps it).
+ * The message is in wf_last_errmsg(). */
+int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m);
+
+#endif /* WF_PLACEMENT_REPLICATE_H */

@@ -1,0 +1,284 @@
+/* runtime/strategy.c: distribution strategies (weft/distribute.h) and what a session given
+ * one does beyond a plain one.
+ * Owns: the strategy object; at session creation the agreement of every rank (a hash of the
+ *   graph and the options, exchanged with an all-gather, so ranks that differ fail naming
+ *   each other instead of hanging or summing wrong values), the rewrite (placement/
+ *   replicate.h), the registration of dp_reduce's kernel (transport/coll_ops.h), the
+ *   broadcast of every variable from rank 0 and the check of their hash; at each run the
+ *   mapping of the user's fetches and targets to the rewritten graph's nodes.
+ * Not here: the rewrite itself (placement/), the reduction's kernel (transport/). */
+#include "../placement/replicate.h"
+#include "../transport/coll_ops.h"
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_BUCKET       (25u << 20)
+#define DEFAULT_FIRST_BUCKET (1u << 20)
+#define EDGE_BASE            16384 /* dp_reduce's key edges: 16384 .. 32767 */
+
+struct wf_strategy {
+    wf_comm *comm;
+    int rank, size;
+    wf_strategy_opts o;
+};
+
+struct wf__dp {
+    const wf_strategy *st;
+    wf__replica_map map;
+};
+
+int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts, wf_strategy **out)
+{
+    if (!out)
+        return wf__err(WF_EINVAL, "wf_strategy_multiworker: out is NULL");
+    *out = NULL;
+    wf_strategy_opts o = opts ? *opts : (wf_strategy_opts){ 0 };
+    int size = comm ? wf_comm_size(comm) : 1, rank = comm ? wf_comm_rank(comm) : 0;
+    if (size < 1 || rank < 0)
+        return wf__err(WF_EINVAL, "wf_strategy_multiworker: the communicator is not valid");
+    if (o.shards < 0 || o.shards > (1 << 20))
+        return wf__err(WF_EINVAL, "wf_strategy_multiworker: shards is %d (0: the world size)",
+                       o.shards);
+    if (!o.shards)
+        o.shards = size;
+    if (o.shards % size || !wf__dp_blocks_ok(o.shards, o.shards / size))
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_multiworker: %d shards over %d ranks: the shards must be a "
+                       "multiple of the ranks, each rank's shards a subtree of the fixed sum "
+                       "tree (a power of two per rank, or one rank, always is)",
+                       o.shards, size);
+    if (o.shards / size > 64)
+        return wf__err(WF_EINVAL, "wf_strategy_multiworker: %d shards per rank (at most 64)",
+                       o.shards / size);
+    if (o.aggregation < WF_AGG_MEAN || o.aggregation > WF_AGG_SHARD_MEAN)
+        return wf__err(WF_EINVAL, "wf_strategy_multiworker: unknown aggregation %d", o.aggregation);
+    if (!o.bucket_bytes)
+        o.bucket_bytes = DEFAULT_BUCKET;
+    if (!o.first_bucket_bytes)
+        o.first_bucket_bytes = DEFAULT_FIRST_BUCKET;
+    wf_strategy *st = calloc(1, sizeof *st);
+    if (!st)
+        return wf__err(WF_ENOMEM, "wf_strategy_multiworker: no memory");
+    *st = (wf_strategy){ .comm = comm, .rank = rank, .size = size, .o = o };
+    *out = st;
+    return 0;
+}
+
+int wf_strategy_rank(const wf_strategy *st)
+{
+    return st ? st->rank : wf__err(WF_EINVAL, "wf_strategy_rank: strategy is NULL");
+}
+
+int wf_strategy_size(const wf_strategy *st)
+{
+    return st ? st->size : wf__err(WF_EINVAL, "wf_strategy_size: strategy is NULL");
+}
+
+void wf_strategy_destroy(wf_strategy *st)
+{
+    free(st);
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* What the ranks compare: the graph (ops, names, types, edges) and the options. */
+typedef struct agreement {
+    uint64_t graph;
+    int64_t nodes;
+    int64_t shards, aggregation, bucket_bytes, first_bucket_bytes;
+} agreement;
+
+static uint64_t graph_hash(const wf_graph *g)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    int n = wf_graph_node_count(g);
+    for (int id = 0; id < n; id++) {
+        const wf_node *v = wf_graph_node(g, id);
+        h = fnv(h, v->op->name, strlen(v->op->name) + 1);
+        h = fnv(h, v->name, strlen(v->name) + 1);
+        int32_t t[3] = { (int32_t)v->dtype, v->n_inputs, v->n_control };
+        h = fnv(h, t, sizeof t);
+        h = fnv(h, &v->shape.rank, sizeof v->shape.rank);
+        h = fnv(h, v->shape.dims, sizeof v->shape.dims[0] * (size_t)v->shape.rank);
+        for (int k = 0; k < v->n_inputs; k++)
+            h = fnv(h, &v->inputs[k]->id, sizeof(int));
+        for (int k = 0; k < v->n_control; k++)
+            h = fnv(h, &v->control[k]->id, sizeof(int));
+    }
+    return h;
+}
+
+static int agree(wf_graph *g, const wf_strategy *st)
+{
+    agreement me = { .graph = graph_hash(g),
+                     .nodes = wf_graph_node_count(g),
+                     .shards = st->o.shards,
+                     .aggregation = st->o.aggregation,
+                     .bucket_bytes = (int64_t)st->o.bucket_bytes,
+                     .first_bucket_bytes = (int64_t)st->o.first_bucket_bytes };
+    agreement *all = calloc((size_t)st->size, sizeof *all);
+    if (!all)
+        return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory");
+    int rc = wf_comm_allgather(st->comm, &me, all, sizeof me);
+    if (rc < 0) {
+        char why[WF_ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", wf_last_errmsg());
+        free(all);
+        return wf__graph_fail(g, rc, "wf_session_create: exchanging the graph's hash: %s", why);
+    }
+    char msg[WF_ERRMSG_MAX] = "";
+    size_t len = 0;
+    const agreement *a = &all[0];
+    for (int r = 1; r < st->size && len < sizeof msg - 200; r++) {
+        const agreement *b = &all[r];
+        if (b->graph != a->graph || b->nodes != a->nodes)
+            len += (size_t)snprintf(msg + len, sizeof msg - len,
+                                    "%srank %d's graph differs from rank 0's (%lld nodes, hash "
+                                    "%016llx; rank 0: %lld nodes, hash %016llx)",
+                                    len ? "; " : "", r, (long long)b->nodes,
+                                    (unsigned long long)b->graph, (long long)a->nodes,
+                                    (unsigned long long)a->graph);
+        else if (memcmp(a, b, sizeof *a))
+            len += (size_t)snprintf(
+                msg + len, sizeof msg - len,
+                "%srank %d's strategy options differ from rank 0's (shards %lld, "
+                "aggregation %lld, buckets %lld/%lld bytes; rank 0: %lld, "
+                "%lld, %lld/%lld)",
+                len ? "; " : "", r, (long long)b->shards, (long long)b->aggregation,
+                (long long)b->first_bucket_bytes, (long long)b->bucket_bytes, (long long)a->shards,
+                (long long)a->aggregation, (long long)a->first_bucket_bytes,
+                (long long)a->bucket_bytes);
+    }
+    free(all);
+    if (len)
+        return wf__graph_fail(g, WF_EINVAL, "wf_session_create: the ranks disagree: %s", msg);
+    return 0;
+}
+
+int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf__dp **out)
+{
+    *out = NULL;
+    int rc;
+    if (*comm && *comm != st->comm)
+        return wf__graph_fail(g, WF_EINVAL,
+                              "wf_session_create: opts.comm is not the "
+                              "strategy's communicator");
+    if (st->comm)
+        *comm = st->comm;
+    if (st->comm && st->size > 1 && (rc = agree(g, st)) < 0)
+        return rc;
+    struct wf__dp *dp = calloc(1, sizeof *dp);
+    if (!dp)
+        return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory");
+    dp->st = st;
+    wf__replicate_opts ro = { .rank = st->rank,
+                              .size = st->size,
+                              .shards = st->o.shards,
+                              .aggregation = st->o.aggregation,
+                              .bucket_bytes = st->o.bucket_bytes,
+                              .first_bucket_bytes = st->o.first_bucket_bytes,
+                              .edge_base = EDGE_BASE };
+    if ((rc = wf__replicate(g, &ro, &dp->map)) < 0) {
+        char why[WF_ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", wf_last_errmsg());
+        free(dp);
+        return wf__graph_fail(g, rc, "wf_session_create: %s", why);
+    }
+    *out = dp;
+    return 0;
+}
+
+wf_comm *wf__dp_comm(const struct wf__dp *dp)
+{
+    return dp && dp->st->size > 1 ? dp->st->comm : NULL;
+}
+
+int wf__dp_start(wf_session *s)
+{
+    wf_comm *c = wf__dp_comm(s->dp);
+    int rc = wf__transport_register_coll_kernels(s->kernels, c);
+    if (rc < 0 || !c)
+        return rc;
+    /* One broadcast of every variable packed together: a collective per variable would
+     * cost a round trip each (and each one polls a core while it waits). */
+    size_t total = 0;
+    for (int k = 0; k < s->n_vars; k++)
+        total += (size_t)s->var_vals[k]->numel * wf_dtype_size(s->var_vals[k]->dtype);
+    char *buf = malloc(total ? total : 1);
+    if (!buf)
+        return wf__err(WF_ENOMEM, "no memory to broadcast %zu bytes of variables", total);
+    size_t off = 0;
+    for (int k = 0; k < s->n_vars; k++) {
+        wf_tensor *v = s->var_vals[k];
+        size_t bytes = (size_t)v->numel * wf_dtype_size(v->dtype);
+        memcpy(buf + off, v->data, bytes);
+        off += bytes;
+    }
+    if ((rc = wf_comm_broadcast(c, buf, total, 0)) < 0) {
+        free(buf);
+        return wf__err(rc, "broadcasting the variables from rank 0: %s", wf_last_errmsg());
+    }
+    off = 0;
+    for (int k = 0; k < s->n_vars; k++) {
+        wf_tensor *v = s->var_vals[k];
+        size_t bytes = (size_t)v->numel * wf_dtype_size(v->dtype);
+        memcpy(v->data, buf + off, bytes);
+        off += bytes;
+    }
+    uint64_t h = fnv(0xcbf29ce484222325ull, buf, total);
+    free(buf);
+    int size = wf_comm_size(c);
+    uint64_t *all = calloc((size_t)size, sizeof *all);
+    if (!all)
+        return wf__err(WF_ENOMEM, "no memory");
+    if ((rc = wf_comm_allgather(c, &h, all, sizeof h)) < 0) {
+        free(all);
+        return wf__err(rc, "exchanging the variables' hash: %s", wf_last_errmsg());
+    }
+    for (int r = 1; r < size && rc == 0; r++)
+        if (all[r] != all[0])
+            rc = wf__err(WF_EINVAL,
+                         "rank %d's variables differ from rank 0's after the broadcast (hash "
+                         "%016llx, rank 0: %016llx)",
+                         r, (unsigned long long)all[r], (unsigned long long)all[0]);
+    free(all);
+    return rc;
+}
+
+int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const char *what)
+{
+    const wf__replica_map *m = &s->dp->map;
+    for (int i = 0; i < n; i++) {
+        wf_node *v = in[i];
+        out[i] = v;
+        if (!v || v->graph != s->g || v->id >= m->n)
+            continue; /* checked (and refused, if need be) as in any session */
+        if (!(out[i] = m->remap[v->id])) {
+            char desc[WF_ERRMSG_MAX];
+            return wf__session_fail(
+                s, WF_EINVAL,
+                "wf_session_run: %s %d, %s, is a per-replica value: under a strategy a run "
+                "fetches scalars computed from the batch (global values), gradients, "
+                "variables and updates",
+                what, i, wf__rt_node_desc(v, desc, sizeof desc));
+        }
+    }
+    return 0;
+}
+
+void wf__dp_free(struct wf__dp *dp)
+{
+    if (!dp)
+        return;
+    free(dp->map.remap);
+    free(dp);
+}

@@ -1,0 +1,352 @@
+/* transport/coll_ops.c: the CPU kernel of core's dp_reduce op (transport/coll_ops.h), the
+ *   deterministic reduction of one gradient bucket over every shard of every rank.
+ * Owns: the local part (each local shard's values scaled by its weight and summed in the
+ *   fixed tree, packed into the node's flat output), the exchange between ranks, its wire
+ *   form and keys.
+ * Exchange (N ranks, the output cut into N chunks, chunk q owned by rank q): every rank sends
+ *   its partial sum of chunk q to rank q; the owner sums the N partials in the fixed tree
+ *   (wf__dp_tree_sum(): the tree over the shards, each rank's block a leaf), then sends the result
+ *   to every rank. Each rank sends and receives (N-1)/N of the bucket twice, as a ring
+ *   all-reduce does, and the order of every addition is fixed, so every rank gets the same
+ *   bits, and so does any other split of the same shards into ranks.
+ * Wire form: before its partial, each rank sends the owner a header (the bucket's edge, the
+ *   batch's rows, the size, shards and aggregation); an owner that gets another header fails
+ *   the node with WF_ESHAPE naming both ranks and both values (ranks fed different batches)
+ *   and fails the communicator with it: the other reductions of the step (some never started
+ *   on a rank whose run was canceled) would otherwise wait for their deadline, so every rank's
+ *   run fails now (WF_ESHAPE here, WF_EPEER with the same message on the others).
+ * Keys: as graph transfers (transport/post.h: step << 16 | edge << 1 | part): edge e, part 0
+ *   the header, part 1 the partial; edge e + 1, part 0 the result.
+ * The kernel pends (WF_KERNEL_PENDING): it posts every transfer and returns; the transport's
+ *   actor runs the callbacks, the owner's sum included, and the last one completes the node,
+ *   so no worker waits on the network. A failed comm (a dead rank) fails every transfer and so
+ *   the node, with WF_EPEER naming the rank.
+ * Not here: the op's def (core/op_dist.c), the rewrite (placement/replicate.c). */
+#include "coll_ops.h"
+
+#include "../core/error.h"
+#include "../core/graph.h"
+#include "../core/tensor.h"
+#include "internal.h"
+#include "post.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HDR_MAGIC 0x57464450u /* "PDFW" */
+
+typedef struct dp_hdr {
+    uint32_t magic;
+    int32_t edge;
+    int64_t batch;
+    int64_t count;
+    int32_t shards, agg;
+} dp_hdr;
+
+static int pow2_below(int n)
+{
+    int p = 1;
+    while (p * 2 < n)
+        p *= 2;
+    return p;
+}
+
+void wf__dp_tree_sum(float **p, int lo, int hi, int unit, size_t len)
+{
+    if (hi - lo <= unit)
+        return;
+    int m = lo + pow2_below(hi - lo);
+    wf__dp_tree_sum(p, lo, m, unit, len);
+    wf__dp_tree_sum(p, m, hi, unit, len);
+    float *restrict a = p[lo / unit];
+    const float *restrict b = p[m / unit];
+    for (size_t e = 0; e < len; e++)
+        a[e] += b[e];
+}
+
+static bool blocks_ok(int lo, int hi, int unit)
+{
+    if (lo % unit == 0 && hi - lo == unit)
+        return true;
+    if (lo / unit == (hi - 1) / unit)
+        return false; /* a split inside a block */
+    int m = lo + pow2_below(hi - lo);
+    return blocks_ok(lo, m, unit) && blocks_ok(m, hi, unit);
+}
+
+bool wf__dp_blocks_ok(int shards, int unit)
+{
+    return shards >= 1 && unit >= 1 && shards % unit == 0 && blocks_ok(0, shards, unit);
+}
+
+enum { T_HDR_RECV, T_PART_RECV, T_HDR_SEND, T_PART_SEND, T_RES_RECV, T_RES_SEND, T_KINDS };
+
+typedef struct dpx dpx;
+
+typedef struct slot {
+    dpx *x;
+    int kind, peer;
+} slot;
+
+struct dpx {
+    wf_comm *c;
+    const wf_node *n;
+    void (*complete)(void *token, int rc);
+    void *token;
+    uint64_t step;
+    float *out;
+    size_t count;
+    int rank, size;
+    size_t *lo;        /* size + 1 chunk bounds */
+    float *tmp;        /* the peers' partials of my chunk, (size - 1) * my length */
+    dp_hdr mine;       /* what every header should say */
+    dp_hdr *got;       /* size: what each peer said */
+    slot *slots;       /* T_KINDS * size */
+    _Atomic int left;  /* transfers (and the poster's hold) not yet done */
+    _Atomic int rleft; /* transfers before the owner's sum */
+    _Atomic int failed;
+    int rc;
+    char why[WF_ERRMSG_MAX];
+};
+
+static uint64_t key_of(const dpx *x, int edge_off, int part)
+{
+    return WF__POST_KEY_GRAPH | ((x->step & 0x7fffffu) << 16) |
+           ((uint64_t)((x->n->attrs->edge + edge_off) & 0x7fff) << 1) | (uint64_t)part;
+}
+
+static void set_error(dpx *x, int rc, const char *why)
+{
+    int zero = 0;
+    if (atomic_compare_exchange_strong(&x->failed, &zero, 1)) {
+        x->rc = rc;
+        snprintf(x->why, sizeof x->why, "%s", why);
+    }
+}
+
+static float *partial_of(dpx *x, int q)
+{
+    size_t len = x->lo[x->rank + 1] - x->lo[x->rank];
+    if (q == x->rank)
+        return x->out + x->lo[x->rank];
+    return x->tmp + (size_t)(q < x->rank ? q : q - 1) * len;
+}
+
+static void done_one(dpx *x)
+{
+    if (atomic_fetch_sub_explicit(&x->left, 1, memory_order_acq_rel) != 1)
+        return;
+    int rc = atomic_load(&x->failed) ? x->rc : 0;
+    if (rc < 0)
+        wf__err(rc, "%s", x->why);
+    void (*complete)(void *, int) = x->complete;
+    void *token = x->token;
+    free(x->lo);
+    free(x->tmp);
+    free(x->got);
+    free(x->slots);
+    free(x);
+    complete(token, rc);
+}
+
+static void on_done(void *arg, int rc);
+
+static void post(dpx *x, int kind, int peer, void *buf, size_t bytes, int edge_off, int part)
+{
+    slot *s = &x->slots[kind * x->size + peer];
+    *s = (slot){ x, kind, peer };
+    bool recv = kind == T_HDR_RECV || kind == T_PART_RECV || kind == T_RES_RECV;
+    uint64_t key = key_of(x, edge_off, part);
+    int rc = recv ? wf__comm_post_recv(x->c, peer, key, buf, bytes, on_done, s)
+                  : wf__comm_post_send(x->c, peer, key, buf, bytes, on_done, s);
+    if (rc < 0)
+        on_done(s, rc);
+}
+
+/* The owner's turn: every partial of its chunk is here. */
+static void owner_sum(dpx *x)
+{
+    int me = x->rank, nr = x->size;
+    size_t len = x->lo[me + 1] - x->lo[me];
+    float **p = malloc((size_t)nr * sizeof *p);
+    if (!p) {
+        set_error(x, WF_ENOMEM, "no memory for the owner's sum");
+    } else {
+        for (int q = 0; q < nr; q++)
+            p[q] = partial_of(x, q);
+        wf__dp_tree_sum(p, 0, (int)x->n->attrs->end[0], (int)x->n->attrs->step[0], len);
+        if (p[0] != x->out + x->lo[me])
+            memcpy(x->out + x->lo[me], p[0], len * sizeof(float));
+        free(p);
+    }
+    for (int q = 0; q < nr; q++)
+        if (q != me)
+            post(x, T_RES_SEND, q, x->out + x->lo[me], len * sizeof(float), 1, 0);
+}
+
+static void check_hdr(dpx *x, int peer)
+{
+    const dp_hdr *h = &x->got[peer], *m = &x->mine;
+    char why[WF_ERRMSG_MAX];
+    if (h->magic != HDR_MAGIC || h->edge != m->edge || h->count != m->count ||
+        h->shards != m->shards || h->agg != m->agg) {
+        snprintf(why, sizeof why,
+                 "rank %d and rank %d disagree on reduction '%s' (edge %d/%d, %lld/%lld "
+                 "values, %d/%d shards, aggregation %d/%d): their graphs differ",
+                 x->rank, peer, x->n->name, (int)m->edge, (int)h->edge, (long long)m->count,
+                 (long long)h->count, (int)m->shards, (int)h->shards, (int)m->agg, (int)h->agg);
+        set_error(x, WF_EINVAL, why);
+        wf__comm_fail(x->c, WF_EINVAL, peer, "%s", why);
+    } else if (h->batch != m->batch) {
+        snprintf(why, sizeof why,
+                 "rank %d was fed a batch of %lld rows and rank %d one of %lld (reduction "
+                 "'%s'): every rank feeds the same global batch",
+                 x->rank, (long long)m->batch, peer, (long long)h->batch, x->n->name);
+        set_error(x, WF_ESHAPE, why);
+        wf__comm_fail(x->c, WF_ESHAPE, peer, "%s", why);
+    }
+}
+
+static void on_done(void *arg, int rc)
+{
+    slot *s = arg;
+    dpx *x = s->x;
+    if (rc < 0)
+        set_error(x, rc, wf_last_errmsg());
+    else if (s->kind == T_HDR_RECV)
+        check_hdr(x, s->peer);
+    if ((s->kind == T_HDR_RECV || s->kind == T_PART_RECV) &&
+        atomic_fetch_sub_explicit(&x->rleft, 1, memory_order_acq_rel) == 1)
+        owner_sum(x);
+    done_one(x);
+}
+
+/* Scales each local shard's value by its weight and sums them in the tree, into 'dst'. */
+static int local_sum(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in, float *dst)
+{
+    (void)ctx;
+    const wf_attrs *a = n->attrs;
+    int b = (int)a->step[0];
+    int64_t rows = in[0]->shape.dims[0], shards = a->end[0];
+    float w[64];
+    float *stack_p[64];
+    if (b > 64)
+        return wf__err(WF_EINVAL, "%d local shards (at most 64)", b);
+    for (int i = 0; i < b; i++) {
+        int64_t lo, hi;
+        wf__shard_rows_range(rows, a->begin[0] + i, shards, &lo, &hi);
+        w[i] = a->axis == WF__AGG_SUM          ? 1.0f
+               : a->axis == WF__AGG_SHARD_MEAN ? 1.0f / (float)shards
+                                               : (float)(hi - lo) / (float)rows;
+    }
+    int m = (n->n_inputs - 1) / b;
+    size_t off = 0;
+    for (int j = 0; j < m; j++) {
+        size_t len = (size_t)in[1 + j * b]->numel;
+        float *scratch = NULL;
+        if (b > 1 && !(scratch = malloc((size_t)(b - 1) * len * sizeof(float) + 1)))
+            return wf__err(WF_ENOMEM, "no memory for %d shards of %zu values", b, len);
+        for (int i = 0; i < b; i++) {
+            const wf_tensor *t = in[1 + j * b + i];
+            float *d = i == 0 ? dst + off : scratch + (size_t)(i - 1) * len;
+            stack_p[i] = d;
+            int rc = 0;
+            if (t->contiguous)
+                memcpy(d, t->data, len * sizeof(float));
+            else
+                rc = wf_tensor_read(t, WF_F32, d, len * sizeof(float));
+            if (rc < 0) {
+                free(scratch);
+                return rc;
+            }
+            if (w[i] != 1.0f)
+                for (size_t e = 0; e < len; e++)
+                    d[e] *= w[i];
+        }
+        wf__dp_tree_sum(stack_p, 0, b, 1, len);
+        free(scratch);
+        off += len;
+    }
+    return 0;
+}
+
+static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                            wf_tensor **out)
+{
+    float *dst = (float *)(*out)->data;
+    int rc = local_sum(ctx, n, in, dst);
+    wf_comm *c = ctx->data;
+    if (rc < 0 || !c || wf_comm_size(c) == 1)
+        return rc;
+    if (!ctx->complete)
+        return wf__err(WF_ENOSYS, "dp_reduce runs only in a session's run (it finishes later)");
+    if ((rc = wf_comm_status(c)) < 0)
+        return rc; /* a failed comm (a dead rank): its message, and nothing posted */
+    int nr = wf_comm_size(c), me = wf_comm_rank(c);
+    dpx *x = calloc(1, sizeof *x);
+    if (x) {
+        x->lo = malloc((size_t)(nr + 1) * sizeof *x->lo);
+        x->got = calloc((size_t)nr, sizeof *x->got);
+        x->slots = calloc((size_t)T_KINDS * (size_t)nr, sizeof *x->slots);
+    }
+    size_t count = (size_t)(*out)->numel;
+    if (x && x->lo && x->got && x->slots) {
+        for (int q = 0; q <= nr; q++)
+            x->lo[q] = count / (size_t)nr * (size_t)q +
+                       ((size_t)q < count % (size_t)nr ? (size_t)q : count % (size_t)nr);
+        size_t len = x->lo[me + 1] - x->lo[me];
+        x->tmp = malloc((size_t)(nr - 1) * len * sizeof(float) + 1);
+    }
+    if (!x || !x->lo || !x->got || !x->slots || !x->tmp) {
+        if (x) {
+            free(x->lo);
+            free(x->got);
+            free(x->slots);
+            free(x->tmp);
+            free(x);
+        }
+        return wf__err(WF_ENOMEM, "no memory for the exchange of %zu values", count);
+    }
+    x->c = c;
+    x->n = n;
+    x->complete = ctx->complete;
+    x->token = ctx->token;
+    x->step = ctx->step;
+    x->out = dst;
+    x->count = count;
+    x->rank = me;
+    x->size = nr;
+    x->mine = (dp_hdr){ .magic = HDR_MAGIC,
+                        .edge = n->attrs->edge,
+                        .batch = in[0]->shape.dims[0],
+                        .count = (int64_t)count,
+                        .shards = (int32_t)n->attrs->end[0],
+                        .agg = n->attrs->axis };
+    /* 2 recvs (header, partial) + 2 sends + 1 result recv + 1 result send per peer, and the
+     * poster's own hold, so that nothing completes the node while it posts. */
+    atomic_init(&x->left, 6 * (nr - 1) + 1);
+    atomic_init(&x->rleft, 2 * (nr - 1));
+    size_t mylen = x->lo[me + 1] - x->lo[me];
+    for (int q = 0; q < nr; q++) {
+        if (q == me)
+            continue;
+        size_t qlen = x->lo[q + 1] - x->lo[q];
+        post(x, T_RES_RECV, q, dst + x->lo[q], qlen * sizeof(float), 1, 0);
+        post(x, T_HDR_RECV, q, &x->got[q], sizeof(dp_hdr), 0, 0);
+        post(x, T_PART_RECV, q, partial_of(x, q), mylen * sizeof(float), 0, 1);
+        post(x, T_HDR_SEND, q, &x->mine, sizeof(dp_hdr), 0, 0);
+        post(x, T_PART_SEND, q, dst + x->lo[q], qlen * sizeof(float), 0, 1);
+    }
+    done_one(x);
+    return WF_KERNEL_PENDING;
+}
+
+int wf__transport_register_coll_kernels(wf__kernels *r, wf_comm *c)
+{
+    if (!r)
+        return wf__err(WF_EINVAL, "wf__transport_register_coll_kernels: NULL registry");
+    return wf__kernels_register(r, &wf_op_dp_reduce, WF_KERNEL_CPU, dp_reduce_kernel, NULL, c);
+}
