@@ -467,7 +467,10 @@ Test(placement_stages, plans_10000_nodes_in_under_a_second)
         sum += wf_plan_stage_seconds(p, k);
     cr_assert(wf_plan_slowest_seconds(p) < 0.26 * sum, "slowest %g of %g",
               wf_plan_slowest_seconds(p), sum);
-    cr_assert(secs < 1.0, "planning took %.3f s", secs);
+    /* The bound is for plain builds: ThreadSanitizer's instrumentation slows this loop-heavy
+     * code about 30x (1.8 s measured), which says nothing about the planner. */
+    if (!WF_TEST_TSAN)
+        cr_assert(secs < 1.0, "planning took %.3f s", secs);
     wf_plan_destroy(p);
     wf_cluster_destroy(c);
     wf_graph_destroy(g);
