@@ -302,8 +302,12 @@ void wf__memplan_poison(const wf__slot *sl, int i, const wf_tensor *t);
  * NULL (plan order) under WF_SESSION_NO_PRIORITY or without memory; never fails. */
 void wf__plan_priority(wf__plan *p);
 
-/* "<op> '<name>' (<file>:<line>)" of a node, into 'buf'. */
-const char *wf__rt_node_desc(const wf_node *n, char *buf, size_t size);
+/* "<op> '<name>' (<file>:<line>)" of a node, into 'buf': core's wf__node_desc(), inline so
+ * that no file of the run side calls into plan.c (the compile side) for it. */
+static inline const char *wf__rt_node_desc(const wf_node *n, char *buf, size_t size)
+{
+    return wf__node_desc(n, buf, size);
+}
 
 /* exec.c, shared with exec_device.c: the steps of a node's task that do not depend on its
  * device. */
