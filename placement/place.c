@@ -27,8 +27,9 @@
  * Copies (insert_copies()): every value read on another device than its own (host to GPU,
  *   GPU to host, GPU to GPU), and every key value on a GPU (to the host), gets one copy per
  *   destination device, whatever the number of its readers there: a node of core's copy op
- *   (attrs from_dev, to_dev) inserted right after its value, so the order stays
- *   topological, and read by the value's readers on its destination.
+ *   (attrs from_dev, to_dev) inserted right after its value (a fetched resident
+ *   variable's copy to the host after the last update of it, which it is ordered after), so
+ *   the order stays topological, and read by the value's readers on its destination.
  * Simulated devices (tests): numbered after the runtime's; they run the CPU kernels, so
  *   their placement checks the CPU kernel.
  * Not here: the devices (devices/), opening them and the kernels a plan runs (runtime/
@@ -219,7 +220,8 @@ static bool assigns(const pctx *c, int u, int32_t v)
 }
 
 /* Makes the copies ('where' set) and the partitioned node list into 'out' (the header's
- * "Copies"): copy k right after its value, readers on its destination reading it, a key
+ * "Copies"): copy k right after its value (a fetched resident variable's copy to the host
+ * right after the last update of it), readers on its destination reading it, a key
  * node on a GPU handed out by its copy to the host, and a fetched resident variable's copy
  * ordered after the updates that write it in place ('order'), so the fetch gets the value
  * after the step, as on the host. Returns 0 or WF_ENOMEM. */
@@ -278,22 +280,82 @@ static int insert_copies(pctx *pc, wf__placement *out)
             k++;
         first[i] = k;
     }
+    /* Where each copy goes: right after its value, but a fetched resident variable's copy
+     * to the host after the last update of it, so the order stays topological with the
+     * orderings ('order') included. 'by_at' lists the copies by that node, stably. */
+    int32_t *anchor = malloc((size_t)(kept ? kept : 1) * sizeof *anchor);
+    int32_t *by_at = malloc((size_t)(kept ? kept : 1) * sizeof *by_at);
+    int32_t *at_off = calloc((size_t)n + 1, sizeof *at_off);
+    if (!anchor || !by_at || !at_off) {
+        free(first);
+        free(anchor);
+        free(by_at);
+        free(at_off);
+        return wf__err(WF_ENOMEM, "placement: no memory for a plan of %d nodes", N);
+    }
+    for (int k = 0; k < kept; k++) {
+        anchor[k] = c[k].value;
+        if (pc->kind[c[k].value] == K_VARIABLE && c[k].to == 0)
+            for (int u = c[k].value + 1; u < n; u++)
+                if (assigns(pc, u, c[k].value))
+                    anchor[k] = u;
+        at_off[anchor[k] + 1]++;
+    }
+    for (int i = 0; i < n; i++)
+        at_off[i + 1] += at_off[i];
+    for (int k = 0; k < kept; k++)
+        by_at[at_off[anchor[k]]++] = k;
+    for (int i = n; i > 0; i--) /* at_off[i] was advanced to the end of node i's copies */
+        at_off[i] = at_off[i - 1];
+    at_off[0] = 0;
     int pos = 0;
     for (int i = 0; i < n; i++) {
         nw[i] = pos;
         out->nodes[pos] = in->nodes[i];
         out->where[pos++] = pc->where[i];
-        for (int32_t k = first[i]; k < first[i + 1]; k++) {
+        for (int32_t q = at_off[i]; q < at_off[i + 1]; q++) {
+            int32_t k = by_at[q];
             c[k].at = pos;
             out->nodes[pos] = out->copy_nodes[k];
             out->where[pos++] = c[k].to;
         }
     }
+    free(anchor);
+    free(by_at);
+    free(at_off);
     /* Edges: a reader on another device than its input's reads the input's copy there. */
     int32_t e2 = 0;
     int n_order = 0;
     for (int i = 0; i < n; i++) {
-        out->in_off[nw[i]] = e2;
+        for (int32_t k = first[i]; k < first[i + 1]; k++)
+            if (pc->kind[i] == K_VARIABLE && c[k].to == 0)
+                for (int u = 0; u < n; u++)
+                    n_order += assigns(pc, u, i);
+    }
+    int32_t *copy_at = malloc((size_t)N * sizeof *copy_at); /* per new index: its copy, or -1 */
+    if (!copy_at) {
+        free(first);
+        return wf__err(WF_ENOMEM, "placement: no memory for a plan of %d nodes", N);
+    }
+    for (int q = 0; q < N; q++)
+        copy_at[q] = -1;
+    for (int k = 0; k < kept; k++)
+        copy_at[c[k].at] = k;
+    int32_t *old_of = malloc((size_t)N * sizeof *old_of);
+    if (!old_of) {
+        free(first);
+        free(copy_at);
+        return wf__err(WF_ENOMEM, "placement: no memory for a plan of %d nodes", N);
+    }
+    for (int i = 0; i < n; i++)
+        old_of[nw[i]] = i;
+    for (int q = 0; q < N; q++) {
+        out->in_off[q] = e2;
+        if (copy_at[q] >= 0) {
+            out->in_idx[e2++] = nw[c[copy_at[q]].value];
+            continue;
+        }
+        int i = old_of[q];
         for (int32_t e = in->in_off[i]; e < in->in_off[i + 1]; e++) {
             int32_t j = in->in_idx[e];
             int32_t k = pc->where[j] == pc->where[i]
@@ -301,14 +363,9 @@ static int insert_copies(pctx *pc, wf__placement *out)
                             : find_copy(c, first[j], first[j + 1], pc->where[i]);
             out->in_idx[e2++] = k >= 0 ? c[k].at : nw[j];
         }
-        for (int32_t k = first[i]; k < first[i + 1]; k++) {
-            out->in_off[c[k].at] = e2;
-            out->in_idx[e2++] = nw[i];
-            if (pc->kind[i] == K_VARIABLE && c[k].to == 0)
-                for (int u = 0; u < n; u++)
-                    n_order += assigns(pc, u, i);
-        }
     }
+    free(copy_at);
+    free(old_of);
     out->in_off[N] = e2;
     if (n_order && !(out->order = malloc((size_t)n_order * 2 * sizeof *out->order))) {
         free(first);

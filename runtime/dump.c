@@ -76,9 +76,9 @@ static void marks_str(const dump_src *d, int i, char *buf, size_t size)
 static const char *arena_str(const dump_src *d, int i, char *buf, size_t size)
 {
     buf[0] = '\0';
-    if (d->plan && d->plan->mp && d->plan->mp->offset[i] >= 0)
-        snprintf(buf, size, " @arena+%lld%s", (long long)d->plan->mp->offset[i],
-                 d->plan->mp->inplace[i] ? " (in place)" : "");
+    if (d->plan && d->plan->mp && d->plan->mp->m->offset[i] >= 0)
+        snprintf(buf, size, " @arena+%lld%s", (long long)d->plan->mp->m->offset[i],
+                 d->plan->mp->m->inplace[i] ? " (in place)" : "");
     return buf;
 }
 

@@ -405,8 +405,10 @@ static int slot_make(wf__plan *p, wf__slot **out)
         if ((rc = wf_taskgraph_precede(sl->tg, p->order[2 * k], p->order[2 * k + 1])) < 0)
             goto fail;
     /* The memory plan's ordering edges: outputs that share bytes (runtime/memplan.c). */
-    for (int k = 0; p->mp && !(p->sess->flags & WF_SESSION_NO_MEMPLAN) && k < p->mp->n_edges; k++)
-        if ((rc = wf_taskgraph_precede(sl->tg, p->mp->edges[2 * k], p->mp->edges[2 * k + 1])) < 0)
+    for (int k = 0; p->mp && !(p->sess->flags & WF_SESSION_NO_MEMPLAN) && k < p->mp->m->n_edges;
+         k++)
+        if ((rc = wf_taskgraph_precede(sl->tg, p->mp->m->edges[2 * k],
+                                       p->mp->m->edges[2 * k + 1])) < 0)
             goto fail;
     *out = sl;
     return 0;

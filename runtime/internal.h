@@ -28,6 +28,7 @@
 #include "../core/op.h"
 #include "../core/tensor.h"
 #include "../devices/device.h"
+#include "../memory/plan.h"
 #include "../placement/place.h"
 
 #include <weft/memory.h>
@@ -42,24 +43,14 @@
 typedef struct wf__plan wf__plan;
 
 /* A static memory plan (runtime/memplan.c): where each planned output of a plan lives in a
- * run slot's arena. Made once per static plan at compile time, or per slot for the feed
- * shapes of its latest run when placeholders have -1 dimensions. Read-only once made. */
+ * run slot's arena (memory/plan.h's plan, 'm': offsets, in-place marks, the arena's size,
+ * ordering edges), with the dtype and shape of each planned output. Made once per static
+ * plan at compile time, or per slot for the feed shapes of its latest run when placeholders
+ * have -1 dimensions. Read-only once made. */
 typedef struct wf__memplan {
-    int n;                       /* plan nodes */
-    int64_t *offset;             /* per plan node: byte offset in the arena; -1: not planned */
-    wf_dtype *dtype;             /* per plan node: the planned dtype (planned nodes only) */
-    wf_shape *shape;             /* per plan node: the planned shape (planned nodes only) */
-    uint8_t *inplace;            /* per plan node: 1 when it took input 0's bytes */
-    uint8_t *given;              /* per plan node: 1 when a reader took its bytes in place */
-    int64_t arena_bytes;         /* the arena: the end of the highest planned output */
-    int64_t bytes_intermediates; /* the bytes of every planned output, summed */
-    int64_t bytes_live_min;      /* the most bytes of planned outputs live at once in the
-                                    plan's sequential order (the liveness minimum) */
-    int n_planned, n_inplace;    /* planned outputs; of them, in place over input 0 */
-    int32_t *edges;              /* 'n_edges' (before, after) pairs of plan indices: ordering
-                                    edges the plan's task graphs add so that outputs can
-                                    share bytes (static plans only) */
-    int n_edges;
+    wf__mem_plan *m; /* owned; never NULL in a made plan */
+    wf_dtype *dtype; /* per plan node: the planned dtype (planned nodes only) */
+    wf_shape *shape; /* per plan node: the planned shape (planned nodes only) */
 } wf__memplan;
 
 enum {
@@ -335,8 +326,12 @@ void wf__memplan_poison(const wf__slot *sl, int i, const wf_tensor *t);
  * NULL (plan order) under WF_SESSION_NO_PRIORITY or without memory; never fails. */
 void wf__plan_priority(wf__plan *p);
 
-/* "<op> '<name>' (<file>:<line>)" of a node, into 'buf'. */
-const char *wf__rt_node_desc(const wf_node *n, char *buf, size_t size);
+/* "<op> '<name>' (<file>:<line>)" of a node, into 'buf': core's wf__node_desc(), inline so
+ * that no file of the run side calls into plan.c (the compile side) for it. */
+static inline const char *wf__rt_node_desc(const wf_node *n, char *buf, size_t size)
+{
+    return wf__node_desc(n, buf, size);
+}
 
 /* exec.c, shared with exec_device.c: the steps of a node's task that do not depend on its
  * device. */

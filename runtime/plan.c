@@ -21,11 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *wf__rt_node_desc(const wf_node *n, char *buf, size_t size)
-{
-    return wf__node_desc(n, buf, size);
-}
-
 void wf__plan_destroy(wf__plan *p)
 {
     if (!p)

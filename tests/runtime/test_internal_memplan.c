@@ -170,7 +170,7 @@ static wf_plan_stats check_random(uint64_t seed, int d)
     cr_assert_eq(check_plans(s), 1, "seed %llu: one memory plan", (unsigned long long)seed);
     cr_assert_eq(wf_session_stats(s, &st), 0);
     cr_assert_gt(st.bytes_planned, 0);
-    cr_assert_leq(st.bytes_planned, st.bytes_intermediates + 64 * s->plans->mp->n_planned);
+    cr_assert_leq(st.bytes_planned, st.bytes_intermediates + 64 * s->plans->mp->m->n_planned);
     for (int k = 0; k < RG_FETCH; k++)
         wf_tensor_release(want[k]);
     wf_session_destroy(s);
@@ -225,22 +225,22 @@ Test(runtime_memplan, the_checker_finds_outputs_that_overlap_while_both_may_be_l
      * does not precede: put them on the same bytes. */
     int u = -1, v = -1;
     for (int i = 0; i < p->n && v < 0; i++) {
-        if (p->mp->offset[i] < 0)
+        if (p->mp->m->offset[i] < 0)
             continue;
         for (int32_t k = p->in_off[i]; k < p->in_off[i + 1] && v < 0; k++) {
             int32_t j = p->in_idx[k];
-            if (j != i && p->mp->offset[j] >= 0 && !p->mp->inplace[i]) {
+            if (j != i && p->mp->m->offset[j] >= 0 && !p->mp->m->inplace[i]) {
                 u = j; /* i reads j, and i's output is written while j is being read */
                 v = i;
             }
         }
     }
     cr_assert(u >= 0 && v >= 0);
-    int64_t keep = p->mp->offset[v];
-    p->mp->offset[v] = p->mp->offset[u];
+    int64_t keep = p->mp->m->offset[v];
+    p->mp->m->offset[v] = p->mp->m->offset[u];
     cr_assert_eq(wf__memplan_check(p, p->mp), WF_EINVAL, "an overlap the checker missed");
     cr_assert(strstr(wf_last_errmsg(), "overlap"), "%s", wf_last_errmsg());
-    p->mp->offset[v] = keep;
+    p->mp->m->offset[v] = keep;
     cr_assert_eq(wf__memplan_check(p, p->mp), 0);
     wf_session_destroy(s);
     wf_test_rg_free(&r);
@@ -476,9 +476,9 @@ Test(runtime_memplan, a_batch_of_another_size_plans_again_and_keeps_the_results)
         int32_t h = p->index_of[m.hidden->id];
         (void)h;
         if (batches[k] == 16 && arena_16 < 0)
-            arena_16 = sl->own_mp->arena_bytes;
+            arena_16 = sl->own_mp->m->arena_bytes;
         else if (batches[k] == 16)
-            cr_assert_eq(sl->own_mp->arena_bytes, arena_16);
+            cr_assert_eq(sl->own_mp->m->arena_bytes, arena_16);
         if (k > 0 && batches[k] == batches[k - 1])
             cr_assert_eq(took, 2, "batch %lld again: only the two fetched values, took %llu",
                          (long long)batches[k], (unsigned long long)took);
@@ -542,22 +542,22 @@ Test(runtime_memplan, the_mlp_of_train_bench_fits_within_1_25x_of_the_liveness_m
     const wf__memplan *mp = s->plans->mp;
     cr_assert_not_null(mp);
     cr_assert_eq(wf__memplan_check(s->plans, mp), 0, "%s", wf_last_errmsg());
-    cr_assert_eq(st.bytes_planned, mp->arena_bytes);
-    cr_assert_eq(st.bytes_intermediates, mp->bytes_intermediates);
-    double ratio = (double)mp->arena_bytes / (double)mp->bytes_live_min;
+    cr_assert_eq(st.bytes_planned, mp->m->arena_bytes);
+    cr_assert_eq(st.bytes_intermediates, mp->m->bytes_intermediates);
+    double ratio = (double)mp->m->arena_bytes / (double)mp->m->bytes_live_min;
     fprintf(stderr,
             "memplan: mlp 784-1024-1024-10 b256 Adam: %d outputs planned (%d in place), "
             "intermediates %.2f MiB, arena %.2f MiB, liveness minimum %.2f MiB: %.3fx; "
             "%d ordering edges; compile with every pass %.2f ms\n",
-            mp->n_planned, mp->n_inplace, (double)mp->bytes_intermediates / 1048576.0,
-            (double)mp->arena_bytes / 1048576.0, (double)mp->bytes_live_min / 1048576.0, ratio,
-            mp->n_edges, compile_ms);
+            mp->m->n_planned, mp->m->n_inplace, (double)mp->m->bytes_intermediates / 1048576.0,
+            (double)mp->m->arena_bytes / 1048576.0, (double)mp->m->bytes_live_min / 1048576.0,
+            ratio, mp->m->n_edges, compile_ms);
     if (getenv("WF_MEMPLAN_DUMP")) /* the plan with its offsets, to look at */
         cr_assert_eq(wf_session_dump(s, &m.loss, 1, &m.step, 1, stderr, WF_DUMP_TEXT), 0);
-    cr_assert_leq(ratio, 1.25, "arena %lld, liveness minimum %lld", (long long)mp->arena_bytes,
-                  (long long)mp->bytes_live_min);
-    cr_assert_lt(mp->arena_bytes, mp->bytes_intermediates);
-    cr_assert_gt(mp->n_edges, 0, "rule (a) alone is 1.37x here: the plan orders nodes");
+    cr_assert_leq(ratio, 1.25, "arena %lld, liveness minimum %lld", (long long)mp->m->arena_bytes,
+                  (long long)mp->m->bytes_live_min);
+    cr_assert_lt(mp->m->arena_bytes, mp->m->bytes_intermediates);
+    cr_assert_gt(mp->m->n_edges, 0, "rule (a) alone is 1.37x here: the plan orders nodes");
     wf_session_destroy(s);
     /* The plan with its ordering edges runs and gives the bits of the pool's. */
     float with[2], without[2];
