@@ -67,6 +67,7 @@ WF_API WF_NODISCARD int wf_cluster_set_link(wf_cluster *c, int a, int b, double 
 WF_API WF_NODISCARD int wf_cluster_get_link(const wf_cluster *c, int a, int b, double *latency_s,
                                             double *bytes_per_s);
 
+/* The number of devices of 'c' (0 for NULL). */
 WF_API int wf_cluster_device_count(const wf_cluster *c);
 
 /* Device 'i', or NULL when out of range. Ownership: borrowed from 'c'. */
@@ -200,6 +201,7 @@ WF_API WF_NODISCARD int wf_plan_evaluate(const wf_graph *g, const wf_cluster *c,
                                          const wf_plan_opts *opts, const int *stage_of,
                                          double *slowest_s);
 
+/* The number of stages of 'p' (0 for NULL). */
 WF_API int wf_plan_stage_count(const wf_plan *p);
 
 /* The stage of node 'n', or -1 (NULL, another graph). */
@@ -251,6 +253,7 @@ WF_API WF_NODISCARD int wf_partition_create(const wf_graph *g, const wf_cluster 
                                             const int *device_of, wf_partition **out);
 WF_API void wf_partition_destroy(wf_partition *p);
 
+/* The number of ranks (per-rank graphs) of 'p' (0 for NULL). */
 WF_API int wf_partition_rank_count(const wf_partition *p);
 
 /* Rank 'rank's graph, or NULL. Ownership: borrowed from 'p'. */
@@ -317,6 +320,7 @@ WF_API WF_NODISCARD int wf_pipe_schedule_create(int schedule, int stages, int mi
                                                 wf_pipe_schedule **out);
 WF_API void wf_pipe_schedule_destroy(wf_pipe_schedule *s);
 
+/* The stages and the micro-batches 's' was made for (0 for NULL). */
 WF_API int wf_pipe_schedule_stages(const wf_pipe_schedule *s);
 WF_API int wf_pipe_schedule_micro_batches(const wf_pipe_schedule *s);
 
