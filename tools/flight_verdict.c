@@ -511,6 +511,20 @@ void fv_job_begin(fv_job *j)
     setenv("WEFT_FLIGHT_DIR", j->dir, 1);
 }
 
+bool fv_job_has_record(const fv_job *j, int rank, const struct timespec *since)
+{
+    char path[512];
+    struct stat st;
+    if (!j->dir[0])
+        return false;
+    snprintf(path, sizeof path, "%s/flight.rank%d.jsonl", j->dir, rank);
+    if (stat(path, &st) != 0)
+        return false;
+    /* Whole seconds (a file system may keep no finer times): a record of an earlier job in
+     * a directory the caller named counts only when written in this start's first second. */
+    return st.st_mtim.tv_sec >= since->tv_sec;
+}
+
 /* Reads at most 64 MiB of 'path' into a malloc'd buffer. */
 static char *slurp(const char *path, size_t *len)
 {

@@ -8,6 +8,10 @@
  * "[rank] " prefix. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank. When a
  * rank dies (exits non-zero or by a signal) the others are sent SIGTERM, then SIGKILL 2 s
  * later, and weft-run exits with that rank's status (128 + signal for a signal), naming it.
+ * Before that SIGTERM it waits until every other rank still running has written its flight
+ * record (WEFT_FLIGHT_DIR, which a rank writes when its comm fails), for 1 s at most: a rank
+ * only learns of a peer's death a moment after weft-run does, and one ended before it writes
+ * leaves the verdict without its side. Not after a signal from outside (passed on at once).
  * All ranks exiting 0 makes weft-run exit 0.
  * --restarts R: when a rank dies, once every rank has ended, all of them are started again
  * with the next WEFT_INCARNATION (the transport puts it in every message key, so a message
@@ -62,6 +66,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_RANKS       4096
@@ -99,11 +104,13 @@ typedef struct launcher {
     int nnodes, node_rank; /* 1 and 0 on one machine */
     start *cur;            /* this start (its 'ranks'), and through 'prev' the earlier ones */
     uv_signal_t sigs[4];
-    uv_timer_t kill_timer, join_timer, drain_timer;
-    int exit_code;    /* this start's first local failure's, or 0 */
-    bool stopping;    /* this start's local ranks are being ended */
-    bool interrupted; /* a signal from outside or a lost node: no restart */
-    bool finished;    /* the handles are closing; 'final_code' is the exit status */
+    uv_timer_t kill_timer, join_timer, drain_timer, grace_timer;
+    uint64_t grace_t0_ns;       /* when the grace before the SIGTERM began */
+    struct timespec start_wall; /* when this start began: a record older is not its own */
+    int exit_code;              /* this start's first local failure's, or 0 */
+    bool stopping;              /* this start's local ranks are being ended */
+    bool interrupted;           /* a signal from outside or a lost node: no restart */
+    bool finished;              /* the handles are closing; 'final_code' is the exit status */
     int final_code;
     int restarts, restart; /* --restarts, and how many were made */
     uint32_t incarnation;
@@ -246,17 +253,51 @@ static void on_kill_timer(uv_timer_t *t)
     signal_all(t->loop->data, SIGKILL);
 }
 
-static void stop_others(launcher *L)
+#define GRACE_MS      1000 /* the most a rank's flight record is waited for */
+#define GRACE_POLL_MS 10
+
+static void term_others(launcher *L)
 {
-    if (L->stopping || L->alive == 0)
-        return;
-    L->stopping = true;
+    uv_timer_stop(&L->grace_timer);
     signal_all(L, SIGTERM);
     /* A stopped rank (SIGSTOP, a debugger) acts on SIGTERM only once continued: without
      * this it would hold the restart back until the SIGKILL. SIGCONT changes nothing for
      * the others. */
     signal_all(L, SIGCONT);
     uv_timer_start(&L->kill_timer, on_kill_timer, 2000, 0);
+}
+
+/* Whether every local rank still running has written its flight record of this start. */
+static bool records_written(const launcher *L)
+{
+    for (int i = 0; i < L->n; i++) {
+        const rank *rk = &L->cur->ranks[i];
+        if (rk->running && !fv_job_has_record(&L->flight, rk->index, &L->start_wall))
+            return false;
+    }
+    return true;
+}
+
+static void on_grace_timer(uv_timer_t *t)
+{
+    launcher *L = t->loop->data;
+    if (records_written(L) || uv_hrtime() - L->grace_t0_ns >= GRACE_MS * 1000000ull)
+        term_others(L);
+}
+
+/* Ends this start's other local ranks: SIGTERM (after the grace for their flight records,
+ * see the top), SIGKILL 2 s later. */
+static void stop_others(launcher *L)
+{
+    if (L->stopping || L->alive == 0)
+        return;
+    L->stopping = true;
+    if (!L->flight.dir[0] || L->interrupted || records_written(L)) {
+        term_others(L);
+        return;
+    }
+    L->grace_t0_ns = uv_hrtime();
+    uv_timer_start(&L->grace_timer, on_grace_timer, GRACE_POLL_MS, GRACE_POLL_MS);
 }
 
 static double now_s(const launcher *L)
@@ -311,6 +352,7 @@ static void finish(launcher *L, int code)
     drained(L);
     uv_close((uv_handle_t *)&L->kill_timer, NULL);
     uv_close((uv_handle_t *)&L->join_timer, NULL);
+    uv_close((uv_handle_t *)&L->grace_timer, NULL);
     run_link_close(L->link);
     L->link = NULL;
 }
@@ -336,6 +378,8 @@ static int start_ranks(launcher *L)
     L->exit_code = 0;
     L->failure[0] = 0;
     uv_timer_stop(&L->kill_timer);
+    uv_timer_stop(&L->grace_timer);
+    clock_gettime(CLOCK_REALTIME, &L->start_wall);
     snprintf(L->e_inc, sizeof L->e_inc, "WEFT_INCARNATION=%u", L->incarnation);
     for (int r = 0; r < L->n; r++) {
         rank *rk = &ranks[r];
@@ -858,6 +902,7 @@ int main(int argc, char **argv)
     uv_timer_init(L->loop, &L->kill_timer);
     uv_timer_init(L->loop, &L->join_timer);
     uv_timer_init(L->loop, &L->drain_timer);
+    uv_timer_init(L->loop, &L->grace_timer);
     static const int fwd[4] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
     for (int s = 0; s < 4; s++) {
         uv_signal_init(L->loop, &L->sigs[s]);
