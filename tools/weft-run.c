@@ -17,7 +17,11 @@
  * with the next WEFT_INCARNATION (the transport puts it in every message key, so a message
  * of an earlier start never matches), up to R times; each restart is one line on stderr
  * ("weft-run: restart 2 of 5 (incarnation 3): rank 1 (pid 812) was killed by signal 9
- * (Killed) at 4.210 s"). Resuming is the program's part (from its newest checkpoint). A
+ * (Killed) at 4.210 s"); when the flight records blame another rank than that first exit
+ * (a stopped rank never exits by itself, a survivor does), the line names the blamed one
+ * first: "...: rank 1 left no flight record (stopped or killed?) and never finished allreduce
+ * #24 (step 5), by the flight records (first seen: rank 0 (pid 811) exited with status 22
+ * at 1.077 s)"). Resuming is the program's part (from its newest checkpoint). A
  * signal from outside (forwarded to the ranks) is never followed by a restart. The exit
  * status is the last start's.
  * Several machines (as torchrun's): 'weft-run --nnodes M --node-rank K --master ADDR:PORT -n
@@ -467,12 +471,28 @@ static bool more_telling(const char *a, const char *b)
     return strstr(a, "killed by signal") && !strstr(b, "killed by signal");
 }
 
+/* Whether 'a' and 'b' both begin with "rank N " for the same N. */
+static bool same_rank(const char *a, const char *b)
+{
+    int ra, rb;
+    char ca, cb;
+    return sscanf(a, "rank %d%c", &ra, &ca) == 2 && sscanf(b, "rank %d%c", &rb, &cb) == 2 &&
+           ra == rb && ca == ' ' && cb == ' ';
+}
+
 /* Every rank of the job has ended this start, the first failure being 'failure' with status
  * 'code' (0: none): start all of them again, or end the job. */
 static void job_over(launcher *L, int code, const char *failure)
 {
+    char blame[512] = "", cause[1024];
     if (code != 0)
-        fv_job_report(&L->flight, L->size);
+        fv_job_report(&L->flight, L->size, blame, sizeof blame);
+    /* The first exit seen is often a survivor's (a stopped rank never exits by itself): when
+     * the flight records blame another rank, the restart line names that one first. */
+    if (blame[0] && !same_rank(blame, failure)) {
+        snprintf(cause, sizeof cause, "%s, by the flight records (first seen: %s)", blame, failure);
+        failure = cause;
+    }
     if (code != 0 && !L->interrupted && L->restart < L->restarts) {
         L->restart++;
         L->incarnation++;

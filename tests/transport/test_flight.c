@@ -1,7 +1,8 @@
 /* tests/transport/test_flight.c: the flight recorder: what a dump holds (header, operations
  * with their tags and states, the last 1,024 only), the dump every surviving rank writes when
  * the comm fails, and weft-run's verdict line merged from them: a rank that skips a
- * collective and a SIGSTOPped rank, with real processes and short timeouts.
+ * collective and a SIGSTOPped rank (also as the cause a restart line names), and survivors
+ * that hear of a death late, with real processes and short timeouts.
  * Ranks are real processes (transport_util.h, or this executable under weft-run with
  * WF_FLIGHT_MODE set: a constructor runs the rank's part and exits before Criterion's main). */
 #include "transport_util.h"
@@ -292,15 +293,15 @@ Test(transport_flight, every_surviving_rank_writes_its_record_when_the_comm_fail
 
 /* ---- weft-run's verdict ---------------------------------------------------------------- */
 
-static int launch(int n, const char *mode, char *out, size_t cap)
+static int launch_with(int n, const char *opts, const char *mode, char *out, size_t cap)
 {
     char self[4096];
     ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
     cr_assert_gt(k, 0);
     self[k] = 0;
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "WF_FLIGHT_MODE=%s timeout 40 %s -n %d -- %s 2>&1", mode, WF_WEFT_RUN,
-             n, self);
+    snprintf(cmd, sizeof cmd, "WF_FLIGHT_MODE=%s timeout 40 %s -n %d %s -- %s 2>&1", mode,
+             WF_WEFT_RUN, n, opts, self);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     size_t len = fread(out, 1, cap - 1, p);
@@ -308,6 +309,11 @@ static int launch(int n, const char *mode, char *out, size_t cap)
     int st = pclose(p);
     cr_assert(WIFEXITED(st), "weft-run did not exit");
     return WEXITSTATUS(st);
+}
+
+static int launch(int n, const char *mode, char *out, size_t cap)
+{
+    return launch_with(n, "", mode, out, cap);
 }
 
 /* The seconds in "waited N.N s" of 'line'; -1 if absent. */
@@ -366,4 +372,20 @@ Test(transport_flight, weft_run_names_a_stopped_rank)
     cr_assert(s >= 0.7 && s < WF_TEST_TIMEOUT(5.0), "waited %.1f s (heartbeat timeout 0.8 s): %s",
               s, line);
     cr_assert(strstr(line, "WF_EPEER: rank 1 "), "%s", line);
+}
+
+/* A stopped rank never exits by itself: the first exit weft-run sees is a survivor's (status
+ * 22). The restart line names the rank the flight records blame, then that exit. */
+Test(transport_flight, a_restart_after_a_stopped_rank_names_that_rank)
+{
+    char out[65536], line[1024];
+    int code = launch_with(3, "--restarts 1", "stop", out, sizeof out);
+    cr_assert_neq(code, 0, "%s", out);
+    cr_assert(last_line_with(out, "weft-run: restart 1 of 1 (incarnation 2): ", line, sizeof line),
+              "%s", out);
+    cr_assert(strstr(line, "(incarnation 2): rank 1 left no flight record (stopped or killed?) "
+                           "and never finished allreduce #") &&
+                  strstr(line, " (step 5), by the flight records (first seen: rank ") &&
+                  strstr(line, " exited with status 22 at "),
+              "%s", line);
 }
