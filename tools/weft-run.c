@@ -17,22 +17,21 @@
  * with the next WEFT_INCARNATION (the transport puts it in every message key, so a message
  * of an earlier start never matches), up to R times; each restart is one line on stderr
  * ("weft-run: restart 2 of 5 (incarnation 3): rank 1 (pid 812) was killed by signal 9
- * (Killed) at 4.210 s"); when the flight records blame another rank than that first exit
- * (a stopped rank never exits by itself, a survivor does), the line names the blamed one
- * first: "...: rank 1 left no flight record (stopped or killed?) and never finished allreduce
- * #24 (step 5), by the flight records (first seen: rank 0 (pid 811) exited with status 22
- * at 1.077 s)"). Resuming is the program's part (from its newest checkpoint). A
- * signal from outside (forwarded to the ranks) is never followed by a restart. The exit
- * status is the last start's.
- * Several machines (as torchrun's): 'weft-run --nnodes M --node-rank K --master ADDR:PORT -n
- * P prog' on each of M machines runs ranks K*P .. K*P+P-1 of M*P; rank 0 (on node 0) hosts
- * the rendezvous at ADDR:PORT, and node 0's launcher listens on ADDR:PORT+1 for the others
- * (tools/run_link.c). Node 0 decides for the job: it starts every node's ranks once all
- * nodes have joined (within 60 s), stops them all when a rank of any node dies, restarts
- * them all or tells every node to exit with the job's status. A node whose link to node 0
- * breaks ends its ranks (and node 0 those of every node, with no restart: a lost machine
- * cannot be started again from here). Pass the same --token to every node: without one the
- * token is empty and anyone who reaches the ports may join.
+ * (Killed) at 4.210 s"); when that is an exit with a status and the flight records blame
+ * other ranks (a stopped rank never exits by itself, a survivor does), the line names the
+ * blamed ones first (on one machine: node 0 has only its own ranks' records): "...: rank 1 left no
+ * flight record (stopped or killed?) and never finished allreduce #24 (step 5), by the flight
+ * records (first seen: rank 0 (pid 811) exited with status 22 at 1.077 s)"). Resuming is the
+ * program's part (from its newest checkpoint). A signal from outside (forwarded to the ranks) is
+ * never followed by a restart. The exit status is the last start's. Several machines (as
+ * torchrun's): 'weft-run --nnodes M --node-rank K --master ADDR:PORT -n P prog' on each of M
+ * machines runs ranks K*P .. K*P+P-1 of M*P; rank 0 (on node 0) hosts the rendezvous at ADDR:PORT,
+ * and node 0's launcher listens on ADDR:PORT+1 for the others (tools/run_link.c). Node 0 decides
+ * for the job: it starts every node's ranks once all nodes have joined (within 60 s), stops them
+ * all when a rank of any node dies, restarts them all or tells every node to exit with the job's
+ * status. A node whose link to node 0 breaks ends its ranks (and node 0 those of every node, with
+ * no restart: a lost machine cannot be started again from here). Pass the same --token to every
+ * node: without one the token is empty and anyone who reaches the ports may join.
  * --bind-to core (as mpirun's default for small jobs) binds rank r to the (r mod C)-th of the
  * C cores weft-run may use (the first hardware thread of each), so two ranks share a core
  * only when there are more ranks than cores; the rank inherits it from weft-run, which holds
@@ -471,13 +470,29 @@ static bool more_telling(const char *a, const char *b)
     return strstr(a, "killed by signal") && !strstr(b, "killed by signal");
 }
 
-/* Whether 'a' and 'b' both begin with "rank N " for the same N. */
-static bool same_rank(const char *a, const char *b)
+/* Whether the flight verdict's clause 'blame' ("rank 1 never ..." or "ranks 0,2 left ...")
+ * should lead the restart line instead of 'failure', the first failure seen: only for a
+ * rank's exit with a status (a death by a signal is the cause worth naming), when the clause
+ * does not name that rank, and on one machine (node 0 reads only its own ranks' records, so
+ * another node's ranks would read as "left no flight record"). */
+static bool blame_leads(const launcher *L, const char *blame, const char *failure)
 {
-    int ra, rb;
-    char ca, cb;
-    return sscanf(a, "rank %d%c", &ra, &ca) == 2 && sscanf(b, "rank %d%c", &rb, &cb) == 2 &&
-           ra == rb && ca == ' ' && cb == ' ';
+    int f;
+    if (!blame[0] || L->nnodes > 1 || strstr(failure, "killed by signal") ||
+        sscanf(failure, "rank %d ", &f) != 1)
+        return false;
+    const char *p = blame + (strncmp(blame, "ranks ", 6) ? 5 : 6);
+    for (;;) {
+        char *end;
+        long r = strtol(p, &end, 10);
+        if (end == p)
+            return true;
+        if (r == f)
+            return false;
+        if (*end != ',')
+            return true;
+        p = end + 1;
+    }
 }
 
 /* Every rank of the job has ended this start, the first failure being 'failure' with status
@@ -489,7 +504,7 @@ static void job_over(launcher *L, int code, const char *failure)
         fv_job_report(&L->flight, L->size, blame, sizeof blame);
     /* The first exit seen is often a survivor's (a stopped rank never exits by itself): when
      * the flight records blame another rank, the restart line names that one first. */
-    if (blame[0] && !same_rank(blame, failure)) {
+    if (blame_leads(L, blame, failure)) {
         snprintf(cause, sizeof cause, "%s, by the flight records (first seen: %s)", blame, failure);
         failure = cause;
     }
