@@ -511,6 +511,20 @@ void fv_job_begin(fv_job *j)
     setenv("WEFT_FLIGHT_DIR", j->dir, 1);
 }
 
+bool fv_job_has_record(const fv_job *j, int rank, const struct timespec *since)
+{
+    char path[512];
+    struct stat st;
+    if (!j->dir[0])
+        return false;
+    snprintf(path, sizeof path, "%s/flight.rank%d.jsonl", j->dir, rank);
+    if (stat(path, &st) != 0)
+        return false;
+    /* Whole seconds (a file system may keep no finer times): a record of an earlier job in
+     * a directory the caller named counts only when written in this start's first second. */
+    return st.st_mtim.tv_sec >= since->tv_sec;
+}
+
 /* Reads at most 64 MiB of 'path' into a malloc'd buffer. */
 static char *slurp(const char *path, size_t *len)
 {
@@ -540,8 +554,21 @@ static char *slurp(const char *path, size_t *len)
     return p;
 }
 
-void fv_job_report(fv_job *j, int n_ranks)
+/* The verdict's first clause into 'blame' when it names ranks that never entered or never
+ * finished an operation; else "". */
+static void blame_of(const char *verdict, char *blame, size_t cap)
 {
+    size_t len = strcspn(verdict, ";");
+    bool names = !strncmp(verdict, "rank ", 5) || !strncmp(verdict, "ranks ", 6);
+    const char *never = strstr(verdict, " never ");
+    if (names && never && (size_t)(never - verdict) < len)
+        snprintf(blame, cap, "%.*s", (int)len, verdict);
+}
+
+void fv_job_report(fv_job *j, int n_ranks, char *blame, size_t cap)
+{
+    if (cap)
+        blame[0] = 0;
     if (!j->dir[0] || n_ranks <= 0 || n_ranks > FV_MAX_RANKS)
         return;
     fv_rank *rs = calloc((size_t)n_ranks, sizeof *rs);
@@ -556,8 +583,11 @@ void fv_job_report(fv_job *j, int n_ranks)
         unlink(path); /* a restart's ranks write their own */
     }
     char line[2048];
-    if (rs && fv_verdict(rs, n_ranks, line, sizeof line))
+    if (rs && fv_verdict(rs, n_ranks, line, sizeof line)) {
         fprintf(stderr, "weft-run: verdict: %s\n", line);
+        if (cap)
+            blame_of(line, blame, cap);
+    }
     for (int r = 0; rs && r < n_ranks; r++)
         fv_rank_free(&rs[r]);
     free(rs);
@@ -568,7 +598,7 @@ void fv_job_end(fv_job *j, int n_ranks, bool failed)
     if (!j->dir[0])
         return;
     if (failed)
-        fv_job_report(j, n_ranks);
+        fv_job_report(j, n_ranks, NULL, 0);
     if (j->made) {
         DIR *d = opendir(j->dir);
         struct dirent *e;

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define FV_MAX_RANKS 4096
 #define FV_TAG       48
@@ -51,9 +52,14 @@ typedef struct fv_job {
 } fv_job;
 
 void fv_job_begin(fv_job *j);
+/* Whether rank 'rank' has written its record in 'j' at or after 'since' (CLOCK_REALTIME):
+ * weft-run waits for these before it ends the survivors of a failure. */
+bool fv_job_has_record(const fv_job *j, int rank, const struct timespec *since);
 void fv_job_end(fv_job *j, int n_ranks, bool failed);
 /* Prints the verdict of the records in 'j' now (a start of the job failed) and removes them,
- * so the ranks of a restart write fresh ones. */
-void fv_job_report(fv_job *j, int n_ranks);
+ * so the ranks of a restart write fresh ones. When the verdict blames ranks ("rank 1 never
+ * entered allreduce #24 (step 5)", or "... left no flight record (stopped or killed?) and
+ * never finished ..."), that clause goes to 'blame' (cap bytes), else "" does. */
+void fv_job_report(fv_job *j, int n_ranks, char *blame, size_t cap);
 
 #endif /* WF_TOOLS_FLIGHT_VERDICT_H */

@@ -8,23 +8,30 @@
  * "[rank] " prefix. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank. When a
  * rank dies (exits non-zero or by a signal) the others are sent SIGTERM, then SIGKILL 2 s
  * later, and weft-run exits with that rank's status (128 + signal for a signal), naming it.
+ * Before that SIGTERM it waits until every other rank still running has written its flight
+ * record (WEFT_FLIGHT_DIR, which a rank writes when its comm fails), for 1 s at most: a rank
+ * only learns of a peer's death a moment after weft-run does, and one ended before it writes
+ * leaves the verdict without its side. Not after a signal from outside (passed on at once).
  * All ranks exiting 0 makes weft-run exit 0.
  * --restarts R: when a rank dies, once every rank has ended, all of them are started again
  * with the next WEFT_INCARNATION (the transport puts it in every message key, so a message
  * of an earlier start never matches), up to R times; each restart is one line on stderr
  * ("weft-run: restart 2 of 5 (incarnation 3): rank 1 (pid 812) was killed by signal 9
- * (Killed) at 4.210 s"). Resuming is the program's part (from its newest checkpoint). A
- * signal from outside (forwarded to the ranks) is never followed by a restart. The exit
- * status is the last start's.
- * Several machines (as torchrun's): 'weft-run --nnodes M --node-rank K --master ADDR:PORT -n
- * P prog' on each of M machines runs ranks K*P .. K*P+P-1 of M*P; rank 0 (on node 0) hosts
- * the rendezvous at ADDR:PORT, and node 0's launcher listens on ADDR:PORT+1 for the others
- * (tools/run_link.c). Node 0 decides for the job: it starts every node's ranks once all
- * nodes have joined (within 60 s), stops them all when a rank of any node dies, restarts
- * them all or tells every node to exit with the job's status. A node whose link to node 0
- * breaks ends its ranks (and node 0 those of every node, with no restart: a lost machine
- * cannot be started again from here). Pass the same --token to every node: without one the
- * token is empty and anyone who reaches the ports may join.
+ * (Killed) at 4.210 s"); when that is an exit with a status and the flight records blame
+ * other ranks (a stopped rank never exits by itself, a survivor does), the line names the
+ * blamed ones first (on one machine: node 0 has only its own ranks' records): "...: rank 1 left no
+ * flight record (stopped or killed?) and never finished allreduce #24 (step 5), by the flight
+ * records (first seen: rank 0 (pid 811) exited with status 22 at 1.077 s)"). Resuming is the
+ * program's part (from its newest checkpoint). A signal from outside (forwarded to the ranks) is
+ * never followed by a restart. The exit status is the last start's. Several machines (as
+ * torchrun's): 'weft-run --nnodes M --node-rank K --master ADDR:PORT -n P prog' on each of M
+ * machines runs ranks K*P .. K*P+P-1 of M*P; rank 0 (on node 0) hosts the rendezvous at ADDR:PORT,
+ * and node 0's launcher listens on ADDR:PORT+1 for the others (tools/run_link.c). Node 0 decides
+ * for the job: it starts every node's ranks once all nodes have joined (within 60 s), stops them
+ * all when a rank of any node dies, restarts them all or tells every node to exit with the job's
+ * status. A node whose link to node 0 breaks ends its ranks (and node 0 those of every node, with
+ * no restart: a lost machine cannot be started again from here). Pass the same --token to every
+ * node: without one the token is empty and anyone who reaches the ports may join.
  * --bind-to core (as mpirun's default for small jobs) binds rank r to the (r mod C)-th of the
  * C cores weft-run may use (the first hardware thread of each), so two ranks share a core
  * only when there are more ranks than cores; the rank inherits it from weft-run, which holds
@@ -62,6 +69,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_RANKS       4096
@@ -99,11 +107,13 @@ typedef struct launcher {
     int nnodes, node_rank; /* 1 and 0 on one machine */
     start *cur;            /* this start (its 'ranks'), and through 'prev' the earlier ones */
     uv_signal_t sigs[4];
-    uv_timer_t kill_timer, join_timer, drain_timer;
-    int exit_code;    /* this start's first local failure's, or 0 */
-    bool stopping;    /* this start's local ranks are being ended */
-    bool interrupted; /* a signal from outside or a lost node: no restart */
-    bool finished;    /* the handles are closing; 'final_code' is the exit status */
+    uv_timer_t kill_timer, join_timer, drain_timer, grace_timer;
+    uint64_t grace_t0_ns;       /* when the grace before the SIGTERM began */
+    struct timespec start_wall; /* when this start began: a record older is not its own */
+    int exit_code;              /* this start's first local failure's, or 0 */
+    bool stopping;              /* this start's local ranks are being ended */
+    bool interrupted;           /* a signal from outside or a lost node: no restart */
+    bool finished;              /* the handles are closing; 'final_code' is the exit status */
     int final_code;
     int restarts, restart; /* --restarts, and how many were made */
     uint32_t incarnation;
@@ -246,17 +256,51 @@ static void on_kill_timer(uv_timer_t *t)
     signal_all(t->loop->data, SIGKILL);
 }
 
-static void stop_others(launcher *L)
+#define GRACE_MS      1000 /* the most a rank's flight record is waited for */
+#define GRACE_POLL_MS 10
+
+static void term_others(launcher *L)
 {
-    if (L->stopping || L->alive == 0)
-        return;
-    L->stopping = true;
+    uv_timer_stop(&L->grace_timer);
     signal_all(L, SIGTERM);
     /* A stopped rank (SIGSTOP, a debugger) acts on SIGTERM only once continued: without
      * this it would hold the restart back until the SIGKILL. SIGCONT changes nothing for
      * the others. */
     signal_all(L, SIGCONT);
     uv_timer_start(&L->kill_timer, on_kill_timer, 2000, 0);
+}
+
+/* Whether every local rank still running has written its flight record of this start. */
+static bool records_written(const launcher *L)
+{
+    for (int i = 0; i < L->n; i++) {
+        const rank *rk = &L->cur->ranks[i];
+        if (rk->running && !fv_job_has_record(&L->flight, rk->index, &L->start_wall))
+            return false;
+    }
+    return true;
+}
+
+static void on_grace_timer(uv_timer_t *t)
+{
+    launcher *L = t->loop->data;
+    if (records_written(L) || uv_hrtime() - L->grace_t0_ns >= GRACE_MS * 1000000ull)
+        term_others(L);
+}
+
+/* Ends this start's other local ranks: SIGTERM (after the grace for their flight records,
+ * see the top), SIGKILL 2 s later. */
+static void stop_others(launcher *L)
+{
+    if (L->stopping || L->alive == 0)
+        return;
+    L->stopping = true;
+    if (!L->flight.dir[0] || L->interrupted || records_written(L)) {
+        term_others(L);
+        return;
+    }
+    L->grace_t0_ns = uv_hrtime();
+    uv_timer_start(&L->grace_timer, on_grace_timer, GRACE_POLL_MS, GRACE_POLL_MS);
 }
 
 static double now_s(const launcher *L)
@@ -311,6 +355,7 @@ static void finish(launcher *L, int code)
     drained(L);
     uv_close((uv_handle_t *)&L->kill_timer, NULL);
     uv_close((uv_handle_t *)&L->join_timer, NULL);
+    uv_close((uv_handle_t *)&L->grace_timer, NULL);
     run_link_close(L->link);
     L->link = NULL;
 }
@@ -336,6 +381,8 @@ static int start_ranks(launcher *L)
     L->exit_code = 0;
     L->failure[0] = 0;
     uv_timer_stop(&L->kill_timer);
+    uv_timer_stop(&L->grace_timer);
+    clock_gettime(CLOCK_REALTIME, &L->start_wall);
     snprintf(L->e_inc, sizeof L->e_inc, "WEFT_INCARNATION=%u", L->incarnation);
     for (int r = 0; r < L->n; r++) {
         rank *rk = &ranks[r];
@@ -423,12 +470,44 @@ static bool more_telling(const char *a, const char *b)
     return strstr(a, "killed by signal") && !strstr(b, "killed by signal");
 }
 
+/* Whether the flight verdict's clause 'blame' ("rank 1 never ..." or "ranks 0,2 left ...")
+ * should lead the restart line instead of 'failure', the first failure seen: only for a
+ * rank's exit with a status (a death by a signal is the cause worth naming), when the clause
+ * does not name that rank, and on one machine (node 0 reads only its own ranks' records, so
+ * another node's ranks would read as "left no flight record"). */
+static bool blame_leads(const launcher *L, const char *blame, const char *failure)
+{
+    int f;
+    if (!blame[0] || L->nnodes > 1 || strstr(failure, "killed by signal") ||
+        sscanf(failure, "rank %d ", &f) != 1)
+        return false;
+    const char *p = blame + (strncmp(blame, "ranks ", 6) ? 5 : 6);
+    for (;;) {
+        char *end;
+        long r = strtol(p, &end, 10);
+        if (end == p)
+            return true;
+        if (r == f)
+            return false;
+        if (*end != ',')
+            return true;
+        p = end + 1;
+    }
+}
+
 /* Every rank of the job has ended this start, the first failure being 'failure' with status
  * 'code' (0: none): start all of them again, or end the job. */
 static void job_over(launcher *L, int code, const char *failure)
 {
+    char blame[512] = "", cause[1024];
     if (code != 0)
-        fv_job_report(&L->flight, L->size);
+        fv_job_report(&L->flight, L->size, blame, sizeof blame);
+    /* The first exit seen is often a survivor's (a stopped rank never exits by itself): when
+     * the flight records blame another rank, the restart line names that one first. */
+    if (blame_leads(L, blame, failure)) {
+        snprintf(cause, sizeof cause, "%s, by the flight records (first seen: %s)", blame, failure);
+        failure = cause;
+    }
     if (code != 0 && !L->interrupted && L->restart < L->restarts) {
         L->restart++;
         L->incarnation++;
@@ -858,6 +937,7 @@ int main(int argc, char **argv)
     uv_timer_init(L->loop, &L->kill_timer);
     uv_timer_init(L->loop, &L->join_timer);
     uv_timer_init(L->loop, &L->drain_timer);
+    uv_timer_init(L->loop, &L->grace_timer);
     static const int fwd[4] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
     for (int s = 0; s < 4; s++) {
         uv_signal_init(L->loop, &L->sigs[s]);

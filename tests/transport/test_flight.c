@@ -1,7 +1,8 @@
 /* tests/transport/test_flight.c: the flight recorder: what a dump holds (header, operations
  * with their tags and states, the last 1,024 only), the dump every surviving rank writes when
  * the comm fails, and weft-run's verdict line merged from them: a rank that skips a
- * collective and a SIGSTOPped rank, with real processes and short timeouts.
+ * collective and a SIGSTOPped rank (also as the cause a restart line names), and survivors
+ * that hear of a death late, with real processes and short timeouts.
  * Ranks are real processes (transport_util.h, or this executable under weft-run with
  * WF_FLIGHT_MODE set: a constructor runs the rank's part and exits before Criterion's main). */
 #include "transport_util.h"
@@ -22,13 +23,19 @@
 
 /* Under weft-run: STEPS all-reduces tagged "step <i>"; mode "skip": rank 1 skips step 5 and
  * waits (checking its comm) until the others' timeout fails it; "stop": rank 1 stops itself
- * (SIGSTOP) before step 5, and the others declare it dead after missed heartbeats. */
+ * (SIGSTOP) before step 5, and the others declare it dead after missed heartbeats; "exit":
+ * rank 1 _exit()s before step 5 while a child of its own holds its sockets open (the others
+ * hear nothing until the heartbeats stop: they learn of it ~0.3 s after weft-run does), and
+ * the others _exit() at once on their failure, without wf_comm_destroy. */
 __attribute__((constructor)) static void flight_rank_main(void)
 {
     const char *mode = getenv("WF_FLIGHT_MODE");
     if (!mode)
         return;
-    wf_comm_opts o = { .op_timeout_ms = 1500, .heartbeat_ms = 100, .heartbeat_timeout_ms = 800 };
+    bool exit_mode = !strcmp(mode, "exit");
+    wf_comm_opts o = { .op_timeout_ms = 1500,
+                       .heartbeat_ms = exit_mode ? 50 : 100,
+                       .heartbeat_timeout_ms = exit_mode ? 300 : 800 };
     if (wf_dist_opts_from_env(&o) != 1) {
         fprintf(stderr, "no rank in the environment: %s\n", wf_last_errmsg());
         _exit(20);
@@ -51,6 +58,13 @@ __attribute__((constructor)) static void flight_rank_main(void)
         if (o.rank == 1 && i == 5) {
             if (!strcmp(mode, "stop"))
                 raise(SIGSTOP);
+            if (exit_mode) {
+                if (fork() == 0) { /* keeps the sockets open: no peer sees them close */
+                    sleep(3);
+                    _exit(0);
+                }
+                _exit(23);
+            }
             while (wf_comm_status(c) == 0) /* skip: the others time out, which fails us too */
                 wf_test_sleep_us(10000);
             wf_comm_destroy(c);
@@ -59,6 +73,8 @@ __attribute__((constructor)) static void flight_rank_main(void)
         float x = 1.0f;
         if (wf_comm_allreduce(c, &x, &x, 1, WF_F32, WF_REDUCE_SUM) < 0) {
             fprintf(stderr, "allreduce: %s\n", wf_last_errmsg());
+            if (exit_mode)
+                _exit(22); /* the record is written before the failure is reported */
             /* As a program would: leaving in order (the goodbye round) also gives the ranks
              * that only hear of the failure the moment to write their records before
              * weft-run, seeing this rank exit, stops them. */
@@ -277,15 +293,15 @@ Test(transport_flight, every_surviving_rank_writes_its_record_when_the_comm_fail
 
 /* ---- weft-run's verdict ---------------------------------------------------------------- */
 
-static int launch(int n, const char *mode, char *out, size_t cap)
+static int launch_with(int n, const char *opts, const char *mode, char *out, size_t cap)
 {
     char self[4096];
     ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
     cr_assert_gt(k, 0);
     self[k] = 0;
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "WF_FLIGHT_MODE=%s timeout 40 %s -n %d -- %s 2>&1", mode, WF_WEFT_RUN,
-             n, self);
+    snprintf(cmd, sizeof cmd, "WF_FLIGHT_MODE=%s timeout 40 %s -n %d %s -- %s 2>&1", mode,
+             WF_WEFT_RUN, n, opts, self);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     size_t len = fread(out, 1, cap - 1, p);
@@ -293,6 +309,11 @@ static int launch(int n, const char *mode, char *out, size_t cap)
     int st = pclose(p);
     cr_assert(WIFEXITED(st), "weft-run did not exit");
     return WEXITSTATUS(st);
+}
+
+static int launch(int n, const char *mode, char *out, size_t cap)
+{
+    return launch_with(n, "", mode, out, cap);
 }
 
 /* The seconds in "waited N.N s" of 'line'; -1 if absent. */
@@ -320,6 +341,23 @@ Test(transport_flight, weft_run_names_the_rank_that_skipped_a_collective)
     cr_assert(strstr(line, "WF_ETIMEDOUT"), "%s", line);
 }
 
+/* Without weft-run's grace before its SIGTERM, ranks 0 and 2 are ended the moment rank 1 exits,
+ * before they hear of it, and leave no record ("no rank wrote a flight record": measured with
+ * the launcher of before, 3 runs of 3). "ranks 0,2 waited" says both records were read. */
+Test(transport_flight, survivors_that_hear_of_a_death_late_still_write_their_records)
+{
+    char out[65536], line[1024];
+    int code = launch(3, "exit", out, sizeof out);
+    cr_assert_eq(code, 23, "%s", out);
+    cr_assert(strstr(out, "weft-run: rank 1 (pid "), "%s", out);
+    cr_assert(last_line_with(out, "weft-run: verdict: ", line, sizeof line), "%s", out);
+    cr_assert(strstr(line, "verdict: rank 1 left no flight record (stopped or killed?) and never "
+                           "finished allreduce #") &&
+                  strstr(line, " (step 5); ranks 0,2 waited "),
+              "%s", line);
+    cr_assert(strstr(line, "WF_EPEER: rank 1 "), "%s", line);
+}
+
 Test(transport_flight, weft_run_names_a_stopped_rank)
 {
     char out[65536], line[1024];
@@ -334,4 +372,20 @@ Test(transport_flight, weft_run_names_a_stopped_rank)
     cr_assert(s >= 0.7 && s < WF_TEST_TIMEOUT(5.0), "waited %.1f s (heartbeat timeout 0.8 s): %s",
               s, line);
     cr_assert(strstr(line, "WF_EPEER: rank 1 "), "%s", line);
+}
+
+/* A stopped rank never exits by itself: the first exit weft-run sees is a survivor's (status
+ * 22). The restart line names the rank the flight records blame, then that exit. */
+Test(transport_flight, a_restart_after_a_stopped_rank_names_that_rank)
+{
+    char out[65536], line[1024];
+    int code = launch_with(3, "--restarts 1", "stop", out, sizeof out);
+    cr_assert_neq(code, 0, "%s", out);
+    cr_assert(last_line_with(out, "weft-run: restart 1 of 1 (incarnation 2): ", line, sizeof line),
+              "%s", out);
+    cr_assert(strstr(line, "(incarnation 2): rank 1 left no flight record (stopped or killed?) "
+                           "and never finished allreduce #") &&
+                  strstr(line, " (step 5), by the flight records (first seen: rank ") &&
+                  strstr(line, " exited with status 22 at "),
+              "%s", line);
 }
