@@ -6,7 +6,8 @@
  * of one weft worker each with a 4096-wide MLP give the bits of one process with 3 shards; ranks
  * with different graphs or options fail session creation naming the ranks; ranks fed
  * batches of different sizes fail the run with WF_ESHAPE; a killed rank fails the other's
- * run within 2 s with WF_EPEER naming it.
+ * run within 2 s with WF_EPEER naming it, and so does a rank whose run fails by itself (a
+ * bad feed).
  * Ranks are processes on loopback (transport_util.h); each writes what it saw to a file the
  * test reads. The reference runs (no communicator) run in the test's own process. */
 #include "transport_util.h"
@@ -187,6 +188,26 @@ static int rank_bad(wf_comm *c, int rank, int size, void *argp)
 }
 TU_REGISTER(rank_bad)
 
+/* One training step of 's' on 'rows' rows of batch 0 with 'cols' features (IN, or another
+ * count for a bad feed); '*dt' gets its seconds. Returns wf_session_run's status. */
+static int run_once(wf_session *s, const mlp *m, int rows, int cols, double *dt)
+{
+    static float x[16 * (IN + 1)];
+    int32_t y[16];
+    batch_of(0, rows, x, y);
+    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(rows, cols), x);
+    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(rows), y);
+    wf_feed f[] = { { m->x, xt }, { m->y, yt } };
+    wf_tensor *out = NULL;
+    uint64_t t0 = wf_test_now_ns();
+    int rc = wf_session_run(s, f, 2, &m->loss, 1, &out, &m->train, 1);
+    *dt = (double)(wf_test_now_ns() - t0) * 1e-9;
+    wf_tensor_release(out);
+    wf_tensor_release(xt);
+    wf_tensor_release(yt);
+    return rc;
+}
+
 /* Rank 1 makes its session and then waits to be killed; rank 0's run fails. */
 static int rank_kill(wf_comm *c, int rank, int size, void *argp)
 {
@@ -202,33 +223,54 @@ static int rank_kill(wf_comm *c, int rank, int size, void *argp)
     if (rank == 1)
         for (;;) /* until the test kills this rank, never running */
             wf_test_sleep_us(10000);
-    float x[8 * IN];
-    int32_t y[8];
-    batch_of(0, 8, x, y);
-    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(8, IN), x);
-    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(8), y);
-    wf_feed f[] = { { m.x, xt }, { m.y, yt } };
-    wf_tensor *out = NULL;
-    uint64_t t0 = wf_test_now_ns();
-    int rc = wf_session_run(s, f, 2, &m.loss, 1, &out, &m.train, 1);
-    double dt = (double)(wf_test_now_ns() - t0) * 1e-9;
+    double dt;
+    int rc = run_once(s, &m, 8, IN, &dt);
     TU_CHECK(rc == WF_EPEER, "the run gave %s: %s", wf_err_name(rc), wf_session_errmsg(s));
     TU_CHECK(strstr(wf_session_errmsg(s), "rank 1"), "message: %s", wf_session_errmsg(s));
     TU_CHECK(dt < 2.0, "the failure took %.2f s", dt);
     /* the session is unusable (its communicator failed) but gives the same error at once */
-    t0 = wf_test_now_ns();
-    rc = wf_session_run(s, f, 2, &m.loss, 1, &out, &m.train, 1);
-    dt = (double)(wf_test_now_ns() - t0) * 1e-9;
+    rc = run_once(s, &m, 8, IN, &dt);
     TU_CHECK(rc == WF_EPEER && strstr(wf_session_errmsg(s), "rank 1") && dt < 1.0,
              "a second run gave %s after %.2f s: %s", wf_err_name(rc), dt, wf_session_errmsg(s));
-    wf_tensor_release(xt);
-    wf_tensor_release(yt);
     wf_session_destroy(s);
     wf_graph_destroy(m.g);
     wf_strategy_destroy(st);
     return 0;
 }
 TU_REGISTER(rank_kill)
+
+/* Rank 2 feeds x with a column too many: its run fails by itself (before any reduction) with
+ * the feed's error; the others' runs, whose reductions wait for rank 2, fail within 2 s with
+ * WF_EPEER naming rank 2 and its error (not at their 300 s operation deadline). */
+static int rank_local_fail(wf_comm *c, int rank, int size, void *argp)
+{
+    (void)size;
+    (void)argp;
+    wf_strategy *st = NULL;
+    TU_OK(wf_strategy_multiworker(c, NULL, &st));
+    mlp m;
+    TU_CHECK(mlp_build(tu_rt, &m, HID) == 0, "build: %s", wf_graph_errmsg(m.g));
+    wf_session *s = NULL;
+    TU_OK(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s));
+    TU_OK(wf_comm_barrier(c)); /* every rank's session is made: rank 2 fails only its run */
+    if (rank == 2)
+        wf_test_sleep_us(200000); /* once the others are in their runs, their reductions posted */
+    double dt;
+    int rc = run_once(s, &m, 9, rank == 2 ? IN + 1 : IN, &dt);
+    const char *msg = wf_session_errmsg(s);
+    printf("rank %d: %s after %.3f s: %s\n", rank, wf_err_name(rc), dt, msg);
+    if (rank == 2)
+        TU_CHECK(rc < 0 && rc != WF_EPEER, "rank 2's bad feed gave %s: %s", wf_err_name(rc), msg);
+    else
+        TU_CHECK(rc == WF_EPEER && strstr(msg, "rank 2") && strstr(msg, "its step failed"),
+                 "rank %d: rank 2's failure gave %s: %s", rank, wf_err_name(rc), msg);
+    TU_CHECK(dt < 2.0, "rank %d: the failure took %.2f s", rank, dt);
+    wf_session_destroy(s);
+    wf_graph_destroy(m.g);
+    wf_strategy_destroy(st);
+    return 0;
+}
+TU_REGISTER(rank_local_fail)
 
 /* Of a Chrome trace 'buf': the task spans of run 'run' (the 'args' of each event). */
 typedef struct span {
@@ -534,6 +576,18 @@ Test(transport_multiworker, a_killed_rank_fails_the_others_run_within_2s_with_ep
     cr_assert(WIFSIGNALED(t.status[1]) && WTERMSIG(t.status[1]) == SIGKILL, "rank 1 not killed");
     cr_assert(WIFEXITED(t.status[0]) && WEXITSTATUS(t.status[0]) == 0,
               "rank 0 did not report the death of rank 1 correctly (stderr)");
+}
+
+Test(transport_multiworker, a_rank_whose_step_fails_by_itself_fails_the_others_at_once)
+{
+    tu_run t = {
+        .size = 3, .body = rank_local_fail, .timeout_s = WF_TEST_TIMEOUT(30), .with_rt = true
+    };
+    tu_start(&t);
+    cr_assert(tu_wait(&t), "the ranks did not finish in time (waiting for rank 2's reductions)");
+    for (int i = 0; i < 3; i++)
+        cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
+                  "rank %d failed (status %d; stderr says why)", i, t.status[i]);
 }
 
 Test(transport_multiworker, bucket_reductions_start_before_backward_ends_in_the_trace)
