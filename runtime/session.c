@@ -11,6 +11,7 @@
  * Invariants: those of runtime/internal.h. A session runs only the first 'n_nodes' nodes of
  *   its graph (those that existed at creation), so every variable it may read has a value.
  * Not here: compiling plans (plan.c), running them (exec.c). */
+#include "../transport/coll_ops.h"
 #include "../transport/post.h"
 #include "internal.h"
 
@@ -343,6 +344,10 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
     if (rc == 0)
         rc = run(s, feeds, n_feeds, m, n_fetches, outs, m + n_fetches, n_targets);
     free(m);
+    /* This rank will not join this step's reductions: the others would wait for them until
+     * their deadline (300 s) unless the communicator fails now, with this rank's error. */
+    if (rc < 0)
+        wf__dp_fail_comm(wf__dp_comm(s->dp), rc, wf_session_errmsg(s));
     return rc;
 }
 

@@ -21,6 +21,8 @@
  *   actor runs the callbacks, the owner's sum included, and the last one completes the node,
  *   so no worker waits on the network. A failed comm (a dead rank) fails every transfer and so
  *   the node, with WF_EPEER naming the rank.
+ * A rank whose step fails by itself (wf__dp_fail_comm, called by runtime/session.c) fails the
+ *   communicator, naming itself and the error, so the other ranks' reductions fail at once.
  * Not here: the op's def (core/op_dist.c), the rewrite (placement/replicate.c). */
 #include "coll_ops.h"
 
@@ -342,6 +344,17 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
     }
     done_one(x);
     return WF_KERNEL_PENDING;
+}
+
+void wf__dp_fail_comm(wf_comm *c, int code, const char *why)
+{
+    if (!c || c->size < 2 || atomic_load(&c->failed))
+        return;
+    char msg[WF_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", why ? why : "");
+    wf__comm_fail(c, code, c->rank, "rank %d: its step failed (%s): %s", c->rank, wf_err_name(code),
+                  msg);
+    wf__err(code, "%s", msg); /* the caller's message, not the comm's */
 }
 
 int wf__transport_register_coll_kernels(wf__kernels *r, wf_comm *c)

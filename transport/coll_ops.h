@@ -1,7 +1,7 @@
 /* transport/coll_ops.h: the kernel of core's dp_reduce op (core/op.h), for runtime/ (a module
  * interface: not installed, not internal.h).
- * Owns: wf__transport_register_coll_kernels() and the fixed tree every data-parallel sum
- *   follows (wf__dp_tree_sum()).
+ * Owns: wf__transport_register_coll_kernels(), the fixed tree every data-parallel sum
+ *   follows (wf__dp_tree_sum()), and the abort of a rank whose step failed (wf__dp_fail_comm).
  * Not here: the op's def (core/op_dist.c), the rewrite that inserts it (placement/). */
 #ifndef WF_TRANSPORT_COLL_OPS_H
 #define WF_TRANSPORT_COLL_OPS_H
@@ -30,5 +30,12 @@ void wf__dp_tree_sum(float **p, int lo, int hi, int unit, size_t len);
  * 'shards' shards: true when unit is a power of two, or there is one block, or the tree's
  * splits all fall between blocks (6 shards over 3 ranks: yes; over 2 ranks: no). */
 bool wf__dp_blocks_ok(int shards, int unit);
+
+/* Fails communicator 'c' because this rank's step failed by itself (not through the comm:
+ * out of memory, a bad feed, a kernel's error): 'code' and 'why' (which names the node and
+ * the error) go to every rank, whose runs then fail at once with WF_EPEER instead of waiting
+ * for their operation deadline for the reductions this rank will never join. Nothing when
+ * 'c' is NULL, of one rank, or already failed (then this rank's error came from that). */
+void wf__dp_fail_comm(wf_comm *c, int code, const char *why);
 
 #endif /* WF_TRANSPORT_COLL_OPS_H */

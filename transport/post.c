@@ -156,7 +156,12 @@ static int look(wf_comm *c, wf_actor *a)
     if (!armed && (!next || next > now + RETRY_NS))
         next = now + RETRY_NS;
     timer_set(c, next);
-    int rc = wf_actor_watch_fd(a, c->efd, WF_FD_READ);
+    /* A worker that could not be armed leaves its event fd readable: watching it would poke
+     * this actor again at once, a turn that fails to arm again, and so on. On a rank whose
+     * peer shares its core (3 ranks x 1 weft worker on 2 cores), that loop took the core the
+     * peer needed to make the progress that lets this worker arm: rendezvous transfers stalled
+     * for seconds and heartbeats were missed. Not armed, only the timer looks again. */
+    int rc = armed ? wf_actor_watch_fd(a, c->efd, WF_FD_READ) : 0;
     if (rc >= 0 && c->timer_fd >= 0)
         rc = wf_actor_watch_fd(a, c->timer_fd, WF_FD_READ);
     return rc;

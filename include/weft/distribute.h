@@ -21,8 +21,10 @@
  *   At creation variables are broadcast from rank 0 and checked equal by a hash on every
  *   rank; ranks whose graphs or options differ fail creation with WF_EINVAL naming the
  *   ranks and the difference. A rank that dies fails the others' runs with WF_EPEER naming
- *   it (the communicator's failure detection); the session is then unusable but
- *   destroyable.
+ *   it (the communicator's failure detection); so does a rank whose wf_session_run fails
+ *   by itself (a bad feed, no memory, a kernel's error): it fails the communicator with its
+ *   error, which the others' runs return at once as WF_EPEER ("rank R: its step failed
+ *   (code): message"). Either way the session is then unusable but destroyable.
  * The tree: shards [lo, hi) split at lo + the largest power of two below hi - lo, so S = 4
  *   sums as (s0 + s1) + (s2 + s3), S = 3 as (s0 + s1) + s2.
  * Limits: S must be a multiple of N, and each rank's S / N shards a subtree of the tree (a

@@ -95,10 +95,11 @@ typedef struct tu_run {
     pid_t pids[TU_MAX_RANKS];
     int status[TU_MAX_RANKS]; /* waitpid status */
     bool with_rt;             /* each rank makes a runtime first (tu_rt) and its comm on it */
+    int n_workers;            /* with 'with_rt': the workers of that runtime (0: 2) */
 } tu_run;
 
-/* In a rank of a tu_run with 'with_rt': its runtime (2 workers, the last 4096 trace events
- * of each kept), which its comm uses; else NULL. */
+/* In a rank of a tu_run with 'with_rt': its runtime ('n_workers' workers, the last 4096 trace
+ * events of each kept), which its comm uses; else NULL. */
 static wf_runtime *tu_rt;
 
 static inline int tu_child(tu_run *t, int rank, void *arg)
@@ -112,7 +113,8 @@ static inline int tu_child(tu_run *t, int rank, void *arg)
     wf_comm *c = NULL;
     tu_ucx_env();
     if (t->with_rt &&
-        wf_runtime_create(&tu_rt, &(wf_runtime_opts){ .n_workers = 2, .trace_events = 4096 }) < 0) {
+        wf_runtime_create(&tu_rt, &(wf_runtime_opts){ .n_workers = t->n_workers ? t->n_workers : 2,
+                                                      .trace_events = 4096 }) < 0) {
         fprintf(stderr, "rank %d: wf_runtime_create: %s\n", rank, wf_last_errmsg());
         return 10;
     }
