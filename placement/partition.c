@@ -182,7 +182,7 @@ int wf_partition_create(const wf_graph *g, const wf_cluster *c, const int *devic
         }
     for (int id = 0; id < p->N && rc == 0; id++) {
         const wf_node *n = wf_graph_node(g, id);
-        int dev, r = rank_of(c, device_of, n, &dev);
+        int dev = -1, r = rank_of(c, device_of, n, &dev);
         if (r < 0) {
             rc = r;
             break;
