@@ -555,16 +555,7 @@ Test(transport_multiworker, a_killed_rank_fails_the_others_run_within_2s_with_ep
                  .timeout_s = 60,
                  .with_rt = true };
     tu_start(&t);
-    uint64_t end = wf_test_now_ns() + (uint64_t)(WF_TEST_TIMEOUT(30) * 1e9);
-    int got = 0;
-    while (got < 2 && wf_test_now_ns() < end) {
-        char b[4];
-        ssize_t k = read(fds[0], b, sizeof b);
-        if (k > 0)
-            got += (int)k;
-        else
-            wf_test_sleep_us(1000);
-    }
+    int got = tu_wait_ready(fds[0], 2, WF_TEST_TIMEOUT(30));
     cr_assert_eq(got, 2, "only %d of 2 ranks got ready", got);
     wf_test_sleep_us(100000); /* rank 0 is inside its run, its reductions posted */
     kill(t.pids[1], SIGKILL);

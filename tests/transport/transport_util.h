@@ -249,6 +249,23 @@ static inline pid_t tu_spawn(tu_run *t, int r)
     return p;
 }
 
+/* Reads ready bytes from the non-blocking pipe end 'fd' until 'want' have come or 'seconds'
+ * have passed; returns how many came (each rank writes one byte when it is ready). */
+static inline int tu_wait_ready(int fd, int want, double seconds)
+{
+    uint64_t end = wf_test_now_ns() + (uint64_t)(seconds * 1e9);
+    int got = 0;
+    while (got < want && wf_test_now_ns() < end) {
+        char b[4];
+        ssize_t k = read(fd, b, sizeof b);
+        if (k > 0)
+            got += (int)k;
+        else
+            wf_test_sleep_us(1000);
+    }
+    return got;
+}
+
 /* Picks a port and starts every rank. */
 static inline void tu_start(tu_run *t)
 {
