@@ -5,7 +5,7 @@
  * that hear of a death late, with real processes and short timeouts.
  * Ranks are real processes (transport_util.h, or this executable under weft-run with
  * WF_FLIGHT_MODE set: a constructor runs the rank's part and exits before Criterion's main). */
-#include "transport_util.h"
+#include "launch_util.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -169,25 +169,12 @@ static int dump_body(wf_comm *c, int rank, int size, void *arg)
 }
 TU_REGISTER(dump_body)
 
-static void make_dir(char *dir, size_t cap)
-{
-    snprintf(dir, cap, "/tmp/weft-test-flight.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
-
-static void remove_dir(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
 Test(transport_flight, a_dump_on_demand_holds_the_tagged_collectives_and_point_to_point)
 {
     char dir[128];
-    make_dir(dir, sizeof dir);
+    lu_tmpdir(dir, sizeof dir);
     tu_run_all(2, NULL, dump_body, dir, strlen(dir) + 1, WF_TEST_TIMEOUT(20));
-    remove_dir(dir);
+    lu_rmdir(dir);
 }
 
 /* 1,100 barriers: the dump holds the last 1,024 operations, oldest first. */
@@ -222,9 +209,9 @@ TU_REGISTER(wrap_body)
 Test(transport_flight, the_record_keeps_the_last_1024_operations)
 {
     char dir[128];
-    make_dir(dir, sizeof dir);
+    lu_tmpdir(dir, sizeof dir);
     tu_run_all(2, NULL, wrap_body, dir, strlen(dir) + 1, WF_TEST_TIMEOUT(30));
-    remove_dir(dir);
+    lu_rmdir(dir);
 }
 
 static int off_body(wf_comm *c, int rank, int size, void *arg)
@@ -266,7 +253,7 @@ TU_REGISTER(killed_body)
 Test(transport_flight, every_surviving_rank_writes_its_record_when_the_comm_fails)
 {
     char dir[128];
-    make_dir(dir, sizeof dir);
+    lu_tmpdir(dir, sizeof dir);
     tu_run t = { .size = 3, .body = killed_body, .timeout_s = WF_TEST_TIMEOUT(20) };
     t.opts.flight_dir = dir;
     tu_start(&t);
@@ -288,27 +275,14 @@ Test(transport_flight, every_surviving_rank_writes_its_record_when_the_comm_fail
     char path[256];
     snprintf(path, sizeof path, "%s/flight.rank2.jsonl", dir);
     cr_assert(access(path, F_OK) != 0, "the killed rank wrote a record");
-    remove_dir(dir);
+    lu_rmdir(dir);
 }
 
 /* ---- weft-run's verdict ---------------------------------------------------------------- */
 
 static int launch_with(int n, const char *opts, const char *mode, char *out, size_t cap)
 {
-    char self[4096];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-    cr_assert_gt(k, 0);
-    self[k] = 0;
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "WF_FLIGHT_MODE=%s timeout 40 %s -n %d %s -- %s 2>&1", mode,
-             WF_WEFT_RUN, n, opts, self);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t len = fread(out, 1, cap - 1, p);
-    out[len] = 0;
-    int st = pclose(p);
-    cr_assert(WIFEXITED(st), "weft-run did not exit");
-    return WEXITSTATUS(st);
+    return lu_launch_self("WF_FLIGHT_MODE", mode, 40, n, opts, out, cap);
 }
 
 static int launch(int n, const char *mode, char *out, size_t cap)
