@@ -48,8 +48,11 @@ typedef struct wf_kernel_ctx {
     size_t scratch_bytes; /* its size */
     uint64_t step;        /* the session's run count (static graphs; 0 in eager graphs): random
                              ops (dropout) mix it into their seed, so each run draws a new
-                             mask while a node and its gradient in one run draw the same;
-                             send and recv put it in their keys */
+                             mask while a node and its gradient in one run draw the same */
+    uint64_t xfer_step;   /* the session's count of runs before this one whose plan has a
+                             WF_OP_TRANSFER node: what send, recv and dp_reduce put in their
+                             keys, so that runs one rank makes alone (sampling, a local
+                             evaluation) do not shift the keys of the runs all ranks make */
     void *data;           /* what the layer that registered the kernel gave with it
                              (wf__kernels_register()), or NULL (the op's own kernels) */
     /* Ops with WF_OP_ASYNC: a kernel that returns WF_KERNEL_PENDING calls
@@ -140,6 +143,8 @@ enum {
                                       network's send and recv): the executor's task of the
                                       node ends when ctx->complete is called, and no worker
                                       waits for it */
+    WF_OP_TRANSFER = 1u << 7,      /* the kernel talks to other ranks (send, recv, dp_reduce):
+                                      its messages' keys carry ctx->xfer_step */
 };
 
 struct wf_op_def {

@@ -3,9 +3,11 @@
  *   buckets, and the global copies of the updates.
  * Kinds: a node is "replica" (R) when it depends on a batch placeholder (a -1 first
  *   dimension) through data or control edges and neither is nor depends on an update; it is
- *   "global" (Q) when it is an update (op->n_assign > 0) that depends on a batch, or depends
- *   on a global node; else it is shared (variables, constants, what reads only them). The
- *   gradients are the replica nodes that global nodes read as data.
+ *   "global" (Q) when it is an update (op->n_assign > 0) that depends on a batch, reads a
+ *   replica gradient of a variable as wf_gradients() marked it (node.is_gradient: so that
+ *   clipping by the global norm, or any other use of the gradients, sees the global ones),
+ *   or depends on a global node; else it is shared (variables, constants, what reads only
+ *   them). The gradients are the replica nodes that global nodes read as data.
  * Copies: for each local shard i (global shard k0 + i) every replica node is added again
  *   with its replica inputs replaced by shard i's copies; a batch placeholder becomes
  *   shard_rows(x, k, S). Gradients, in creation order (the order backward makes them),
@@ -282,8 +284,14 @@ int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
             if (!w.ref)
                 w.ref = (wf_node *)v;
         }
-        for (int j = 0; j < v->n_inputs; j++)
-            k = k > w.kind[v->inputs[j]->id] ? k : w.kind[v->inputs[j]->id];
+        bool reads_grad = false;
+        for (int j = 0; j < v->n_inputs; j++) {
+            const wf_node *x = v->inputs[j];
+            k = k > w.kind[x->id] ? k : w.kind[x->id];
+            reads_grad |= x->is_gradient && w.kind[x->id] == K_REPLICA;
+        }
+        if (reads_grad)
+            k = K_GLOBAL;
         for (int j = 0; j < v->n_control; j++)
             k = k > w.kind[v->control[j]->id] ? k : w.kind[v->control[j]->id];
         if (k == K_REPLICA && v->op->n_assign > 0)

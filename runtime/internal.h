@@ -86,6 +86,7 @@ typedef struct wf__slot {
     wf_tensor *spare[WF__SPARE_MAX]; /* inline plans only: dead values of this slot, kept
                                         (and owned) for reuse as outputs (exec.c: spare_take) */
     uint64_t step;                   /* this run's number (wf_kernel_ctx.step) */
+    uint64_t xfer_step;              /* its number among transferring runs (.xfer_step) */
     struct wf__slot_dev *dev;        /* exec_device.c: this run's values on GPUs; NULL when
                                         the plan has no 'dev' */
     /* The arena (runtime/memplan.c), kept across runs; NULL 'planned': outputs come from
@@ -129,6 +130,7 @@ struct wf__plan {
     int32_t *index_of;       /* plan index per graph node id (-1: not in the plan) */
     bool run_inline;         /* every node's value is static and at most WF__INLINE_NUMEL
                                 elements: runs go node by node on the calling thread */
+    bool transfers;          /* a node's op is WF_OP_TRANSFER: runs count in n_xfer_runs */
     int32_t *placeholders;   /* plan indices of placeholders */
     int n_placeholders;      /* entries of 'placeholders' */
     int32_t *prio_order;     /* plan indices by critical-path priority, highest first
@@ -195,6 +197,7 @@ struct wf_session {
     wf__plan *plans;                 /* compiled plans, most recent first */
     int max_slots;                   /* per plan (wf_session_opts.n_run_slots) */
     _Atomic uint64_t n_runs;         /* runs started: each run's wf_kernel_ctx.step */
+    _Atomic uint64_t n_xfer_runs;    /* of those, runs of plans that 'transfer' (.xfer_step) */
     uint32_t flags;                  /* wf_session_opts.flags: WF_SESSION_NO_* passes */
     int device;                      /* wf_session_opts.device (placement/place.c) */
     int n_sim;                       /* tests only (test_internal_*.c set it before the first

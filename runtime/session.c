@@ -408,6 +408,8 @@ static int run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const 
         atomic_fetch_add_explicit(&sl->uses[p->index_of[fetches[i]->id]], 1, memory_order_relaxed);
 
     sl->step = atomic_fetch_add_explicit(&s->n_runs, 1, memory_order_relaxed);
+    sl->xfer_step =
+        p->transfers ? atomic_fetch_add_explicit(&s->n_xfer_runs, 1, memory_order_relaxed) : 0;
     rc = wf__slot_run(sl);
     if (rc < 0)
         wf__session_fail(s, rc, "%s", sl->errmsg);

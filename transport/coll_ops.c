@@ -15,7 +15,8 @@
  *   and fails the communicator with it: the other reductions of the step (some never started
  *   on a rank whose run was canceled) would otherwise wait for their deadline, so every rank's
  *   run fails now (WF_ESHAPE here, WF_EPEER with the same message on the others).
- * Keys: as graph transfers (transport/post.h: step << 16 | edge << 1 | part): edge e, part 0
+ * Keys: as graph transfers (transport/post.h: step << 16 | edge << 1 | part, the step being
+ *   wf_kernel_ctx.xfer_step): edge e, part 0
  *   the header, part 1 the partial; edge e + 1, part 0 the result.
  * The kernel pends (WF_KERNEL_PENDING): it posts every transfer and returns; the transport's
  *   actor runs the callbacks, the owner's sum included, and the last one completes the node,
@@ -316,7 +317,7 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
     x->n = n;
     x->complete = ctx->complete;
     x->token = ctx->token;
-    x->step = ctx->step;
+    x->step = ctx->xfer_step;
     x->out = dst;
     x->count = count;
     x->rank = me;

@@ -5,7 +5,8 @@
  *   bytes, so the receiver checks dtype and shape against its own node before it hands
  *   anything on: a mismatch fails the receiving run naming both ranks and both types, never
  *   a wrong value (a data message of another size is refused by its size check anyway).
- * Keys: WF__POST_KEY_GRAPH | step (23 bits, the session's run count) << 16 | edge (15 bits)
+ * Keys: WF__POST_KEY_GRAPH | step (23 bits, the session's count of transferring runs,
+ * wf_kernel_ctx.xfer_step) << 16 | edge (15 bits)
  *   << 1 | part (0 header, 1 data); the transport adds the sender's rank and incarnation, so
  *   a restarted peer never matches a stale receive, and consecutive runs never mix.
  * Both kernels pend (WF_KERNEL_PENDING): they post their transfers and return; the
@@ -35,7 +36,7 @@ typedef struct wire_hdr {
 
 static uint64_t key_of(const wf_kernel_ctx *ctx, const wf_node *n, int part)
 {
-    return WF__POST_KEY_GRAPH | ((ctx->step & 0x7fffffu) << 16) |
+    return WF__POST_KEY_GRAPH | ((ctx->xfer_step & 0x7fffffu) << 16) |
            ((uint64_t)(n->attrs->edge & 0x7fff) << 1) | (uint64_t)part;
 }
 
