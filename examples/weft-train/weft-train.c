@@ -730,6 +730,19 @@ static int parse_hidden(const char *s, options *o)
     return o->n_hidden ? 0 : -1;
 }
 
+/* Option 'name''s value 's', a count from 1 to 'max', into '*out'; -1 (said) otherwise. */
+static int parse_count(const char *name, const char *s, int max, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || end == s || v < 1 || v > max) {
+        fprintf(stderr, "weft-train: %s %s: expected a count from 1 to %d\n", name, s, max);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options *o)
 {
     *o = (options){ .model = "mlp",
@@ -824,26 +837,11 @@ static int parse_args(int argc, char **argv, options *o)
                         o->strategy);
                 return -1;
             }
-        } else if (strcmp(a, "--devices") == 0) {
+        } else if (strcmp(a, "--devices") == 0 || strcmp(a, "--shards") == 0) {
             NEED(1);
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 64) {
-                fprintf(stderr, "weft-train: --devices %s: expected a count from 1 to 64\n",
-                        argv[i]);
+            bool dev = a[2] == 'd';
+            if (parse_count(a, argv[++i], dev ? 64 : 4096, dev ? &o->devices : &o->shards) < 0)
                 return -1;
-            }
-            o->devices = (int)v;
-        } else if (strcmp(a, "--shards") == 0) {
-            NEED(1);
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 4096) {
-                fprintf(stderr, "weft-train: --shards %s: expected a count from 1 to 4096\n",
-                        argv[i]);
-                return -1;
-            }
-            o->shards = (int)v;
         } else if (strcmp(a, "--eager") == 0) {
             o->eager = true;
         } else if (strcmp(a, "--mixed-bf16") == 0) {

@@ -113,8 +113,8 @@ WF_API WF_NODISCARD int wf_strategy_mirrored(wf_runtime *rt, const wf_strategy_o
 /* The devices of a Mirrored strategy (D), 0 for MultiWorkerMirrored, WF_EINVAL for NULL. */
 WF_API int wf_strategy_device_count(const wf_strategy *st);
 
-/* This process's rank and the world size of a strategy (0 and 1 without a communicator),
- * or WF_EINVAL for NULL. */
+/* This process's rank and the world size of a strategy (0 and 1 without a communicator,
+ * and for Mirrored), or WF_EINVAL for NULL. */
 WF_API int wf_strategy_rank(const wf_strategy *st);
 WF_API int wf_strategy_size(const wf_strategy *st);
 
