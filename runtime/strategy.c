@@ -102,12 +102,11 @@ int wf_strategy_mirrored(wf_runtime *rt, const wf_strategy_opts *opts, wf_strate
         return wf__err(WF_EINVAL, "wf_strategy_mirrored: n_devices is %d%s", o.n_devices,
                        o.devices ? " with a device list (at least 1)" : " (0: every device)");
     int d = o.n_devices ? o.n_devices : avail;
-    if (d < 1)
+    if (d < 1) /* only without simulated devices: 'avail' is their count otherwise */
         return wf__err(WF_EINVAL,
                        "wf_strategy_mirrored: zero devices: this runtime has no CUDA GPU (none "
-                       "found, or weft is built without CUDA)%s; set simulated_devices to run "
-                       "the replicas on simulated ones",
-                       o.simulated_devices ? "" : " and no simulated device is asked for");
+                       "found, or weft is built without CUDA) and no simulated device is asked "
+                       "for; set simulated_devices to run the replicas on simulated ones");
     if (d > MAX_LOCAL_SHARDS)
         return wf__err(WF_EINVAL, "wf_strategy_mirrored: %d devices (at most %d)", d,
                        MAX_LOCAL_SHARDS);
@@ -124,12 +123,18 @@ int wf_strategy_mirrored(wf_runtime *rt, const wf_strategy_opts *opts, wf_strate
                                "wf_strategy_mirrored: device %d (entry %d) does not exist: the "
                                "%d simulated devices are 0 .. %d",
                                id, i, avail, avail - 1);
+            if (!n_gpu)
+                return wf__err(WF_EINVAL,
+                               "wf_strategy_mirrored: device %d (entry %d) does not exist: this "
+                               "runtime has no GPU (no CUDA device found, or weft is built "
+                               "without CUDA); set simulated_devices to run the replicas on "
+                               "simulated ones",
+                               id, i);
             return wf__err(WF_EINVAL,
                            "wf_strategy_mirrored: device %d (entry %d) does not exist: this "
-                           "runtime's GPUs are %s%d%s (device 0 is the CPU, which a replica "
-                           "does not take)",
-                           id, i, n_gpu ? "devices 1 .. " : "none", n_gpu,
-                           n_gpu ? "" : " (no CUDA device found, or weft is built without CUDA)");
+                           "runtime's GPUs are devices 1 .. %d (device 0 is the CPU, which a "
+                           "replica does not take)",
+                           id, i, n_gpu);
         }
         st->dev[i] = o.simulated_devices ? n_real + id : id;
         for (int j = 0; j < i; j++)

@@ -999,7 +999,8 @@ static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
                                 .n_devices = n,
                                 .simulated_devices = sim ? n : 0 };
         if ((rc = wf_strategy_mirrored(t->rt, &so, &t->strategy)) < 0) {
-            snprintf(err, errlen, "--strategy mirrored: %s", wf_last_errmsg());
+            snprintf(err, errlen, "--strategy mirrored: %s%s", wf_last_errmsg(),
+                     n ? "" : " (here: --devices N runs N simulated devices)");
             return rc;
         }
         if (!o->quiet)
