@@ -18,6 +18,10 @@
  *   rows when it is a mean (a loss), and else aggregates as the gradients do. Global nodes are
  *   added once, reading global gradients and global copies; a control edge on a replica
  *   node becomes one on each shard's copy (an update still runs after every read).
+ * Devices (Mirrored, opts 'shard_device'): shard i's copies are placed on its device where
+ *   they can run there (shard_device_of()); placement (place.c) then adds the copies: the
+ *   shard's rows and the variables to the device, the gradients back to the host, where the
+ *   dp_reduce nodes and the updates run.
  * Why the tree lives in dp_reduce and not in add nodes: the same code sums a rank's own
  *   shards and the ranks' partial sums, so the bits cannot depend on the world size.
  * Not here: the kernels (core/op_dist.c, transport/coll_ops.c), runtime wiring. */
@@ -79,6 +83,26 @@ static int fail_node(const wf_node *n, int code, const char *what)
                    what);
 }
 
+/* The device shard 'i''s copy 'c' of a node runs on (Mirrored): the shard's, when the node
+ * is a kernel the device can run as the placement rule would put it there (placement/
+ * place.c: kernel_able(); sim devices run the CPU kernels), else -1 (the session's rule:
+ * the host). The row split stays on the host, so that only a shard's rows cross. */
+static int shard_device_of(const rw *w, int i, const wf_node *c)
+{
+    const wf__replicate_opts *o = w->o;
+    if (!o->shard_device || c->op == &wf_op_shard_rows)
+        return -1;
+    int id = o->shard_device[i];
+    int kind = id < o->n_real ? WF_KERNEL_CUDA : WF_KERNEL_CPU;
+    if ((c->op->flags & (WF_OP_SOURCE | WF_OP_DYNAMIC_SHAPE | WF_OP_ASYNC)) ||
+        !wf__op_kernel_ok(c->op, c, kind) || c->dtype == WF_F64)
+        return -1;
+    for (int k = 0; k < c->n_inputs; k++)
+        if (c->inputs[k]->dtype == WF_F64)
+            return -1;
+    return id;
+}
+
 static int copy_shards(rw *w)
 {
     wf_node *stack_in[16], **in = stack_in;
@@ -120,6 +144,8 @@ static int copy_shards(rw *w)
             }
             if (!c)
                 rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+            else
+                c->device = shard_device_of(w, i, c);
             w->shard[i * w->n + id] = c;
         }
     if (in != stack_in)

@@ -7,7 +7,8 @@
  *   whose first dimension is -1; in the copy, that placeholder is read through shard_rows),
  *   up to the gradients the updates read; one dp_reduce node per gradient bucket (and per
  *   scalar the shards compute) with slices back to each gradient's shape; and one copy of
- *   every update (and what follows the updates) reading the reduced gradients.
+ *   every update (and what follows the updates) reading the reduced gradients. With
+ *   'shard_device' (Mirrored), each shard's copies carry their device's placement hint.
  * Not here: running dp_reduce (transport/coll_ops.c), the session's side (runtime/). */
 #ifndef WF_PLACEMENT_REPLICATE_H
 #define WF_PLACEMENT_REPLICATE_H
@@ -24,6 +25,12 @@ typedef struct wf__replicate_opts {
     size_t bucket_bytes;       /* > 0 */
     size_t first_bucket_bytes; /* > 0 */
     int edge_base;             /* the first key edge dp_reduce nodes use (two each) */
+    const int *shard_device;   /* NULL, or per local shard the device (placement's id, > 0)
+                                  its copies run on (Mirrored): each copy that can run there
+                                  is placed there with wf_node_set_device() */
+    int n_real;                /* with 'shard_device': the runtime's devices (the CPU and the
+                                  GPUs; ids from it up are simulated ones, which run the CPU
+                                  kernels) */
 } wf__replicate_opts;
 
 /* What stands for each node of the user's graph (ids below 'n'). */

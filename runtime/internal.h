@@ -200,9 +200,11 @@ struct wf_session {
     _Atomic uint64_t n_xfer_runs;    /* of those, runs of plans that 'transfer' (.xfer_step) */
     uint32_t flags;                  /* wf_session_opts.flags: WF_SESSION_NO_* passes */
     int device;                      /* wf_session_opts.device (placement/place.c) */
-    int n_sim;                       /* tests only (test_internal_*.c set it before the first
-                                        run): simulated devices (devices/sim.c) numbered after
-                                        the runtime's devices, for placement */
+    int n_sim;                       /* simulated devices (devices/sim.c) numbered after the
+                                        runtime's devices, for placement: a Mirrored strategy's
+                                        (wf_strategy_opts.simulated_devices, set at creation),
+                                        or tests' (test_internal_*.c set it before the first
+                                        run) */
     uint32_t sim_delay_us;           /* their wf__sim_opts (devices/device.h): delay, */
     int64_t sim_fail_alloc;          /* the allocation that fails, */
     int64_t sim_fail_notice;         /* the completion that faults */
@@ -219,9 +221,14 @@ struct wf_session {
 
 /* Before the session exists: checks that every rank has the same graph and options (a
  * hash exchanged), then rewrites 'g' (placement/replicate.h); '*comm' (the session's
- * opts.comm: NULL or the strategy's) becomes the strategy's communicator. Returns 0 with
+ * opts.comm: NULL or the strategy's) becomes the strategy's communicator, and for a
+ * Mirrored strategy '*device' (opts.device) 0 becomes -1 (the host). Returns 0 with
  * '*out' (free with wf__dp_free()) or a negative status with the message set on 'g'. */
-int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf__dp **out);
+int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *device,
+                   struct wf__dp **out);
+
+/* The simulated devices a Mirrored strategy's session opens (wf_session.n_sim), or 0. */
+int wf__dp_sim_devices(const struct wf__dp *dp);
 
 /* Once the session's variables exist: registers dp_reduce's kernel, broadcasts every
  * variable from rank 0 and checks them equal by a hash on every rank. Returns 0 or a

@@ -96,7 +96,7 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
      * (runtime/strategy.c), before the session counts the nodes it runs. */
     struct wf__dp *dp = NULL;
     if (o.strategy) {
-        int prc = wf__dp_prepare(g, o.strategy, &o.comm, &dp);
+        int prc = wf__dp_prepare(g, o.strategy, &o.comm, &o.device, &dp);
         if (prc < 0)
             return prc;
     }
@@ -112,6 +112,7 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     s->max_slots = o.n_run_slots ? o.n_run_slots : DEFAULT_SLOTS;
     s->flags = o.flags;
     s->device = o.device;
+    s->n_sim = wf__dp_sim_devices(dp); /* a Mirrored strategy's simulated devices */
     pthread_rwlock_init(&s->var_lock, NULL);
     pthread_mutex_init(&s->plans_mu, NULL);
     pthread_mutex_init(&s->dev_mu, NULL);

@@ -1,9 +1,11 @@
 /* runtime/strategy.c: distribution strategies (weft/distribute.h) and what a session given
  * one does beyond a plain one.
- * Owns: the strategy object; at session creation the agreement of every rank (a hash of the
- *   graph and the options, exchanged with an all-gather, so ranks that differ fail naming
- *   each other instead of hanging or summing wrong values), the rewrite (placement/
- *   replicate.h), the registration of dp_reduce's kernel (transport/coll_ops.h), the
+ * Owns: the strategy object (MultiWorkerMirrored over a communicator; Mirrored over devices
+ *   of one process: the same rewrite with one rank, each shard's copies placed on its
+ *   device, and the session's simulated devices when it asks for them); at session creation the
+ * agreement of every rank (a hash of the graph and the options, exchanged with an all-gather, so
+ * ranks that differ fail naming each other instead of hanging or summing wrong values), the rewrite
+ * (placement/ replicate.h), the registration of dp_reduce's kernel (transport/coll_ops.h), the
  *   broadcast of every variable from rank 0 and the check of their hash; at each run the
  *   mapping of the user's fetches and targets to the rewritten graph's nodes.
  * Not here: the rewrite itself (placement/), the reduction's kernel (transport/). */
@@ -19,10 +21,18 @@
 #define DEFAULT_FIRST_BUCKET (1u << 20)
 #define EDGE_BASE            16384 /* dp_reduce's key edges: 16384 .. 32767 */
 
+#define MAX_LOCAL_SHARDS 64 /* dp_reduce's local sum (transport/coll_ops.c) */
+
 struct wf_strategy {
     wf_comm *comm;
     int rank, size;
-    wf_strategy_opts o;
+    wf_strategy_opts o; /* o.devices NULL: the list is 'dev' */
+    /* Mirrored: */
+    wf_runtime *rt;
+    int n_dev;                 /* D (0: MultiWorkerMirrored) */
+    int n_sim;                 /* simulated devices the session opens (0: GPUs) */
+    int dev[MAX_LOCAL_SHARDS]; /* D placement ids (runtime/pass_place.c: the CPU 0, the GPUs
+                                  1 .., then the simulated ones) */
 };
 
 struct wf__dp {
@@ -55,6 +65,12 @@ int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts, wf_stra
                        o.shards / size);
     if (o.aggregation < WF_AGG_MEAN || o.aggregation > WF_AGG_SHARD_MEAN)
         return wf__err(WF_EINVAL, "wf_strategy_multiworker: unknown aggregation %d", o.aggregation);
+    if (o.n_devices || o.devices || o.simulated_devices)
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_multiworker: n_devices %d, devices %s, simulated_devices %d: "
+                       "the device options are Mirrored's (wf_strategy_mirrored()); "
+                       "MultiWorkerMirrored runs one replica per rank",
+                       o.n_devices, o.devices ? "set" : "NULL", o.simulated_devices);
     if (!o.bucket_bytes)
         o.bucket_bytes = DEFAULT_BUCKET;
     if (!o.first_bucket_bytes)
@@ -65,6 +81,102 @@ int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts, wf_stra
     *st = (wf_strategy){ .comm = comm, .rank = rank, .size = size, .o = o };
     *out = st;
     return 0;
+}
+
+int wf_strategy_mirrored(wf_runtime *rt, const wf_strategy_opts *opts, wf_strategy **out)
+{
+    if (!out)
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: out is NULL");
+    *out = NULL;
+    if (!rt)
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: rt is NULL");
+    wf_strategy_opts o = opts ? *opts : (wf_strategy_opts){ 0 };
+    int n_real = wf_device_count(rt) < 1 ? 1 : wf_device_count(rt);
+    int n_gpu = n_real - 1;
+    if (o.simulated_devices < 0 || o.simulated_devices > MAX_LOCAL_SHARDS)
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: simulated_devices is %d (0 .. %d)",
+                       o.simulated_devices, MAX_LOCAL_SHARDS);
+    int avail = o.simulated_devices ? o.simulated_devices : n_gpu;
+    const char *what = o.simulated_devices ? "simulated device" : "GPU";
+    if (o.n_devices < 0 || (o.devices && o.n_devices < 1))
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: n_devices is %d%s", o.n_devices,
+                       o.devices ? " with a device list (at least 1)" : " (0: every device)");
+    int d = o.n_devices ? o.n_devices : avail;
+    if (d < 1) /* only without simulated devices: 'avail' is their count otherwise */
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_mirrored: zero devices: this runtime has no CUDA GPU (none "
+                       "found, or weft is built without CUDA) and no simulated device is asked "
+                       "for; set simulated_devices to run the replicas on simulated ones");
+    if (d > MAX_LOCAL_SHARDS)
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: %d devices (at most %d)", d,
+                       MAX_LOCAL_SHARDS);
+    wf_strategy *st = calloc(1, sizeof *st);
+    if (!st)
+        return wf__err(WF_ENOMEM, "wf_strategy_mirrored: no memory");
+    for (int i = 0; i < d; i++) {
+        int id = o.devices ? o.devices[i] : (o.simulated_devices ? i : i + 1);
+        int lo = o.simulated_devices ? 0 : 1, hi = o.simulated_devices ? avail - 1 : n_gpu;
+        if (id < lo || id > hi) {
+            free(st);
+            if (o.simulated_devices)
+                return wf__err(WF_EINVAL,
+                               "wf_strategy_mirrored: device %d (entry %d) does not exist: the "
+                               "%d simulated devices are 0 .. %d",
+                               id, i, avail, avail - 1);
+            if (!n_gpu)
+                return wf__err(WF_EINVAL,
+                               "wf_strategy_mirrored: device %d (entry %d) does not exist: this "
+                               "runtime has no GPU (no CUDA device found, or weft is built "
+                               "without CUDA); set simulated_devices to run the replicas on "
+                               "simulated ones",
+                               id, i);
+            return wf__err(WF_EINVAL,
+                           "wf_strategy_mirrored: device %d (entry %d) does not exist: this "
+                           "runtime's GPUs are devices 1 .. %d (device 0 is the CPU, which a "
+                           "replica does not take)",
+                           id, i, n_gpu);
+        }
+        st->dev[i] = o.simulated_devices ? n_real + id : id;
+        for (int j = 0; j < i; j++)
+            if (st->dev[j] == st->dev[i]) {
+                free(st);
+                return wf__err(WF_EINVAL,
+                               "wf_strategy_mirrored: %s %d is given twice (entries %d and %d)",
+                               what, id, j, i);
+            }
+    }
+    if (o.shards < 0 || (o.shards && (o.shards < d || o.shards > MAX_LOCAL_SHARDS))) {
+        free(st);
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_mirrored: shards is %d: %d .. %d over %d devices (0: one "
+                       "per device)",
+                       o.shards, d, MAX_LOCAL_SHARDS, d);
+    }
+    if (o.aggregation < WF_AGG_MEAN || o.aggregation > WF_AGG_SHARD_MEAN) {
+        free(st);
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: unknown aggregation %d", o.aggregation);
+    }
+    if (!o.shards)
+        o.shards = d;
+    if (!o.bucket_bytes)
+        o.bucket_bytes = DEFAULT_BUCKET;
+    if (!o.first_bucket_bytes)
+        o.first_bucket_bytes = DEFAULT_FIRST_BUCKET;
+    o.n_devices = d;
+    o.devices = NULL;
+    st->rank = 0;
+    st->size = 1;
+    st->o = o;
+    st->rt = rt;
+    st->n_dev = d;
+    st->n_sim = o.simulated_devices;
+    *out = st;
+    return 0;
+}
+
+int wf_strategy_device_count(const wf_strategy *st)
+{
+    return st ? st->n_dev : wf__err(WF_EINVAL, "wf_strategy_device_count: strategy is NULL");
 }
 
 int wf_strategy_rank(const wf_strategy *st)
@@ -164,10 +276,26 @@ static int agree(wf_graph *g, const wf_strategy *st)
     return 0;
 }
 
-int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf__dp **out)
+int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *device,
+                   struct wf__dp **out)
 {
     *out = NULL;
     int rc;
+    int shard_dev[MAX_LOCAL_SHARDS];
+    if (st->n_dev) { /* Mirrored */
+        if (st->rt != wf_graph_runtime(g))
+            return wf__graph_fail(g, WF_EINVAL,
+                                  "wf_session_create: the Mirrored strategy was made for "
+                                  "another runtime than the graph's");
+        if (*comm)
+            return wf__graph_fail(g, WF_EINVAL,
+                                  "wf_session_create: opts.comm is set, but a Mirrored "
+                                  "strategy runs in this process alone");
+        if (*device == 0)
+            *device = -1; /* what no replica takes: the host */
+        for (int k = 0; k < st->o.shards; k++)
+            shard_dev[k] = st->dev[(int)((int64_t)k * st->n_dev / st->o.shards)];
+    }
     if (*comm && *comm != st->comm)
         return wf__graph_fail(g, WF_EINVAL,
                               "wf_session_create: opts.comm is not the "
@@ -186,7 +314,9 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf
                               .aggregation = st->o.aggregation,
                               .bucket_bytes = st->o.bucket_bytes,
                               .first_bucket_bytes = st->o.first_bucket_bytes,
-                              .edge_base = EDGE_BASE };
+                              .edge_base = EDGE_BASE,
+                              .shard_device = st->n_dev ? shard_dev : NULL,
+                              .n_real = wf_device_count(st->rt) < 1 ? 1 : wf_device_count(st->rt) };
     if ((rc = wf__replicate(g, &ro, &dp->map)) < 0) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", wf_last_errmsg());
@@ -195,6 +325,11 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf
     }
     *out = dp;
     return 0;
+}
+
+int wf__dp_sim_devices(const struct wf__dp *dp)
+{
+    return dp ? dp->st->n_sim : 0;
 }
 
 wf_comm *wf__dp_comm(const struct wf__dp *dp)

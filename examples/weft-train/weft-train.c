@@ -13,6 +13,9 @@
  *                                               or a kill the same command goes on from the
  *                                               newest, and ends with the same weights, bit
  *                                               for bit, as a run never stopped
+ *   weft-run -n 2 weft-train --strategy multiworker   data parallel over 2 ranks
+ *   weft-train --strategy mirrored --devices 2  one replica per device (GPUs, or simulated
+ *                                               devices where there are too few)
  * Ctrl-C stops training after the current step: the log, the plot and the trace so far are
  * written (the checkpoint is not: it would look like a finished run), and the exit status
  * is 130. A second Ctrl-C kills the program as usual.
@@ -71,8 +74,10 @@ typedef struct options {
     const char *ckpt_dir;   /* --checkpoint-dir D */
     int keep;               /* --keep N: 0 the library's default (3) */
     bool resume;            /* --resume: from the newest complete checkpoint of D */
-    const char *strategy;   /* --strategy multiworker: data parallel over weft-run's ranks */
-    int shards;             /* --shards S (0: the number of ranks) */
+    const char *strategy;   /* --strategy multiworker: data parallel over weft-run's ranks;
+                               mirrored: over the devices of this process */
+    int shards;             /* --shards S (0: the number of ranks, or of devices) */
+    int devices;            /* --devices N: mirrored's devices (0: every GPU) */
 } options;
 
 /* ---- The model --------------------------------------------------------------------------- */
@@ -698,6 +703,12 @@ static void usage(FILE *f)
             "                           is the global batch; only rank 0 prints, logs and saves\n"
             "  --shards S               its shards (default: the number of ranks); any number of\n"
             "                           ranks dividing S trains the same bits\n"
+            "  --strategy mirrored      data parallel over devices of this process: one replica\n"
+            "                           per device, gradients summed on the host, the bits of\n"
+            "                           one process with the same --shards (default: devices)\n"
+            "  --devices N              mirrored's devices: the first N GPUs, or, with fewer\n"
+            "                           GPUs than N, N simulated devices (CPU kernels on memory\n"
+            "                           of their own: a check, not a speed-up)\n"
             "  --quiet                  only the final line\n"
             "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
             "(not the checkpoint); the exit status is then 130.\n");
@@ -717,6 +728,19 @@ static int parse_hidden(const char *s, options *o)
             return -1;
     }
     return o->n_hidden ? 0 : -1;
+}
+
+/* Option 'name''s value 's', a count from 1 to 'max', into '*out'; -1 (said) otherwise. */
+static int parse_count(const char *name, const char *s, int max, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || end == s || v < 1 || v > max) {
+        fprintf(stderr, "weft-train: %s %s: expected a count from 1 to %d\n", name, s, max);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, options *o)
@@ -808,20 +832,16 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (strcmp(a, "--strategy") == 0) {
             NEED(1);
             o->strategy = argv[++i];
-            if (strcmp(o->strategy, "multiworker") != 0) {
-                fprintf(stderr, "weft-train: --strategy %s: expected multiworker\n", o->strategy);
+            if (strcmp(o->strategy, "multiworker") != 0 && strcmp(o->strategy, "mirrored") != 0) {
+                fprintf(stderr, "weft-train: --strategy %s: expected multiworker or mirrored\n",
+                        o->strategy);
                 return -1;
             }
-        } else if (strcmp(a, "--shards") == 0) {
+        } else if (strcmp(a, "--devices") == 0 || strcmp(a, "--shards") == 0) {
             NEED(1);
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 4096) {
-                fprintf(stderr, "weft-train: --shards %s: expected a count from 1 to 4096\n",
-                        argv[i]);
+            bool dev = a[2] == 'd';
+            if (parse_count(a, argv[++i], dev ? 64 : 4096, dev ? &o->devices : &o->shards) < 0)
                 return -1;
-            }
-            o->shards = (int)v;
         } else if (strcmp(a, "--eager") == 0) {
             o->eager = true;
         } else if (strcmp(a, "--mixed-bf16") == 0) {
@@ -873,7 +893,11 @@ static int parse_args(int argc, char **argv, options *o)
         return -1;
     }
     if (o->shards && !o->strategy) {
-        fprintf(stderr, "weft-train: --shards needs --strategy multiworker\n");
+        fprintf(stderr, "weft-train: --shards needs --strategy multiworker or mirrored\n");
+        return -1;
+    }
+    if (o->devices && !(o->strategy && strcmp(o->strategy, "mirrored") == 0)) {
+        fprintf(stderr, "weft-train: --devices needs --strategy mirrored\n");
         return -1;
     }
     if (o->steps && o->epochs) {
@@ -965,7 +989,26 @@ static int finish_plot(wt_plot *plot, const options *o, const trainer *t, long s
 static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
 {
     wf_comm_opts co = { .rank = 0, .size = 1 };
-    int rc = wf_dist_opts_from_env(&co);
+    int rc;
+    if (strcmp(o->strategy, "mirrored") == 0) {
+        /* --devices N: the first N GPUs, or N simulated devices where there are fewer */
+        int gpus = wf_device_count(t->rt) - 1;
+        bool sim = o->devices > gpus || gpus < 1;
+        int n = o->devices ? o->devices : (sim ? 0 : gpus);
+        wf_strategy_opts so = { .shards = o->shards,
+                                .n_devices = n,
+                                .simulated_devices = sim ? n : 0 };
+        if ((rc = wf_strategy_mirrored(t->rt, &so, &t->strategy)) < 0) {
+            snprintf(err, errlen, "--strategy mirrored: %s%s", wf_last_errmsg(),
+                     n ? "" : " (here: --devices N runs N simulated devices)");
+            return rc;
+        }
+        if (!o->quiet)
+            printf("weft-train: mirrored over %d %s\n", wf_strategy_device_count(t->strategy),
+                   sim ? "simulated devices (no GPU for each)" : "GPUs");
+        return 0;
+    }
+    rc = wf_dist_opts_from_env(&co);
     if (rc < 0) {
         snprintf(err, errlen, "--strategy: %s", wf_last_errmsg());
         return rc;
@@ -1012,7 +1055,8 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     options o;
-    if (parse_args(argc, argv, &o) < 0 || (o.strategy && quiet_other_ranks(&o) < 0))
+    if (parse_args(argc, argv, &o) < 0 ||
+        (o.strategy && strcmp(o.strategy, "multiworker") == 0 && quiet_other_ranks(&o) < 0))
         return 2;
     char err[1024] = "";
     wt_dataset all = { 0 }, train = { 0 }, test = { 0 };

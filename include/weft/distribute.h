@@ -1,5 +1,6 @@
 /* weft/distribute.h: distribution strategies: one graph, written for one replica, trained
- * data-parallel over the ranks of a communicator.
+ * data-parallel over the ranks of a communicator (MultiWorkerMirrored) or over the devices
+ * of one process (Mirrored, wf_strategy_mirrored()).
  * Owns: the public contract of strategies (part of runtime/): the strategy object, its
  *   options, and what a session given one (wf_session_opts.strategy) does.
  * MultiWorkerMirrored (wf_strategy_multiworker()): one replica per rank. At
@@ -62,6 +63,17 @@ typedef struct wf_strategy_opts {
                                   gradient would not fit; a bigger gradient goes alone. */
     size_t first_bucket_bytes; /* 0: 1 MiB: the first bucket is small so that communication
                                   starts early in backward */
+    /* Mirrored only (wf_strategy_mirrored(); 0 and NULL for MultiWorkerMirrored): */
+    int n_devices;         /* D, the devices the replicas run on; 0: every GPU of the
+                              runtime (or every simulated device) */
+    const int *devices;    /* their ids as the runtime numbers them (1 + k: CUDA GPU k,
+                              wf_device_count()), distinct; NULL: 1 .. D. Copied. */
+    int simulated_devices; /* > 0: instead of GPUs, this many simulated devices, "sim:0"
+                              .. (each with host memory of its own, running the CPU
+                              kernels; copies and completions as a GPU's: later, from
+                              the device's actor): a Mirrored run where there is no GPU,
+                              for tests and demos; it computes what the CPU computes, no
+                              faster. 'devices' then number them 0 .. */
 } wf_strategy_opts;
 
 /* Makes a MultiWorkerMirrored strategy over 'comm' (NULL: this process alone, rank 0 of 1:
@@ -75,8 +87,34 @@ typedef struct wf_strategy_opts {
 WF_API WF_NODISCARD int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts,
                                                 wf_strategy **out);
 
-/* This process's rank and the world size of a strategy (0 and 1 without a communicator),
- * or WF_EINVAL for NULL. */
+/* Makes a Mirrored strategy over devices of 'rt' in this process: one replica per device.
+ * A session given it (the graph's runtime must be 'rt') rewrites the graph as
+ * wf_strategy_multiworker(NULL, opts) does, S shards (opts.shards; 0: D) in one process,
+ * and places shard k's copy of every per-replica node on device k * D / S (contiguous
+ * blocks of shards per device); what it cannot run there (the batch's row split, ops with
+ * no kernel for the device, f64 nodes) stays on the host. Variables stay on the host and
+ * are copied to each device every step (one copy node per variable and device: the
+ * mirror); the gradients come back to the host, where one reduction node per bucket sums
+ * the S shards in the fixed tree, and one update per variable applies the result. The
+ * bits are those of wf_strategy_multiworker() with the same S on any number of ranks, and
+ * of the single-process run with S shards, whatever D. Without opts.device set, the
+ * session's other nodes run on the CPU (wf_session_opts.device -1).
+ * Returns 0, WF_EINVAL (NULL rt or out; zero devices (no GPU and no simulated ones); a
+ * device id the runtime lacks or given twice; S below D or above 64; an option of
+ * MultiWorkerMirrored's that does not apply: the message names the value) or WF_ENOMEM.
+ * Limits: the reduction runs on host memory (no NCCL path yet); on a CUDA GPU it has not
+ *   run (none was lent to this project: compile-checked only).
+ * Ownership: the caller owns '*out' (wf_strategy_destroy()); 'rt' is borrowed and must
+ * outlive it; 'opts' (NULL: defaults) and its device list are copied.
+ * Threads: any. */
+WF_API WF_NODISCARD int wf_strategy_mirrored(wf_runtime *rt, const wf_strategy_opts *opts,
+                                             wf_strategy **out);
+
+/* The devices of a Mirrored strategy (D), 0 for MultiWorkerMirrored, WF_EINVAL for NULL. */
+WF_API int wf_strategy_device_count(const wf_strategy *st);
+
+/* This process's rank and the world size of a strategy (0 and 1 without a communicator,
+ * and for Mirrored), or WF_EINVAL for NULL. */
 WF_API int wf_strategy_rank(const wf_strategy *st);
 WF_API int wf_strategy_size(const wf_strategy *st);
 
