@@ -112,6 +112,7 @@ struct dpx {
     _Atomic int rleft; /* transfers before the owner's sum */
     _Atomic int failed;
     int rc;
+    uint64_t ticket; /* the flight recorder's entry of this reduction */
     char why[WF_ERRMSG_MAX];
 };
 
@@ -143,6 +144,7 @@ static void done_one(dpx *x)
     if (atomic_fetch_sub_explicit(&x->left, 1, memory_order_acq_rel) != 1)
         return;
     int rc = atomic_load(&x->failed) ? x->rc : 0;
+    wf__flight_set(x->c, x->ticket, rc < 0 ? WF__FS_FAILED : WF__FS_DONE, rc);
     if (rc < 0)
         wf__err(rc, "%s", x->why);
     void (*complete)(void *, int) = x->complete;
@@ -332,6 +334,8 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
      * poster's own hold, so that nothing completes the node while it posts. */
     atomic_init(&x->left, 6 * (nr - 1) + 1);
     atomic_init(&x->rleft, 2 * (nr - 1));
+    x->ticket = wf__flight_node(c, WF__K_DP_REDUCE, key_of(x, 0, 0), count * sizeof(float), count,
+                                -1, n->name, (int)n->attrs->edge, x->step);
     size_t mylen = x->lo[me + 1] - x->lo[me];
     for (int q = 0; q < nr; q++) {
         if (q == me)

@@ -134,6 +134,7 @@ enum wf__op_kind {
     WF__K_BARRIER,
     WF__K_SEND,
     WF__K_RECV,
+    WF__K_DP_REDUCE, /* a session's dp_reduce node (coll_ops.c): recorded, not a wf_comm call */
     WF__K_COUNT
 };
 
@@ -167,9 +168,16 @@ typedef struct wf__flight {
     wf__fent ent[WF__FLIGHT_OPS];
 } wf__flight;
 
-/* Records the start of 'e' (its kind, seq, sizes, peer; the tag and time are added) in the
- * state 'e->state'. Returns its ticket (for wf__flight_set), 0 when the recorder is off. */
+/* Records the start of 'e' (its kind, seq, sizes, peer; the time, and the caller's tag
+ * unless 'e' has one, are added) in the state 'e->state'. Returns its ticket (for
+ * wf__flight_set), 0 when the recorder is off. */
 uint64_t wf__flight_begin(wf_comm *c, const wf__fent *e);
+/* Records a transfer a graph node starts (dp_reduce, send or recv: 'kind'), waiting, tagged
+ * "<node name>, run <run>" ('run': wf_kernel_ctx.xfer_step, the same on every rank). A
+ * dp_reduce's number is run << 15 | edge, plus one: equal on every rank, so the verdict of a
+ * failed job names the reduction a rank never entered. Returns the ticket, as above. */
+uint64_t wf__flight_node(wf_comm *c, unsigned kind, uint64_t key, uint64_t bytes, uint64_t count,
+                         int peer, const char *node, int edge, uint64_t run);
 /* Moves operation 'ticket' to 'state' (with 'rc' and the end time once DONE or FAILED);
  * a no-op for ticket 0 or an entry already overwritten. */
 void wf__flight_set(wf_comm *c, uint64_t ticket, int state, int rc);

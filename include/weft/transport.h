@@ -145,7 +145,11 @@ WF_API WF_NODISCARD int wf_comm_set_graph_hash(wf_comm *c, uint64_t hash);
  * "incarnation", "failed" (the error's name, or null), "reason", "now_ns", "ops"}, then
  * one line per operation, oldest first: {"seq", "op", "key", "bytes", "count", "dtype",
  * "peer", "state", "t_start_ns", "t_end_ns", "rc", "tag"} (times in ns on
- * CLOCK_MONOTONIC_COARSE: a few ms of resolution).
+ * CLOCK_MONOTONIC_COARSE: a few ms of resolution). "op" is a wf_comm call ("allreduce",
+ * "reduce_scatter", "allgather", "broadcast", "barrier", "send", "recv") or a transfer of a
+ * session's graph on this comm: "dp_reduce" (a data-parallel strategy's reduction; "seq"
+ * run << 15 | edge, plus one, equal on every rank; "tag" "<node>, run <run>"), or "send" and
+ * "recv" of wf_send/wf_recv nodes (tagged the same way).
  * Returns 0, WF_EINVAL (NULL comm, no path and no flight_dir, the recorder is off) or
  * WF_EIO (the file could not be written: the message says why).
  * Threads: any, also while operations run. */
