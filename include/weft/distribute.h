@@ -68,12 +68,12 @@ typedef struct wf_strategy_opts {
                               runtime (or every simulated device) */
     const int *devices;    /* their ids as the runtime numbers them (1 + k: CUDA GPU k,
                               wf_device_count()), distinct; NULL: 1 .. D. Copied. */
-    int simulated_devices; /* > 0: instead of GPUs, this many simulated devices, "sim:0"
-                              .. (each with host memory of its own, running the CPU
+    int simulated_devices; /* > 0: instead of GPUs, this many simulated devices ("sim:0",
+                              "sim:1" and on, each with host memory of its own, running the CPU
                               kernels; copies and completions as a GPU's: later, from
                               the device's actor): a Mirrored run where there is no GPU,
                               for tests and demos; it computes what the CPU computes, no
-                              faster. 'devices' then number them 0 .. */
+                              faster). 'devices' then number them from 0. */
 } wf_strategy_opts;
 
 /* Makes a MultiWorkerMirrored strategy over 'comm' (NULL: this process alone, rank 0 of 1:
