@@ -486,7 +486,7 @@ void wf__nccl_fini(wf_comm *c); /* after the goodbye round */
 int wf__coll_left(wf_comm *c, int rank, uint32_t n);
 int wf__coll_check_left(wf_comm *c);
 
-/* coll.c: a neighbour's call descriptor for the collective in progress has arrived in
+/* coll.c: another rank's call descriptor for the collective in progress has arrived in
  * receive 'r' (UCX callback, any thread, before 'r' is done): fails the comm, naming both
  * ranks and both calls, when it differs from this rank's. */
 void wf__coll_desc_arrived(wf_comm *c, const wf_comm_req *r);
