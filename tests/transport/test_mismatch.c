@@ -1,7 +1,7 @@
 /* tests/transport/test_mismatch.c: ranks that call different collectives at the same point
  * (another kind, dtype, count, op, root or graph hash) all fail with WF_EPEER within a round
  * trip, naming both ranks and both calls, instead of hanging until op_timeout_ms or returning
- * a wrong sum; matching calls with the same graph hash still work. On 2 to 5 ranks, with the
+ * a wrong sum; matching calls with the same graph hash still work. On 2 to 8 ranks, with the
  * odd rank next to some ranks and far from others, for every collective and algorithm
  * (recursive doubling, the ring, the binomial tree, the dissemination barrier).
  * Ranks are real processes on loopback (transport_util.h); op_timeout_ms is 60 s, so a hang
@@ -177,6 +177,15 @@ Test(transport_mismatch, an_op_mismatch_of_four_ranks_fails_ranks_far_from_the_o
         odd_one(4, (call)AR(WF_F32, 1000, WF_REDUCE_SUM), 2, (call)AR(WF_F32, 1000, WF_REDUCE_MAX),
                 "rank 2 called allreduce #", "(f32 x 1000, max)", "(f32 x 1000, sum)");
     run_plan(4, &p);
+}
+
+Test(transport_mismatch, an_op_mismatch_of_eight_ranks_fails_every_rank)
+{
+    /* Three exchanges of recursive doubling: ranks 0-3 are never next to rank 5. */
+    plan p =
+        odd_one(8, (call)AR(WF_F32, 1000, WF_REDUCE_SUM), 5, (call)AR(WF_F32, 1000, WF_REDUCE_MAX),
+                "rank 5 called allreduce #", "(f32 x 1000, max)", "(f32 x 1000, sum)");
+    run_plan(8, &p);
 }
 
 Test(transport_mismatch, a_dtype_mismatch_of_five_ranks_fails_every_rank)
