@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 TestSuite(transport_mismatch, .timeout = WF_TEST_TIMEOUT(60), .fini = wf_test_fini);
 
@@ -22,6 +23,7 @@ typedef struct call {
     wf_reduce_op op;
     uint64_t hash;
     int root;
+    int delay_ms; /* waited before the call: a rank that comes late */
 } call;
 
 typedef struct plan {
@@ -64,6 +66,8 @@ static int mismatch_body(wf_comm *c, int rank, int size, void *arg)
     if (rc == 0) {
         TU_CHECK(one == (float)size, "warm-up sum %g", one);
         t0 = wf_test_now_ns();
+        if (p->calls[rank].delay_ms)
+            usleep((useconds_t)p->calls[rank].delay_ms * 1000u);
         rc = do_call(c, &p->calls[rank], buf);
     }
     double s = (double)(wf_test_now_ns() - t0) / 1e9;
@@ -186,6 +190,35 @@ Test(transport_mismatch, an_op_mismatch_of_eight_ranks_fails_every_rank)
         odd_one(8, (call)AR(WF_F32, 1000, WF_REDUCE_SUM), 5, (call)AR(WF_F32, 1000, WF_REDUCE_MAX),
                 "rank 5 called allreduce #", "(f32 x 1000, max)", "(f32 x 1000, sum)");
     run_plan(8, &p);
+}
+
+/* A broadcast of 4000 bytes from root 0 where rank 'odd', a leaf of the binomial tree, asks
+ * for 4004 and comes 200 ms late: the ranks whose bytes never pass through it (and the root)
+ * have their result long before anyone could tell them of the mismatch, so they must wait
+ * for its description (without that, they returned WF_OK: 1 of 4 ranks, 2 of 5, 5 of 8). */
+static void late_leaf(int n, int odd)
+{
+    char who[64];
+    snprintf(who, sizeof who, "rank %d called broadcast #", odd);
+    plan p = odd_one(n, (call){ .kind = 1, .count = 4000 }, odd,
+                     (call){ .kind = 1, .count = 4004, .delay_ms = 200 }, who,
+                     "(4004 bytes, root 0)", "(4000 bytes, root 0)");
+    run_plan(n, &p);
+}
+
+Test(transport_mismatch, a_late_broadcast_size_mismatch_of_four_ranks_fails_every_rank)
+{
+    late_leaf(4, 3); /* 0 -> 1 and 0 -> 2 -> 3: rank 1 is not next to rank 3 */
+}
+
+Test(transport_mismatch, a_late_broadcast_size_mismatch_of_five_ranks_fails_every_rank)
+{
+    late_leaf(5, 3); /* 0 -> 4, 0 -> 1, 0 -> 2 -> 3: ranks 0 and 1 are not next to 3 */
+}
+
+Test(transport_mismatch, a_late_broadcast_size_mismatch_of_eight_ranks_fails_every_rank)
+{
+    late_leaf(8, 3); /* 0 -> 4 -> 6 and the rest never touch rank 3 (a leaf under 2) */
 }
 
 Test(transport_mismatch, a_dtype_mismatch_of_five_ranks_fails_every_rank)
