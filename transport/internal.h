@@ -375,12 +375,14 @@ struct wf_comm {
     uint64_t cma_word; /* what wf__cma_setup's neighbour reads */
     void *scratch;
     size_t scratch_cap;
-    /* The call descriptor of the collective in progress (coll.c, check_desc): this rank's,
-     * and what its left and right neighbours sent (written by UCX before their receives
-     * complete). 'graph_hash' is wf_comm_set_graph_hash()'s. */
-    uint64_t desc_mine[4], desc_from[2][4];
-    wf_comm_req *desc_rq[2]; /* their receives, while the collective runs (caller only) */
-    int desc_peer[2];
+    /* The call descriptor of the collective in progress (coll.c, call descriptors): this
+     * rank's, and what every other rank sent ('size' entries by rank, written by UCX before
+     * their receives complete). 'desc_rq' (2 * 'size'): the receives from each rank, then
+     * the sends to each, while the collective runs (this rank's own stay NULL; caller
+     * only). 'graph_hash' is wf_comm_set_graph_hash()'s. */
+    uint64_t desc_mine[4];
+    uint64_t (*desc_from)[4];
+    wf_comm_req **desc_rq;
     _Atomic uint64_t graph_hash;
     wf__flight *flight; /* the flight recorder (flight.c) */
 };
@@ -492,7 +494,7 @@ void wf__nccl_fini(wf_comm *c); /* after the goodbye round */
 int wf__coll_left(wf_comm *c, int rank, uint32_t n);
 int wf__coll_check_left(wf_comm *c);
 
-/* coll.c: a neighbour's call descriptor for the collective in progress has arrived in
+/* coll.c: another rank's call descriptor for the collective in progress has arrived in
  * receive 'r' (UCX callback, any thread, before 'r' is done): fails the comm, naming both
  * ranks and both calls, when it differs from this rank's. */
 void wf__coll_desc_arrived(wf_comm *c, const wf_comm_req *r);
