@@ -21,6 +21,10 @@ tests/CMakeLists.txt).
              data position and step one ahead, the values unchanged: a resume whose data
              position is off by one); resuming from it must end with other bytes than A's
              and a loss that differs, while resuming from the true one gives A's bytes.
+  disagree   ranks that would resume from other values fail together: rank r reads the
+             folder D<r> (a shell between weft-run and weft-train); with one weight changed in
+             rank 1's copy of the checkpoint every rank fails naming rank 1 and its other
+             values, and with rank 1's copy missing every rank fails naming rank 1's load
 
 usage: test_train_restarts.py MODE WEFT_RUN WEFT_TRAIN"""
 import json
@@ -247,8 +251,40 @@ def mode_wrong(wr, wt, tmp):
           f"the true checkpoint gives the uninterrupted bytes")
 
 
+def mode_disagree(wr, wt, tmp):
+    n = 2
+    d0, d1 = os.path.join(tmp, "D0"), os.path.join(tmp, "D1")
+    run([wr, "-n", str(n), wt, "--steps", str(K), "--checkpoint-every", str(K),
+         "--checkpoint-dir", d0] + OPTS)
+    name = f"ckpt-{K:012d}.safetensors"
+    data = bytearray(read(os.path.join(d0, name)))
+    (hn,) = struct.unpack("<Q", data[:8])
+    head = json.loads(data[8:8 + hn])
+    lo, _ = head["fc1.weight"]["data_offsets"]
+    data[8 + hn + lo] ^= 1  # the lowest bit of one weight: a valid file of other values
+    os.mkdir(d1)
+    with open(os.path.join(d1, name), "wb") as f:
+        f.write(data)
+    # rank r resumes from D<r>; the rest of the command is the same on every rank
+    sh = ("exec \"$0\" \"$@\" --checkpoint-dir " + os.path.join(tmp, "D") + "$WEFT_RANK")
+    cmd = [wr, "-n", str(n), "/bin/sh", "-c", sh, wt, "--steps", str(2 * K), "--resume"] + OPTS
+    r = run(cmd, expect=1)
+    for rank in range(n):
+        check(f"[{rank}] weft-train: --resume" in r.stdout + r.stderr and
+              re.search(rf"\[{rank}\] weft-train: --resume \S+: rank \d read other values",
+                        r.stdout + r.stderr), f"rank {rank} did not name the other values")
+    check("rank 1 read other values" in r.stdout + r.stderr, "rank 0 did not name rank 1")
+    os.remove(os.path.join(d1, name))
+    r = run(cmd, expect=1)
+    check(f"[0] weft-train: --resume {os.path.join(d0, name)}: rank 1 could not load it"
+          in r.stdout + r.stderr, "rank 0 did not name rank 1's failed load")
+    check(re.search(r"\[1\] weft-train: --resume \S+D1/" + name, r.stdout + r.stderr),
+          "rank 1 did not say which file it could not load")
+    print("ok: other values and a missing file on rank 1 fail every rank, naming rank 1")
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("ranks2", "ranks3", "wrong"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("ranks2", "ranks3", "wrong", "disagree"):
         print(__doc__)
         sys.exit(2)
     mode, wr, wt = sys.argv[1:]
@@ -258,6 +294,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="wf-restarts-", dir=where) as tmp:
         if mode == "wrong":
             mode_wrong(wr, wt, tmp)
+        elif mode == "disagree":
+            mode_disagree(wr, wt, tmp)
         else:
             mode_kills(wr, wt, tmp, int(mode[-1]))
 
