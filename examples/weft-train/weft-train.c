@@ -575,9 +575,9 @@ static int check_extras(const char *path, const wf_tensor *id, const wf_tensor *
 }
 
 /* --strategy: which checkpoint every rank resumes from. Rank 0 picks the newest complete one
- * of --checkpoint-dir and sends its name to the others, so all of them load the same file
- * even if another one became complete in between (a writer still at work: all ranks of the
- * earlier start have ended before weft-run starts the next, but another launcher may differ).
+ * of --checkpoint-dir and sends its name to the others, so that all of them load the same
+ * file: ranks picking for themselves could differ when one becomes complete between their
+ * picks (weft-run ends every rank of a start before the next, another launcher may not).
  * 'rc' is rank 0's result (WF_ENOTFOUND: no checkpoint yet, a fresh start for all). */
 typedef struct resume_pick {
     int64_t step, rc;
@@ -763,7 +763,7 @@ static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_tr
     if (rc < 0)
         return rc;
     *step = (long)st;
-    if (!o->quiet && t->comm)
+    if (!o->quiet && t->comm && wf_comm_size(t->comm) > 1)
         printf("weft-train: resuming from %s (step %ld) on all %d ranks (hash %016" PRIx64 ")\n",
                path, *step, wf_comm_size(t->comm), hash);
     else if (!o->quiet)
