@@ -4,7 +4,7 @@ with real SIGKILLs: every restart resumes all ranks from the newest checkpoint, 
 ends with the bytes of a run never stopped (ctest runs each mode as its own test; see
 tests/CMakeLists.txt).
 
-  ranks2, ranks3
+  single, ranks2, ranks3
              run A: 'weft-run -n N weft-train --strategy multiworker' trains S steps without
              checkpoints and saves its weights (with the Adam moments and step counter) and a
              log of its losses. Run B: the same under 'weft-run --restarts 5' with a checkpoint
@@ -16,6 +16,7 @@ tests/CMakeLists.txt).
              complete before the kill; B's saved file must equal A's byte for byte, and every
              loss B logged (steps redone after a restart included) must equal A's of that
              step. 3 ranks do not divide the batch of 32 (shards of 11, 11 and 10 rows).
+             single: one process without --strategy under 'weft-run -n 1 --restarts 5'.
   wrong      that the comparison catches a wrong resume: 2 ranks train 2K steps with
              checkpoints, then a copy of the newest checkpoint is made one step newer (the
              data position and step one ahead, the values unchanged: a resume whose data
@@ -42,6 +43,9 @@ import time
 KILLS = 5
 K = 25          # steps between checkpoints
 STEPS = 16 * K  # each start trains at least K steps before its kill: 5 kills need about 5-10 K
+# one process steps several times faster than the test polls and sleeps (a kill was seen to
+# land 150 steps after the checkpoint it waited for): more steps, so that 5 kills fit
+STEPS_SINGLE = 48 * K
 OPTS = ["--hidden", "32", "--batch", "32", "--seed", "3", "--strategy", "multiworker"]
 
 
@@ -109,22 +113,22 @@ def rank_pids(wr_pid, n):
     return pids if len(pids) == n else None
 
 
-def reference(wr, wt, tmp, n):
+def reference(wr, wt, tmp, n, opts=OPTS, steps=STEPS):
     a_file, a_log = os.path.join(tmp, "a.safetensors"), os.path.join(tmp, "a.jsonl")
-    r = run([wr, "-n", str(n), wt, "--steps", str(STEPS), "--save", a_file, "--log", a_log]
-            + OPTS)
+    r = run([wr, "-n", str(n), wt, "--steps", str(steps), "--save", a_file, "--log", a_log]
+            + opts)
     m = re.search(r"(\d+) steps in ([0-9.]+) s", r.stdout)
     check(m is not None, "run A printed no step time")
     return a_file, losses(a_log), float(m.group(2)) / int(m.group(1)), r.wall
 
 
-def mode_kills(wr, wt, tmp, n):
-    a_file, a_losses, step_s, a_wall = reference(wr, wt, tmp, n)
+def mode_kills(wr, wt, tmp, n, opts=OPTS, steps=STEPS):
+    a_file, a_losses, step_s, a_wall = reference(wr, wt, tmp, n, opts, steps)
     d = os.path.join(tmp, "ckpt")
     b_file, b_log = os.path.join(tmp, "b.safetensors"), os.path.join(tmp, "b.jsonl")
-    cmd = [wr, "-n", str(n), "--restarts", str(KILLS), wt, "--steps", str(STEPS),
+    cmd = [wr, "-n", str(n), "--restarts", str(KILLS), wt, "--steps", str(steps),
            "--checkpoint-every", str(K), "--checkpoint-dir", d, "--keep", "2", "--resume",
-           "--save", b_file, "--log", b_log] + OPTS
+           "--save", b_file, "--log", b_log] + opts
     print("$", " ".join(cmd), flush=True)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = []
@@ -177,10 +181,11 @@ def mode_kills(wr, wt, tmp, n):
     check([(int(i), int(r), int(pid)) for i, r, pid in restarts] ==
           [(i + 1, r, pid) for i, (r, pid, _) in enumerate(kills)],
           f"weft-run's restart lines {restarts} do not name the kills {kills}")
+    on_all = f" on all {n} ranks" if n > 1 else "\n"
     resumed = [int(s) for s in re.findall(
-        rf"\[0\] weft-train: resuming from \S+ \(step (\d+)\) on all {n} ranks", text)]
+        rf"\[0\] weft-train: resuming from \S+ \(step (\d+)\){on_all}", text)]
     check(len(resumed) == KILLS and "no checkpoint in" in text,
-          f"expected a fresh start then {KILLS} resumes on all {n} ranks, saw {resumed}")
+          f"expected a fresh start then {KILLS} resumes ({on_all.strip()}), saw {resumed}")
     for (rank, pid, newest), st in zip(kills, resumed):
         check(st >= newest and st % K == 0,
               f"a restart after the kill of rank {rank} resumed at step {st}, but step "
@@ -188,7 +193,7 @@ def mode_kills(wr, wt, tmp, n):
     check(read(b_file) == read(a_file),
           "the restarted run's weights and optimizer state differ from the uninterrupted run's")
     b_losses = losses(b_log)
-    check(sorted(b_losses) == list(range(STEPS)), "B's log does not cover every step")
+    check(sorted(b_losses) == list(range(steps)), "B's log does not cover every step")
     for s, ls in b_losses.items():
         check(all(x == a_losses[s][0] for x in ls),
               f"step {s}: losses {ls} in the restarted run, {a_losses[s][0]} without")
@@ -284,7 +289,7 @@ def mode_disagree(wr, wt, tmp):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("ranks2", "ranks3", "wrong", "disagree"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("single", "ranks2", "ranks3", "wrong", "disagree"):
         print(__doc__)
         sys.exit(2)
     mode, wr, wt = sys.argv[1:]
@@ -296,6 +301,8 @@ def main():
             mode_wrong(wr, wt, tmp)
         elif mode == "disagree":
             mode_disagree(wr, wt, tmp)
+        elif mode == "single":  # the options but --strategy
+            mode_kills(wr, wt, tmp, 1, OPTS[:OPTS.index("--strategy")], STEPS_SINGLE)
         else:
             mode_kills(wr, wt, tmp, int(mode[-1]))
 
