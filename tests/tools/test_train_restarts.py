@@ -293,7 +293,9 @@ def main():
         print(__doc__)
         sys.exit(2)
     mode, wr, wt = sys.argv[1:]
-    random.seed(os.environ.get("WF_TEST_SEED", time.time_ns()))
+    seed = int(os.environ.get("WF_TEST_SEED", time.time_ns() % 1000000))
+    random.seed(seed)
+    print(f"test: seed {seed} (WF_TEST_SEED={seed} repeats the choice of ranks and delays)")
     # in memory where there is a tmpfs: each checkpoint is fsynced (test_resume.py says why)
     where = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="wf-restarts-", dir=where) as tmp:
