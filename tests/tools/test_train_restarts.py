@@ -40,6 +40,8 @@ import tempfile
 import threading
 import time
 
+from tooltest import check, read, run
+
 KILLS = 5
 K = 25          # steps between checkpoints
 STEPS = 16 * K  # each start trains at least K steps before its kill: 5 kills need about 5-10 K
@@ -47,27 +49,6 @@ STEPS = 16 * K  # each start trains at least K steps before its kill: 5 kills ne
 # land 150 steps after the checkpoint it waited for): more steps, so that 5 kills fit
 STEPS_SINGLE = 48 * K
 OPTS = ["--hidden", "32", "--batch", "32", "--seed", "3", "--strategy", "multiworker"]
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAIL:", msg, flush=True)
-        sys.exit(1)
-
-
-def run(cmd, expect=0, timeout=600):
-    t0 = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    r.wall = time.monotonic() - t0
-    print("$", " ".join(cmd))
-    print(r.stdout, r.stderr, flush=True)
-    check(r.returncode == expect, f"exited with {r.returncode}, expected {expect}")
-    return r
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def losses(path):
