@@ -16,6 +16,10 @@
  *   weft-run -n 2 weft-train --strategy multiworker   data parallel over 2 ranks
  *   weft-train --strategy mirrored --devices 2  one replica per device (GPUs, or simulated
  *                                               devices where there are too few)
+ *   weft-run -n 3 --restarts 5 weft-train --strategy multiworker --checkpoint-every 50
+ *            --checkpoint-dir ckpt --resume     data parallel; when a rank dies weft-run
+ *                                               starts all three again and every rank goes
+ *                                               on from rank 0's newest checkpoint
  * Ctrl-C stops training after the current step: the log, the plot and the trace so far are
  * written (the checkpoint is not: it would look like a finished run), and the exit status
  * is 130. A second Ctrl-C kills the program as usual.
@@ -575,34 +579,116 @@ static int check_extras(const char *path, const wf_tensor *id, const wf_tensor *
     return 0;
 }
 
-/* --resume: loads the newest complete checkpoint of --checkpoint-dir into the trainer and
- * sets '*step' to its step; with none there, '*step' is 0 (a fresh start). */
-static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_train, long *step,
-                  char *err, size_t errlen)
+/* --strategy: which checkpoint every rank resumes from. Rank 0 picks the newest complete one
+ * of --checkpoint-dir and sends its name to the others, so that all of them load the same
+ * file: ranks picking for themselves could differ when one becomes complete between their
+ * picks (weft-run ends every rank of a start before the next, another launcher may not).
+ * 'rc' is rank 0's result (WF_ENOTFOUND: no checkpoint yet, a fresh start for all). */
+typedef struct resume_pick {
+    int64_t step, rc;
+    char name[256]; /* the file's name inside --checkpoint-dir */
+} resume_pick;
+
+/* The newest complete checkpoint of --checkpoint-dir: its path and step, on this rank (rank
+ * 0's choice on every rank under --strategy). Returns 0, WF_ENOTFOUND (none yet) or the
+ * error, with the message in 'err': rank 0's result, the same on every rank. 'path' is
+ * empty (with the message in 'err') when rank 0's choice does not fit it on this rank. */
+static int resume_pick_file(trainer *t, char *path, size_t cap, int64_t *st, char *err,
+                            size_t errlen)
+{
+    const char *dir = t->o->ckpt_dir;
+    resume_pick pk = { .step = 0, .rc = 0 };
+    if (!t->comm || t->rank == 0) {
+        pk.rc = wf_checkpoint_latest(dir, path, cap, &pk.step);
+        if (pk.rc < 0 && pk.rc != WF_ENOTFOUND)
+            snprintf(err, errlen, "--resume: %s", wf_last_errmsg());
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        if (pk.rc == 0 && strlen(base) >= sizeof pk.name) {
+            snprintf(err, errlen, "--resume %s: the file name is longer than %zu bytes", path,
+                     sizeof pk.name - 1);
+            pk.rc = WF_EINVAL;
+        }
+        if (pk.rc == 0)
+            snprintf(pk.name, sizeof pk.name, "%s", base);
+    }
+    if (t->comm) {
+        int rc = wf_comm_broadcast(t->comm, &pk, sizeof pk, 0);
+        if (rc < 0) {
+            snprintf(err, errlen, "--resume: receiving rank 0's choice of checkpoint: %s",
+                     wf_last_errmsg());
+            return rc;
+        }
+        pk.name[sizeof pk.name - 1] = '\0';
+        if (t->rank != 0 && pk.rc < 0 && pk.rc != WF_ENOTFOUND)
+            snprintf(err, errlen, "--resume: rank 0 could not pick a checkpoint of %s (%s)", dir,
+                     wf_err_name((int)pk.rc));
+        /* a path that does not fit fails the load, not the pick: every rank must reach
+         * resume_agree() for the others not to wait for it */
+        if (t->rank != 0 && pk.rc == 0 &&
+            (size_t)snprintf(path, cap, "%s/%s", dir, pk.name) >= cap) {
+            snprintf(err, errlen, "--resume: the path of %s in %s is too long", pk.name, dir);
+            path[0] = '\0';
+        }
+    }
+    *st = pk.step;
+    return (int)pk.rc;
+}
+
+/* --strategy, after every rank has loaded (or failed to load) the checkpoint of 'step':
+ * every rank learns every other's result and the hash of what it read, so that all of them
+ * go on from the same values or all of them fail, naming the rank that differs. */
+static int resume_agree(trainer *t, int rc, int64_t step, uint64_t hash, const char *path,
+                        char *err, size_t errlen)
+{
+    int n = wf_comm_size(t->comm);
+    int64_t mine[3] = { rc, step, (int64_t)hash };
+    int64_t *all = malloc((size_t)n * sizeof mine);
+    int cr = all ? wf_comm_allgather(t->comm, mine, all, sizeof mine) : WF_ENOMEM;
+    if (cr < 0) {
+        if (rc == 0)
+            snprintf(err, errlen, "--resume: comparing the checkpoint with the other ranks: %s",
+                     cr == WF_ENOMEM ? "no memory" : wf_last_errmsg());
+        free(all);
+        return rc < 0 ? rc : cr;
+    }
+    for (int r = 0; rc == 0 && r < n; r++) {
+        const int64_t *o = all + 3 * r;
+        if (o[0] < 0) {
+            snprintf(err, errlen,
+                     "--resume %s: rank %d could not load it (%s; its own message "
+                     "says why)",
+                     path, r, wf_err_name((int)o[0]));
+            rc = WF_EPEER;
+        } else if (o[1] != step || o[2] != (int64_t)hash) {
+            snprintf(err, errlen,
+                     "--resume %s: rank %d read other values (step %lld, hash "
+                     "%016" PRIx64 ") than rank %d (step %lld, hash %016" PRIx64 "): give every "
+                     "rank the same --checkpoint-dir",
+                     path, r, (long long)o[1], (uint64_t)o[2], t->rank, (long long)step, hash);
+            rc = WF_EINVAL;
+        }
+    }
+    free(all);
+    return rc;
+}
+
+/* Loads the checkpoint 'path' of step 'st' into the trainer, after checking its extras. Its
+ * tensors' hash goes to '*hash'. */
+static int resume_load(trainer *t, const char *path, int64_t st, const char *runid,
+                       int64_t per_epoch, int64_t n_train, uint64_t *hash, char *err, size_t errlen)
 {
     const options *o = t->o;
-    char path[4096];
-    int64_t st = 0;
-    *step = 0;
-    int rc = wf_checkpoint_latest(o->ckpt_dir, path, sizeof path, &st);
-    if (rc == WF_ENOTFOUND) {
-        if (!o->quiet)
-            printf("weft-train: --resume: no checkpoint in %s yet, starting at step 0\n",
-                   o->ckpt_dir);
-        return 0;
-    }
-    if (rc < 0) {
-        snprintf(err, errlen, "--resume: %s", wf_last_errmsg());
-        return rc;
-    }
     /* The extras first, so that a run of other options is refused naming the option rather
      * than the first variable whose shape it changed. */
     wf_named_tensor *ts = NULL;
     int n = 0;
-    if ((rc = wf_safetensors_read(path, &ts, &n)) < 0) {
+    int rc = wf_safetensors_read(path, &ts, &n);
+    if (rc < 0) {
         snprintf(err, errlen, "--resume %s: %s", path, wf_last_errmsg());
         return rc;
     }
+    *hash = wt_tensors_hash(ts, n);
     const wf_tensor *id = NULL, *at = NULL;
     for (int i = 0; i < n; i++)
         if (strcmp(ts[i].name, X_OPTIONS) == 0)
@@ -619,6 +705,11 @@ static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_tr
         int64_t fstep = -1;
         if ((rc = wf_checkpoint_restore(t->s, path, &fstep, &ex, &n_ex)) < 0)
             snprintf(err, errlen, "--resume %s: %s", path, wf_session_errmsg(t->s));
+        if (rc == 0 && fstep != st) { /* the file changed since it was picked */
+            snprintf(err, errlen, "--resume %s: its step is %lld, not %lld as when it was picked",
+                     path, (long long)fstep, (long long)st);
+            rc = WF_EINVAL;
+        }
         for (int i = 0; rc == 0 && i < n_ex; i++)
             if (strcmp(ex[i].name, X_OPTIONS) != 0 && strcmp(ex[i].name, X_POSITION) != 0) {
                 snprintf(err, errlen, "--resume %s: tensor '%s' is not a variable of the model",
@@ -647,10 +738,40 @@ static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_tr
         t->state[t->n_state++].tensor = wf_tensor_retain(ts[i].tensor);
     }
     wf_safetensors_free(ts, n);
+    return rc;
+}
+
+/* --resume: loads the newest complete checkpoint of --checkpoint-dir into the trainer and
+ * sets '*step' to its step; with none there, '*step' is 0 (a fresh start). Under --strategy
+ * every rank loads rank 0's choice and all of them check that they read the same values. */
+static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_train, long *step,
+                  char *err, size_t errlen)
+{
+    const options *o = t->o;
+    char path[4096] = "";
+    int64_t st = 0;
+    *step = 0;
+    int rc = resume_pick_file(t, path, sizeof path, &st, err, errlen);
+    if (rc == WF_ENOTFOUND) {
+        if (!o->quiet)
+            printf("weft-train: --resume: no checkpoint in %s yet, starting at step 0\n",
+                   o->ckpt_dir);
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    uint64_t hash = 0;
+    rc = path[0] ? resume_load(t, path, st, runid, per_epoch, n_train, &hash, err, errlen)
+                 : WF_EINVAL;
+    if (t->comm)
+        rc = resume_agree(t, rc, st, hash, path, err, errlen);
     if (rc < 0)
         return rc;
     *step = (long)st;
-    if (!o->quiet)
+    if (!o->quiet && t->comm && wf_comm_size(t->comm) > 1)
+        printf("weft-train: resuming from %s (step %ld) on all %d ranks (hash %016" PRIx64 ")\n",
+               path, *step, wf_comm_size(t->comm), hash);
+    else if (!o->quiet)
         printf("weft-train: resuming from %s (step %ld)\n", path, *step);
     return 0;
 }
@@ -698,7 +819,9 @@ static void usage(FILE *f)
             "  --checkpoint-dir D       the folder of the checkpoints (made if missing)\n"
             "  --keep N                 keep the newest N checkpoints (3)\n"
             "  --resume                 go on from the newest complete checkpoint of D (none:\n"
-            "                           start at step 0); refused if the options differ\n"
+            "                           start at step 0); refused if the options differ.\n"
+            "                           Under --strategy every rank loads rank 0's newest\n"
+            "                           (rank 0 writes them; give all ranks the same D)\n"
             "  --strategy multiworker   data parallel over the ranks of weft-run -n N: --batch\n"
             "                           is the global batch; only rank 0 prints, logs and saves\n"
             "  --shards S               its shards (default: the number of ranks); any number of\n"
@@ -1058,6 +1181,9 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o) < 0 ||
         (o.strategy && strcmp(o.strategy, "multiworker") == 0 && quiet_other_ranks(&o) < 0))
         return 2;
+    /* Each line as it is printed, also into a pipe (weft-run's): a rank killed before its
+     * buffer was full would otherwise take lines already printed ("resuming from ...") along. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     char err[1024] = "";
     wt_dataset all = { 0 }, train = { 0 }, test = { 0 };
     model m;
@@ -1078,6 +1204,10 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "--log %s: cannot open it for writing", o.log);
         rc = WF_EIO;
     }
+    /* One write per line, so that a run killed (then resumed, appending) leaves whole lines:
+     * a full buffer cut mid-line would glue half a line to the next run's first. */
+    if (log)
+        setvbuf(log, NULL, _IOLBF, 0);
     /* The plot's file is opened now, so a bad path fails before any training is done. */
     wt_plot plot = { 0 };
     if (rc == 0 && o.plot && wt_plot_open(&plot, o.plot, err, sizeof err) < 0)
