@@ -23,6 +23,7 @@ struct wf_strategy {
     wf_comm *comm;
     int rank, size;
     wf_strategy_opts o;
+    int servers, staleness; /* parameter servers (runtime/strategy_ps.c); 0: none */
 };
 
 struct wf__dp {
@@ -67,6 +68,27 @@ int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts, wf_stra
     return 0;
 }
 
+int wf__strategy_new(wf_comm *comm, const wf_strategy_opts *o, int servers, int staleness,
+                     wf_strategy **out)
+{
+    wf_strategy *st = calloc(1, sizeof *st);
+    if (!st)
+        return wf__err(WF_ENOMEM, "no memory for a strategy");
+    *st = (wf_strategy){ .comm = comm,
+                         .rank = wf_comm_rank(comm),
+                         .size = wf_comm_size(comm),
+                         .o = *o,
+                         .servers = servers,
+                         .staleness = staleness };
+    *out = st;
+    return 0;
+}
+
+int wf__strategy_servers(const wf_strategy *st)
+{
+    return st->servers;
+}
+
 int wf_strategy_rank(const wf_strategy *st)
 {
     return st ? st->rank : wf__err(WF_EINVAL, "wf_strategy_rank: strategy is NULL");
@@ -95,6 +117,7 @@ typedef struct agreement {
     uint64_t graph;
     int64_t nodes;
     int64_t shards, aggregation, bucket_bytes, first_bucket_bytes;
+    int64_t servers, staleness;
 } agreement;
 
 static uint64_t graph_hash(const wf_graph *g)
@@ -124,7 +147,9 @@ static int agree(wf_graph *g, const wf_strategy *st)
                      .shards = st->o.shards,
                      .aggregation = st->o.aggregation,
                      .bucket_bytes = (int64_t)st->o.bucket_bytes,
-                     .first_bucket_bytes = (int64_t)st->o.first_bucket_bytes };
+                     .first_bucket_bytes = (int64_t)st->o.first_bucket_bytes,
+                     .servers = st->servers,
+                     .staleness = st->staleness };
     agreement *all = calloc((size_t)st->size, sizeof *all);
     if (!all)
         return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory");
@@ -151,12 +176,13 @@ static int agree(wf_graph *g, const wf_strategy *st)
             len += (size_t)snprintf(
                 msg + len, sizeof msg - len,
                 "%srank %d's strategy options differ from rank 0's (shards %lld, "
-                "aggregation %lld, buckets %lld/%lld bytes; rank 0: %lld, "
-                "%lld, %lld/%lld)",
+                "aggregation %lld, buckets %lld/%lld bytes, servers %lld, staleness %lld; "
+                "rank 0: %lld, %lld, %lld/%lld, %lld, %lld)",
                 len ? "; " : "", r, (long long)b->shards, (long long)b->aggregation,
-                (long long)b->first_bucket_bytes, (long long)b->bucket_bytes, (long long)a->shards,
-                (long long)a->aggregation, (long long)a->first_bucket_bytes,
-                (long long)a->bucket_bytes);
+                (long long)b->first_bucket_bytes, (long long)b->bucket_bytes, (long long)b->servers,
+                (long long)b->staleness, (long long)a->shards, (long long)a->aggregation,
+                (long long)a->first_bucket_bytes, (long long)a->bucket_bytes, (long long)a->servers,
+                (long long)a->staleness);
     }
     free(all);
     if (len)
@@ -187,7 +213,11 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf
                               .bucket_bytes = st->o.bucket_bytes,
                               .first_bucket_bytes = st->o.first_bucket_bytes,
                               .edge_base = EDGE_BASE };
-    if ((rc = wf__replicate(g, &ro, &dp->map)) < 0) {
+    if (st->servers)
+        rc = wf__ps_prepare(g, st->rank, st->size, &st->o, st->servers, EDGE_BASE, &dp->map);
+    else
+        rc = wf__replicate(g, &ro, &dp->map);
+    if (rc < 0) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", wf_last_errmsg());
         free(dp);
@@ -205,7 +235,8 @@ wf_comm *wf__dp_comm(const struct wf__dp *dp)
 int wf__dp_start(wf_session *s)
 {
     wf_comm *c = wf__dp_comm(s->dp);
-    int rc = wf__transport_register_coll_kernels(s->kernels, c);
+    /* Parameter servers: dp_reduce sums a worker's own shards only (runtime/strategy_ps.c). */
+    int rc = wf__transport_register_coll_kernels(s->kernels, s->dp->st->servers ? NULL : c);
     if (rc < 0 || !c)
         return rc;
     /* One broadcast of every variable packed together: a collective per variable would
