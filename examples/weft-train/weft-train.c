@@ -13,6 +13,10 @@
  *                                               or a kill the same command goes on from the
  *                                               newest, and ends with the same weights, bit
  *                                               for bit, as a run never stopped
+ *   weft-run -n 3 weft-train --strategy ps --ps-ranks 1
+ *                                               parameter servers: rank 0 holds the weights,
+ *                                               ranks 1 and 2 train (the bits of
+ *                                               --strategy multiworker on 2 ranks)
  * Ctrl-C stops training after the current step: the log, the plot and the trace so far are
  * written (the checkpoint is not: it would look like a finished run), and the exit status
  * is 130. A second Ctrl-C kills the program as usual.
@@ -73,7 +77,17 @@ typedef struct options {
     bool resume;            /* --resume: from the newest complete checkpoint of D */
     const char *strategy;   /* --strategy multiworker: data parallel over weft-run's ranks */
     int shards;             /* --shards S (0: the number of ranks) */
+    int ps_ranks;           /* --strategy ps --ps-ranks K: ranks 0 .. K-1 are servers */
+    int staleness;          /* --staleness s (0: synchronous) */
+    bool staleness_set;
 } options;
+
+/* The rank that prints, logs and saves: 0, or under --strategy ps the first worker (a
+ * server's copy of the variables it does not hold is not updated). */
+static int writer_rank(const options *o)
+{
+    return o->strategy && strcmp(o->strategy, "ps") == 0 ? o->ps_ranks : 0;
+}
 
 /* ---- The model --------------------------------------------------------------------------- */
 
@@ -698,6 +712,13 @@ static void usage(FILE *f)
             "                           is the global batch; only rank 0 prints, logs and saves\n"
             "  --shards S               its shards (default: the number of ranks); any number of\n"
             "                           ranks dividing S trains the same bits\n"
+            "  --strategy ps --ps-ranks K\n"
+            "                           parameter servers: ranks 0 .. K-1 hold the variables and\n"
+            "                           the optimizer state, the others train (shards: the\n"
+            "                           workers); rank K prints, logs and saves the weights (not\n"
+            "                           the optimizer state: no --checkpoint-every, --resume)\n"
+            "  --staleness s            0 (the default): synchronous, the bits of multiworker\n"
+            "                           over the workers\n"
             "  --quiet                  only the final line\n"
             "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
             "(not the checkpoint); the exit status is then 130.\n");
@@ -808,9 +829,24 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (strcmp(a, "--strategy") == 0) {
             NEED(1);
             o->strategy = argv[++i];
-            if (strcmp(o->strategy, "multiworker") != 0) {
-                fprintf(stderr, "weft-train: --strategy %s: expected multiworker\n", o->strategy);
+            if (strcmp(o->strategy, "multiworker") != 0 && strcmp(o->strategy, "ps") != 0) {
+                fprintf(stderr, "weft-train: --strategy %s: expected multiworker or ps\n",
+                        o->strategy);
                 return -1;
+            }
+        } else if (strcmp(a, "--ps-ranks") == 0 || strcmp(a, "--staleness") == 0) {
+            NEED(1);
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < -4096 || v > 4096) {
+                fprintf(stderr, "weft-train: %s %s: expected a count\n", a, argv[i]);
+                return -1;
+            }
+            if (a[2] == 'p') {
+                o->ps_ranks = (int)v;
+            } else {
+                o->staleness = (int)v;
+                o->staleness_set = true;
             }
         } else if (strcmp(a, "--shards") == 0) {
             NEED(1);
@@ -874,6 +910,20 @@ static int parse_args(int argc, char **argv, options *o)
     }
     if (o->shards && !o->strategy) {
         fprintf(stderr, "weft-train: --shards needs --strategy multiworker\n");
+        return -1;
+    }
+    bool ps = o->strategy && strcmp(o->strategy, "ps") == 0;
+    if ((o->ps_ranks || o->staleness_set) && !ps) {
+        fprintf(stderr, "weft-train: --ps-ranks and --staleness need --strategy ps\n");
+        return -1;
+    }
+    if (ps && !o->ps_ranks) {
+        fprintf(stderr, "weft-train: --strategy ps needs --ps-ranks K (the server ranks)\n");
+        return -1;
+    }
+    if (ps && (o->ckpt_every || o->resume)) {
+        fprintf(stderr, "weft-train: --strategy ps: the optimizer state lives on the servers, "
+                        "which do not save it: no --checkpoint-every or --resume\n");
         return -1;
     }
     if (o->steps && o->epochs) {
@@ -961,7 +1011,8 @@ static int finish_plot(wt_plot *plot, const options *o, const trainer *t, long s
 }
 
 /* --strategy: the communicator of weft-run's ranks (WEFT_RANK, WEFT_SIZE, ... or Slurm's,
- * Open MPI's) and the strategy over it. Ranks other than 0 go quiet and write no files. */
+ * Open MPI's) and the strategy over it. Ranks other than writer_rank() go quiet and write no
+ * files. */
 static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
 {
     wf_comm_opts co = { .rank = 0, .size = 1 };
@@ -975,16 +1026,23 @@ static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
         return rc;
     }
     t->rank = wf_comm_rank(t->comm);
-    if ((rc = wf_strategy_multiworker(t->comm, &(wf_strategy_opts){ .shards = o->shards },
-                                      &t->strategy)) < 0) {
+    if (o->ps_ranks)
+        rc = wf_strategy_ps(
+            t->comm,
+            &(wf_ps_opts){ .servers = o->ps_ranks, .staleness = o->staleness, .shards = o->shards },
+            &t->strategy);
+    else
+        rc = wf_strategy_multiworker(t->comm, &(wf_strategy_opts){ .shards = o->shards },
+                                     &t->strategy);
+    if (rc < 0) {
         snprintf(err, errlen, "--strategy: %s", wf_last_errmsg());
         return rc;
     }
     return 0;
 }
 
-/* --strategy, before any file is opened: a rank other than 0 (from the environment) writes
- * no log, plot, checkpoint, trace or graph, and prints nothing (its errors still go to
+/* --strategy, before any file is opened: a rank other than writer_rank() (from the environment)
+ * writes no log, plot, checkpoint, trace or graph, and prints nothing (its errors still go to
  * stderr). */
 static int quiet_other_ranks(options *o)
 {
@@ -993,7 +1051,7 @@ static int quiet_other_ranks(options *o)
         fprintf(stderr, "weft-train: --strategy: %s\n", wf_last_errmsg());
         return -1;
     }
-    if (co.rank != 0) {
+    if (co.rank != writer_rank(o)) {
         o->quiet = true;
         o->log = o->plot = o->save = o->trace = o->dump_graph = NULL;
         if (!freopen("/dev/null", "w", stdout))
@@ -1200,7 +1258,8 @@ int main(int argc, char **argv)
                step - step0, secs, (double)(step - step0) * o.batch / secs,
                step0 ? ", resumed at a checkpoint" : "", 100 * test_acc, test_loss);
     if (o.save && !interrupted && (rc = save(&t, o.save, err, sizeof err)) == 0)
-        printf("weft-train: saved %s (safetensors: weights and optimizer state)\n", o.save);
+        printf("weft-train: saved %s (safetensors: weights%s)\n", o.save,
+               o.ps_ranks ? "; the optimizer state is the servers'" : " and optimizer state");
     if (o.trace) {
         int ev = wf_runtime_trace_write(t.rt, o.trace);
         if (ev < 0) {
