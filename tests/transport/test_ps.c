@@ -1,6 +1,7 @@
 /* tests/transport/test_ps.c: synchronous parameter servers (wf_strategy_ps(), weft/distribute.h)
- * on real processes: 1 server + 2 workers and 2 servers + 2 workers train an MLP to the bits
- * of MultiWorkerMirrored over 2 ranks (per-step losses and the bytes of the final weights),
+ * on real processes: 1 server + 2 workers, 2 servers + 2 workers and 1 server + 3 workers (an
+ * uneven batch) train an MLP to the bits of MultiWorkerMirrored over as many ranks as workers
+ * (per-step losses and the bytes of the final weights),
  * and follow the single-process run (losses within 1e-6 relative); a server's run needs no
  * batch and fetches the same global loss; a killed server, and a killed worker, fail every
  * other rank's run within 2 s with WF_EPEER naming it; bad options are refused.
@@ -182,20 +183,20 @@ static void run_ranks(int size, ps_arg *a)
                   "rank %d of %d failed (status %d; stderr says why)", i, size, t.status[i]);
 }
 
-/* Multiworker over 2 ranks, and the parameter servers: K servers + 2 workers. */
-static void run_mw(ps_result *r)
+/* Multiworker over 'ranks' ranks, and the parameter servers: K servers + W workers. */
+static void run_mw(int ranks, ps_result *r)
 {
     ps_arg a = { .kind = S_MW };
     snprintf(a.path, sizeof a.path, "/tmp/weft-ps-%d-mw.bin", (int)getpid());
-    run_ranks(2, &a);
+    run_ranks(ranks, &a);
     read_file(a.path, r, sizeof *r);
 }
 
-static void run_ps(int servers, bool feed_srv, ps_result *r, float *srv_loss)
+static void run_ps(int servers, int workers, bool feed_srv, ps_result *r, float *srv_loss)
 {
     ps_arg a = { .kind = S_PS, .servers = servers, .feed_srv = feed_srv };
     snprintf(a.path, sizeof a.path, "/tmp/weft-ps-%d-ps%d.bin", (int)getpid(), servers);
-    run_ranks(servers + 2, &a);
+    run_ranks(servers + workers, &a);
     read_file(a.path, r, sizeof *r);
     char p[200];
     snprintf(p, sizeof p, "%s.srv", a.path);
@@ -236,8 +237,8 @@ Test(transport_ps, one_server_two_workers_equal_multiworker_bitwise_without_a_ba
 {
     static ps_result ps, mw, plain;
     static float srv[STEPS];
-    run_ps(1, false, &ps, srv);
-    run_mw(&mw);
+    run_ps(1, 2, false, &ps, srv);
+    run_mw(2, &mw);
     run_plain(&plain);
     check_against(&ps, srv, &mw, &plain, "1 server + 2 workers");
 }
@@ -246,10 +247,21 @@ Test(transport_ps, two_servers_two_workers_equal_multiworker_bitwise)
 {
     static ps_result ps, mw, plain;
     static float srv[STEPS];
-    run_ps(2, true, &ps, srv);
-    run_mw(&mw);
+    run_ps(2, 2, true, &ps, srv);
+    run_mw(2, &mw);
     run_plain(&plain);
     check_against(&ps, srv, &mw, &plain, "2 servers + 2 workers");
+}
+
+/* 3 workers: the batch of 32 rows splits into shards of 11, 11 and 10 (weighted by rows). */
+Test(transport_ps, one_server_three_workers_with_an_uneven_batch_equal_multiworker_bitwise)
+{
+    static ps_result ps, mw, plain;
+    static float srv[STEPS];
+    run_ps(1, 3, false, &ps, srv);
+    run_mw(3, &mw);
+    run_plain(&plain);
+    check_against(&ps, srv, &mw, &plain, "1 server + 3 workers");
 }
 
 /* 1 server + 2 workers; every rank makes its session, then the test kills 'victim': every
