@@ -241,6 +241,17 @@ int wf__strategy_new(wf_comm *comm, const wf_strategy_opts *o, int servers, int 
                      wf_strategy **out);
 int wf__strategy_servers(const wf_strategy *st);
 
+/* How a strategy's messages name its replicas: the default of 'shards', many, one. */
+typedef struct wf__strategy_replicas {
+    const char *deflt, *many, *one;
+} wf__strategy_replicas;
+
+/* Checks 'shards' (0 becomes 'n', the replicas) and 'aggregation' for 'fn': the shards a
+ * multiple of n, each replica's shards a subtree of the fixed tree, at most 64 per replica.
+ * Returns 0 or WF_EINVAL with the message naming the values. */
+int wf__strategy_check(const char *fn, const wf__strategy_replicas *r, int n, int *shards,
+                       int aggregation);
+
 /* strategy_ps.c: the parameter-server rewrite of 'g' for this rank (placement/ps.h), its
  * message on wf_last_errmsg(). */
 struct wf__replica_map;

@@ -31,31 +31,39 @@ struct wf__dp {
     wf__replica_map map;
 };
 
+int wf__strategy_check(const char *fn, const wf__strategy_replicas *r, int n, int *shards,
+                       int aggregation)
+{
+    if (*shards < 0 || *shards > (1 << 20))
+        return wf__err(WF_EINVAL, "%s: shards is %d (0: %s)", fn, *shards, r->deflt);
+    if (!*shards)
+        *shards = n;
+    if (*shards % n || !wf__dp_blocks_ok(*shards, *shards / n))
+        return wf__err(WF_EINVAL,
+                       "%s: %d shards over %d %s: the shards must be a multiple of the %s, each "
+                       "%s's shards a subtree of the fixed sum tree (a power of two per %s, or "
+                       "one %s, always is)",
+                       fn, *shards, n, r->many, r->many, r->one, r->one, r->one);
+    if (*shards / n > 64)
+        return wf__err(WF_EINVAL, "%s: %d shards per %s (at most 64)", fn, *shards / n, r->one);
+    if (aggregation < WF_AGG_MEAN || aggregation > WF_AGG_SHARD_MEAN)
+        return wf__err(WF_EINVAL, "%s: unknown aggregation %d", fn, aggregation);
+    return 0;
+}
+
 int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts, wf_strategy **out)
 {
     if (!out)
         return wf__err(WF_EINVAL, "wf_strategy_multiworker: out is NULL");
     *out = NULL;
     wf_strategy_opts o = opts ? *opts : (wf_strategy_opts){ 0 };
-    int size = comm ? wf_comm_size(comm) : 1, rank = comm ? wf_comm_rank(comm) : 0;
+    int size = comm ? wf_comm_size(comm) : 1, rank = comm ? wf_comm_rank(comm) : 0, rc;
     if (size < 1 || rank < 0)
         return wf__err(WF_EINVAL, "wf_strategy_multiworker: the communicator is not valid");
-    if (o.shards < 0 || o.shards > (1 << 20))
-        return wf__err(WF_EINVAL, "wf_strategy_multiworker: shards is %d (0: the world size)",
-                       o.shards);
-    if (!o.shards)
-        o.shards = size;
-    if (o.shards % size || !wf__dp_blocks_ok(o.shards, o.shards / size))
-        return wf__err(WF_EINVAL,
-                       "wf_strategy_multiworker: %d shards over %d ranks: the shards must be a "
-                       "multiple of the ranks, each rank's shards a subtree of the fixed sum "
-                       "tree (a power of two per rank, or one rank, always is)",
-                       o.shards, size);
-    if (o.shards / size > 64)
-        return wf__err(WF_EINVAL, "wf_strategy_multiworker: %d shards per rank (at most 64)",
-                       o.shards / size);
-    if (o.aggregation < WF_AGG_MEAN || o.aggregation > WF_AGG_SHARD_MEAN)
-        return wf__err(WF_EINVAL, "wf_strategy_multiworker: unknown aggregation %d", o.aggregation);
+    if ((rc = wf__strategy_check("wf_strategy_multiworker",
+                                 &(wf__strategy_replicas){ "the world size", "ranks", "rank" },
+                                 size, &o.shards, o.aggregation)) < 0)
+        return rc;
     if (!o.bucket_bytes)
         o.bucket_bytes = DEFAULT_BUCKET;
     if (!o.first_bucket_bytes)

@@ -10,10 +10,11 @@
  *   itself) is MultiWorkerMirrored's (runtime/strategy.c).
  * Not here: the rewrite (placement/ps.c), the transfers (transport/). */
 #include "../placement/ps.h"
-#include "../transport/coll_ops.h"
 #include "internal.h"
 
 #include <weft/distribute.h>
+
+#include <stdio.h>
 
 int wf_strategy_ps(wf_comm *comm, const wf_ps_opts *opts, wf_strategy **out)
 {
@@ -42,23 +43,13 @@ int wf_strategy_ps(wf_comm *comm, const wf_ps_opts *opts, wf_strategy **out)
                        "wf_strategy_ps: staleness %d: only synchronous parameter servers "
                        "(staleness 0) are implemented",
                        p.staleness);
-    int workers = size - p.servers;
-    if (p.shards < 0 || p.shards > (1 << 20))
-        return wf__err(WF_EINVAL, "wf_strategy_ps: shards is %d (0: the %d workers)", p.shards,
-                       workers);
-    if (!p.shards)
-        p.shards = workers;
-    if (p.shards % workers || !wf__dp_blocks_ok(p.shards, p.shards / workers))
-        return wf__err(WF_EINVAL,
-                       "wf_strategy_ps: %d shards over %d workers: the shards must be a multiple "
-                       "of the workers, each worker's shards a subtree of the fixed sum tree (a "
-                       "power of two per worker, or one worker, always is)",
-                       p.shards, workers);
-    if (p.shards / workers > 64)
-        return wf__err(WF_EINVAL, "wf_strategy_ps: %d shards per worker (at most 64)",
-                       p.shards / workers);
-    if (p.aggregation < WF_AGG_MEAN || p.aggregation > WF_AGG_SHARD_MEAN)
-        return wf__err(WF_EINVAL, "wf_strategy_ps: unknown aggregation %d", p.aggregation);
+    int workers = size - p.servers, rc;
+    char deflt[48];
+    snprintf(deflt, sizeof deflt, "the %d workers", workers);
+    if ((rc = wf__strategy_check("wf_strategy_ps",
+                                 &(wf__strategy_replicas){ deflt, "workers", "worker" }, workers,
+                                 &p.shards, p.aggregation)) < 0)
+        return rc;
     wf_strategy_opts o = { .shards = p.shards, .aggregation = p.aggregation };
     return wf__strategy_new(comm, &o, p.servers, p.staleness, out);
 }

@@ -359,6 +359,8 @@ static int rank_bad_opts(wf_comm *c, int rank, int size, void *argp)
         { { .servers = 1, .staleness = 2 }, WF_ENOSYS, "only synchronous" },
         { { .servers = 1, .shards = 3, .aggregation = 0 }, 0, "" },
         { { .servers = 1, .aggregation = 7 }, WF_EINVAL, "unknown aggregation 7" },
+        { { .servers = 1, .shards = 65 }, WF_EINVAL, "65 shards per worker (at most 64)" },
+        { { .servers = 1, .shards = -2 }, WF_EINVAL, "shards is -2 (0: the 1 workers)" },
     };
 
     TU_CHECK(size == 2, "size %d", size);
