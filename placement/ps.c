@@ -5,12 +5,14 @@
  *   a data-parallel rewrite over W replicas (wf__replicate(), one bucket per gradient, whose
  *   dp_reduce the session runs without a communicator: the weighted sum of the worker's own
  *   shards, in the fixed tree); it sends each such partial gradient to the server of its
- *   variable, each partial scalar (a loss) to every server, then receives every variable it
- *   reads from its server and writes it into its own copy (ps_assign), and the global
- *   scalars from server 0. A server receives the W partials of each gradient it holds, adds
- *   them in the fixed tree over the workers, runs the user's updates of its variables (the
- *   optimizer state is its own) and sends each updated variable to every worker; every
- *   server sums the scalars, so a server's run can fetch the global loss too.
+ *   variable, each partial scalar (a loss) to every server, then receives each variable an
+ *   update writes (not its optimizer slots) from its server and writes it into its own copy
+ *   (ps_assign), once every push and scalar of the step is done (so after every read of the
+ *   old value), and the global scalars from server 0. A server receives the W partials of
+ *   each gradient it holds, adds them in the fixed tree over the workers, runs the user's
+ *   updates of its variables (the optimizer state is its own) and sends each updated
+ *   variable to every worker; every server sums the scalars, so a server's run can fetch the
+ *   global loss too.
  * Why the sums equal MultiWorkerMirrored's bits: a worker's partial is what a rank of the same
  *   shards computes there, and the server's add tree over the W partials (split at the
  *   largest power of two below the count, left first) is the tree of dp_reduce's owner over

@@ -102,7 +102,9 @@ typedef struct wf_ps_opts {
  * naming it; a run that fails by itself fails the others as under MultiWorkerMirrored.
  * Limits: as MultiWorkerMirrored's (with W for N); one update per gradient; a value that reads
  * a gradient must be an update; a worker's optimizer slots and step counter stay at their
- * initial values (checkpoint the servers' for them).
+ * initial values, and so does a server's copy of a variable another server holds: a worker
+ * has every variable's value after each step, each server its own variables' optimizer
+ * state (no call yet gathers the servers' state into one checkpoint).
  * Returns 0, WF_EINVAL (NULL out, opts or comm, K < 1 or K >= N, negative staleness, bad
  * shards or aggregation: the message names the values), WF_ENOSYS (staleness > 0) or
  * WF_ENOMEM.
