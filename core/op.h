@@ -308,6 +308,14 @@ extern const wf_op_def wf_op_copy;
 extern const wf_op_def wf_op_shard_rows;
 extern const wf_op_def wf_op_dp_reduce;
 
+/* The ops of the parameter-server rewrite (core/op_ps.c; placement/ps.c inserts them):
+ *   ps_assign: inputs a variable and a value of its dtype and shape (what the worker pulled);
+ *     writes the value into the variable (n_assign 1). ps_join: inputs x and any others; its
+ *     value is x's, made once every input exists (a value ordered after the sends that carry
+ *     it, or a token for a rank's whole step). */
+extern const wf_op_def wf_op_ps_assign;
+extern const wf_op_def wf_op_ps_join;
+
 /* Aggregations of dp_reduce (attrs.axis); equal to wf_aggregation (weft/distribute.h):
  * MEAN weights shard k by its rows over the batch's (n_k / B: the mean over the global
  * batch), SUM by 1, SHARD_MEAN by 1 / S. */

@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_SHARED = 0, K_REPLICA = 1, K_GLOBAL = 2 };
+enum { K_SHARED = WF__KIND_SHARED, K_REPLICA = WF__KIND_REPLICA, K_GLOBAL = WF__KIND_GLOBAL };
 
 static bool is_batch(const wf_node *n)
 {
@@ -281,6 +281,52 @@ static int copy_globals(rw *w, const uint8_t *is_grad)
     return rc;
 }
 
+int wf__replicate_kinds(const wf_graph *g, uint8_t *kind, uint8_t *is_grad, wf_node **ref)
+{
+    int n = wf_graph_node_count(g);
+    *ref = NULL;
+    memset(is_grad, 0, (size_t)n);
+    for (int id = 0; id < n; id++) {
+        const wf_node *v = wf_graph_node(g, id);
+        int k = K_SHARED;
+        if (is_batch(v)) {
+            k = K_REPLICA;
+            if (!*ref)
+                *ref = (wf_node *)v;
+        }
+        bool reads_grad = false;
+        for (int j = 0; j < v->n_inputs; j++) {
+            const wf_node *x = v->inputs[j];
+            k = k > kind[x->id] ? k : kind[x->id];
+            reads_grad |= x->is_gradient && kind[x->id] == K_REPLICA;
+        }
+        if (reads_grad)
+            k = K_GLOBAL;
+        for (int j = 0; j < v->n_control; j++)
+            k = k > kind[v->control[j]->id] ? k : kind[v->control[j]->id];
+        if (k == K_REPLICA && v->op->n_assign > 0)
+            k = K_GLOBAL;
+        kind[id] = (uint8_t)k;
+    }
+    if (!*ref)
+        return wf__err(WF_EINVAL, "data-parallel rewrite: no placeholder has a -1 first dimension "
+                                  "(a batch to shard)");
+    for (int id = 0; id < n; id++) {
+        const wf_node *v = wf_graph_node(g, id);
+        if (kind[id] != K_GLOBAL)
+            continue;
+        for (int j = 0; j < v->n_inputs; j++) {
+            const wf_node *x = v->inputs[j];
+            if (kind[x->id] != K_REPLICA)
+                continue;
+            if (x->dtype != WF_F32 || wf_shape_numel(x->shape) < 0)
+                return fail_node(x, WF_EINVAL, "a gradient must be f32 with a static shape");
+            is_grad[x->id] = 1;
+        }
+    }
+    return 0;
+}
+
 int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
 {
     memset(m, 0, sizeof *m);
@@ -302,48 +348,8 @@ int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
         rc = wf__err(WF_ENOMEM, "data-parallel rewrite: no memory for %d nodes", n);
         goto done;
     }
-    for (int id = 0; id < n; id++) {
-        const wf_node *v = wf_graph_node(g, id);
-        int k = K_SHARED;
-        if (is_batch(v)) {
-            k = K_REPLICA;
-            if (!w.ref)
-                w.ref = (wf_node *)v;
-        }
-        bool reads_grad = false;
-        for (int j = 0; j < v->n_inputs; j++) {
-            const wf_node *x = v->inputs[j];
-            k = k > w.kind[x->id] ? k : w.kind[x->id];
-            reads_grad |= x->is_gradient && w.kind[x->id] == K_REPLICA;
-        }
-        if (reads_grad)
-            k = K_GLOBAL;
-        for (int j = 0; j < v->n_control; j++)
-            k = k > w.kind[v->control[j]->id] ? k : w.kind[v->control[j]->id];
-        if (k == K_REPLICA && v->op->n_assign > 0)
-            k = K_GLOBAL;
-        w.kind[id] = (uint8_t)k;
-    }
-    if (!w.ref) {
-        rc = wf__err(WF_EINVAL, "data-parallel rewrite: no placeholder has a -1 first dimension "
-                                "(a batch to shard)");
+    if ((rc = wf__replicate_kinds(g, w.kind, is_grad, &w.ref)) < 0)
         goto done;
-    }
-    for (int id = 0; id < n; id++) {
-        const wf_node *v = wf_graph_node(g, id);
-        if (w.kind[id] != K_GLOBAL)
-            continue;
-        for (int j = 0; j < v->n_inputs; j++) {
-            const wf_node *x = v->inputs[j];
-            if (w.kind[x->id] != K_REPLICA)
-                continue;
-            if (x->dtype != WF_F32 || wf_shape_numel(x->shape) < 0) {
-                rc = fail_node(x, WF_EINVAL, "a gradient must be f32 with a static shape");
-                goto done;
-            }
-            is_grad[x->id] = 1;
-        }
-    }
     if ((rc = copy_shards(&w)) < 0 || (rc = reduce_all(&w, is_grad, m)) < 0 ||
         (rc = copy_globals(&w, is_grad)) < 0)
         goto done;

@@ -43,6 +43,15 @@ typedef struct wf__replica_map {
     int n_local;     /* local shards b */
 } wf__replica_map;
 
+/* The kinds of the user's nodes (placement/replicate.c says which is which). */
+enum { WF__KIND_SHARED = 0, WF__KIND_REPLICA = 1, WF__KIND_GLOBAL = 2 };
+
+/* Sorts the nodes of 'g' into kinds: 'kind' and 'is_grad' (a replica node an update reads:
+ * a gradient) get one entry per node; '*ref' the first batch placeholder. Returns 0 or
+ * WF_EINVAL (no batch placeholder; a gradient that is not f32 with a static shape: the
+ * message names the node). */
+int wf__replicate_kinds(const wf_graph *g, uint8_t *kind, uint8_t *is_grad, wf_node **ref);
+
 /* Rewrites 'g' (static, no error) for 'o', appending nodes, and fills '*m' (the caller frees
  * m->remap with free()). Returns 0, WF_EINVAL (no batch placeholder; a gradient an update
  * reads that is not f32 with a static shape; too many buckets for the key edges: the message

@@ -245,6 +245,29 @@ int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const ch
 
 void wf__dp_free(struct wf__dp *dp);
 
+/* A strategy of 'comm' with options 'o' (checked by the caller) and 'servers' parameter
+ * servers (0: MultiWorkerMirrored). Returns 0 or WF_ENOMEM. */
+int wf__strategy_new(wf_comm *comm, const wf_strategy_opts *o, int servers, int staleness,
+                     wf_strategy **out);
+int wf__strategy_servers(const wf_strategy *st);
+
+/* How a strategy's messages name its replicas: the default of 'shards', many, one. */
+typedef struct wf__strategy_replicas {
+    const char *deflt, *many, *one;
+} wf__strategy_replicas;
+
+/* Checks 'shards' (0 becomes 'n', the replicas) and 'aggregation' for 'fn': the shards a
+ * multiple of n, each replica's shards a subtree of the fixed tree, at most 64 per replica.
+ * Returns 0 or WF_EINVAL with the message naming the values. */
+int wf__strategy_check(const char *fn, const wf__strategy_replicas *r, int n, int *shards,
+                       int aggregation);
+
+/* strategy_ps.c: the parameter-server rewrite of 'g' for this rank (placement/ps.h), its
+ * message on wf_last_errmsg(). */
+struct wf__replica_map;
+int wf__ps_prepare(wf_graph *g, int rank, int size, const wf_strategy_opts *o, int servers,
+                   int edge_base, struct wf__replica_map *map);
+
 /* session.c */
 
 /* Records a failure of a call on 's' as its message (wf_session_errmsg()) and this thread's

@@ -27,6 +27,7 @@ struct wf_strategy {
     wf_comm *comm;
     int rank, size;
     wf_strategy_opts o; /* o.devices NULL: the list is 'dev' */
+    int servers, staleness; /* parameter servers (runtime/strategy_ps.c); 0: none */
     /* Mirrored: */
     wf_runtime *rt;
     int n_dev;                 /* D (0: MultiWorkerMirrored) */
@@ -40,31 +41,39 @@ struct wf__dp {
     wf__replica_map map;
 };
 
+int wf__strategy_check(const char *fn, const wf__strategy_replicas *r, int n, int *shards,
+                       int aggregation)
+{
+    if (*shards < 0 || *shards > (1 << 20))
+        return wf__err(WF_EINVAL, "%s: shards is %d (0: %s)", fn, *shards, r->deflt);
+    if (!*shards)
+        *shards = n;
+    if (*shards % n || !wf__dp_blocks_ok(*shards, *shards / n))
+        return wf__err(WF_EINVAL,
+                       "%s: %d shards over %d %s: the shards must be a multiple of the %s, each "
+                       "%s's shards a subtree of the fixed sum tree (a power of two per %s, or "
+                       "one %s, always is)",
+                       fn, *shards, n, r->many, r->many, r->one, r->one, r->one);
+    if (*shards / n > 64)
+        return wf__err(WF_EINVAL, "%s: %d shards per %s (at most 64)", fn, *shards / n, r->one);
+    if (aggregation < WF_AGG_MEAN || aggregation > WF_AGG_SHARD_MEAN)
+        return wf__err(WF_EINVAL, "%s: unknown aggregation %d", fn, aggregation);
+    return 0;
+}
+
 int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts, wf_strategy **out)
 {
     if (!out)
         return wf__err(WF_EINVAL, "wf_strategy_multiworker: out is NULL");
     *out = NULL;
     wf_strategy_opts o = opts ? *opts : (wf_strategy_opts){ 0 };
-    int size = comm ? wf_comm_size(comm) : 1, rank = comm ? wf_comm_rank(comm) : 0;
+    int size = comm ? wf_comm_size(comm) : 1, rank = comm ? wf_comm_rank(comm) : 0, rc;
     if (size < 1 || rank < 0)
         return wf__err(WF_EINVAL, "wf_strategy_multiworker: the communicator is not valid");
-    if (o.shards < 0 || o.shards > (1 << 20))
-        return wf__err(WF_EINVAL, "wf_strategy_multiworker: shards is %d (0: the world size)",
-                       o.shards);
-    if (!o.shards)
-        o.shards = size;
-    if (o.shards % size || !wf__dp_blocks_ok(o.shards, o.shards / size))
-        return wf__err(WF_EINVAL,
-                       "wf_strategy_multiworker: %d shards over %d ranks: the shards must be a "
-                       "multiple of the ranks, each rank's shards a subtree of the fixed sum "
-                       "tree (a power of two per rank, or one rank, always is)",
-                       o.shards, size);
-    if (o.shards / size > 64)
-        return wf__err(WF_EINVAL, "wf_strategy_multiworker: %d shards per rank (at most 64)",
-                       o.shards / size);
-    if (o.aggregation < WF_AGG_MEAN || o.aggregation > WF_AGG_SHARD_MEAN)
-        return wf__err(WF_EINVAL, "wf_strategy_multiworker: unknown aggregation %d", o.aggregation);
+    if ((rc = wf__strategy_check("wf_strategy_multiworker",
+                                 &(wf__strategy_replicas){ "the world size", "ranks", "rank" },
+                                 size, &o.shards, o.aggregation)) < 0)
+        return rc;
     if (o.n_devices || o.devices || o.simulated_devices)
         return wf__err(WF_EINVAL,
                        "wf_strategy_multiworker: n_devices %d, devices %s, simulated_devices %d: "
@@ -174,9 +183,30 @@ int wf_strategy_mirrored(wf_runtime *rt, const wf_strategy_opts *opts, wf_strate
     return 0;
 }
 
+int wf__strategy_new(wf_comm *comm, const wf_strategy_opts *o, int servers, int staleness,
+                     wf_strategy **out)
+{
+    wf_strategy *st = calloc(1, sizeof *st);
+    if (!st)
+        return wf__err(WF_ENOMEM, "no memory for a strategy");
+    *st = (wf_strategy){ .comm = comm,
+                         .rank = wf_comm_rank(comm),
+                         .size = wf_comm_size(comm),
+                         .o = *o,
+                         .servers = servers,
+                         .staleness = staleness };
+    *out = st;
+    return 0;
+}
+
 int wf_strategy_device_count(const wf_strategy *st)
 {
     return st ? st->n_dev : wf__err(WF_EINVAL, "wf_strategy_device_count: strategy is NULL");
+}
+
+int wf__strategy_servers(const wf_strategy *st)
+{
+    return st->servers;
 }
 
 int wf_strategy_rank(const wf_strategy *st)
@@ -207,6 +237,7 @@ typedef struct agreement {
     uint64_t graph;
     int64_t nodes;
     int64_t shards, aggregation, bucket_bytes, first_bucket_bytes;
+    int64_t servers, staleness;
 } agreement;
 
 static uint64_t graph_hash(const wf_graph *g)
@@ -236,7 +267,9 @@ static int agree(wf_graph *g, const wf_strategy *st)
                      .shards = st->o.shards,
                      .aggregation = st->o.aggregation,
                      .bucket_bytes = (int64_t)st->o.bucket_bytes,
-                     .first_bucket_bytes = (int64_t)st->o.first_bucket_bytes };
+                     .first_bucket_bytes = (int64_t)st->o.first_bucket_bytes,
+                     .servers = st->servers,
+                     .staleness = st->staleness };
     agreement *all = calloc((size_t)st->size, sizeof *all);
     if (!all)
         return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory");
@@ -263,12 +296,13 @@ static int agree(wf_graph *g, const wf_strategy *st)
             len += (size_t)snprintf(
                 msg + len, sizeof msg - len,
                 "%srank %d's strategy options differ from rank 0's (shards %lld, "
-                "aggregation %lld, buckets %lld/%lld bytes; rank 0: %lld, "
-                "%lld, %lld/%lld)",
+                "aggregation %lld, buckets %lld/%lld bytes, servers %lld, staleness %lld; "
+                "rank 0: %lld, %lld, %lld/%lld, %lld, %lld)",
                 len ? "; " : "", r, (long long)b->shards, (long long)b->aggregation,
-                (long long)b->first_bucket_bytes, (long long)b->bucket_bytes, (long long)a->shards,
-                (long long)a->aggregation, (long long)a->first_bucket_bytes,
-                (long long)a->bucket_bytes);
+                (long long)b->first_bucket_bytes, (long long)b->bucket_bytes, (long long)b->servers,
+                (long long)b->staleness, (long long)a->shards, (long long)a->aggregation,
+                (long long)a->first_bucket_bytes, (long long)a->bucket_bytes, (long long)a->servers,
+                (long long)a->staleness);
     }
     free(all);
     if (len)
@@ -317,7 +351,11 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *devi
                               .edge_base = EDGE_BASE,
                               .shard_device = st->n_dev ? shard_dev : NULL,
                               .n_real = wf_device_count(st->rt) < 1 ? 1 : wf_device_count(st->rt) };
-    if ((rc = wf__replicate(g, &ro, &dp->map)) < 0) {
+    if (st->servers)
+        rc = wf__ps_prepare(g, st->rank, st->size, &st->o, st->servers, EDGE_BASE, &dp->map);
+    else
+        rc = wf__replicate(g, &ro, &dp->map);
+    if (rc < 0) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", wf_last_errmsg());
         free(dp);
@@ -340,7 +378,8 @@ wf_comm *wf__dp_comm(const struct wf__dp *dp)
 int wf__dp_start(wf_session *s)
 {
     wf_comm *c = wf__dp_comm(s->dp);
-    int rc = wf__transport_register_coll_kernels(s->kernels, c);
+    /* Parameter servers: dp_reduce sums a worker's own shards only (runtime/strategy_ps.c). */
+    int rc = wf__transport_register_coll_kernels(s->kernels, s->dp->st->servers ? NULL : c);
     if (rc < 0 || !c)
         return rc;
     /* One broadcast of every variable packed together: a collective per variable would

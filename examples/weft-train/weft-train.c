@@ -20,6 +20,10 @@
  *            --checkpoint-dir ckpt --resume     data parallel; when a rank dies weft-run
  *                                               starts all three again and every rank goes
  *                                               on from rank 0's newest checkpoint
+ *   weft-run -n 3 weft-train --strategy ps --ps-ranks 1
+ *                                               parameter servers: rank 0 holds the weights,
+ *                                               ranks 1 and 2 train (the bits of
+ *                                               --strategy multiworker on 2 ranks)
  * Ctrl-C stops training after the current step: the log, the plot and the trace so far are
  * written (the checkpoint is not: it would look like a finished run), and the exit status
  * is 130. A second Ctrl-C kills the program as usual.
@@ -79,10 +83,21 @@ typedef struct options {
     int keep;               /* --keep N: 0 the library's default (3) */
     bool resume;            /* --resume: from the newest complete checkpoint of D */
     const char *strategy;   /* --strategy multiworker: data parallel over weft-run's ranks;
-                               mirrored: over the devices of this process */
-    int shards;             /* --shards S (0: the number of ranks, or of devices) */
+                               mirrored: over the devices of this process; ps: parameter
+                               servers over weft-run's ranks */
+    int shards;             /* --shards S (0: the number of ranks, devices or workers) */
     int devices;            /* --devices N: mirrored's devices (0: every GPU) */
+    int ps_ranks;           /* --strategy ps --ps-ranks K: ranks 0 .. K-1 are servers */
+    int staleness;          /* --staleness s (0: synchronous) */
+    bool staleness_set;
 } options;
+
+/* The rank that prints, logs and saves: 0, or under --strategy ps the first worker (a
+ * server's copy of the variables it does not hold is not updated). */
+static int writer_rank(const options *o)
+{
+    return o->strategy && strcmp(o->strategy, "ps") == 0 ? o->ps_ranks : 0;
+}
 
 /* ---- The model --------------------------------------------------------------------------- */
 
@@ -832,6 +847,13 @@ static void usage(FILE *f)
             "  --devices N              mirrored's devices: the first N GPUs, or, with fewer\n"
             "                           GPUs than N, N simulated devices (CPU kernels on memory\n"
             "                           of their own: a check, not a speed-up)\n"
+            "  --strategy ps --ps-ranks K\n"
+            "                           parameter servers: ranks 0 .. K-1 hold the variables and\n"
+            "                           the optimizer state, the others train (shards: the\n"
+            "                           workers); rank K prints, logs and saves the weights (not\n"
+            "                           the optimizer state: no --checkpoint-every, --resume)\n"
+            "  --staleness s            0 (the default): synchronous, the bits of multiworker\n"
+            "                           over the workers\n"
             "  --quiet                  only the final line\n"
             "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
             "(not the checkpoint); the exit status is then 130.\n");
@@ -955,10 +977,26 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (strcmp(a, "--strategy") == 0) {
             NEED(1);
             o->strategy = argv[++i];
-            if (strcmp(o->strategy, "multiworker") != 0 && strcmp(o->strategy, "mirrored") != 0) {
-                fprintf(stderr, "weft-train: --strategy %s: expected multiworker or mirrored\n",
+            if (strcmp(o->strategy, "multiworker") != 0 && strcmp(o->strategy, "mirrored") != 0 &&
+                strcmp(o->strategy, "ps") != 0) {
+                fprintf(stderr,
+                        "weft-train: --strategy %s: expected multiworker, mirrored or ps\n",
                         o->strategy);
                 return -1;
+            }
+        } else if (strcmp(a, "--ps-ranks") == 0 || strcmp(a, "--staleness") == 0) {
+            NEED(1);
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < -4096 || v > 4096) {
+                fprintf(stderr, "weft-train: %s %s: expected a count\n", a, argv[i]);
+                return -1;
+            }
+            if (a[2] == 'p') {
+                o->ps_ranks = (int)v;
+            } else {
+                o->staleness = (int)v;
+                o->staleness_set = true;
             }
         } else if (strcmp(a, "--devices") == 0 || strcmp(a, "--shards") == 0) {
             NEED(1);
@@ -1021,6 +1059,20 @@ static int parse_args(int argc, char **argv, options *o)
     }
     if (o->devices && !(o->strategy && strcmp(o->strategy, "mirrored") == 0)) {
         fprintf(stderr, "weft-train: --devices needs --strategy mirrored\n");
+        return -1;
+    }
+    bool ps = o->strategy && strcmp(o->strategy, "ps") == 0;
+    if ((o->ps_ranks || o->staleness_set) && !ps) {
+        fprintf(stderr, "weft-train: --ps-ranks and --staleness need --strategy ps\n");
+        return -1;
+    }
+    if (ps && !o->ps_ranks) {
+        fprintf(stderr, "weft-train: --strategy ps needs --ps-ranks K (the server ranks)\n");
+        return -1;
+    }
+    if (ps && (o->ckpt_every || o->resume)) {
+        fprintf(stderr, "weft-train: --strategy ps: the optimizer state lives on the servers, "
+                        "which do not save it: no --checkpoint-every or --resume\n");
         return -1;
     }
     if (o->steps && o->epochs) {
@@ -1108,7 +1160,8 @@ static int finish_plot(wt_plot *plot, const options *o, const trainer *t, long s
 }
 
 /* --strategy: the communicator of weft-run's ranks (WEFT_RANK, WEFT_SIZE, ... or Slurm's,
- * Open MPI's) and the strategy over it. Ranks other than 0 go quiet and write no files. */
+ * Open MPI's) and the strategy over it. Ranks other than writer_rank() go quiet and write no
+ * files. */
 static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
 {
     wf_comm_opts co = { .rank = 0, .size = 1 };
@@ -1141,16 +1194,23 @@ static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
         return rc;
     }
     t->rank = wf_comm_rank(t->comm);
-    if ((rc = wf_strategy_multiworker(t->comm, &(wf_strategy_opts){ .shards = o->shards },
-                                      &t->strategy)) < 0) {
+    if (o->ps_ranks)
+        rc = wf_strategy_ps(
+            t->comm,
+            &(wf_ps_opts){ .servers = o->ps_ranks, .staleness = o->staleness, .shards = o->shards },
+            &t->strategy);
+    else
+        rc = wf_strategy_multiworker(t->comm, &(wf_strategy_opts){ .shards = o->shards },
+                                     &t->strategy);
+    if (rc < 0) {
         snprintf(err, errlen, "--strategy: %s", wf_last_errmsg());
         return rc;
     }
     return 0;
 }
 
-/* --strategy, before any file is opened: a rank other than 0 (from the environment) writes
- * no log, plot, checkpoint, trace or graph, and prints nothing (its errors still go to
+/* --strategy, before any file is opened: a rank other than writer_rank() (from the environment)
+ * writes no log, plot, checkpoint, trace or graph, and prints nothing (its errors still go to
  * stderr). */
 static int quiet_other_ranks(options *o)
 {
@@ -1159,7 +1219,7 @@ static int quiet_other_ranks(options *o)
         fprintf(stderr, "weft-train: --strategy: %s\n", wf_last_errmsg());
         return -1;
     }
-    if (co.rank != 0) {
+    if (co.rank != writer_rank(o)) {
         o->quiet = true;
         o->log = o->plot = o->save = o->trace = o->dump_graph = NULL;
         if (!freopen("/dev/null", "w", stdout))
@@ -1179,7 +1239,7 @@ int main(int argc, char **argv)
 {
     options o;
     if (parse_args(argc, argv, &o) < 0 ||
-        (o.strategy && strcmp(o.strategy, "multiworker") == 0 && quiet_other_ranks(&o) < 0))
+        (o.strategy && strcmp(o.strategy, "mirrored") != 0 && quiet_other_ranks(&o) < 0))
         return 2;
     /* Each line as it is printed, also into a pipe (weft-run's): a rank killed before its
      * buffer was full would otherwise take lines already printed ("resuming from ...") along. */
@@ -1374,7 +1434,8 @@ int main(int argc, char **argv)
                step - step0, secs, (double)(step - step0) * o.batch / secs,
                step0 ? ", resumed at a checkpoint" : "", 100 * test_acc, test_loss);
     if (o.save && !interrupted && (rc = save(&t, o.save, err, sizeof err)) == 0)
-        printf("weft-train: saved %s (safetensors: weights and optimizer state)\n", o.save);
+        printf("weft-train: saved %s (safetensors: weights%s)\n", o.save,
+               o.ps_ranks ? "; the optimizer state is the servers'" : " and optimizer state");
     if (o.trace) {
         int ev = wf_runtime_trace_write(t.rt, o.trace);
         if (ev < 0) {

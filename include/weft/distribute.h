@@ -113,6 +113,47 @@ WF_API WF_NODISCARD int wf_strategy_mirrored(wf_runtime *rt, const wf_strategy_o
 /* The devices of a Mirrored strategy (D), 0 for MultiWorkerMirrored, WF_EINVAL for NULL. */
 WF_API int wf_strategy_device_count(const wf_strategy *st);
 
+/* Options of parameter servers (wf_strategy_ps()). */
+typedef struct wf_ps_opts {
+    int servers;     /* K: ranks 0 .. K-1 are servers, the others workers; 1 <= K < N, required */
+    int staleness;   /* s: 0: synchronous (each server sums one step of every worker before it
+                        updates). Only 0 is implemented: s > 0 is WF_ENOSYS */
+    int shards;      /* S; 0: the number of workers N - K */
+    int aggregation; /* wf_aggregation; 0: WF_AGG_MEAN */
+} wf_ps_opts;
+
+/* Makes a parameter-server strategy (tf.distribute's ParameterServerStrategy, synchronous)
+ * over 'comm'. Ranks 0 .. K-1 (the servers) hold the variables: each update that reads a
+ * gradient goes, largest first (the bytes of its variable and optimizer slots), to the server
+ * holding the fewest bytes so far (ties: the lowest rank); updates reading no gradient (the
+ * step counter's increment) run on every server. The optimizer state lives there. Ranks K ..
+ * N-1 (the W workers) split the global batch into S shards as MultiWorkerMirrored does over
+ * W ranks (worker w takes shards w*S/W .. (w+1)*S/W - 1), push each gradient's weighted sum
+ * over their shards to its server, and pull every updated variable back into their own copy
+ * before their run returns. A server adds the W partials of a gradient in the fixed tree of
+ * MultiWorkerMirrored, so a run with W workers gives the bits of MultiWorkerMirrored over W
+ * ranks with the same shards (and of one process with S shards). A fetched scalar (a loss) is
+ * the global value on every rank, servers included.
+ * Every rank's wf_session_run() is one step: a server's receives, updates and sends; it needs
+ * no batch (feeds are ignored) but makes the same runs, with the same fetches and targets, as
+ * the workers. A dead rank, server or worker, fails every other rank's run with WF_EPEER
+ * naming it; a run that fails by itself fails the others as under MultiWorkerMirrored.
+ * Limits: as MultiWorkerMirrored's (with W for N); one update per gradient; a value that reads
+ * a gradient must be an update; a worker's optimizer slots and step counter stay at their
+ * initial values, and so does a server's copy of a variable another server holds: a worker
+ * has every variable's value after each step, each server its own variables' optimizer
+ * state (no call yet gathers the servers' state into one checkpoint).
+ * Returns 0, WF_EINVAL (NULL out, opts or comm, K < 1 or K >= N, negative staleness, bad
+ * shards or aggregation: the message names the values), WF_ENOSYS (staleness > 0) or
+ * WF_ENOMEM.
+ * Ownership: the caller owns '*out' (wf_strategy_destroy()); 'comm' is borrowed and must
+ * outlive every session made with the strategy; 'opts' is copied. Threads: any. */
+WF_API WF_NODISCARD int wf_strategy_ps(wf_comm *comm, const wf_ps_opts *opts, wf_strategy **out);
+
+/* 1 if this rank is a parameter server of 'st', 0 if not (a worker, or another strategy),
+ * WF_EINVAL for NULL. */
+WF_API int wf_strategy_is_server(const wf_strategy *st);
+
 /* This process's rank and the world size of a strategy (0 and 1 without a communicator,
  * and for Mirrored), or WF_EINVAL for NULL. */
 WF_API int wf_strategy_rank(const wf_strategy *st);
