@@ -257,8 +257,11 @@ static result torch_case(const char *python, int ranks, int steps, int warmup)
 {
     result r = { 0 };
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s/dp_bench_ddp.py --ranks %d --steps %d --warmup %d --port %d",
-             python, DB_SCRIPT_DIR, ranks, steps, warmup, free_port());
+    /* The script picks its port, retries a failed rendezvous and has its own deadlines;
+     * timeout(1) is the last guard so that a stuck interpreter cannot hang the bench. */
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 10 600 %s %s/dp_bench_ddp.py --ranks %d --steps %d --warmup %d", python,
+             DB_SCRIPT_DIR, ranks, steps, warmup);
     FILE *p = popen(cmd, "r");
     if (!p)
         return r;
