@@ -462,10 +462,8 @@ static int ring(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, const s
  * with 64 KiB, 3.2-3.3 with 32 KiB, 3.8-4.2 with 256 KiB. */
 #define PAIR_PIECE 131072
 
-/* Copies 'bytes' between 'local' and address 'addr' of rank 'peer': from the peer with
- * process_vm_readv, or to it with process_vm_writev when 'to_peer'. */
-static int cma_copy(wf_comm *c, int peer, void *local, uint64_t addr, size_t bytes, bool to_peer,
-                    const char *what)
+int wf__cma_copy(wf_comm *c, int peer, void *local, uint64_t addr, size_t bytes, bool to_peer,
+                 const char *what)
 {
     uint8_t *d = local;
     while (bytes) {
@@ -560,11 +558,11 @@ static int ring_cma(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, con
                 uint8_t *dst = buf + at + p * es;
                 if (reducing) {
                     uint8_t *t = tmp_page + ((from + p * es) & (CMA_PAGE - 1));
-                    rc = cma_copy(c, left, t, from + p * es, pl * es, false, what);
+                    rc = wf__cma_copy(c, left, t, from + p * es, pl * es, false, what);
                     if (rc == 0)
                         reduce3(dst, own + p * es, t, pl, dt, op);
                 } else {
-                    rc = cma_copy(c, left, dst, from + p * es, pl * es, false, what);
+                    rc = wf__cma_copy(c, left, dst, from + p * es, pl * es, false, what);
                 }
             }
             if (rc == 0 && s < last)
@@ -623,10 +621,10 @@ static int pair_cma(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, con
     for (size_t p = 0; rc == 0 && p < len[rb]; p += pe) {
         size_t pl = len[rb] - p < pe ? len[rb] - p : pe, at = (off[rb] + p) * es;
         uint8_t *t = tmp_page + ((theirs[1] + at) & (CMA_PAGE - 1));
-        rc = cma_copy(c, peer, t, theirs[1] + at, pl * es, false, what);
+        rc = wf__cma_copy(c, peer, t, theirs[1] + at, pl * es, false, what);
         if (rc == 0) {
             reduce3(buf + at, in + at, t, pl, dt, op);
-            rc = cma_copy(c, peer, buf + at, theirs[0] + at, pl * es, true, what);
+            rc = wf__cma_copy(c, peer, buf + at, theirs[0] + at, pl * es, true, what);
         }
     }
     if (rc == 0)

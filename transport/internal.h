@@ -473,6 +473,12 @@ int wf__peer_fail(wf_comm *c, int peer, const char *what, const char *why);
  * transports chosen include shared memory; then it also warms UCX's shared-memory FIFOs
  * with a few all-reduces (coll.c, shm_warmup). */
 int wf__cma_setup(wf_comm *c, const char *tls);
+/* Copies 'bytes' between 'local' and address 'addr' of rank 'peer' (on this host, c->cma):
+ * from the peer with process_vm_readv, or to it with process_vm_writev when 'to_peer'. A
+ * failed copy (a dead peer: ESRCH, EFAULT) fails the comm naming the peer and 'what' and
+ * returns its code; never an abort. Threads: any. */
+int wf__cma_copy(wf_comm *c, int peer, void *local, uint64_t addr, size_t bytes, bool to_peer,
+                 const char *what);
 
 #if WF_HAVE_NCCL
 /* nccl.c: collectives on CUDA device memory (built with CUDA and NCCL). Returns the CUDA

@@ -3,7 +3,8 @@
  * single-process run on the same global batch (per-step losses within 1e-6 relative), and is
  * bit for bit the single-process run with the same shards (losses and the saved weights);
  * 1 x 4, 2 x 2 and 4 x 1 (ranks x shards) give the same weight bytes after 50 steps; 3 ranks
- * of one weft worker each with a 4096-wide MLP give the bits of one process with 3 shards; ranks
+ * of one weft worker each with a 4096-wide MLP give the bits of one process with 3 shards; the
+ * reductions over TCP (through UCX) and on one host (memory reads) give the same bits; ranks
  * with different graphs or options fail session creation naming the ranks; ranks fed
  * batches of different sizes fail the run with WF_ESHAPE; a killed rank fails the other's
  * run within 2 s with WF_EPEER naming it, and so does a rank whose run fails by itself (a
@@ -422,8 +423,8 @@ static void read_result(const char *path, mw_result *r)
 }
 
 /* Runs 'ranks' ranks of 'workers' weft workers each (0: 2) with 'shards' shards, an MLP 'hid'
- * wide (0: HID), and returns rank 0's result. */
-static void run_ranks_with(int ranks, int workers, mw_arg a, mw_result *r)
+ * wide (0: HID), over UCX transports 'tls' (NULL: the default), and returns rank 0's result. */
+static void run_ranks_with(int ranks, int workers, const char *tls, mw_arg a, mw_result *r)
 {
     a.mode = M_TRAIN;
     char tag[32];
@@ -436,6 +437,7 @@ static void run_ranks_with(int ranks, int workers, mw_arg a, mw_result *r)
                  .timeout_s = WF_TEST_TIMEOUT(60),
                  .with_rt = true,
                  .n_workers = workers };
+    t.opts.tls = tls;
     tu_start(&t);
     cr_assert(tu_wait(&t), "%d ranks did not finish in time", ranks);
     for (int i = 0; i < ranks; i++)
@@ -445,15 +447,15 @@ static void run_ranks_with(int ranks, int workers, mw_arg a, mw_result *r)
 }
 
 static void run_ranks_of(int ranks, int workers, int shards, int steps, int batch, int hid,
-                         mw_result *r)
+                         const char *tls, mw_result *r)
 {
-    run_ranks_with(ranks, workers,
+    run_ranks_with(ranks, workers, tls,
                    (mw_arg){ .shards = shards, .steps = steps, .batch = batch, .hid = hid }, r);
 }
 
 static void run_ranks(int ranks, int shards, int steps, int batch, mw_result *r)
 {
-    run_ranks_of(ranks, 0, shards, steps, batch, 0, r);
+    run_ranks_of(ranks, 0, shards, steps, batch, 0, NULL, r);
 }
 
 /* The same in this process: 'shards' shards without a communicator, or (0) a plain session. */
@@ -508,6 +510,17 @@ Test(transport_multiworker, two_ranks_follow_one_process_and_equal_it_bitwise_wi
     assert_bitwise(&two, &local2, "2 ranks vs one process with 2 shards");
 }
 
+/* Over TCP the comm has no single-copy path (c->cma false), so the reductions send partials
+ * and results through UCX; on one host (the default) they read them out of the peers' memory.
+ * Both forms add in the same order: the same bits. */
+Test(transport_multiworker, reductions_over_tcp_and_by_memory_reads_train_bitwise_alike)
+{
+    static mw_result tcp, host;
+    run_ranks_of(2, 0, 2, 20, 32, 0, "tcp", &tcp);
+    run_ranks_of(2, 0, 2, 20, 32, 0, NULL, &host);
+    assert_bitwise(&tcp, &host, "2 ranks over tcp vs 2 ranks on one host");
+}
+
 Test(transport_multiworker, three_ranks_with_an_uneven_batch_follow_one_process)
 {
     static mw_result three, plain, local3;
@@ -528,7 +541,7 @@ Test(transport_multiworker, three_ranks_of_one_worker_with_rendezvous_buckets_fi
 {
     static mw_result three, local3;
     uint64_t t0 = wf_test_now_ns();
-    run_ranks_of(3, 1, 3, 30, 60, WIDE, &three);
+    run_ranks_of(3, 1, 3, 30, 60, WIDE, NULL, &three);
     double dt = (double)(wf_test_now_ns() - t0) * 1e-9;
     printf("3 ranks x 1 worker, MLP %d-%d-%d, 30 steps: %.2f s\n", IN, WIDE, OUT, dt);
     run_local_of(3, 30, 60, WIDE, &local3);
@@ -543,7 +556,7 @@ Test(transport_multiworker, gradients_clipped_by_the_global_norm_are_clipped_glo
 {
     static mw_result two, plain, local2;
     mw_arg a = { .shards = 2, .steps = 12, .batch = 32, .clip = 0.05 };
-    run_ranks_with(2, 0, a, &two);
+    run_ranks_with(2, 0, NULL, a, &two);
     run_local_with(a, &local2);
     a.shards = 0;
     run_local_with(a, &plain);
@@ -558,7 +571,7 @@ Test(transport_multiworker, a_run_one_rank_makes_alone_does_not_shift_the_steps_
 {
     static mw_result two, local2;
     mw_arg a = { .shards = 2, .steps = 8, .batch = 32, .solo = true };
-    run_ranks_with(2, 0, a, &two);
+    run_ranks_with(2, 0, NULL, a, &two);
     a.solo = false;
     run_local_with(a, &local2);
     assert_bitwise(&two, &local2, "2 ranks, rank 0 running alone between steps");
