@@ -26,7 +26,7 @@
 struct wf_strategy {
     wf_comm *comm;
     int rank, size;
-    wf_strategy_opts o; /* o.devices NULL: the list is 'dev' */
+    wf_strategy_opts o;     /* o.devices NULL: the list is 'dev' */
     int servers, staleness; /* parameter servers (runtime/strategy_ps.c); 0: none */
     /* Mirrored: */
     wf_runtime *rt;

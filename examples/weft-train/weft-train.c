@@ -979,8 +979,7 @@ static int parse_args(int argc, char **argv, options *o)
             o->strategy = argv[++i];
             if (strcmp(o->strategy, "multiworker") != 0 && strcmp(o->strategy, "mirrored") != 0 &&
                 strcmp(o->strategy, "ps") != 0) {
-                fprintf(stderr,
-                        "weft-train: --strategy %s: expected multiworker, mirrored or ps\n",
+                fprintf(stderr, "weft-train: --strategy %s: expected multiworker, mirrored or ps\n",
                         o->strategy);
                 return -1;
             }
