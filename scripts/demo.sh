@@ -5,6 +5,8 @@
 # and accuracy (an SVG; weft-train prints its full path) in the build tree.
 # Usage: scripts/demo.sh [weft-train args...]   e.g. scripts/demo.sh --model cnn --epochs 20
 #        scripts/demo.sh --sched [sched_demo args...]   the scheduler demo (a traced DAG)
+#        scripts/demo.sh --dp [weft-train args...]      the same training data parallel on two
+#                                                       local ranks (weft-run -n 2, multiworker)
 # Env: WEFT_WORKERS, WEFT_TOPOLOGY, WEFT_NO_PIN, WEFT_TRACE (see README.md); WF_BUILD_DIR
 # (default build), WF_JOBS, WF_CMAKE_ARGS, WF_SETUP_SKIP=1.
 set -euo pipefail
@@ -25,6 +27,11 @@ fi
 # programs: the libraries and every tool, so that "cmake --install" works right after the demo.
 wf_build "$build" programs
 cd "$build/examples/weft-train"
+if [[ "${1:-}" == --dp ]]; then
+    shift
+    [[ $# -gt 0 ]] || set -- --save digits-mlp-dp.safetensors
+    exec ../../tools/weft-run -n 2 ./weft-train --strategy multiworker "$@"
+fi
 if [[ $# -eq 0 ]]; then
     set -- --save digits-mlp.safetensors --log steps.jsonl --trace weft-train.trace.json \
         --plot "$PWD/digits-mlp.svg"
