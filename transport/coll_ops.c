@@ -121,6 +121,7 @@ struct dpx {
     dp_hdr mine;       /* what every header should say */
     dp_hdr *got;       /* size: what each peer said */
     uint64_t *notes;   /* on one host: 2 * size 8-byte "ready"/"read" receive buffers */
+    _Atomic int *pair; /* on one host, per peer: its header and its "ready" seen (0, 1, 2) */
     uint64_t note;     /* what a note sends */
     bool cma;          /* the one-host form (c->cma) */
     slot *slots;       /* T_KINDS * size */
@@ -169,6 +170,7 @@ static void done_one(dpx *x)
     free(x->tmp);
     free(x->got);
     free(x->notes);
+    free((void *)x->pair);
     free(x->slots);
     free(x);
     complete(token, rc);
@@ -259,7 +261,11 @@ static void on_done(void *arg, int rc)
         check_hdr(x, q);
     if (x->cma && s->kind == T_HDR_RECV) /* q's partial of my chunk, out of q's output */
         cma_read(x, q, x->lo[me], x->lo[me + 1] - x->lo[me], partial_of(x, q), "the partial");
-    if (x->cma && s->kind == T_RES_RECV) { /* q's chunk is reduced: read it, then say so */
+    /* q's chunk is reduced: read it, then say so. That needs q's "ready" and q's header (the
+     * address), which may complete in either order (q's actor can send "ready" from a
+     * callback while its header still waits in q's mailbox): the second of the two reads. */
+    if (x->cma && (s->kind == T_RES_RECV || s->kind == T_HDR_RECV) &&
+        atomic_fetch_add_explicit(&x->pair[q], 1, memory_order_acq_rel) == 1) {
         cma_read(x, q, x->lo[q], x->lo[q + 1] - x->lo[q], x->out + x->lo[q], "the result");
         post(x, T_PART_SEND, q, &x->note, sizeof x->note, 1, 1);
     }
@@ -336,6 +342,7 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         x->lo = malloc((size_t)(nr + 1) * sizeof *x->lo);
         x->got = calloc((size_t)nr, sizeof *x->got);
         x->notes = calloc(2 * (size_t)nr, sizeof *x->notes);
+        x->pair = calloc((size_t)nr, sizeof *x->pair);
         x->slots = calloc((size_t)T_KINDS * (size_t)nr, sizeof *x->slots);
     }
     size_t count = (size_t)(*out)->numel;
@@ -346,11 +353,12 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         size_t len = x->lo[me + 1] - x->lo[me];
         x->tmp = malloc((size_t)(nr - 1) * len * sizeof(float) + 1);
     }
-    if (!x || !x->lo || !x->got || !x->notes || !x->slots || !x->tmp) {
+    if (!x || !x->lo || !x->got || !x->notes || !x->pair || !x->slots || !x->tmp) {
         if (x) {
             free(x->lo);
             free(x->got);
             free(x->notes);
+            free((void *)x->pair);
             free(x->slots);
             free(x->tmp);
             free(x);

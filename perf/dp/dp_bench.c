@@ -15,7 +15,11 @@
  *   --threads prints, for every rank of every weft case, each thread's name, CPU time during
  *   the timed steps and the CPUs it may run on (/proc/self/task), on stderr;
  *   --same-cores does not tell the runtimes their local rank (wf_runtime_opts.local_rank and
- *   local_size), so every rank pins its workers from core 0, as before they existed.
+ *   local_size), so every rank pins its workers from core 0, as before they existed;
+ *   --flight-compare R runs only the 2-rank case, 2R times, alternating the comm's flight
+ *   recorder on and off (wf_comm_opts.flight_off; each order in turn), and prints the median
+ *   of each mode's step medians and the recorder's share of the step ("flight_overhead_pct",
+ *   on over off, minus 1): what the recorder costs a real data-parallel step.
  * Not here: the strategy (runtime/strategy.c, placement/replicate.c, transport/coll_ops.c). */
 #ifndef _GNU_SOURCE
 #    define _GNU_SOURCE
@@ -187,6 +191,8 @@ static double exposed_of(const char *buf, long run)
 }
 
 /* One rank of a case: trains 'warmup + steps' steps and fills 'r' (rank 0's times). */
+static bool flight_off; /* --flight-compare: this case's comms without the recorder */
+
 static int run_case(int rank, int size, int workers, int port, int steps, int warmup, result *r)
 {
     wf_runtime *rt = NULL;
@@ -200,7 +206,10 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     if (rc == 0 && size > 1)
         rc = wf_comm_create(
-            rt, &(wf_comm_opts){ .rank = rank, .size = size, .addr = addr, .token = "dp" }, &c);
+            rt,
+            &(wf_comm_opts){
+                .rank = rank, .size = size, .addr = addr, .token = "dp", .flight_off = flight_off },
+            &c);
     if (rc == 0 && size > 1)
         rc = wf_strategy_multiworker(c, NULL, &st);
     if (rc < 0) {
@@ -393,11 +402,47 @@ static void print(bool json, const char *impl, int ranks, int workers, const res
     fflush(stdout);
 }
 
+/* --flight-compare: the 2-rank case with the recorder on and off, alternating. */
+static int flight_compare(bool json, int rounds, int steps, int warmup)
+{
+    double t[2][64];
+    for (int r = 0; r < rounds; r++)
+        for (int k = 0; k < 2; k++) {
+            int off = (r + k) % 2; /* on-off, then off-on: both see the same drift */
+            flight_off = off;
+            result w = spawn_case(2, 1, steps, warmup);
+            if (!w.ok) {
+                fprintf(stderr, "dp_bench: the 2-rank case failed (recorder %s)\n",
+                        off ? "off" : "on");
+                return 1;
+            }
+            t[off][r] = w.median_s;
+        }
+    double on = bench_median(t[0], rounds), off = bench_median(t[1], rounds);
+    double pct = 100.0 * (on / off - 1.0);
+    for (int k = 0; k < 2; k++) {
+        double m = k ? off : on;
+        if (json)
+            printf("{\"bench\": \"mlp_dp_flight\", \"impl\": \"weft\", \"ranks\": 2, "
+                   "\"workers\": 1, \"flight\": %s, \"median_s\": %.6f, \"rounds\": %d%s",
+                   k ? "false" : "true", m, rounds, k ? "}\n" : "");
+        else
+            printf("weft 2 x 1, flight recorder %-3s %8.2f ms (median of %d runs)\n",
+                   k ? "off" : "on", 1e3 * m, rounds);
+        if (json && !k)
+            printf(", \"flight_overhead_pct\": %.3f}\n", pct);
+    }
+    if (!json)
+        printf("flight recorder: %+.2f%% of the step\n", pct);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bool json = false, torch = true;
     int steps = 20, warmup = 3;
     const char *python = "/usr/bin/python3";
+    int flight_rounds = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = true;
@@ -417,12 +462,18 @@ int main(int argc, char **argv)
             show_threads = true;
         else if (!strcmp(argv[i], "--same-cores"))
             pin_local = false;
+        else if (!strcmp(argv[i], "--flight-compare") && i + 1 < argc &&
+                 bench_parse_int(argv[i + 1], 1, 64, &flight_rounds) == 0)
+            i++;
         else {
             fprintf(stderr, "usage: dp_bench [--json] [--steps N] [--warmup W] [--python PATH] "
-                            "[--no-torch] [--trace PREFIX] [--threads] [--same-cores]\n");
+                            "[--no-torch] [--trace PREFIX] [--threads] [--same-cores] "
+                            "[--flight-compare R]\n");
             return 2;
         }
     }
+    if (flight_rounds)
+        return flight_compare(json, flight_rounds, steps, warmup);
     result w11 = spawn_case(1, 1, steps, warmup);
     result w12 = spawn_case(1, 2, steps, warmup);
     result w21 = spawn_case(2, 1, steps, warmup);
