@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_SHARED = 0, K_REPLICA = 1, K_GLOBAL = 2 };
+enum { K_SHARED = WF__KIND_SHARED, K_REPLICA = WF__KIND_REPLICA, K_GLOBAL = WF__KIND_GLOBAL };
 
 static bool is_batch(const wf_node *n)
 {
@@ -68,7 +68,75 @@ typedef struct rw {
     wf_node **glob;  /* n: the global node of a gradient or of a global node */
     wf_node *ref;    /* the first batch placeholder */
     int edge;
+    /* a pipeline's: cross[id] the other stages that read id's per-shard value, edge0[id] the
+     * first of its edges within a shard, per_shard the edges of one shard, recv[i * n + id] */
+    uint64_t *cross;
+    int *edge0, per_shard;
+    wf_node **recv;
+    wf__replica_map *map;
 } rw;
+
+/* Whether node 'id' runs on this rank (always, without a pipeline). */
+static bool local(const rw *w, int id)
+{
+    if (!w->o->stage_of)
+        return true;
+    int s = w->o->stage_of[id];
+    return s == w->o->stage || s == WF__STAGE_ALL || s == WF__STAGE_SHARED;
+}
+
+/* The key edge of shard i's value of node 'id' to stage 'dst'. */
+static int p2p_edge(const rw *w, int i, int id, int dst)
+{
+    uint64_t below = dst ? w->cross[id] & ((1ull << dst) - 1) : 0;
+    return w->o->p2p_edge_base + i * w->per_shard + w->edge0[id] + __builtin_popcountll(below);
+}
+
+/* Shard i's value of 'x' (another stage's) received here: one recv per (value, shard). Its
+ * -1 dimensions are the shard's rows (the batch's). NULL on failure. */
+static wf_node *recv_of(rw *w, int i, const wf_node *x)
+{
+    wf_node **slot = &w->recv[(size_t)i * w->n + x->id];
+    if (*slot)
+        return *slot;
+    int64_t lo, hi;
+    wf__shard_rows_range(w->o->batch_rows, i, w->o->shards, &lo, &hi);
+    wf_attrs a = { 0 };
+    a.peer = w->o->stage_of[x->id];
+    a.edge = p2p_edge(w, i, x->id, w->o->stage);
+    a.dtype = x->dtype;
+    a.shape = x->shape;
+    for (int d = 0; d < a.shape.rank; d++)
+        if (a.shape.dims[d] < 0)
+            a.shape.dims[d] = hi - lo;
+    char name[256];
+    snprintf(name, sizeof name, "%s/mb%d/recv", x->name, i);
+    *slot = wf__node_add_ex(w->g, &wf_op_recv, wf_graph_find(w->g, name) ? NULL : name, NULL, 0, &a,
+                            (wf_srcloc){ x->file, x->line });
+    return *slot;
+}
+
+/* Sends shard i's copy 'c' of node 'id' to every other stage that reads it. */
+static int send_to_readers(rw *w, int i, int id, wf_node *c)
+{
+    wf__replica_map *m = w->map;
+    for (int dst = 0; dst < w->o->stages; dst++) {
+        if (!(w->cross[id] >> dst & 1))
+            continue;
+        wf_attrs a = { 0 };
+        a.peer = dst;
+        a.edge = p2p_edge(w, i, id, dst);
+        wf_node **grown = realloc(m->sends, sizeof *grown * (size_t)(m->n_sends + 1));
+        if (!grown)
+            return wf__err(WF_ENOMEM, "pipeline rewrite: no memory");
+        m->sends = grown;
+        wf_node *s = wf__node_add_ex(w->g, &wf_op_send, NULL, &c, 1, &a, (wf_srcloc){ 0 });
+        if (!s)
+            return wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+        m->sends[m->n_sends++] = s;
+    }
+    return 0;
+}
 
 static int fail_node(const wf_node *n, int code, const char *what)
 {
@@ -81,10 +149,17 @@ static int copy_shards(rw *w)
 {
     wf_node *stack_in[16], **in = stack_in;
     int cap = 16, rc = 0;
-    for (int i = 0; i < w->b && rc == 0; i++)
+    /* Without a schedule: shard by shard. With one: its compute actions in order (a
+     * micro-batch's forward or backward part), so that each part's nodes are made after the
+     * part before it and a control edge can order them (placement/pipeline.c). */
+    const int *order = w->o->order;
+    int n_parts = order ? 2 * w->b : w->b;
+    for (int p = 0; p < n_parts && rc == 0; p++)
         for (int id = 0; id < w->n && rc == 0; id++) {
+            int i = order ? (order[p] >= 0 ? order[p] : -1 - order[p]) : p;
             wf_node *n = wf_graph_node(w->g, id);
-            if (w->kind[id] != K_REPLICA)
+            if (w->kind[id] != K_REPLICA || !local(w, id) ||
+                (order && w->o->backward[id] != (order[p] < 0)))
                 continue;
             wf_node *c;
             if (is_batch(n)) {
@@ -105,8 +180,14 @@ static int copy_shards(rw *w)
                 }
                 for (int k = 0; k < n->n_inputs; k++) {
                     wf_node *x = n->inputs[k];
-                    in[k] = w->kind[x->id] == K_REPLICA ? w->shard[i * w->n + x->id] : x;
+                    in[k] = w->kind[x->id] != K_REPLICA ? x
+                            : local(w, x->id)           ? w->shard[i * w->n + x->id]
+                                                        : recv_of(w, i, x);
+                    if (!in[k])
+                        rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
                 }
+                if (rc < 0)
+                    break;
                 c = wf__node_add_ex(w->g, n->op, NULL, in, n->n_inputs, n->attrs,
                                     (wf_srcloc){ n->file, n->line });
                 for (int k = 0; c && k < n->n_control; k++) {
@@ -119,6 +200,8 @@ static int copy_shards(rw *w)
             if (!c)
                 rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
             w->shard[i * w->n + id] = c;
+            if (c && w->cross && w->cross[id])
+                rc = send_to_readers(w, i, id, c);
         }
     if (in != stack_in)
         free(in);
@@ -185,7 +268,8 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
     /* Scalars the shards compute: global values for fetches. */
     for (int id = 0; id < w->n && rc == 0; id++) {
         wf_node *n = wf_graph_node(w->g, id);
-        if (w->kind[id] != K_REPLICA || is_grad[id] || n->shape.rank != 0 || n->dtype != WF_F32)
+        if (w->kind[id] != K_REPLICA || is_grad[id] || n->shape.rank != 0 || n->dtype != WF_F32 ||
+            !local(w, id))
             continue;
         if (w->edge + 1 >= (1 << 15))
             break; /* no edges left: such a scalar is then not fetchable (remap NULL) */
@@ -216,7 +300,7 @@ static int copy_globals(rw *w, const uint8_t *is_grad)
     int rc = 0;
     for (int id = 0; id < w->n && rc == 0; id++) {
         wf_node *n = wf_graph_node(w->g, id);
-        if (w->kind[id] != K_GLOBAL)
+        if (w->kind[id] != K_GLOBAL || !local(w, id))
             continue;
         wf_node **in = malloc((size_t)(n->n_inputs ? n->n_inputs : 1) * sizeof *in);
         if (!in)
@@ -236,6 +320,8 @@ static int copy_globals(rw *w, const uint8_t *is_grad)
                                 (wf_srcloc){ n->file, n->line });
             for (int k = 0; c && k < n->n_control; k++) {
                 wf_node *x = n->control[k];
+                if (!local(w, x->id))
+                    continue; /* a pipeline's node of every stage: ordered after its own */
                 if (w->kind[x->id] == K_REPLICA) {
                     for (int i = 0; c && i < w->b; i++)
                         if (wf__node_add_control(c, w->shard[i * w->n + x->id]) < 0)
@@ -253,51 +339,132 @@ static int copy_globals(rw *w, const uint8_t *is_grad)
     return rc;
 }
 
-int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
+int wf__replicate_kinds(const wf_graph *g, uint8_t *kind)
 {
-    memset(m, 0, sizeof *m);
-    if (!g || !o || o->size < 1 || o->rank < 0 || o->rank >= o->size || o->shards < o->size ||
-        o->shards % o->size || !o->bucket_bytes || !o->first_bucket_bytes)
-        return wf__err(WF_EINVAL, "data-parallel rewrite: bad options");
-    if (wf_graph_mode(g) != WF_STATIC)
-        return wf__err(WF_EINVAL, "data-parallel rewrite: the graph is eager; a strategy "
-                                  "rewrites static graphs");
-    rw w = { .g = g, .o = o, .n = wf_graph_node_count(g), .b = o->shards / o->size };
-    w.edge = o->edge_base;
-    int n = w.n, rc = 0;
-    w.kind = calloc((size_t)(n ? n : 1), 1);
-    uint8_t *is_grad = calloc((size_t)(n ? n : 1), 1);
-    w.shard = calloc((size_t)w.b * (size_t)(n ? n : 1), sizeof *w.shard);
-    w.glob = calloc((size_t)(n ? n : 1), sizeof *w.glob);
-    m->remap = calloc((size_t)(n ? n : 1), sizeof *m->remap);
-    if (!w.kind || !is_grad || !w.shard || !w.glob || !m->remap) {
-        rc = wf__err(WF_ENOMEM, "data-parallel rewrite: no memory for %d nodes", n);
-        goto done;
-    }
+    int n = wf_graph_node_count(g);
+    bool batch = false;
     for (int id = 0; id < n; id++) {
         const wf_node *v = wf_graph_node(g, id);
         int k = K_SHARED;
         if (is_batch(v)) {
             k = K_REPLICA;
-            if (!w.ref)
-                w.ref = (wf_node *)v;
+            batch = true;
         }
         for (int j = 0; j < v->n_inputs; j++)
-            k = k > w.kind[v->inputs[j]->id] ? k : w.kind[v->inputs[j]->id];
+            k = k > kind[v->inputs[j]->id] ? k : kind[v->inputs[j]->id];
         for (int j = 0; j < v->n_control; j++)
-            k = k > w.kind[v->control[j]->id] ? k : w.kind[v->control[j]->id];
+            k = k > kind[v->control[j]->id] ? k : kind[v->control[j]->id];
         if (k == K_REPLICA && v->op->n_assign > 0)
             k = K_GLOBAL;
-        w.kind[id] = (uint8_t)k;
+        kind[id] = (uint8_t)k;
     }
-    if (!w.ref) {
-        rc = wf__err(WF_EINVAL, "data-parallel rewrite: no placeholder has a -1 first dimension "
-                                "(a batch to shard)");
+    if (!batch)
+        return wf__err(WF_EINVAL, "data-parallel rewrite: no placeholder has a -1 first dimension "
+                                  "(a batch to shard)");
+    return 0;
+}
+
+/* A pipeline's edges across stages: which stages read each per-shard value, and the checks
+ * that only such values cross (an update, and every control edge, stays on its stage). */
+static int plan_crossings(rw *w)
+{
+    const int *st = w->o->stage_of;
+    int total = 0;
+    for (int id = 0; id < w->n; id++) {
+        const wf_node *v = wf_graph_node(w->g, id);
+        int sv = st[id];
+        if (w->kind[id] == K_SHARED)
+            continue;
+        for (int j = 0; j < v->n_inputs + v->n_control; j++) {
+            const wf_node *x = j < v->n_inputs ? v->inputs[j] : v->control[j - v->n_inputs];
+            int sx = st[x->id];
+            if (w->kind[x->id] == K_SHARED || sx == sv)
+                continue;
+            char desc[WF_ERRMSG_MAX];
+            wf__node_desc(x, desc, sizeof desc);
+            char why[WF_ERRMSG_MAX];
+            if (j >= v->n_inputs) {
+                if (sv == WF__STAGE_ALL)
+                    continue; /* a node of every stage is ordered after its own stage's */
+                snprintf(why, sizeof why,
+                         "on stage %d is ordered after %s on stage %d: a control edge across "
+                         "stages is not supported",
+                         sv, desc, sx);
+                return fail_node(v, WF_EINVAL, why);
+            }
+            if (w->kind[id] == K_GLOBAL || w->kind[x->id] == K_GLOBAL || sv < 0) {
+                snprintf(why, sizeof why,
+                         "on stage %d reads %s of stage %d: an update and what it reads must be "
+                         "on one stage (the stage of the variable)",
+                         sv, desc, sx);
+                return fail_node(v, WF_EINVAL, why);
+            }
+            w->cross[x->id] |= 1ull << sv;
+        }
+    }
+    for (int id = 0; id < w->n; id++) {
+        w->edge0[id] = total;
+        total += __builtin_popcountll(w->cross[id]);
+    }
+    w->per_shard = total;
+    if ((long long)total * w->o->shards + w->o->p2p_edge_base > w->o->edge_base)
+        return wf__err(WF_EINVAL,
+                       "pipeline rewrite: %d values cross stages in each of %d micro-batches: "
+                       "more than the %d send/recv edges there are",
+                       total, w->o->shards, w->o->edge_base - w->o->p2p_edge_base);
+    return 0;
+}
+
+void wf__replica_map_free(wf__replica_map *m)
+{
+    if (!m)
+        return;
+    free(m->remap);
+    free(m->sends);
+    free(m->shard);
+    memset(m, 0, sizeof *m);
+}
+
+int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
+{
+    memset(m, 0, sizeof *m);
+    if (!g || !o || o->size < 1 || o->rank < 0 || o->rank >= o->size || o->shards < o->size ||
+        o->shards % o->size || !o->bucket_bytes || !o->first_bucket_bytes ||
+        (o->stage_of && (o->size != 1 || o->stages < 1 || o->stages > 64 || o->stage < 0 ||
+                         o->stage >= o->stages || o->batch_rows < o->shards)))
+        return wf__err(WF_EINVAL, "data-parallel rewrite: bad options");
+    if (wf_graph_mode(g) != WF_STATIC)
+        return wf__err(WF_EINVAL, "data-parallel rewrite: the graph is eager; a strategy "
+                                  "rewrites static graphs");
+    rw w = { .g = g, .o = o, .n = wf_graph_node_count(g), .b = o->shards / o->size, .map = m };
+    w.edge = o->edge_base;
+    int n = w.n, rc = 0;
+    size_t nn = (size_t)(n ? n : 1);
+    w.kind = calloc(nn, 1);
+    uint8_t *is_grad = calloc(nn, 1);
+    w.shard = calloc((size_t)w.b * nn, sizeof *w.shard);
+    w.glob = calloc(nn, sizeof *w.glob);
+    m->remap = calloc(nn, sizeof *m->remap);
+    if (o->stage_of) {
+        w.cross = calloc(nn, sizeof *w.cross);
+        w.edge0 = calloc(nn, sizeof *w.edge0);
+        w.recv = calloc((size_t)w.b * nn, sizeof *w.recv);
+    }
+    if (!w.kind || !is_grad || !w.shard || !w.glob || !m->remap ||
+        (o->stage_of && (!w.cross || !w.edge0 || !w.recv))) {
+        rc = wf__err(WF_ENOMEM, "data-parallel rewrite: no memory for %d nodes", n);
         goto done;
     }
+    if ((rc = wf__replicate_kinds(g, w.kind)) < 0)
+        goto done;
+    for (int id = 0; id < n && !w.ref; id++)
+        if (is_batch(wf_graph_node(g, id)))
+            w.ref = wf_graph_node(g, id);
+    if (o->stage_of && (rc = plan_crossings(&w)) < 0)
+        goto done;
     for (int id = 0; id < n; id++) {
         const wf_node *v = wf_graph_node(g, id);
-        if (w.kind[id] != K_GLOBAL)
+        if (w.kind[id] != K_GLOBAL || !local(&w, id))
             continue;
         for (int j = 0; j < v->n_inputs; j++) {
             const wf_node *x = v->inputs[j];
@@ -323,14 +490,19 @@ int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
     }
     m->n = n;
     m->n_local = w.b;
+    if (o->stage_of) { /* the schedule orders the shards' copies (placement/pipeline.c) */
+        m->shard = w.shard;
+        w.shard = NULL;
+    }
 done:
     free(w.kind);
     free(is_grad);
     free(w.shard);
     free(w.glob);
-    if (rc < 0) {
-        free(m->remap);
-        memset(m, 0, sizeof *m);
-    }
+    free(w.cross);
+    free(w.edge0);
+    free(w.recv);
+    if (rc < 0)
+        wf__replica_map_free(m);
     return rc;
 }

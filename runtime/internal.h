@@ -233,6 +233,10 @@ wf_comm *wf__dp_comm(const struct wf__dp *dp);
  * or WF_EINVAL (a per-replica value) with the message set on 's'. */
 int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const char *what);
 
+/* The nodes every run of the session targets besides the caller's (a pipeline rank's sends):
+ * their count, and the array in '*out' (borrowed). */
+int wf__dp_extra_targets(const struct wf__dp *dp, wf_node *const **out);
+
 void wf__dp_free(struct wf__dp *dp);
 
 /* session.c */

@@ -1,12 +1,13 @@
 /* runtime/strategy.c: distribution strategies (weft/distribute.h) and what a session given
  * one does beyond a plain one.
- * Owns: the strategy object; at session creation the agreement of every rank (a hash of the
- *   graph and the options, exchanged with an all-gather, so ranks that differ fail naming
- *   each other instead of hanging or summing wrong values), the rewrite (placement/
- *   replicate.h), the registration of dp_reduce's kernel (transport/coll_ops.h), the
- *   broadcast of every variable from rank 0 and the check of their hash; at each run the
- *   mapping of the user's fetches and targets to the rewritten graph's nodes.
- * Not here: the rewrite itself (placement/), the reduction's kernel (transport/). */
+ * Owns: the strategy objects (MultiWorkerMirrored, pipeline); at session creation the
+ *   agreement of every rank (a hash of the graph and the options, exchanged with an
+ *   all-gather, so ranks that differ fail naming each other instead of hanging or summing
+ *   wrong values), the rewrite (placement/replicate.h, or placement/pipeline.h), the registration
+ * of dp_reduce's kernel (transport/coll_ops.h), the broadcast of every variable from rank 0 and the
+ * check of their hash; at each run the mapping of the user's fetches and targets to the rewritten
+ * graph's nodes. Not here: the rewrite itself (placement/), the reduction's kernel (transport/). */
+#include "../placement/pipeline.h"
 #include "../placement/replicate.h"
 #include "../transport/coll_ops.h"
 #include "internal.h"
@@ -23,6 +24,8 @@ struct wf_strategy {
     wf_comm *comm;
     int rank, size;
     wf_strategy_opts o;
+    bool pipeline; /* wf_strategy_pipeline(): 'p' (o.shards: m, o.aggregation: p's) */
+    wf_pipeline_opts p;
 };
 
 struct wf__dp {
@@ -67,6 +70,55 @@ int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts, wf_stra
     return 0;
 }
 
+int wf_strategy_pipeline(wf_comm *comm, const wf_pipeline_opts *opts, wf_strategy **out)
+{
+    if (!out)
+        return wf__err(WF_EINVAL, "wf_strategy_pipeline: out is NULL");
+    *out = NULL;
+    wf_pipeline_opts p = opts ? *opts : (wf_pipeline_opts){ 0 };
+    int size = comm ? wf_comm_size(comm) : 1, rank = comm ? wf_comm_rank(comm) : 0;
+    if (size < 1 || rank < 0)
+        return wf__err(WF_EINVAL, "wf_strategy_pipeline: the communicator is not valid");
+    if (!p.stages)
+        p.stages = size;
+    if (p.stages != size)
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_pipeline: stages is %d, but the communicator has %d rank%s "
+                       "(one stage per rank)",
+                       p.stages, size, size == 1 ? "" : "s");
+    if (!p.micro_batches)
+        p.micro_batches = 1;
+    if (p.micro_batches < 1 || p.micro_batches > 64)
+        return wf__err(WF_EINVAL, "wf_strategy_pipeline: micro_batches is %d, not in 1 .. 64",
+                       p.micro_batches);
+    if (p.schedule != WF_SCHEDULE_GPIPE && p.schedule != WF_SCHEDULE_1F1B)
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_pipeline: schedule is %d (WF_SCHEDULE_GPIPE or "
+                       "WF_SCHEDULE_1F1B)",
+                       p.schedule);
+    if (p.batch_rows < p.micro_batches)
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_pipeline: batch_rows is %lld, fewer than the %d "
+                       "micro-batches (the rows every run is fed)",
+                       p.batch_rows, p.micro_batches);
+    if (p.aggregation < WF_AGG_MEAN || p.aggregation > WF_AGG_SHARD_MEAN)
+        return wf__err(WF_EINVAL, "wf_strategy_pipeline: unknown aggregation %d", p.aggregation);
+    wf_strategy *st = calloc(1, sizeof *st);
+    if (!st)
+        return wf__err(WF_ENOMEM, "wf_strategy_pipeline: no memory");
+    *st = (wf_strategy){ .comm = comm,
+                         .rank = rank,
+                         .size = size,
+                         .o = { .shards = p.micro_batches,
+                                .aggregation = p.aggregation,
+                                .bucket_bytes = DEFAULT_BUCKET,
+                                .first_bucket_bytes = DEFAULT_FIRST_BUCKET },
+                         .pipeline = true,
+                         .p = p };
+    *out = st;
+    return 0;
+}
+
 int wf_strategy_rank(const wf_strategy *st)
 {
     return st ? st->rank : wf__err(WF_EINVAL, "wf_strategy_rank: strategy is NULL");
@@ -95,6 +147,7 @@ typedef struct agreement {
     uint64_t graph;
     int64_t nodes;
     int64_t shards, aggregation, bucket_bytes, first_bucket_bytes;
+    int64_t pipeline, schedule, batch_rows; /* a pipeline's */
 } agreement;
 
 static uint64_t graph_hash(const wf_graph *g)
@@ -124,7 +177,10 @@ static int agree(wf_graph *g, const wf_strategy *st)
                      .shards = st->o.shards,
                      .aggregation = st->o.aggregation,
                      .bucket_bytes = (int64_t)st->o.bucket_bytes,
-                     .first_bucket_bytes = (int64_t)st->o.first_bucket_bytes };
+                     .first_bucket_bytes = (int64_t)st->o.first_bucket_bytes,
+                     .pipeline = st->pipeline,
+                     .schedule = st->p.schedule,
+                     .batch_rows = st->p.batch_rows };
     agreement *all = calloc((size_t)st->size, sizeof *all);
     if (!all)
         return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory");
@@ -151,12 +207,14 @@ static int agree(wf_graph *g, const wf_strategy *st)
             len += (size_t)snprintf(
                 msg + len, sizeof msg - len,
                 "%srank %d's strategy options differ from rank 0's (shards %lld, "
-                "aggregation %lld, buckets %lld/%lld bytes; rank 0: %lld, "
-                "%lld, %lld/%lld)",
+                "aggregation %lld, buckets %lld/%lld bytes, pipeline %lld, schedule %lld, "
+                "batch rows %lld; rank 0: %lld, %lld, %lld/%lld, %lld, %lld, %lld)",
                 len ? "; " : "", r, (long long)b->shards, (long long)b->aggregation,
-                (long long)b->first_bucket_bytes, (long long)b->bucket_bytes, (long long)a->shards,
-                (long long)a->aggregation, (long long)a->first_bucket_bytes,
-                (long long)a->bucket_bytes);
+                (long long)b->first_bucket_bytes, (long long)b->bucket_bytes,
+                (long long)b->pipeline, (long long)b->schedule, (long long)b->batch_rows,
+                (long long)a->shards, (long long)a->aggregation, (long long)a->first_bucket_bytes,
+                (long long)a->bucket_bytes, (long long)a->pipeline, (long long)a->schedule,
+                (long long)a->batch_rows);
     }
     free(all);
     if (len)
@@ -187,7 +245,18 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf
                               .bucket_bytes = st->o.bucket_bytes,
                               .first_bucket_bytes = st->o.first_bucket_bytes,
                               .edge_base = EDGE_BASE };
-    if ((rc = wf__replicate(g, &ro, &dp->map)) < 0) {
+    wf__pipeline_opts po = { .stage = st->rank,
+                             .stages = st->p.stages,
+                             .micro_batches = st->p.micro_batches,
+                             .schedule = st->p.schedule,
+                             .batch_rows = st->p.batch_rows,
+                             .hints = st->p.hints,
+                             .aggregation = st->o.aggregation,
+                             .bucket_bytes = st->o.bucket_bytes,
+                             .first_bucket_bytes = st->o.first_bucket_bytes,
+                             .edge_base = EDGE_BASE };
+    if ((rc = st->pipeline ? wf__pipeline(g, &po, &dp->map) : wf__replicate(g, &ro, &dp->map)) <
+        0) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", wf_last_errmsg());
         free(dp);
@@ -204,7 +273,9 @@ wf_comm *wf__dp_comm(const struct wf__dp *dp)
 
 int wf__dp_start(wf_session *s)
 {
-    wf_comm *c = wf__dp_comm(s->dp);
+    /* A pipeline's reductions are over its own micro-batches (no peer), and each stage
+     * initialises its own variables. */
+    wf_comm *c = s->dp->st->pipeline ? NULL : wf__dp_comm(s->dp);
     int rc = wf__transport_register_coll_kernels(s->kernels, c);
     if (rc < 0 || !c)
         return rc;
@@ -264,6 +335,13 @@ int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const ch
             continue; /* checked (and refused, if need be) as in any session */
         if (!(out[i] = m->remap[v->id])) {
             char desc[WF_ERRMSG_MAX];
+            if (s->dp->st->pipeline)
+                return wf__session_fail(
+                    s, WF_EINVAL,
+                    "wf_session_run: %s %d, %s, is not computed on this rank's stage %d (a "
+                    "pipeline rank fetches values of its own stage, scalars computed from the "
+                    "batch as global values)",
+                    what, i, wf__rt_node_desc(v, desc, sizeof desc), s->dp->st->rank);
             return wf__session_fail(
                 s, WF_EINVAL,
                 "wf_session_run: %s %d, %s, is a per-replica value: under a strategy a run "
@@ -275,10 +353,16 @@ int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const ch
     return 0;
 }
 
+int wf__dp_extra_targets(const struct wf__dp *dp, wf_node *const **out)
+{
+    *out = dp->map.sends;
+    return dp->map.n_sends;
+}
+
 void wf__dp_free(struct wf__dp *dp)
 {
     if (!dp)
         return;
-    free(dp->map.remap);
+    wf__replica_map_free(&dp->map);
     free(dp);
 }

@@ -1,5 +1,5 @@
 /* weft/distribute.h: distribution strategies: one graph, written for one replica, trained
- * data-parallel over the ranks of a communicator.
+ * data-parallel over the ranks of a communicator, or split into pipeline stages across them.
  * Owns: the public contract of strategies (part of runtime/): the strategy object, its
  *   options, and what a session given one (wf_session_opts.strategy) does.
  * MultiWorkerMirrored (wf_strategy_multiworker()): one replica per rank. At
@@ -74,6 +74,46 @@ typedef struct wf_strategy_opts {
  * Threads: any. */
 WF_API WF_NODISCARD int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts,
                                                 wf_strategy **out);
+
+/* Pipeline parallelism (wf_strategy_pipeline()): one model split into stages, stage k on
+ * rank k, each step's global batch (B rows, fed whole on every rank, as above) split into m
+ * micro-batches that flow through the stages. At wf_session_create() the graph is rewritten
+ * (a pure graph pass): the micro-batches are the shards above (rows [k*B/m, (k+1)*B/m)),
+ * every node gets a stage (a node hinted to "rank:K/cpu:0" by 'hints' is on stage K; a node
+ * a gradient function made is on the stage of the node it differentiates; an update that
+ * reads only variables and constants, such as an optimizer's step counter, runs on every
+ * stage; any other node is on the latest stage of its inputs, stage 0 without one), this rank
+ * keeps its stage's part, and each micro-batch's value that another stage reads crosses by a
+ * send/recv pair of the graph (a receive is posted when the step starts; no worker waits).
+ * The stage's work follows the schedule's action list (weft/placement.h: GPipe, or 1F1B,
+ * which keeps at most p - k micro-batches' activations alive on stage k): control edges make
+ * each micro-batch's forward or backward part wait for the part before it. Each gradient is
+ * the fixed tree sum over the m micro-batches of the stage that owns its variable, so a
+ * pipeline trains bit for bit as one process with the MultiWorkerMirrored strategy and m
+ * shards. A run fetches values of its own stage (the loss on the last); every rank makes the
+ * same runs in the same order, and a variable is read on its own stage (wf_session_variable()
+ * on another rank gives its initial value). Failures are as above: a dead stage, or one whose
+ * run fails, fails the other ranks' runs with WF_EPEER naming it.
+ * Limits: stages = the world size, 1 .. 64; m 1 .. 64; B >= m and the same in every run (a
+ * receive's -1 dimensions are its micro-batch's rows); an update and what it reads on one
+ * stage; no control edge across stages but an everywhere update's. */
+typedef struct wf_pipeline_opts {
+    int stages;                         /* 0: the communicator's size; must equal it */
+    int micro_batches;                  /* m; 0: 1 */
+    int schedule;                       /* WF_SCHEDULE_GPIPE (0) or WF_SCHEDULE_1F1B (1) */
+    long long batch_rows;               /* B, the rows of every run's batch (> 0, >= m) */
+    const struct wf_place_hints *hints; /* the stages of the forward nodes (weft/placement.h);
+                                           NULL: every node on stage 0. Borrowed until
+                                           wf_session_create() returns */
+    int aggregation;                    /* wf_aggregation; 0: WF_AGG_MEAN */
+} wf_pipeline_opts;
+
+/* Makes a pipeline strategy over 'comm' (NULL: this process alone, one stage).
+ * Returns 0, WF_EINVAL (NULL out; stages other than the world size: the message gives both;
+ * micro_batches < 0 or > 64; an unknown schedule or aggregation; batch_rows < m) or
+ * WF_ENOMEM. Ownership and threads: as wf_strategy_multiworker(). */
+WF_API WF_NODISCARD int wf_strategy_pipeline(wf_comm *comm, const wf_pipeline_opts *opts,
+                                             wf_strategy **out);
 
 /* This process's rank and the world size of a strategy (0 and 1 without a communicator),
  * or WF_EINVAL for NULL. */

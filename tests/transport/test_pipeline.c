@@ -1,0 +1,488 @@
+/* tests/transport/test_pipeline.c: pipeline training (wf_strategy_pipeline(), weft/
+ * distribute.h) on real processes: an MLP 64-32-32-10 with Adam split in 2 stages on 2 ranks
+ * (and in 3 on 3), m = 4 micro-batches, GPipe and 1F1B, trains bit for bit as one process
+ * with the MultiWorkerMirrored strategy and 4 shards (per-step losses and the final weights'
+ * bytes), and within 1e-6 relative of plain single-process training; the schedule's order is
+ * in the rewritten graph (1F1B's control edges differ from GPipe's); bad options (more stages
+ * than ranks, m < 1, a hint naming a rank that does not exist, a variable read on two stages)
+ * fail at creation naming what is wrong; a killed stage fails the other's run within 2 s with
+ * WF_EPEER naming it.
+ * Ranks are processes on loopback (transport_util.h); each writes what it saw (its stage's
+ * weights, the last stage its losses) to a file the test reads. The reference runs (no
+ * communicator) run in the test's own process. */
+#include "transport_util.h"
+
+#include <weft/placement.h>
+
+#include <fcntl.h>
+#include <math.h>
+
+TestSuite(transport_pipeline, .timeout = WF_TEST_TIMEOUT(240), .fini = wf_test_fini);
+
+#define IN      64
+#define HID     32
+#define OUT     10
+#define NVARS   6
+#define MAXSTEP 32
+#define NW      (IN * HID + HID + HID * HID + HID + HID * OUT + OUT)
+
+enum { M_TRAIN, M_KILL, M_SHARED_VAR };
+
+typedef struct pp_arg {
+    int mode;
+    int stages, micro, schedule, steps, batch;
+    int ready_fd;   /* M_KILL: each rank writes a byte once its session is made */
+    char path[160]; /* rank r writes "<path>.<r>" */
+} pp_arg;
+
+typedef struct pp_result {
+    int steps;
+    float loss[MAXSTEP];
+    float w[NW];
+} pp_result;
+
+/* The global batch of step 's': the same on every rank. */
+static void batch_of(int s, int rows, float *x, int32_t *y)
+{
+    for (int i = 0; i < rows; i++) {
+        for (int j = 0; j < IN; j++)
+            x[i * IN + j] = sinf(0.37f * (float)(i * IN + j) + 1.3f * (float)s);
+        y[i] = (i * 7 + s * 3) % OUT;
+    }
+}
+
+typedef struct mlp {
+    wf_graph *g;
+    wf_node *x, *y, *loss, *train, *vars[NVARS];
+    int owner[NVARS]; /* the stage of each variable */
+} mlp;
+
+static int var_size(int k)
+{
+    static const int sz[NVARS] = { IN * HID, HID, HID * HID, HID, HID * OUT, OUT };
+    return sz[k];
+}
+
+/* Stage of layer 'l' (0, 1, 2) with 'stages' stages. */
+static int layer_stage(int l, int stages)
+{
+    return stages == 3 ? l : stages == 2 ? (l == 0 ? 0 : 1) : 0;
+}
+
+static int scope(wf_place_hints *h, const wf_graph *g, int stage)
+{
+    char dev[32];
+    snprintf(dev, sizeof dev, "rank:%d/cpu:0", stage);
+    return h ? wf_place_scope_begin(h, g, dev) : 0;
+}
+
+static int scope_end(wf_place_hints *h, const wf_graph *g)
+{
+    return h ? wf_place_scope_end(h, g) : 0;
+}
+
+/* The MLP; with 'h', each layer in a scope of its stage. M_SHARED_VAR: layer 2 also reads
+ * layer 0's weight w1 (a variable read on two stages). */
+static int mlp_build(wf_runtime *rt, mlp *m, wf_place_hints *h, int stages, int mode)
+{
+    wf_graph *g = m->g = wf_graph_create(rt, WF_STATIC);
+    m->x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, IN));
+    m->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
+    static const int dims[4] = { IN, HID, HID, OUT };
+    for (int l = 0; l < 3; l++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", l + 1);
+        m->vars[2 * l] = wf_variable(g, name, WF_F32, WF_SHAPE(dims[l], dims[l + 1]),
+                                     wf_init_glorot_uniform((uint64_t)l + 1));
+        snprintf(name, sizeof name, "b%d", l + 1);
+        m->vars[2 * l + 1] = wf_variable(g, name, WF_F32, WF_SHAPE(dims[l + 1]), wf_init_zeros());
+        m->owner[2 * l] = m->owner[2 * l + 1] = layer_stage(l, stages);
+    }
+    wf_node *a = m->x;
+    for (int l = 0; l < 3; l++) {
+        if (scope(h, g, layer_stage(l, stages)) < 0)
+            return -1;
+        a = wf_add(g, wf_matmul(g, a, m->vars[2 * l]), m->vars[2 * l + 1]);
+        if (l == 2 && mode == M_SHARED_VAR)
+            a = wf_add(g, a, wf_mul(g, wf_sum(g, m->vars[0]), wf_scalar(g, WF_F32, 1e-3)));
+        if (l < 2)
+            a = wf_relu(g, a);
+        else
+            m->loss = wf_mean(g, wf_softmax_cross_entropy(g, a, m->y));
+        if (scope_end(h, g) < 0)
+            return -1;
+    }
+    m->train = wf_minimize(g, wf_adam(1e-2), m->loss);
+    return m->train ? 0 : -1;
+}
+
+/* Trains 'a->steps' steps with 'st' (NULL: a plain session); 'stage' is this process's
+ * stage (-1: all of them: a reference run). Fills the losses (on the last stage) and the
+ * weights of the stage's variables. */
+static int train(wf_runtime *rt, const wf_strategy *st, const pp_arg *a, int stage,
+                 wf_place_hints *h, pp_result *res)
+{
+    mlp m;
+    TU_CHECK(mlp_build(rt, &m, h, a->stages, M_TRAIN) == 0, "build: %s", wf_graph_errmsg(m.g));
+    wf_session *s = NULL;
+    TU_OK(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s));
+    bool last = stage < 0 || stage == a->stages - 1;
+    float *x = malloc(sizeof(float) * (size_t)a->batch * IN);
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)a->batch);
+    TU_CHECK(x && y, "no memory");
+    res->steps = a->steps;
+    for (int step = 0; step < a->steps; step++) {
+        batch_of(step, a->batch, x, y);
+        wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(a->batch, IN), x);
+        wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(a->batch), y);
+        wf_feed f[] = { { m.x, xt }, { m.y, yt } };
+        wf_tensor *out = NULL;
+        int rc = wf_session_run(s, f, 2, &m.loss, last ? 1 : 0, &out, &m.train, 1);
+        wf_tensor_release(xt);
+        wf_tensor_release(yt);
+        TU_CHECK(rc == 0, "stage %d, step %d: %s: %s", stage, step, wf_err_name(rc),
+                 wf_session_errmsg(s));
+        if (last) {
+            res->loss[step] = wf_tensor_data_f32(out)[0];
+            wf_tensor_release(out);
+        }
+    }
+    size_t off = 0;
+    for (int k = 0; k < NVARS; k++) {
+        size_t n = (size_t)var_size(k);
+        if (stage < 0 || m.owner[k] == stage) {
+            wf_tensor *v = NULL;
+            TU_OK(wf_session_variable(s, m.vars[k], &v));
+            TU_OK(wf_tensor_read(v, WF_F32, res->w + off, n * sizeof(float)));
+            wf_tensor_release(v);
+        }
+        off += n;
+    }
+    free(x);
+    free(y);
+    wf_session_destroy(s);
+    wf_graph_destroy(m.g);
+    return 0;
+}
+
+static int rank_train(wf_comm *c, int rank, int size, void *argp)
+{
+    (void)size;
+    const pp_arg *a = argp;
+    wf_place_hints *h = NULL;
+    TU_OK(wf_place_hints_create(&h));
+    wf_strategy *st = NULL;
+    TU_OK(wf_strategy_pipeline(c,
+                               &(wf_pipeline_opts){ .stages = a->stages,
+                                                    .micro_batches = a->micro,
+                                                    .schedule = a->schedule,
+                                                    .batch_rows = a->batch,
+                                                    .hints = h },
+                               &st));
+    pp_result *r = calloc(1, sizeof *r);
+    TU_CHECK(r, "no memory");
+    int rc = train(tu_rt, st, a, rank, h, r);
+    if (rc == 0) {
+        char path[200];
+        snprintf(path, sizeof path, "%s.%d", a->path, rank);
+        FILE *f = fopen(path, "wb");
+        TU_CHECK(f, "open %s", path);
+        TU_CHECK(fwrite(r, sizeof *r, 1, f) == 1, "write %s", path);
+        fclose(f);
+    }
+    free(r);
+    wf_strategy_destroy(st);
+    wf_place_hints_destroy(h);
+    return rc;
+}
+TU_REGISTER(rank_train)
+
+/* The stages' files into one result: the last stage's losses, each variable from its own
+ * stage. */
+static void gather(const pp_arg *a, pp_result *out)
+{
+    mlp m;
+    wf_runtime *rt = NULL;
+    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
+    cr_assert_eq(mlp_build(rt, &m, NULL, a->stages, M_TRAIN), 0);
+    static pp_result part;
+    for (int r = 0; r < a->stages; r++) {
+        char path[200];
+        snprintf(path, sizeof path, "%s.%d", a->path, r);
+        FILE *f = fopen(path, "rb");
+        cr_assert_not_null(f, "no result from rank %d", r);
+        cr_assert_eq(fread(&part, sizeof part, 1, f), 1);
+        fclose(f);
+        unlink(path);
+        if (r == a->stages - 1) {
+            out->steps = part.steps;
+            memcpy(out->loss, part.loss, sizeof out->loss);
+        }
+        size_t off = 0;
+        for (int k = 0; k < NVARS; off += (size_t)var_size(k), k++)
+            if (m.owner[k] == r)
+                memcpy(out->w + off, part.w + off, sizeof(float) * (size_t)var_size(k));
+    }
+    wf_graph_destroy(m.g);
+    wf_runtime_destroy(rt);
+}
+
+static void run_pipeline(int stages, int micro, int schedule, int steps, int batch, pp_result *r)
+{
+    pp_arg a = { .mode = M_TRAIN,
+                 .stages = stages,
+                 .micro = micro,
+                 .schedule = schedule,
+                 .steps = steps,
+                 .batch = batch };
+    snprintf(a.path, sizeof a.path, "/tmp/weft-pipeline-%d-%d%d", (int)getpid(), stages, schedule);
+    tu_run t = { .size = stages,
+                 .body = rank_train,
+                 .arg = &a,
+                 .arg_size = sizeof a,
+                 .timeout_s = WF_TEST_TIMEOUT(60),
+                 .with_rt = true };
+    uint64_t t0 = wf_test_now_ns();
+    tu_start(&t);
+    cr_assert(tu_wait(&t), "%d stages did not finish in time", stages);
+    for (int i = 0; i < stages; i++)
+        cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
+                  "rank %d of %d failed (status %d; its stderr says why)", i, stages, t.status[i]);
+    printf("pipeline %d stages, m = %d, %s: %d steps in %.2f s\n", stages, micro,
+           schedule == WF_SCHEDULE_1F1B ? "1f1b" : "gpipe", steps,
+           (double)(wf_test_now_ns() - t0) * 1e-9);
+    gather(&a, r);
+}
+
+/* The same in this process: 'shards' shards of MultiWorkerMirrored without a communicator,
+ * or (0) a plain session. */
+static void run_local(int shards, int steps, int batch, pp_result *r)
+{
+    wf_runtime *rt = NULL;
+    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 2 }), 0);
+    pp_arg a = { .stages = 1, .steps = steps, .batch = batch };
+    wf_strategy *st = NULL;
+    if (shards)
+        cr_assert_eq(wf_strategy_multiworker(NULL, &(wf_strategy_opts){ .shards = shards }, &st), 0,
+                     "%s", wf_last_errmsg());
+    cr_assert_eq(train(rt, st, &a, -1, NULL, r), 0, "the local run failed");
+    wf_strategy_destroy(st);
+    wf_runtime_destroy(rt);
+}
+
+static void assert_close(const pp_result *a, const pp_result *b, const char *what)
+{
+    for (int s = 0; s < a->steps; s++) {
+        double d = fabs((double)a->loss[s] - (double)b->loss[s]);
+        cr_assert(d <= 1e-6 * fabs((double)b->loss[s]),
+                  "%s: step %d: loss %.9g vs %.9g (%.3g relative)", what, s, a->loss[s], b->loss[s],
+                  d / fabs((double)b->loss[s]));
+    }
+    double d2 = 0, n2 = 0, worst = 0;
+    for (int i = 0; i < NW; i++) {
+        double d = fabs((double)a->w[i] - (double)b->w[i]);
+        double scale = fabs((double)b->w[i]) > 1e-3 ? fabs((double)b->w[i]) : 1e-3;
+        worst = d / scale > worst ? d / scale : worst;
+        d2 += d * d;
+        n2 += (double)b->w[i] * b->w[i];
+    }
+    printf("%s: weights differ by %.3g (norm) relative, at most %.3g per element\n", what,
+           sqrt(d2 / n2), worst);
+    cr_assert(sqrt(d2 / n2) <= 1e-6, "%s: the weights differ by %.3g relative", what,
+              sqrt(d2 / n2));
+}
+
+static void assert_bitwise(const pp_result *a, const pp_result *b, const char *what)
+{
+    for (int s = 0; s < a->steps; s++)
+        cr_assert(!memcmp(&a->loss[s], &b->loss[s], sizeof(float)),
+                  "%s: step %d: loss %.9g vs %.9g", what, s, a->loss[s], b->loss[s]);
+    for (int i = 0; i < NW; i++)
+        cr_assert(!memcmp(&a->w[i], &b->w[i], sizeof(float)), "%s: weight %d: %.9g vs %.9g", what,
+                  i, a->w[i], b->w[i]);
+}
+
+static void check_schedule(int stages, int schedule)
+{
+    static pp_result pipe, local, plain;
+    int steps = 12, batch = 30; /* 30 rows: micro-batches of 8, 8, 7 and 7 */
+    run_pipeline(stages, 4, schedule, steps, batch, &pipe);
+    run_local(4, steps, batch, &local);
+    run_local(0, steps, batch, &plain);
+    assert_bitwise(&pipe, &local, "pipeline vs one process with 4 shards");
+    assert_close(&pipe, &plain, "pipeline vs plain training");
+}
+
+Test(transport_pipeline, two_stages_gpipe_train_the_bits_of_one_process_with_4_shards)
+{
+    check_schedule(2, WF_SCHEDULE_GPIPE);
+}
+
+Test(transport_pipeline, two_stages_1f1b_train_the_bits_of_one_process_with_4_shards)
+{
+    check_schedule(2, WF_SCHEDULE_1F1B);
+}
+
+Test(transport_pipeline, three_stages_1f1b_train_the_bits_of_one_process_with_4_shards)
+{
+    check_schedule(3, WF_SCHEDULE_1F1B);
+}
+
+Test(transport_pipeline, three_stages_gpipe_train_the_bits_of_one_process_with_4_shards)
+{
+    check_schedule(3, WF_SCHEDULE_GPIPE);
+}
+
+/* Rank 1 makes its session and then waits to be killed; rank 0's run, whose backward waits
+ * for rank 1's gradients, fails within 2 s naming it. */
+static int rank_kill(wf_comm *c, int rank, int size, void *argp)
+{
+    (void)size;
+    const pp_arg *a = argp;
+    wf_place_hints *h = NULL;
+    TU_OK(wf_place_hints_create(&h));
+    wf_strategy *st = NULL;
+    TU_OK(wf_strategy_pipeline(
+        c, &(wf_pipeline_opts){ .stages = 2, .micro_batches = 4, .batch_rows = 16, .hints = h },
+        &st));
+    mlp m;
+    TU_CHECK(mlp_build(tu_rt, &m, h, 2, M_TRAIN) == 0, "build: %s", wf_graph_errmsg(m.g));
+    wf_session *s = NULL;
+    TU_OK(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s));
+    TU_CHECK(write(a->ready_fd, "r", 1) == 1, "ready");
+    if (rank == 1)
+        for (;;) /* until the test kills this rank, never running */
+            wf_test_sleep_us(10000);
+    static float x[16 * IN];
+    int32_t y[16];
+    batch_of(0, 16, x, y);
+    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(16, IN), x);
+    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(16), y);
+    wf_feed f[] = { { m.x, xt }, { m.y, yt } };
+    uint64_t t0 = wf_test_now_ns();
+    int rc = wf_session_run(s, f, 2, NULL, 0, NULL, &m.train, 1);
+    double dt = (double)(wf_test_now_ns() - t0) * 1e-9;
+    wf_tensor_release(xt);
+    wf_tensor_release(yt);
+    printf("stage 0: %s after %.3f s: %s\n", wf_err_name(rc), dt, wf_session_errmsg(s));
+    TU_CHECK(rc == WF_EPEER, "the run gave %s: %s", wf_err_name(rc), wf_session_errmsg(s));
+    TU_CHECK(strstr(wf_session_errmsg(s), "rank 1"), "message: %s", wf_session_errmsg(s));
+    TU_CHECK(dt < 2.0, "the failure took %.2f s", dt);
+    wf_session_destroy(s);
+    wf_graph_destroy(m.g);
+    wf_strategy_destroy(st);
+    wf_place_hints_destroy(h);
+    return 0;
+}
+TU_REGISTER(rank_kill)
+
+Test(transport_pipeline, a_killed_stage_fails_the_others_run_within_2s_with_epeer)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+    pp_arg a = { .mode = M_KILL, .ready_fd = fds[1] };
+    tu_run t = { .size = 2,
+                 .body = rank_kill,
+                 .arg = &a,
+                 .arg_size = sizeof a,
+                 .timeout_s = 60,
+                 .with_rt = true };
+    tu_start(&t);
+    int got = tu_wait_ready(fds[0], 2, WF_TEST_TIMEOUT(30));
+    cr_assert_eq(got, 2, "only %d of 2 ranks got ready", got);
+    wf_test_sleep_us(100000);
+    kill(t.pids[1], SIGKILL);
+    t.timeout_s = WF_TEST_TIMEOUT(3);
+    bool in_time = tu_wait(&t);
+    close(fds[0]);
+    close(fds[1]);
+    cr_assert(in_time, "rank 0 did not return in time after the kill");
+    cr_assert(WIFSIGNALED(t.status[1]) && WTERMSIG(t.status[1]) == SIGKILL, "rank 1 not killed");
+    cr_assert(WIFEXITED(t.status[0]) && WEXITSTATUS(t.status[0]) == 0,
+              "rank 0 did not report the death of rank 1 correctly (stderr)");
+}
+
+/* Both ranks fail session creation naming the variable read on two stages. */
+static int rank_shared_var(wf_comm *c, int rank, int size, void *argp)
+{
+    (void)size;
+    (void)argp;
+    wf_place_hints *h = NULL;
+    TU_OK(wf_place_hints_create(&h));
+    wf_strategy *st = NULL;
+    TU_OK(wf_strategy_pipeline(
+        c, &(wf_pipeline_opts){ .stages = 2, .micro_batches = 2, .batch_rows = 8, .hints = h },
+        &st));
+    mlp m;
+    TU_CHECK(mlp_build(tu_rt, &m, h, 2, M_SHARED_VAR) == 0, "build: %s", wf_graph_errmsg(m.g));
+    wf_session *s = NULL;
+    int rc = wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s);
+    TU_CHECK(rc == WF_EINVAL, "rank %d: creation gave %s", rank, wf_err_name(rc));
+    TU_CHECK(
+        strstr(wf_graph_errmsg(m.g), "variable 'w1' is read on stage 0 and updated on stage 1"),
+        "rank %d: %s", rank, wf_graph_errmsg(m.g));
+    wf_graph_destroy(m.g);
+    wf_strategy_destroy(st);
+    wf_place_hints_destroy(h);
+    return 0;
+}
+TU_REGISTER(rank_shared_var)
+
+Test(transport_pipeline, a_variable_read_on_two_stages_fails_creation_naming_it)
+{
+    tu_run t = {
+        .size = 2, .body = rank_shared_var, .timeout_s = WF_TEST_TIMEOUT(30), .with_rt = true
+    };
+    tu_start(&t);
+    cr_assert(tu_wait(&t), "the ranks did not finish in time");
+    for (int i = 0; i < 2; i++)
+        cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
+                  "rank %d failed (status %d; stderr says why)", i, t.status[i]);
+}
+
+Test(transport_pipeline, bad_options_fail_naming_them)
+{
+    wf_strategy *st = NULL;
+    int rc = wf_strategy_pipeline(NULL, &(wf_pipeline_opts){ .stages = 2, .batch_rows = 8 }, &st);
+    cr_assert_eq(rc, WF_EINVAL, "more stages than ranks gave %s", wf_err_name(rc));
+    cr_assert(strstr(wf_last_errmsg(), "stages is 2, but the communicator has 1 rank"), "%s",
+              wf_last_errmsg());
+    cr_assert_null(st);
+    rc = wf_strategy_pipeline(NULL, &(wf_pipeline_opts){ .micro_batches = -1, .batch_rows = 8 },
+                              &st);
+    cr_assert_eq(rc, WF_EINVAL, "m = -1 gave %s", wf_err_name(rc));
+    cr_assert(strstr(wf_last_errmsg(), "micro_batches is -1"), "%s", wf_last_errmsg());
+    rc =
+        wf_strategy_pipeline(NULL, &(wf_pipeline_opts){ .micro_batches = 4, .batch_rows = 3 }, &st);
+    cr_assert_eq(rc, WF_EINVAL, "3 rows for 4 micro-batches gave %s", wf_err_name(rc));
+    cr_assert(strstr(wf_last_errmsg(), "batch_rows is 3"), "%s", wf_last_errmsg());
+    rc = wf_strategy_pipeline(NULL, &(wf_pipeline_opts){ .schedule = 5, .batch_rows = 8 }, &st);
+    cr_assert_eq(rc, WF_EINVAL, "schedule 5 gave %s", wf_err_name(rc));
+    cr_assert(strstr(wf_last_errmsg(), "schedule is 5"), "%s", wf_last_errmsg());
+    cr_assert_eq(wf_strategy_pipeline(NULL, NULL, NULL), WF_EINVAL);
+
+    /* A hint naming rank 1 in a one-rank pipeline: session creation names node and device. */
+    wf_runtime *rt = NULL;
+    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
+    wf_place_hints *h = NULL;
+    cr_assert_eq(wf_place_hints_create(&h), 0);
+    cr_assert_eq(
+        wf_strategy_pipeline(
+            NULL, &(wf_pipeline_opts){ .micro_batches = 2, .batch_rows = 8, .hints = h }, &st),
+        0, "%s", wf_last_errmsg());
+    mlp m;
+    cr_assert_eq(mlp_build(rt, &m, h, 2, M_TRAIN), 0); /* hints for 2 stages: rank 1 */
+    wf_session *s = NULL;
+    rc = wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s);
+    cr_assert_eq(rc, WF_ENOTFOUND, "a hint of rank 1 gave %s: %s", wf_err_name(rc),
+                 wf_graph_errmsg(m.g));
+    cr_assert(strstr(wf_graph_errmsg(m.g), "rank:1/cpu:0") &&
+                  strstr(wf_graph_errmsg(m.g), "matmul"),
+              "%s", wf_graph_errmsg(m.g));
+    printf("a hint of rank 1 on one rank: %s\n", wf_graph_errmsg(m.g));
+    wf_graph_destroy(m.g);
+    wf_strategy_destroy(st);
+    wf_place_hints_destroy(h);
+    wf_runtime_destroy(rt);
+}
