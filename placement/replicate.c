@@ -162,11 +162,18 @@ static int copy_shards(rw *w)
                 (order && w->o->backward[id] != (order[p] < 0)))
                 continue;
             wf_node *c;
+            /* a pipeline's copies are named by micro-batch ("fc1/mb2"): traces, dumps */
+            char name[256];
+            const char *nm = NULL;
+            if (order) {
+                snprintf(name, sizeof name, "%s/mb%d", n->name, i);
+                nm = wf_graph_find(w->g, name) ? NULL : name;
+            }
             if (is_batch(n)) {
                 wf_attrs a = { 0 };
                 a.begin[0] = (int64_t)w->o->rank * w->b + i;
                 a.end[0] = w->o->shards;
-                c = wf__node_add_ex(w->g, &wf_op_shard_rows, NULL, &n, 1, &a, (wf_srcloc){ 0 });
+                c = wf__node_add_ex(w->g, &wf_op_shard_rows, nm, &n, 1, &a, (wf_srcloc){ 0 });
             } else {
                 if (n->n_inputs > cap) {
                     wf_node **m =
@@ -188,7 +195,7 @@ static int copy_shards(rw *w)
                 }
                 if (rc < 0)
                     break;
-                c = wf__node_add_ex(w->g, n->op, NULL, in, n->n_inputs, n->attrs,
+                c = wf__node_add_ex(w->g, n->op, nm, in, n->n_inputs, n->attrs,
                                     (wf_srcloc){ n->file, n->line });
                 for (int k = 0; c && k < n->n_control; k++) {
                     wf_node *x = n->control[k];

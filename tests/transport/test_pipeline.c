@@ -333,6 +333,124 @@ Test(transport_pipeline, three_stages_gpipe_train_the_bits_of_one_process_with_4
     check_schedule(3, WF_SCHEDULE_GPIPE);
 }
 
+/* The task spans of a Chrome trace whose node names end in "/mb<k>": (k, start, end, is the
+ * loss). */
+typedef struct mb_span {
+    int mb;
+    bool loss;
+    double ts, end;
+} mb_span;
+
+static int mb_spans(const char *buf, mb_span *out, int cap)
+{
+    int n = 0;
+    for (const char *p = strstr(buf, "{\"name\":\""); p && n < cap;
+         p = strstr(p + 1, "{\"name\":\"")) {
+        const char *e = strstr(p, "}}"), *cat = strstr(p, "\"cat\":\"task\"");
+        const char *ts = strstr(p, "\"ts\":"), *dur = strstr(p, "\"dur\":");
+        if (!e || !cat || !ts || !dur || cat > e || ts > e || dur > e)
+            continue;
+        char name[64];
+        if (sscanf(p + 9, "%63[^\"]", name) != 1)
+            continue;
+        const char *mb = strstr(name, "/mb");
+        if (!mb)
+            continue;
+        mb_span *sp = &out[n++];
+        sp->mb = atoi(mb + 3);
+        sp->loss = !strncmp(name, "loss/", 5);
+        sp->ts = strtod(ts + 5, NULL);
+        sp->end = sp->ts + strtod(dur + 6, NULL);
+    }
+    return n;
+}
+
+/* One stage (this process), m = 4, one step traced: under 1F1B every task of micro-batch 0
+ * (forward and backward) ends before any of micro-batch 1 starts; under GPipe a task of
+ * micro-batch 0 (its backward) starts after micro-batch 3's loss (its forward) ends. */
+static void check_order(int schedule)
+{
+    wf_runtime *rt = NULL;
+    cr_assert_eq(
+        wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 2, .trace_events = 1 << 14 }), 0);
+    wf_strategy *st = NULL;
+    cr_assert_eq(
+        wf_strategy_pipeline(
+            NULL, &(wf_pipeline_opts){ .micro_batches = 4, .schedule = schedule, .batch_rows = 64 },
+            &st),
+        0, "%s", wf_last_errmsg());
+    mlp m;
+    cr_assert_eq(mlp_build(rt, &m, NULL, 1, M_TRAIN), 0);
+    cr_assert_eq(wf_node_set_name(m.loss, "loss"), 0);
+    wf_session *s = NULL;
+    cr_assert_eq(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s), 0, "%s",
+                 wf_last_errmsg());
+    static float x[64 * IN];
+    int32_t y[64];
+    batch_of(0, 64, x, y);
+    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(64, IN), x);
+    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(64), y);
+    wf_feed f[] = { { m.x, xt }, { m.y, yt } };
+    int rc = wf_session_run(s, f, 2, NULL, 0, NULL, &m.train, 1);
+    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_session_errmsg(s));
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/weft-pipeline-order-%d.json", (int)getpid());
+    cr_assert_gt(wf_runtime_trace_write(rt, path), 0, "%s", wf_last_errmsg());
+    FILE *fp = fopen(path, "r");
+    cr_assert_not_null(fp);
+    static char buf[1 << 23];
+    size_t len = fread(buf, 1, sizeof buf - 1, fp);
+    buf[len] = 0;
+    fclose(fp);
+    unlink(path);
+    static mb_span sp[1 << 14];
+    int n = mb_spans(buf, sp, 1 << 14);
+    double end0 = 0, start1 = 1e300, loss3_end = 0, last0_start = 0;
+    int n0 = 0, n1 = 0;
+    for (int i = 0; i < n; i++) {
+        if (sp[i].mb == 0) {
+            n0++;
+            end0 = sp[i].end > end0 ? sp[i].end : end0;
+            last0_start = sp[i].ts > last0_start ? sp[i].ts : last0_start;
+        }
+        if (sp[i].mb == 1) {
+            n1++;
+            start1 = sp[i].ts < start1 ? sp[i].ts : start1;
+        }
+        if (sp[i].mb == 3 && sp[i].loss)
+            loss3_end = sp[i].end;
+    }
+    printf("%s: %d tasks of micro-batch 0 (last ends at %.1f us, last starts at %.1f us), %d of "
+           "micro-batch 1 (first starts at %.1f us); micro-batch 3's loss ends at %.1f us\n",
+           schedule == WF_SCHEDULE_1F1B ? "1f1b" : "gpipe", n0, end0, last0_start, n1, start1,
+           loss3_end);
+    cr_assert(n0 > 4 && n1 > 4, "too few micro-batch tasks in the trace (%d, %d)", n0, n1);
+    if (schedule == WF_SCHEDULE_1F1B)
+        cr_assert(end0 <= start1, "1F1B: micro-batch 1 started (%.1f us) before 0 ended (%.1f us)",
+                  start1, end0);
+    else
+        cr_assert(loss3_end > 0 && last0_start >= loss3_end,
+                  "GPipe: micro-batch 0's last task starts at %.1f us, before micro-batch 3's "
+                  "loss ends (%.1f us)",
+                  last0_start, loss3_end);
+    wf_tensor_release(xt);
+    wf_tensor_release(yt);
+    wf_session_destroy(s);
+    wf_graph_destroy(m.g);
+    wf_strategy_destroy(st);
+    wf_runtime_destroy(rt);
+}
+
+Test(transport_pipeline, one_f_one_b_runs_micro_batch_0_before_micro_batch_1_starts)
+{
+    check_order(WF_SCHEDULE_1F1B);
+}
+
+Test(transport_pipeline, gpipe_runs_every_forward_before_the_first_backward)
+{
+    check_order(WF_SCHEDULE_GPIPE);
+}
+
 /* Rank 1 makes its session and then waits to be killed; rank 0's run, whose backward waits
  * for rank 1's gradients, fails within 2 s naming it. */
 static int rank_kill(wf_comm *c, int rank, int size, void *argp)
