@@ -1,16 +1,20 @@
 /* placement/pipeline.c: the pipeline rewrite (placement/pipeline.h).
  * Owns: the stage of every node, the check that a variable an update changes is read on one
- *   stage only, this rank's compute order from the schedule, and the control edges that make
- *   each micro-batch part (its forward or its backward nodes on this stage) wait for the part
- *   before it.
+ *   stage only, this rank's compute order from the schedule, the orderings that make each
+ *   micro-batch part (its forward or its backward nodes on this stage) wait for the part
+ *   before it, and which sends a run needs (wf__pipeline_sends()).
  * Why the data-parallel rewrite does the copying: micro-batches are shards, and the step's
  *   gradient is the same fixed tree sum (dp_reduce) over them, so a pipeline trains bit for
  *   bit as one process with m shards; that rewrite only learns to skip other stages' nodes
  *   and to put send/recv where a micro-batch's value crosses.
- * Why control edges: the executor runs what is ready; the edges make it follow the schedule
- *   (1F1B's backward of micro-batch i before the forward of i + p), which bounds the
- *   activations alive. A part's entry nodes (no input in the part) wait for the previous
- *   part's sinks (no reader in it), so the whole part runs after the whole previous one.
+ * Why orderings: the executor runs what is ready; they make it follow the schedule (1F1B's
+ *   backward of micro-batch i before the forward of i + p), which bounds the activations
+ *   alive. A part's entry nodes (no input in the part) wait for the previous part's sinks (no
+ *   reader in it), so the whole part runs after the whole previous one.
+ * Why not control edges: a control edge pulls its predecessor into every run of its
+ *   successor, so a forward-only run (an evaluation) would run backward too, and wait for
+ *   gradients that no stage sends in it. The orderings are pairs that a plan keeps only when
+ *   both ends are in it (runtime/strategy.c adds them to the plan's orderings).
  * Not here: copying shards and buckets (replicate.c), the action lists (schedule.c). */
 #include "pipeline.h"
 
@@ -25,7 +29,11 @@ static int fail(int code, const char *fmt, const char *a, int x, int y)
     return wf__err(code, fmt, a, x, y);
 }
 
-/* Stages of every node (see pipeline.h); kinds from wf__replicate_kinds(). */
+/* Stages of every node (see pipeline.h); kinds from wf__replicate_kinds(). A batch
+ * placeholder is on the stage of its first reader (each rank is fed the whole batch, so
+ * only the micro-batches another stage reads cross). */
+enum { PENDING = -3 };
+
 static int assign(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind, int *stage)
 {
     wf_cluster *c = NULL;
@@ -38,6 +46,10 @@ static int assign(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *
         int s = -1;
         if (kind[id] == WF__KIND_SHARED) {
             stage[id] = WF__STAGE_SHARED;
+            continue;
+        }
+        if (v->op->flags & WF_OP_SOURCE) { /* a batch: with its first reader, below */
+            stage[id] = PENDING;
             continue;
         }
         int h = kind[id] == WF__KIND_REPLICA ? wf__place_hint_device(o->hints, c, v) : -1;
@@ -63,6 +75,15 @@ static int assign(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *
         }
         stage[id] = s;
     }
+    for (int id = 0; id < n && rc >= 0; id++) {
+        const wf_node *v = wf_graph_node(g, id);
+        for (int j = 0; j < v->n_inputs && stage[id] >= 0; j++)
+            if (stage[v->inputs[j]->id] == PENDING)
+                stage[v->inputs[j]->id] = stage[id];
+    }
+    for (int id = 0; id < n; id++)
+        if (stage[id] == PENDING) /* a batch no per-micro-batch node reads */
+            stage[id] = 0;
     wf_cluster_destroy(c);
     return rc < 0 ? rc : 0;
 }
@@ -136,10 +157,26 @@ static int compute_order(const wf__pipeline_opts *o, int *order)
                          k, 2 * o->micro_batches);
 }
 
+/* Appends the ordering 'before' -> 'after' to m->order. */
+static int add_order(wf__replica_map *m, const wf_node *before, const wf_node *after)
+{
+    if (m->n_order == m->cap_order) {
+        int cap = m->cap_order ? 2 * m->cap_order : 64;
+        int *a = realloc(m->order, sizeof *a * 2 * (size_t)cap);
+        if (!a)
+            return wf__err(WF_ENOMEM, "pipeline rewrite: no memory");
+        m->order = a;
+        m->cap_order = cap;
+    }
+    m->order[2 * m->n_order] = before->id;
+    m->order[2 * m->n_order++ + 1] = after->id;
+    return 0;
+}
+
 /* Each part after the first waits for the one before it (see the file's header). */
 static int order_parts(wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind,
                        const int *stage, const uint8_t *backward, const int *order,
-                       const wf__replica_map *m)
+                       wf__replica_map *m)
 {
     int n = m->n, rc = 0;
     uint8_t *entry = calloc((size_t)(n ? n : 1), 1), *sink = calloc((size_t)(n ? n : 1), 1);
@@ -171,8 +208,8 @@ static int order_parts(wf_graph *g, const wf__pipeline_opts *o, const uint8_t *k
             wf_node *c = entry[e] && backward[e] == bi ? m->shard[(size_t)i * n + e] : NULL;
             for (int s = 0; c && s < n && rc == 0; s++) {
                 wf_node *before = sink[s] && backward[s] == bq ? m->shard[(size_t)q * n + s] : NULL;
-                if (before && wf__node_add_control(c, before) < 0)
-                    rc = wf_graph_status(g) < 0 ? wf_graph_status(g) : WF_ENOMEM;
+                if (before)
+                    rc = add_order(m, before, c);
             }
         }
     }
@@ -236,4 +273,57 @@ out:
     free(stage);
     free(order);
     return rc;
+}
+
+int wf__pipeline_sends(const wf_graph *g, const wf__replica_map *m, wf_node *const *req, int n_req,
+                       wf_node **out)
+{
+    int n = m->n, top = 0, k = 0;
+    size_t nn = (size_t)(n ? n : 1);
+    uint8_t *mark = calloc(nn, 1), *direct = calloc(nn, 1);
+    uint64_t *need = calloc(nn, sizeof *need);
+    int *stack = malloc(nn * sizeof *stack);
+    if (!mark || !direct || !need || !stack) {
+        free(mark);
+        free(direct);
+        free(need);
+        free(stack);
+        return wf__err(WF_ENOMEM, "pipeline: no memory for %d nodes", n);
+    }
+    for (int i = 0; i < n_req; i++) {
+        const wf_node *r = req[i];
+        if (!r || r->graph != g || r->id >= n || mark[r->id])
+            continue;
+        direct[r->id] = mark[r->id] = 1;
+        stack[top++] = r->id;
+    }
+    while (top > 0) {
+        const wf_node *v = wf_graph_node(g, stack[--top]);
+        for (int j = 0; j < v->n_inputs + v->n_control; j++) {
+            const wf_node *x = j < v->n_inputs ? v->inputs[j] : v->control[j - v->n_inputs];
+            if (!mark[x->id]) {
+                mark[x->id] = 1;
+                stack[top++] = x->id;
+            }
+        }
+    }
+    for (int id = 0; id < n; id++) {
+        const wf_node *v = wf_graph_node(g, id);
+        int sv = m->stage[id];
+        for (int j = 0; mark[id] && sv >= 0 && j < v->n_inputs; j++) {
+            int x = v->inputs[j]->id, sx = m->stage[x];
+            if (sx >= 0 && sx != sv)
+                need[x] |= 1ull << sv;
+        }
+    }
+    for (int i = 0; i < m->n_sends; i++) {
+        int src = m->send_src[i], dst = m->send_dst[i];
+        if (dst < 0 ? direct[src] : (need[src] >> dst & 1))
+            out[k++] = m->sends[i];
+    }
+    free(mark);
+    free(direct);
+    free(need);
+    free(stack);
+    return k;
 }

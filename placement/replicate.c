@@ -116,26 +116,46 @@ static wf_node *recv_of(rw *w, int i, const wf_node *x)
     return *slot;
 }
 
+/* A send of 'c' (standing for user node 'src') to stage 'dst' on key edge 'edge', recorded in
+ * the map ('scalar': a fetched scalar's global value, sent to every stage). */
+static int add_send(rw *w, wf_node *c, int src, int dst, int edge, bool scalar)
+{
+    wf__replica_map *m = w->map;
+    if (m->n_sends == m->cap_sends) {
+        int cap = m->cap_sends ? 2 * m->cap_sends : 16;
+        wf_node **s = realloc(m->sends, sizeof *s * (size_t)cap);
+        if (s)
+            m->sends = s;
+        int *a = realloc(m->send_src, sizeof *a * (size_t)cap);
+        if (a)
+            m->send_src = a;
+        int *b = realloc(m->send_dst, sizeof *b * (size_t)cap);
+        if (b)
+            m->send_dst = b;
+        if (!s || !a || !b)
+            return wf__err(WF_ENOMEM, "pipeline rewrite: no memory");
+        m->cap_sends = cap;
+    }
+    wf_attrs at = { 0 };
+    at.peer = dst;
+    at.edge = edge;
+    wf_node *s = wf__node_add_ex(w->g, &wf_op_send, NULL, &c, 1, &at, (wf_srcloc){ 0 });
+    if (!s)
+        return wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+    m->sends[m->n_sends] = s;
+    m->send_src[m->n_sends] = src;
+    m->send_dst[m->n_sends++] = scalar ? -1 : dst;
+    return 0;
+}
+
 /* Sends shard i's copy 'c' of node 'id' to every other stage that reads it. */
 static int send_to_readers(rw *w, int i, int id, wf_node *c)
 {
-    wf__replica_map *m = w->map;
-    for (int dst = 0; dst < w->o->stages; dst++) {
-        if (!(w->cross[id] >> dst & 1))
-            continue;
-        wf_attrs a = { 0 };
-        a.peer = dst;
-        a.edge = p2p_edge(w, i, id, dst);
-        wf_node **grown = realloc(m->sends, sizeof *grown * (size_t)(m->n_sends + 1));
-        if (!grown)
-            return wf__err(WF_ENOMEM, "pipeline rewrite: no memory");
-        m->sends = grown;
-        wf_node *s = wf__node_add_ex(w->g, &wf_op_send, NULL, &c, 1, &a, (wf_srcloc){ 0 });
-        if (!s)
-            return wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
-        m->sends[m->n_sends++] = s;
-    }
-    return 0;
+    int rc = 0;
+    for (int dst = 0; dst < w->o->stages && rc == 0; dst++)
+        if (w->cross[id] >> dst & 1)
+            rc = add_send(w, c, id, dst, p2p_edge(w, i, id, dst), false);
+    return rc;
 }
 
 static int fail_node(const wf_node *n, int code, const char *what)
@@ -231,7 +251,7 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
     int n_mem = 0;
     size_t bytes = 0, limit = o->first_bucket_bytes;
     for (int id = 0; id <= w->n && rc == 0; id++) {
-        bool g = id < w->n && is_grad[id];
+        bool g = id < w->n && is_grad[id] && local(w, id);
         size_t gb = g ? (size_t)wf_shape_numel(wf_graph_node(w->g, id)->shape) * 4 : 0;
         bool close = n_mem > 0 && (id == w->n || bytes + gb > limit);
         if (close) {
@@ -272,12 +292,34 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
             bytes += gb;
         }
     }
-    /* Scalars the shards compute: global values for fetches. */
+    /* Scalars the shards compute: global values for fetches. A pipeline's are sent from
+     * their stage to every other one, so any rank can fetch them (edges after the shards'). */
+    int scalar = 0, scalar_base = o->p2p_edge_base + w->per_shard * o->shards;
     for (int id = 0; id < w->n && rc == 0; id++) {
         wf_node *n = wf_graph_node(w->g, id);
-        if (w->kind[id] != K_REPLICA || is_grad[id] || n->shape.rank != 0 || n->dtype != WF_F32 ||
-            !local(w, id))
+        if (w->kind[id] != K_REPLICA || is_grad[id] || n->shape.rank != 0 || n->dtype != WF_F32)
             continue;
+        if (o->stage_of) {
+            int e0 = scalar_base + scalar++ * o->stages;
+            if (e0 + o->stages > o->edge_base) {
+                rc = wf__err(WF_EINVAL,
+                             "pipeline rewrite: more scalars computed from the batch than the "
+                             "%d send/recv edges there are",
+                             o->edge_base - o->p2p_edge_base);
+                break;
+            }
+            if (!local(w, id)) {
+                wf_attrs a = { 0 };
+                a.peer = o->stage_of[id];
+                a.edge = e0 + o->stage;
+                a.dtype = WF_F32;
+                a.shape = n->shape;
+                if (!(m->remap[id] = wf__node_add_ex(w->g, &wf_op_recv, NULL, NULL, 0, &a,
+                                                     (wf_srcloc){ n->file, n->line })))
+                    rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+                continue;
+            }
+        }
         if (w->edge + 1 >= (1 << 15))
             break; /* no edges left: such a scalar is then not fetchable (remap NULL) */
         int k = 0;
@@ -296,6 +338,9 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
         if (!s)
             rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
         m->remap[id] = s;
+        for (int dst = 0; o->stage_of && dst < o->stages && rc == 0; dst++)
+            if (dst != o->stage)
+                rc = add_send(w, s, id, dst, scalar_base + (scalar - 1) * o->stages + dst, true);
     }
     free(ins);
     free(members);
@@ -428,7 +473,11 @@ void wf__replica_map_free(wf__replica_map *m)
         return;
     free(m->remap);
     free(m->sends);
+    free(m->send_src);
+    free(m->send_dst);
     free(m->shard);
+    free(m->stage);
+    free(m->order);
     memset(m, 0, sizeof *m);
 }
 
@@ -469,9 +518,9 @@ int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
             w.ref = wf_graph_node(g, id);
     if (o->stage_of && (rc = plan_crossings(&w)) < 0)
         goto done;
-    for (int id = 0; id < n; id++) {
+    for (int id = 0; id < n; id++) { /* on every stage alike: the scalars' edges depend on it */
         const wf_node *v = wf_graph_node(g, id);
-        if (w.kind[id] != K_GLOBAL || !local(&w, id))
+        if (w.kind[id] != K_GLOBAL)
             continue;
         for (int j = 0; j < v->n_inputs; j++) {
             const wf_node *x = v->inputs[j];
@@ -500,6 +549,11 @@ int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
     if (o->stage_of) { /* the schedule orders the shards' copies (placement/pipeline.c) */
         m->shard = w.shard;
         w.shard = NULL;
+        if (!(m->stage = malloc(nn * sizeof *m->stage))) {
+            rc = wf__err(WF_ENOMEM, "pipeline rewrite: no memory");
+            goto done;
+        }
+        memcpy(m->stage, o->stage_of, (size_t)n * sizeof *m->stage);
     }
 done:
     free(w.kind);

@@ -54,11 +54,18 @@ typedef struct wf__replica_map {
     int n_buckets;   /* gradient buckets made */
     int n_grads;     /* gradients reduced */
     int n_local;     /* local shards b */
-    /* A pipeline's (stage_of set): this rank's sends (targets of every run), and every local
-     * shard's copies, shard[i * n + id] (NULL: not on this stage). */
+    /* A pipeline's (stage_of set): this rank's sends, each of user node send_src[k]'s value
+     * to stage send_dst[k] (-1: a fetched scalar's global value, to every other stage); every
+     * local shard's copies, shard[i * n + id] (NULL: not on this stage); the stages. */
     wf_node **sends;
-    int n_sends;
+    int *send_src, *send_dst;
+    int n_sends, cap_sends;
     wf_node **shard;
+    int *stage;
+    /* A pipeline's schedule (placement/pipeline.c): 'n_order' pairs of node ids, order[2k]
+     * before order[2k + 1], kept by a run's plan when both ends are in it. */
+    int *order;
+    int n_order, cap_order;
 } wf__replica_map;
 
 /* Frees what '*m' holds. */

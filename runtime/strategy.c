@@ -353,10 +353,41 @@ int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const ch
     return 0;
 }
 
-int wf__dp_extra_targets(const struct wf__dp *dp, wf_node *const **out)
+int wf__dp_plan_order(wf__plan *p)
 {
-    *out = dp->map.sends;
+    const wf__replica_map *m = &p->sess->dp->map;
+    int add = 0;
+    for (int k = 0; k < m->n_order; k++) {
+        int32_t a = p->index_of[m->order[2 * k]], b = p->index_of[m->order[2 * k + 1]];
+        add += a >= 0 && b >= 0 && a != b;
+    }
+    if (!add)
+        return 0;
+    int32_t *o = realloc(p->order, sizeof *o * 2 * (size_t)(p->n_order + add));
+    if (!o)
+        return wf__err(WF_ENOMEM, "wf_session_run: no memory for %d orderings", add);
+    p->order = o;
+    for (int k = 0; k < m->n_order; k++) {
+        int32_t a = p->index_of[m->order[2 * k]], b = p->index_of[m->order[2 * k + 1]];
+        if (a >= 0 && b >= 0 && a != b) {
+            o[2 * p->n_order] = a;
+            o[2 * p->n_order++ + 1] = b;
+        }
+    }
+    return 0;
+}
+
+int wf__dp_max_extra(const struct wf__dp *dp)
+{
     return dp->map.n_sends;
+}
+
+int wf__dp_extra_targets(wf_session *s, wf_node *const *req, int n_req, wf_node **out)
+{
+    if (!s->dp->map.n_sends)
+        return 0;
+    int rc = wf__pipeline_sends(s->g, &s->dp->map, req, n_req, out);
+    return rc < 0 ? wf__session_fail(s, rc, "wf_session_run: %s", wf_last_errmsg()) : rc;
 }
 
 void wf__dp_free(struct wf__dp *dp)

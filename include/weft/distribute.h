@@ -82,18 +82,22 @@ WF_API WF_NODISCARD int wf_strategy_multiworker(wf_comm *comm, const wf_strategy
  * every node gets a stage (a node hinted to "rank:K/cpu:0" by 'hints' is on stage K; a node
  * a gradient function made is on the stage of the node it differentiates; an update that
  * reads only variables and constants, such as an optimizer's step counter, runs on every
- * stage; any other node is on the latest stage of its inputs, stage 0 without one), this rank
- * keeps its stage's part, and each micro-batch's value that another stage reads crosses by a
- * send/recv pair of the graph (a receive is posted when the step starts; no worker waits).
- * The stage's work follows the schedule's action list (weft/placement.h: GPipe, or 1F1B,
- * which keeps at most p - k micro-batches' activations alive on stage k): control edges make
- * each micro-batch's forward or backward part wait for the part before it. Each gradient is
- * the fixed tree sum over the m micro-batches of the stage that owns its variable, so a
- * pipeline trains bit for bit as one process with the MultiWorkerMirrored strategy and m
- * shards. A run fetches values of its own stage (the loss on the last); every rank makes the
- * same runs in the same order, and a variable is read on its own stage (wf_session_variable()
- * on another rank gives its initial value). Failures are as above: a dead stage, or one whose
- * run fails, fails the other ranks' runs with WF_EPEER naming it.
+ * stage; a batch placeholder is on the stage of its first reader; any other node is on the
+ * latest stage of its inputs, stage 0 without one), this rank keeps its stage's part, and
+ * each micro-batch's value that another stage reads crosses by a send/recv pair of the graph
+ * (a receive is posted when the run starts; no worker waits). A run sends only what the
+ * other stages' parts of the same run need, so forward-only runs (an evaluation) send no
+ * gradients. The stage's work follows the schedule's action list (weft/placement.h: GPipe,
+ * or 1F1B, which keeps at most p - k micro-batches' activations alive on stage k): each
+ * micro-batch's forward or backward part waits for the part before it (orderings a run
+ * keeps when both parts are in it). Each gradient is the fixed tree sum over the m
+ * micro-batches on the stage that owns its variable, so a pipeline trains bit for bit as one
+ * process with the MultiWorkerMirrored strategy and m shards. A fetched f32 scalar computed
+ * from the batch (the loss) is the global value on every rank (sent from its stage); other
+ * values are fetched on their own stage, and a variable is read on its own stage
+ * (wf_session_variable() on another rank gives its initial value). Every rank makes the same
+ * runs in the same order. Failures are as above: a dead stage, or one whose run fails, fails
+ * the other ranks' runs with WF_EPEER naming it.
  * Limits: stages = the world size, 1 .. 64; m 1 .. 64; B >= m and the same in every run (a
  * receive's -1 dimensions are its micro-batch's rows); an update and what it reads on one
  * stage; no control edge across stages but an everywhere update's. */

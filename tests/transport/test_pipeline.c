@@ -2,14 +2,16 @@
  * distribute.h) on real processes: an MLP 64-32-32-10 with Adam split in 2 stages on 2 ranks
  * (and in 3 on 3), m = 4 micro-batches, GPipe and 1F1B, trains bit for bit as one process
  * with the MultiWorkerMirrored strategy and 4 shards (per-step losses and the final weights'
- * bytes), and within 1e-6 relative of plain single-process training; the schedule's order is
- * in the rewritten graph (1F1B's control edges differ from GPipe's); bad options (more stages
+ * bytes, and the losses of forward-only runs between steps, which send no gradients), and
+ * within 1e-6 relative of plain single-process training; every stage fetches the loss (the
+ * global value); the schedule's order shows in a trace (1F1B: micro-batch 0's forward and
+ * backward before micro-batch 1's forward; GPipe: every forward first); bad options (more stages
  * than ranks, m < 1, a hint naming a rank that does not exist, a variable read on two stages)
  * fail at creation naming what is wrong; a killed stage fails the other's run within 2 s with
  * WF_EPEER naming it.
  * Ranks are processes on loopback (transport_util.h); each writes what it saw (its stage's
- * weights, the last stage its losses) to a file the test reads. The reference runs (no
- * communicator) run in the test's own process. */
+ * weights, and the losses every stage fetched, which are equal) to a file the test reads. The
+ * reference runs (no communicator) run in the test's own process. */
 #include "transport_util.h"
 
 #include <weft/placement.h>
@@ -38,6 +40,7 @@ typedef struct pp_arg {
 typedef struct pp_result {
     int steps;
     float loss[MAXSTEP];
+    float eval[MAXSTEP]; /* after every 4th step: the loss of a forward-only run */
     float w[NW];
 } pp_result;
 
@@ -107,6 +110,8 @@ static int mlp_build(wf_runtime *rt, mlp *m, wf_place_hints *h, int stages, int 
             a = wf_add(g, a, wf_mul(g, wf_sum(g, m->vars[0]), wf_scalar(g, WF_F32, 1e-3)));
         if (l < 2)
             a = wf_relu(g, a);
+        else if (wf_node_set_name(a, "logits") < 0)
+            return -1;
         else
             m->loss = wf_mean(g, wf_softmax_cross_entropy(g, a, m->y));
         if (scope_end(h, g) < 0)
@@ -126,7 +131,6 @@ static int train(wf_runtime *rt, const wf_strategy *st, const pp_arg *a, int sta
     TU_CHECK(mlp_build(rt, &m, h, a->stages, M_TRAIN) == 0, "build: %s", wf_graph_errmsg(m.g));
     wf_session *s = NULL;
     TU_OK(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s));
-    bool last = stage < 0 || stage == a->stages - 1;
     float *x = malloc(sizeof(float) * (size_t)a->batch * IN);
     int32_t *y = malloc(sizeof(int32_t) * (size_t)a->batch);
     TU_CHECK(x && y, "no memory");
@@ -137,13 +141,24 @@ static int train(wf_runtime *rt, const wf_strategy *st, const pp_arg *a, int sta
         wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(a->batch), y);
         wf_feed f[] = { { m.x, xt }, { m.y, yt } };
         wf_tensor *out = NULL;
-        int rc = wf_session_run(s, f, 2, &m.loss, last ? 1 : 0, &out, &m.train, 1);
+        int rc = wf_session_run(s, f, 2, &m.loss, 1, &out, &m.train, 1);
         wf_tensor_release(xt);
         wf_tensor_release(yt);
         TU_CHECK(rc == 0, "stage %d, step %d: %s: %s", stage, step, wf_err_name(rc),
                  wf_session_errmsg(s));
-        if (last) {
-            res->loss[step] = wf_tensor_data_f32(out)[0];
+        res->loss[step] = wf_tensor_data_f32(out)[0];
+        wf_tensor_release(out);
+        if (step % 4 == 3) { /* a forward-only run between steps: no backward, no update */
+            batch_of(1000 + step, a->batch, x, y);
+            xt = wf_tensor_from(WF_F32, WF_SHAPE(a->batch, IN), x);
+            yt = wf_tensor_from(WF_I32, WF_SHAPE(a->batch), y);
+            wf_feed fe[] = { { m.x, xt }, { m.y, yt } };
+            rc = wf_session_run(s, fe, 2, &m.loss, 1, &out, NULL, 0);
+            wf_tensor_release(xt);
+            wf_tensor_release(yt);
+            TU_CHECK(rc == 0, "stage %d, evaluation after step %d: %s: %s", stage, step,
+                     wf_err_name(rc), wf_session_errmsg(s));
+            res->eval[step / 4] = wf_tensor_data_f32(out)[0];
             wf_tensor_release(out);
         }
     }
@@ -205,7 +220,7 @@ static void gather(const pp_arg *a, pp_result *out)
     wf_runtime *rt = NULL;
     cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
     cr_assert_eq(mlp_build(rt, &m, NULL, a->stages, M_TRAIN), 0);
-    static pp_result part;
+    static pp_result part, losses[3];
     for (int r = 0; r < a->stages; r++) {
         char path[200];
         snprintf(path, sizeof path, "%s.%d", a->path, r);
@@ -217,12 +232,18 @@ static void gather(const pp_arg *a, pp_result *out)
         if (r == a->stages - 1) {
             out->steps = part.steps;
             memcpy(out->loss, part.loss, sizeof out->loss);
+            memcpy(out->eval, part.eval, sizeof out->eval);
         }
+        losses[r] = part; /* every stage fetched the loss: the global value, the same bits */
         size_t off = 0;
         for (int k = 0; k < NVARS; off += (size_t)var_size(k), k++)
             if (m.owner[k] == r)
                 memcpy(out->w + off, part.w + off, sizeof(float) * (size_t)var_size(k));
     }
+    for (int r = 0; r < a->stages; r++)
+        cr_assert(!memcmp(losses[r].loss, out->loss, sizeof out->loss) &&
+                      !memcmp(losses[r].eval, out->eval, sizeof out->eval),
+                  "stage %d fetched other losses than the last stage", r);
     wf_graph_destroy(m.g);
     wf_runtime_destroy(rt);
 }
@@ -297,6 +318,9 @@ static void assert_bitwise(const pp_result *a, const pp_result *b, const char *w
     for (int s = 0; s < a->steps; s++)
         cr_assert(!memcmp(&a->loss[s], &b->loss[s], sizeof(float)),
                   "%s: step %d: loss %.9g vs %.9g", what, s, a->loss[s], b->loss[s]);
+    for (int k = 0; k < a->steps / 4; k++)
+        cr_assert(!memcmp(&a->eval[k], &b->eval[k], sizeof(float)),
+                  "%s: evaluation %d: loss %.9g vs %.9g", what, k, a->eval[k], b->eval[k]);
     for (int i = 0; i < NW; i++)
         cr_assert(!memcmp(&a->w[i], &b->w[i], sizeof(float)), "%s: weight %d: %.9g vs %.9g", what,
                   i, a->w[i], b->w[i]);
@@ -333,11 +357,11 @@ Test(transport_pipeline, three_stages_gpipe_train_the_bits_of_one_process_with_4
     check_schedule(3, WF_SCHEDULE_GPIPE);
 }
 
-/* The task spans of a Chrome trace whose node names end in "/mb<k>": (k, start, end, is the
- * loss). */
+/* The task spans of a Chrome trace whose node names have "/mb<k>": (k, start, end, is the
+ * logits: the last of the forward). */
 typedef struct mb_span {
     int mb;
-    bool loss;
+    bool logits;
     double ts, end;
 } mb_span;
 
@@ -358,7 +382,7 @@ static int mb_spans(const char *buf, mb_span *out, int cap)
             continue;
         mb_span *sp = &out[n++];
         sp->mb = atoi(mb + 3);
-        sp->loss = !strncmp(name, "loss/", 5);
+        sp->logits = !strncmp(name, "logits/", 7);
         sp->ts = strtod(ts + 5, NULL);
         sp->end = sp->ts + strtod(dur + 6, NULL);
     }
@@ -367,7 +391,7 @@ static int mb_spans(const char *buf, mb_span *out, int cap)
 
 /* One stage (this process), m = 4, one step traced: under 1F1B every task of micro-batch 0
  * (forward and backward) ends before any of micro-batch 1 starts; under GPipe a task of
- * micro-batch 0 (its backward) starts after micro-batch 3's loss (its forward) ends. */
+ * micro-batch 0 (its backward) starts after micro-batch 3's logits (its forward) end. */
 static void check_order(int schedule)
 {
     wf_runtime *rt = NULL;
@@ -381,7 +405,6 @@ static void check_order(int schedule)
         0, "%s", wf_last_errmsg());
     mlp m;
     cr_assert_eq(mlp_build(rt, &m, NULL, 1, M_TRAIN), 0);
-    cr_assert_eq(wf_node_set_name(m.loss, "loss"), 0);
     wf_session *s = NULL;
     cr_assert_eq(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s), 0, "%s",
                  wf_last_errmsg());
@@ -405,7 +428,7 @@ static void check_order(int schedule)
     unlink(path);
     static mb_span sp[1 << 14];
     int n = mb_spans(buf, sp, 1 << 14);
-    double end0 = 0, start1 = 1e300, loss3_end = 0, last0_start = 0;
+    double end0 = 0, start1 = 1e300, logits3_end = 0, last0_start = 0;
     int n0 = 0, n1 = 0;
     for (int i = 0; i < n; i++) {
         if (sp[i].mb == 0) {
@@ -417,22 +440,22 @@ static void check_order(int schedule)
             n1++;
             start1 = sp[i].ts < start1 ? sp[i].ts : start1;
         }
-        if (sp[i].mb == 3 && sp[i].loss)
-            loss3_end = sp[i].end;
+        if (sp[i].mb == 3 && sp[i].logits)
+            logits3_end = sp[i].end;
     }
     printf("%s: %d tasks of micro-batch 0 (last ends at %.1f us, last starts at %.1f us), %d of "
-           "micro-batch 1 (first starts at %.1f us); micro-batch 3's loss ends at %.1f us\n",
+           "micro-batch 1 (first starts at %.1f us); micro-batch 3's logits end at %.1f us\n",
            schedule == WF_SCHEDULE_1F1B ? "1f1b" : "gpipe", n0, end0, last0_start, n1, start1,
-           loss3_end);
+           logits3_end);
     cr_assert(n0 > 4 && n1 > 4, "too few micro-batch tasks in the trace (%d, %d)", n0, n1);
     if (schedule == WF_SCHEDULE_1F1B)
         cr_assert(end0 <= start1, "1F1B: micro-batch 1 started (%.1f us) before 0 ended (%.1f us)",
                   start1, end0);
     else
-        cr_assert(loss3_end > 0 && last0_start >= loss3_end,
+        cr_assert(logits3_end > 0 && last0_start >= logits3_end,
                   "GPipe: micro-batch 0's last task starts at %.1f us, before micro-batch 3's "
-                  "loss ends (%.1f us)",
-                  last0_start, loss3_end);
+                  "logits end (%.1f us)",
+                  last0_start, logits3_end);
     wf_tensor_release(xt);
     wf_tensor_release(yt);
     wf_session_destroy(s);
