@@ -345,7 +345,8 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
     for (int i = 0; i < n_fetches; i++)
         outs[i] = NULL;
     wf_node **req = m + n_all + max_extra;
-    memcpy(req, fetches, (size_t)n_fetches * sizeof *req);
+    if (n_fetches)
+        memcpy(req, fetches, (size_t)n_fetches * sizeof *req);
     if (n_targets)
         memcpy(req + n_fetches, targets, (size_t)n_targets * sizeof *req);
     int rc = wf__dp_map(s, fetches, n_fetches, m, "fetch");
