@@ -239,7 +239,8 @@ int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const ch
 int wf__dp_max_extra(const struct wf__dp *dp);
 
 /* Adds a pipeline's schedule to plan 'p' of a strategy's session: each ordering of the
- * rewrite whose two ends are both in the plan. Returns 0 or WF_ENOMEM. */
+ * rewrite whose later end is in the plan, from its earlier end or, when the plan does not
+ * run that, from its nearest ancestors that it runs. Returns 0 or WF_ENOMEM. */
 int wf__dp_plan_order(wf__plan *p);
 int wf__dp_extra_targets(wf_session *s, wf_node *const *req, int n_req, wf_node **out);
 

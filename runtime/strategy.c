@@ -353,28 +353,67 @@ int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const ch
     return 0;
 }
 
+/* Appends the ordering a -> b (plan indices) to 'p'. */
+static int push_order(wf__plan *p, int *cap, int32_t a, int32_t b)
+{
+    if (a == b)
+        return 0;
+    if (p->n_order == *cap) {
+        int c = *cap ? 2 * *cap : 64;
+        int32_t *o = realloc(p->order, sizeof *o * 2 * (size_t)c);
+        if (!o)
+            return wf__err(WF_ENOMEM, "wf_session_run: no memory for %d orderings", c);
+        p->order = o;
+        *cap = c;
+    }
+    p->order[2 * p->n_order] = a;
+    p->order[2 * p->n_order++ + 1] = b;
+    return 0;
+}
+
 int wf__dp_plan_order(wf__plan *p)
 {
-    const wf__replica_map *m = &p->sess->dp->map;
-    int add = 0;
-    for (int k = 0; k < m->n_order; k++) {
-        int32_t a = p->index_of[m->order[2 * k]], b = p->index_of[m->order[2 * k + 1]];
-        add += a >= 0 && b >= 0 && a != b;
-    }
-    if (!add)
+    const wf_session *s = p->sess;
+    const wf__replica_map *m = &s->dp->map;
+    if (!m->n_order)
         return 0;
-    int32_t *o = realloc(p->order, sizeof *o * 2 * (size_t)(p->n_order + add));
-    if (!o)
-        return wf__err(WF_ENOMEM, "wf_session_run: no memory for %d orderings", add);
-    p->order = o;
-    for (int k = 0; k < m->n_order; k++) {
-        int32_t a = p->index_of[m->order[2 * k]], b = p->index_of[m->order[2 * k + 1]];
-        if (a >= 0 && b >= 0 && a != b) {
-            o[2 * p->n_order] = a;
-            o[2 * p->n_order++ + 1] = b;
+    /* A part's sink that this plan does not run (a loss nobody fetches) stands for its
+     * nearest ancestors that it does run: the part still waits for all of its work. */
+    int32_t *stamp = calloc((size_t)s->n_nodes + 1, sizeof *stamp);
+    int32_t *stack = malloc(((size_t)s->n_nodes + 1) * sizeof *stack);
+    int cap = p->n_order, rc = 0;
+    if (!stamp || !stack) {
+        free(stamp);
+        free(stack);
+        return wf__err(WF_ENOMEM, "wf_session_run: no memory for the pipeline's orderings");
+    }
+    for (int k = 0; k < m->n_order && rc == 0; k++) {
+        int32_t b = p->index_of[m->order[2 * k + 1]];
+        const wf_node *before = wf_graph_node(s->g, m->order[2 * k]);
+        if (b < 0)
+            continue;
+        int top = 0;
+        stack[top++] = before->id;
+        stamp[before->id] = k + 1;
+        while (top > 0 && rc == 0) {
+            const wf_node *v = wf_graph_node(s->g, stack[--top]);
+            int32_t a = v->id < s->n_nodes ? p->index_of[v->id] : -1;
+            if (a >= 0) {
+                rc = push_order(p, &cap, a, b);
+                continue;
+            }
+            for (int j = 0; j < v->n_inputs; j++) {
+                const wf_node *x = v->inputs[j];
+                if (stamp[x->id] != k + 1) {
+                    stamp[x->id] = k + 1;
+                    stack[top++] = x->id;
+                }
+            }
         }
     }
-    return 0;
+    free(stamp);
+    free(stack);
+    return rc;
 }
 
 int wf__dp_max_extra(const struct wf__dp *dp)

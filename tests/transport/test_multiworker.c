@@ -10,6 +10,7 @@
  * bad feed).
  * Ranks are processes on loopback (transport_util.h); each writes what it saw to a file the
  * test reads. The reference runs (no communicator) run in the test's own process. */
+#include "strategy_util.h"
 #include "transport_util.h"
 
 #include <fcntl.h>
@@ -44,11 +45,7 @@ typedef struct mw_result {
 /* The global batch of step 's': the same on every rank. */
 static void batch_of(int s, int rows, float *x, int32_t *y)
 {
-    for (int i = 0; i < rows; i++) {
-        for (int j = 0; j < IN; j++)
-            x[i * IN + j] = sinf(0.37f * (float)(i * IN + j) + 1.3f * (float)s);
-        y[i] = (i * 7 + s * 3) % OUT;
-    }
+    tu_batch_of(s, rows, IN, OUT, x, y);
 }
 
 typedef struct mlp {
@@ -84,17 +81,9 @@ static int train(wf_runtime *rt, const wf_strategy *st, const mw_arg *a, mw_resu
     TU_CHECK(x && y, "no memory");
     res->steps = a->steps;
     for (int step = 0; step < a->steps; step++) {
-        batch_of(step, a->batch, x, y);
-        wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(a->batch, IN), x);
-        wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(a->batch), y);
-        wf_feed f[] = { { m.x, xt }, { m.y, yt } };
-        wf_tensor *out = NULL;
-        int rc = wf_session_run(s, f, 2, &m.loss, 1, &out, &m.train, 1);
-        wf_tensor_release(xt);
-        wf_tensor_release(yt);
+        int rc =
+            tu_step(s, m.x, m.y, IN, OUT, a->batch, step, m.loss, m.train, x, y, &res->loss[step]);
         TU_CHECK(rc == 0, "step %d: %s: %s", step, wf_err_name(rc), wf_session_errmsg(s));
-        res->loss[step] = wf_tensor_data_f32(out)[0];
-        wf_tensor_release(out);
     }
     size_t off = 0;
     for (int k = 0; k < 4; k++) {

@@ -12,6 +12,7 @@
  * Ranks are processes on loopback (transport_util.h); each writes what it saw (its stage's
  * weights, and the losses every stage fetched, which are equal) to a file the test reads. The
  * reference runs (no communicator) run in the test's own process. */
+#include "strategy_util.h"
 #include "transport_util.h"
 
 #include <weft/placement.h>
@@ -47,11 +48,7 @@ typedef struct pp_result {
 /* The global batch of step 's': the same on every rank. */
 static void batch_of(int s, int rows, float *x, int32_t *y)
 {
-    for (int i = 0; i < rows; i++) {
-        for (int j = 0; j < IN; j++)
-            x[i * IN + j] = sinf(0.37f * (float)(i * IN + j) + 1.3f * (float)s);
-        y[i] = (i * 7 + s * 3) % OUT;
-    }
+    tu_batch_of(s, rows, IN, OUT, x, y);
 }
 
 typedef struct mlp {
@@ -136,30 +133,15 @@ static int train(wf_runtime *rt, const wf_strategy *st, const pp_arg *a, int sta
     TU_CHECK(x && y, "no memory");
     res->steps = a->steps;
     for (int step = 0; step < a->steps; step++) {
-        batch_of(step, a->batch, x, y);
-        wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(a->batch, IN), x);
-        wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(a->batch), y);
-        wf_feed f[] = { { m.x, xt }, { m.y, yt } };
-        wf_tensor *out = NULL;
-        int rc = wf_session_run(s, f, 2, &m.loss, 1, &out, &m.train, 1);
-        wf_tensor_release(xt);
-        wf_tensor_release(yt);
+        int rc =
+            tu_step(s, m.x, m.y, IN, OUT, a->batch, step, m.loss, m.train, x, y, &res->loss[step]);
         TU_CHECK(rc == 0, "stage %d, step %d: %s: %s", stage, step, wf_err_name(rc),
                  wf_session_errmsg(s));
-        res->loss[step] = wf_tensor_data_f32(out)[0];
-        wf_tensor_release(out);
         if (step % 4 == 3) { /* a forward-only run between steps: no backward, no update */
-            batch_of(1000 + step, a->batch, x, y);
-            xt = wf_tensor_from(WF_F32, WF_SHAPE(a->batch, IN), x);
-            yt = wf_tensor_from(WF_I32, WF_SHAPE(a->batch), y);
-            wf_feed fe[] = { { m.x, xt }, { m.y, yt } };
-            rc = wf_session_run(s, fe, 2, &m.loss, 1, &out, NULL, 0);
-            wf_tensor_release(xt);
-            wf_tensor_release(yt);
+            rc = tu_step(s, m.x, m.y, IN, OUT, a->batch, 1000 + step, m.loss, NULL, x, y,
+                         &res->eval[step / 4]);
             TU_CHECK(rc == 0, "stage %d, evaluation after step %d: %s: %s", stage, step,
                      wf_err_name(rc), wf_session_errmsg(s));
-            res->eval[step / 4] = wf_tensor_data_f32(out)[0];
-            wf_tensor_release(out);
         }
     }
     size_t off = 0;
@@ -474,45 +456,58 @@ Test(transport_pipeline, gpipe_runs_every_forward_before_the_first_backward)
     check_order(WF_SCHEDULE_GPIPE);
 }
 
+/* A 2-stage pipeline of 4 micro-batches of 16 rows over 'c' ('*h', '*st') and its MLP
+ * ('*m', 'mode'); returns wf_session_create()'s status (the session in '*s'). */
+typedef struct pp_setup {
+    wf_place_hints *h;
+    wf_strategy *st;
+    mlp m;
+    wf_session *s;
+} pp_setup;
+
+static int setup_two(wf_comm *c, int mode, pp_setup *p)
+{
+    *p = (pp_setup){ 0 };
+    TU_OK(wf_place_hints_create(&p->h));
+    TU_OK(wf_strategy_pipeline(
+        c, &(wf_pipeline_opts){ .stages = 2, .micro_batches = 4, .batch_rows = 16, .hints = p->h },
+        &p->st));
+    TU_CHECK(mlp_build(tu_rt, &p->m, p->h, 2, mode) == 0, "build: %s", wf_graph_errmsg(p->m.g));
+    return wf_session_create(p->m.g, &(wf_session_opts){ .strategy = p->st }, &p->s);
+}
+
+static void setup_free(pp_setup *p)
+{
+    wf_session_destroy(p->s);
+    wf_graph_destroy(p->m.g);
+    wf_strategy_destroy(p->st);
+    wf_place_hints_destroy(p->h);
+}
+
 /* Rank 1 makes its session and then waits to be killed; rank 0's run, whose backward waits
  * for rank 1's gradients, fails within 2 s naming it. */
 static int rank_kill(wf_comm *c, int rank, int size, void *argp)
 {
     (void)size;
     const pp_arg *a = argp;
-    wf_place_hints *h = NULL;
-    TU_OK(wf_place_hints_create(&h));
-    wf_strategy *st = NULL;
-    TU_OK(wf_strategy_pipeline(
-        c, &(wf_pipeline_opts){ .stages = 2, .micro_batches = 4, .batch_rows = 16, .hints = h },
-        &st));
-    mlp m;
-    TU_CHECK(mlp_build(tu_rt, &m, h, 2, M_TRAIN) == 0, "build: %s", wf_graph_errmsg(m.g));
-    wf_session *s = NULL;
-    TU_OK(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s));
+    pp_setup p;
+    TU_OK(setup_two(c, M_TRAIN, &p));
     TU_CHECK(write(a->ready_fd, "r", 1) == 1, "ready");
     if (rank == 1)
         for (;;) /* until the test kills this rank, never running */
             wf_test_sleep_us(10000);
     static float x[16 * IN];
     int32_t y[16];
-    batch_of(0, 16, x, y);
-    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(16, IN), x);
-    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(16), y);
-    wf_feed f[] = { { m.x, xt }, { m.y, yt } };
+    float loss;
     uint64_t t0 = wf_test_now_ns();
-    int rc = wf_session_run(s, f, 2, NULL, 0, NULL, &m.train, 1);
+    int rc = tu_step(p.s, p.m.x, p.m.y, IN, OUT, 16, 0, p.m.loss, p.m.train, x, y, &loss);
     double dt = (double)(wf_test_now_ns() - t0) * 1e-9;
-    wf_tensor_release(xt);
-    wf_tensor_release(yt);
-    printf("stage 0: %s after %.3f s: %s\n", wf_err_name(rc), dt, wf_session_errmsg(s));
-    TU_CHECK(rc == WF_EPEER, "the run gave %s: %s", wf_err_name(rc), wf_session_errmsg(s));
-    TU_CHECK(strstr(wf_session_errmsg(s), "rank 1"), "message: %s", wf_session_errmsg(s));
+    const char *msg = wf_session_errmsg(p.s);
+    printf("stage 0: %s after %.3f s: %s\n", wf_err_name(rc), dt, msg);
+    TU_CHECK(rc == WF_EPEER, "the run gave %s: %s", wf_err_name(rc), msg);
+    TU_CHECK(strstr(msg, "rank 1"), "message: %s", msg);
     TU_CHECK(dt < 2.0, "the failure took %.2f s", dt);
-    wf_session_destroy(s);
-    wf_graph_destroy(m.g);
-    wf_strategy_destroy(st);
-    wf_place_hints_destroy(h);
+    setup_free(&p);
     return 0;
 }
 TU_REGISTER(rank_kill)
@@ -549,23 +544,13 @@ static int rank_shared_var(wf_comm *c, int rank, int size, void *argp)
 {
     (void)size;
     (void)argp;
-    wf_place_hints *h = NULL;
-    TU_OK(wf_place_hints_create(&h));
-    wf_strategy *st = NULL;
-    TU_OK(wf_strategy_pipeline(
-        c, &(wf_pipeline_opts){ .stages = 2, .micro_batches = 2, .batch_rows = 8, .hints = h },
-        &st));
-    mlp m;
-    TU_CHECK(mlp_build(tu_rt, &m, h, 2, M_SHARED_VAR) == 0, "build: %s", wf_graph_errmsg(m.g));
-    wf_session *s = NULL;
-    int rc = wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s);
+    pp_setup p;
+    int rc = setup_two(c, M_SHARED_VAR, &p);
     TU_CHECK(rc == WF_EINVAL, "rank %d: creation gave %s", rank, wf_err_name(rc));
     TU_CHECK(
-        strstr(wf_graph_errmsg(m.g), "variable 'w1' is read on stage 0 and updated on stage 1"),
-        "rank %d: %s", rank, wf_graph_errmsg(m.g));
-    wf_graph_destroy(m.g);
-    wf_strategy_destroy(st);
-    wf_place_hints_destroy(h);
+        strstr(wf_graph_errmsg(p.m.g), "variable 'w1' is read on stage 0 and updated on stage 1"),
+        "rank %d: %s", rank, wf_graph_errmsg(p.m.g));
+    setup_free(&p);
     return 0;
 }
 TU_REGISTER(rank_shared_var)
