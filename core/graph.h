@@ -108,6 +108,10 @@ struct wf_node {
     uint32_t rt_flags;
     uint64_t name_hash; /* of 'name', for the name table; 0: an automatic name, in no
                            slot (core/graph.c only) */
+    bool is_gradient;   /* set by grad/ on what wf_gradients() returns for a variable, a node
+                           that nothing else of the backward reads: the data-parallel rewrite
+                           (placement/replicate.c) reduces the shards there, so what is done
+                           with a gradient after it (clipping by the global norm) is global */
     wf_node *inline_inputs[WF_NODE_INLINE_INPUTS];
 };
 

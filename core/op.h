@@ -48,8 +48,11 @@ typedef struct wf_kernel_ctx {
     size_t scratch_bytes; /* its size */
     uint64_t step;        /* the session's run count (static graphs; 0 in eager graphs): random
                              ops (dropout) mix it into their seed, so each run draws a new
-                             mask while a node and its gradient in one run draw the same;
-                             send and recv put it in their keys */
+                             mask while a node and its gradient in one run draw the same */
+    uint64_t xfer_step;   /* the session's count of runs before this one whose plan has a
+                             WF_OP_TRANSFER node: what send, recv and dp_reduce put in their
+                             keys, so that runs one rank makes alone (sampling, a local
+                             evaluation) do not shift the keys of the runs all ranks make */
     void *data;           /* what the layer that registered the kernel gave with it
                              (wf__kernels_register()), or NULL (the op's own kernels) */
     /* Ops with WF_OP_ASYNC: a kernel that returns WF_KERNEL_PENDING calls
@@ -140,6 +143,8 @@ enum {
                                       network's send and recv): the executor's task of the
                                       node ends when ctx->complete is called, and no worker
                                       waits for it */
+    WF_OP_TRANSFER = 1u << 7,      /* the kernel talks to other ranks (send, recv, dp_reduce):
+                                      its messages' keys carry ctx->xfer_step */
 };
 
 struct wf_op_def {
@@ -302,6 +307,14 @@ extern const wf_op_def wf_op_copy;
  *     WF_OP_STATEFUL | WF_OP_ASYNC. */
 extern const wf_op_def wf_op_shard_rows;
 extern const wf_op_def wf_op_dp_reduce;
+
+/* The ops of the parameter-server rewrite (core/op_ps.c; placement/ps.c inserts them):
+ *   ps_assign: inputs a variable and a value of its dtype and shape (what the worker pulled);
+ *     writes the value into the variable (n_assign 1). ps_join: inputs x and any others; its
+ *     value is x's, made once every input exists (a value ordered after the sends that carry
+ *     it, or a token for a rank's whole step). */
+extern const wf_op_def wf_op_ps_assign;
+extern const wf_op_def wf_op_ps_join;
 
 /* Aggregations of dp_reduce (attrs.axis); equal to wf_aggregation (weft/distribute.h):
  * MEAN weights shard k by its rows over the batch's (n_k / B: the mean over the global

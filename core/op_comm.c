@@ -59,7 +59,7 @@ const wf_op_def wf_op_send = {
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_send,
-    .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD | WF_OP_ASYNC,
+    .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD | WF_OP_ASYNC | WF_OP_TRANSFER,
 };
 
 const wf_op_def wf_op_recv = {
@@ -67,7 +67,7 @@ const wf_op_def wf_op_recv = {
     .min_inputs = 0,
     .max_inputs = 0,
     .infer = infer_recv,
-    .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD | WF_OP_ASYNC,
+    .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD | WF_OP_ASYNC | WF_OP_TRANSFER,
 };
 
 static int infer_copy(wf_node *n, char *err, size_t errlen)

@@ -152,5 +152,5 @@ const wf_op_def wf_op_dp_reduce = {
     .min_inputs = 2,
     .max_inputs = -1,
     .infer = infer_dp_reduce,
-    .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD | WF_OP_ASYNC,
+    .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD | WF_OP_ASYNC | WF_OP_TRANSFER,
 };

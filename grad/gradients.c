@@ -175,6 +175,39 @@ static int check_arg(wf_graph *g, const wf_node *v, const char *what, int i)
     return 0;
 }
 
+/* Marks the gradient of each variable among xs (node.is_gradient). One that another node
+ * made since 'first' (the backward) also reads (an add passing dy to a variable and to an
+ * activation of its shape) is first given a node of its own, times one (exact), so that the
+ * mark never covers the rest of the backward. */
+static int mark_gradients(wf_graph *g, wf_node *const *xs, int n, wf_node **res, int first)
+{
+    int total = wf_graph_node_count(g);
+    uint8_t *read = calloc((size_t)(total ? total : 1), 1);
+    if (!read)
+        return wf__graph_fail(g, WF_ENOMEM, "wf_gradients: no memory for %d nodes", total);
+    for (int id = first; id < total; id++) {
+        const wf_node *v = wf_graph_node(g, id);
+        for (int k = 0; k < v->n_inputs; k++)
+            read[v->inputs[k]->id] = 1;
+    }
+    int rc = 0;
+    for (int i = 0; i < n && rc >= 0; i++) {
+        if (xs[i]->op != &wf_op_variable || res[i]->id < first)
+            continue; /* not a variable, or a node the caller made (a dy) */
+        if (res[i]->id < total && read[res[i]->id]) {
+            wf_node *own = wf_mul(g, res[i], wf__grad_scalar(g, res[i], 1.0));
+            if (!own) {
+                rc = wf_graph_status(g) < 0 ? wf_graph_status(g) : WF_ENOMEM;
+                break;
+            }
+            res[i] = own;
+        }
+        res[i]->is_gradient = true;
+    }
+    free(read);
+    return rc;
+}
+
 int wf_gradients_ex(wf_graph *g, wf_node *const *ys, wf_node *const *dys, int n_ys,
                     wf_node *const *xs, int n, wf_node **grads)
 {
@@ -265,6 +298,8 @@ int wf_gradients_ex(wf_graph *g, wf_node *const *ys, wf_node *const *dys, int n_
         if (!res[i] && !(res[i] = filled_like(g, xs[i], 0.0)))
             rc = wf_graph_status(g) < 0 ? wf_graph_status(g) : WF_ENOMEM;
     }
+    if (rc >= 0)
+        rc = mark_gradients(g, xs, n, res, st.n);
     if (rc >= 0)
         memcpy(grads, res, (size_t)n * sizeof *grads);
 out:

@@ -238,15 +238,17 @@ int wf__pipeline(wf_graph *g, const wf__pipeline_opts *o, wf__replica_map *m)
         return wf__err(WF_EINVAL, "pipeline rewrite: the graph is eager");
     int n = wf_graph_node_count(g), rc;
     size_t nn = (size_t)(n ? n : 1);
-    uint8_t *kind = calloc(nn, 1), *backward = calloc(nn, 1);
+    uint8_t *kind = calloc(nn, 1), *backward = calloc(nn, 1), *is_grad = calloc(nn, 1);
     int *stage = calloc(nn, sizeof *stage);
     int *order = calloc((size_t)2 * (size_t)o->micro_batches, sizeof *order);
-    if (!kind || !backward || !stage || !order) {
+    wf_node *ref = NULL;
+    if (!kind || !backward || !is_grad || !stage || !order) {
         rc = wf__err(WF_ENOMEM, "pipeline rewrite: no memory for %d nodes", n);
         goto out;
     }
-    if ((rc = wf__replicate_kinds(g, kind)) < 0 || (rc = assign(g, o, kind, stage)) < 0 ||
-        (rc = check_variables(g, o, kind, stage)) < 0 || (rc = compute_order(o, order)) < 0)
+    if ((rc = wf__replicate_kinds(g, kind, is_grad, &ref)) < 0 ||
+        (rc = assign(g, o, kind, stage)) < 0 || (rc = check_variables(g, o, kind, stage)) < 0 ||
+        (rc = compute_order(o, order)) < 0)
         goto out;
     mark_backward(g, kind, backward);
     wf__replicate_opts ro = { .rank = 0,
@@ -270,6 +272,7 @@ int wf__pipeline(wf_graph *g, const wf__pipeline_opts *o, wf__replica_map *m)
 out:
     free(kind);
     free(backward);
+    free(is_grad);
     free(stage);
     free(order);
     return rc;

@@ -3,9 +3,11 @@
  *   buckets, and the global copies of the updates.
  * Kinds: a node is "replica" (R) when it depends on a batch placeholder (a -1 first
  *   dimension) through data or control edges and neither is nor depends on an update; it is
- *   "global" (Q) when it is an update (op->n_assign > 0) that depends on a batch, or depends
- *   on a global node; else it is shared (variables, constants, what reads only them). The
- *   gradients are the replica nodes that global nodes read as data.
+ *   "global" (Q) when it is an update (op->n_assign > 0) that depends on a batch, reads a
+ *   replica gradient of a variable as wf_gradients() marked it (node.is_gradient: so that
+ *   clipping by the global norm, or any other use of the gradients, sees the global ones),
+ *   or depends on a global node; else it is shared (variables, constants, what reads only
+ *   them). The gradients are the replica nodes that global nodes read as data.
  * Copies: for each local shard i (global shard k0 + i) every replica node is added again
  *   with its replica inputs replaced by shard i's copies; a batch placeholder becomes
  *   shard_rows(x, k, S). Gradients, in creation order (the order backward makes them),
@@ -16,6 +18,10 @@
  *   rows when it is a mean (a loss), and else aggregates as the gradients do. Global nodes are
  *   added once, reading global gradients and global copies; a control edge on a replica
  *   node becomes one on each shard's copy (an update still runs after every read).
+ * Devices (Mirrored, opts 'shard_device'): shard i's copies are placed on its device where
+ *   they can run there (shard_device_of()); placement (place.c) then adds the copies: the
+ *   shard's rows and the variables to the device, the gradients back to the host, where the
+ *   dp_reduce nodes and the updates run.
  * Why the tree lives in dp_reduce and not in add nodes: the same code sums a rank's own
  *   shards and the ranks' partial sums, so the bits cannot depend on the world size.
  * Not here: the kernels (core/op_dist.c, transport/coll_ops.c), runtime wiring. */
@@ -165,6 +171,26 @@ static int fail_node(const wf_node *n, int code, const char *what)
                    what);
 }
 
+/* The device shard 'i''s copy 'c' of a node runs on (Mirrored): the shard's, when the node
+ * is a kernel the device can run as the placement rule would put it there (placement/
+ * place.c: kernel_able(); sim devices run the CPU kernels), else -1 (the session's rule:
+ * the host). The row split stays on the host, so that only a shard's rows cross. */
+static int shard_device_of(const rw *w, int i, const wf_node *c)
+{
+    const wf__replicate_opts *o = w->o;
+    if (!o->shard_device || c->op == &wf_op_shard_rows)
+        return -1;
+    int id = o->shard_device[i];
+    int kind = id < o->n_real ? WF_KERNEL_CUDA : WF_KERNEL_CPU;
+    if ((c->op->flags & (WF_OP_SOURCE | WF_OP_DYNAMIC_SHAPE | WF_OP_ASYNC)) ||
+        !wf__op_kernel_ok(c->op, c, kind) || c->dtype == WF_F64)
+        return -1;
+    for (int k = 0; k < c->n_inputs; k++)
+        if (c->inputs[k]->dtype == WF_F64)
+            return -1;
+    return id;
+}
+
 static int copy_shards(rw *w)
 {
     wf_node *stack_in[16], **in = stack_in;
@@ -226,6 +252,8 @@ static int copy_shards(rw *w)
             }
             if (!c)
                 rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+            else
+                c->device = shard_device_of(w, i, c);
             w->shard[i * w->n + id] = c;
             if (c && w->cross && w->cross[id])
                 rc = send_to_readers(w, i, id, c);
@@ -391,28 +419,49 @@ static int copy_globals(rw *w, const uint8_t *is_grad)
     return rc;
 }
 
-int wf__replicate_kinds(const wf_graph *g, uint8_t *kind)
+int wf__replicate_kinds(const wf_graph *g, uint8_t *kind, uint8_t *is_grad, wf_node **ref)
 {
     int n = wf_graph_node_count(g);
-    bool batch = false;
+    *ref = NULL;
+    memset(is_grad, 0, (size_t)n);
     for (int id = 0; id < n; id++) {
         const wf_node *v = wf_graph_node(g, id);
         int k = K_SHARED;
         if (is_batch(v)) {
             k = K_REPLICA;
-            batch = true;
+            if (!*ref)
+                *ref = (wf_node *)v;
         }
-        for (int j = 0; j < v->n_inputs; j++)
-            k = k > kind[v->inputs[j]->id] ? k : kind[v->inputs[j]->id];
+        bool reads_grad = false;
+        for (int j = 0; j < v->n_inputs; j++) {
+            const wf_node *x = v->inputs[j];
+            k = k > kind[x->id] ? k : kind[x->id];
+            reads_grad |= x->is_gradient && kind[x->id] == K_REPLICA;
+        }
+        if (reads_grad)
+            k = K_GLOBAL;
         for (int j = 0; j < v->n_control; j++)
             k = k > kind[v->control[j]->id] ? k : kind[v->control[j]->id];
         if (k == K_REPLICA && v->op->n_assign > 0)
             k = K_GLOBAL;
         kind[id] = (uint8_t)k;
     }
-    if (!batch)
+    if (!*ref)
         return wf__err(WF_EINVAL, "data-parallel rewrite: no placeholder has a -1 first dimension "
                                   "(a batch to shard)");
+    for (int id = 0; id < n; id++) {
+        const wf_node *v = wf_graph_node(g, id);
+        if (kind[id] != K_GLOBAL)
+            continue;
+        for (int j = 0; j < v->n_inputs; j++) {
+            const wf_node *x = v->inputs[j];
+            if (kind[x->id] != K_REPLICA)
+                continue;
+            if (x->dtype != WF_F32 || wf_shape_numel(x->shape) < 0)
+                return fail_node(x, WF_EINVAL, "a gradient must be f32 with a static shape");
+            is_grad[x->id] = 1;
+        }
+    }
     return 0;
 }
 
@@ -511,28 +560,10 @@ int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
         rc = wf__err(WF_ENOMEM, "data-parallel rewrite: no memory for %d nodes", n);
         goto done;
     }
-    if ((rc = wf__replicate_kinds(g, w.kind)) < 0)
+    if ((rc = wf__replicate_kinds(g, w.kind, is_grad, &w.ref)) < 0)
         goto done;
-    for (int id = 0; id < n && !w.ref; id++)
-        if (is_batch(wf_graph_node(g, id)))
-            w.ref = wf_graph_node(g, id);
     if (o->stage_of && (rc = plan_crossings(&w)) < 0)
         goto done;
-    for (int id = 0; id < n; id++) { /* on every stage alike: the scalars' edges depend on it */
-        const wf_node *v = wf_graph_node(g, id);
-        if (w.kind[id] != K_GLOBAL)
-            continue;
-        for (int j = 0; j < v->n_inputs; j++) {
-            const wf_node *x = v->inputs[j];
-            if (w.kind[x->id] != K_REPLICA)
-                continue;
-            if (x->dtype != WF_F32 || wf_shape_numel(x->shape) < 0) {
-                rc = fail_node(x, WF_EINVAL, "a gradient must be f32 with a static shape");
-                goto done;
-            }
-            is_grad[x->id] = 1;
-        }
-    }
     if ((rc = copy_shards(&w)) < 0 || (rc = reduce_all(&w, is_grad, m)) < 0 ||
         (rc = copy_globals(&w, is_grad)) < 0)
         goto done;

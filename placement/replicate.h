@@ -7,7 +7,8 @@
  *   whose first dimension is -1; in the copy, that placeholder is read through shard_rows),
  *   up to the gradients the updates read; one dp_reduce node per gradient bucket (and per
  *   scalar the shards compute) with slices back to each gradient's shape; and one copy of
- *   every update (and what follows the updates) reading the reduced gradients.
+ *   every update (and what follows the updates) reading the reduced gradients. With
+ *   'shard_device' (Mirrored), each shard's copies carry their device's placement hint.
  * Not here: running dp_reduce (transport/coll_ops.c), the session's side (runtime/). */
 #ifndef WF_PLACEMENT_REPLICATE_H
 #define WF_PLACEMENT_REPLICATE_H
@@ -24,6 +25,12 @@ typedef struct wf__replicate_opts {
     size_t bucket_bytes;       /* > 0 */
     size_t first_bucket_bytes; /* > 0 */
     int edge_base;             /* the first key edge dp_reduce nodes use (two each) */
+    const int *shard_device;   /* NULL, or per local shard the device (placement's id, > 0)
+                                  its copies run on (Mirrored): each copy that can run there
+                                  is placed there with wf_node_set_device() */
+    int n_real;                /* with 'shard_device': the runtime's devices (the CPU and the
+                                  GPUs; ids from it up are simulated ones, which run the CPU
+                                  kernels) */
     /* A pipeline (placement/pipeline.c; NULL 'stage_of': none): the stage of every user node
      * ('stage_of[id]': >= 0 a stage, WF__STAGE_ALL every stage, WF__STAGE_SHARED where it is
      * read); this rank runs only stage 'stage''s copies, and every per-shard value another
@@ -39,12 +46,6 @@ typedef struct wf__replicate_opts {
 } wf__replicate_opts;
 
 enum { WF__STAGE_ALL = -1, WF__STAGE_SHARED = -2 };
-
-enum { WF__KIND_SHARED = 0, WF__KIND_REPLICA = 1, WF__KIND_GLOBAL = 2 };
-
-/* The kind of every node of 'g' (kind[id], WF__KIND_*; see replicate.c's header). Returns 0,
- * or WF_EINVAL when no placeholder has a -1 first dimension. */
-int wf__replicate_kinds(const wf_graph *g, uint8_t *kind);
 
 /* What stands for each node of the user's graph (ids below 'n'). */
 typedef struct wf__replica_map {
@@ -70,6 +71,15 @@ typedef struct wf__replica_map {
 
 /* Frees what '*m' holds. */
 void wf__replica_map_free(wf__replica_map *m);
+
+/* The kinds of the user's nodes (placement/replicate.c says which is which). */
+enum { WF__KIND_SHARED = 0, WF__KIND_REPLICA = 1, WF__KIND_GLOBAL = 2 };
+
+/* Sorts the nodes of 'g' into kinds: 'kind' and 'is_grad' (a replica node an update reads:
+ * a gradient) get one entry per node; '*ref' the first batch placeholder. Returns 0 or
+ * WF_EINVAL (no batch placeholder; a gradient that is not f32 with a static shape: the
+ * message names the node). */
+int wf__replicate_kinds(const wf_graph *g, uint8_t *kind, uint8_t *is_grad, wf_node **ref);
 
 /* Rewrites 'g' (static, no error) for 'o', appending nodes, and fills '*m' (the caller frees
  * it with wf__replica_map_free()). Returns 0, WF_EINVAL (no batch placeholder; a gradient an update

@@ -269,7 +269,9 @@ static int run_kernel(wf__slot *sl, int i)
     wf_shape shape = n->shape;
     if (p->reinfer[i] && (rc = wf__slot_reinfer(sl, n, in, dts, shapes, &dt, &shape)) < 0)
         goto done;
-    wf_kernel_ctx ctx = { .rt = sl->plan->sess->rt, .step = sl->step, .data = p->kdata[i] };
+    wf_kernel_ctx ctx = {
+        .rt = sl->plan->sess->rt, .step = sl->step, .xfer_step = sl->xfer_step, .data = p->kdata[i]
+    };
     if (n->op->flags & WF_OP_ASYNC) { /* never in inline plans (plan.c) */
         ctx.complete = wf__slot_node_complete;
         ctx.token = &sl->args[i];

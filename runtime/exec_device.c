@@ -155,6 +155,7 @@ int wf__exec_copy_node(wf__slot *sl, int i)
     wf_kernel_ctx ctx = {
         .rt = p->sess->rt,
         .step = sl->step,
+        .xfer_step = sl->xfer_step,
         .data = p->kdata[i],
         .complete = copy_landed,
         .token = &sl->args[i],
@@ -259,6 +260,7 @@ int wf__exec_device_node(wf__slot *sl, int i)
         .rt = p->sess->rt,
         .device = d->info.index,
         .step = sl->step,
+        .xfer_step = sl->xfer_step,
         .data = p->kdata[i],
     };
 #ifdef WF_HAVE_CUDA

@@ -86,6 +86,7 @@ typedef struct wf__slot {
     wf_tensor *spare[WF__SPARE_MAX]; /* inline plans only: dead values of this slot, kept
                                         (and owned) for reuse as outputs (exec.c: spare_take) */
     uint64_t step;                   /* this run's number (wf_kernel_ctx.step) */
+    uint64_t xfer_step;              /* its number among transferring runs (.xfer_step) */
     struct wf__slot_dev *dev;        /* exec_device.c: this run's values on GPUs; NULL when
                                         the plan has no 'dev' */
     /* The arena (runtime/memplan.c), kept across runs; NULL 'planned': outputs come from
@@ -129,6 +130,7 @@ struct wf__plan {
     int32_t *index_of;       /* plan index per graph node id (-1: not in the plan) */
     bool run_inline;         /* every node's value is static and at most WF__INLINE_NUMEL
                                 elements: runs go node by node on the calling thread */
+    bool transfers;          /* a node's op is WF_OP_TRANSFER: runs count in n_xfer_runs */
     int32_t *placeholders;   /* plan indices of placeholders */
     int n_placeholders;      /* entries of 'placeholders' */
     int32_t *prio_order;     /* plan indices by critical-path priority, highest first
@@ -195,11 +197,14 @@ struct wf_session {
     wf__plan *plans;                 /* compiled plans, most recent first */
     int max_slots;                   /* per plan (wf_session_opts.n_run_slots) */
     _Atomic uint64_t n_runs;         /* runs started: each run's wf_kernel_ctx.step */
+    _Atomic uint64_t n_xfer_runs;    /* of those, runs of plans that 'transfer' (.xfer_step) */
     uint32_t flags;                  /* wf_session_opts.flags: WF_SESSION_NO_* passes */
     int device;                      /* wf_session_opts.device (placement/place.c) */
-    int n_sim;                       /* tests only (test_internal_*.c set it before the first
-                                        run): simulated devices (devices/sim.c) numbered after
-                                        the runtime's devices, for placement */
+    int n_sim;                       /* simulated devices (devices/sim.c) numbered after the
+                                        runtime's devices, for placement: a Mirrored strategy's
+                                        (wf_strategy_opts.simulated_devices, set at creation),
+                                        or tests' (test_internal_*.c set it before the first
+                                        run) */
     uint32_t sim_delay_us;           /* their wf__sim_opts (devices/device.h): delay, */
     int64_t sim_fail_alloc;          /* the allocation that fails, */
     int64_t sim_fail_notice;         /* the completion that faults */
@@ -216,9 +221,14 @@ struct wf_session {
 
 /* Before the session exists: checks that every rank has the same graph and options (a
  * hash exchanged), then rewrites 'g' (placement/replicate.h); '*comm' (the session's
- * opts.comm: NULL or the strategy's) becomes the strategy's communicator. Returns 0 with
+ * opts.comm: NULL or the strategy's) becomes the strategy's communicator, and for a
+ * Mirrored strategy '*device' (opts.device) 0 becomes -1 (the host). Returns 0 with
  * '*out' (free with wf__dp_free()) or a negative status with the message set on 'g'. */
-int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf__dp **out);
+int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *device,
+                   struct wf__dp **out);
+
+/* The simulated devices a Mirrored strategy's session opens (wf_session.n_sim), or 0. */
+int wf__dp_sim_devices(const struct wf__dp *dp);
 
 /* Once the session's variables exist: registers dp_reduce's kernel, broadcasts every
  * variable from rank 0 and checks them equal by a hash on every rank. Returns 0 or a
@@ -245,6 +255,29 @@ int wf__dp_plan_order(wf__plan *p);
 int wf__dp_extra_targets(wf_session *s, wf_node *const *req, int n_req, wf_node **out);
 
 void wf__dp_free(struct wf__dp *dp);
+
+/* A strategy of 'comm' with options 'o' (checked by the caller) and 'servers' parameter
+ * servers (0: MultiWorkerMirrored). Returns 0 or WF_ENOMEM. */
+int wf__strategy_new(wf_comm *comm, const wf_strategy_opts *o, int servers, int staleness,
+                     wf_strategy **out);
+int wf__strategy_servers(const wf_strategy *st);
+
+/* How a strategy's messages name its replicas: the default of 'shards', many, one. */
+typedef struct wf__strategy_replicas {
+    const char *deflt, *many, *one;
+} wf__strategy_replicas;
+
+/* Checks 'shards' (0 becomes 'n', the replicas) and 'aggregation' for 'fn': the shards a
+ * multiple of n, each replica's shards a subtree of the fixed tree, at most 64 per replica.
+ * Returns 0 or WF_EINVAL with the message naming the values. */
+int wf__strategy_check(const char *fn, const wf__strategy_replicas *r, int n, int *shards,
+                       int aggregation);
+
+/* strategy_ps.c: the parameter-server rewrite of 'g' for this rank (placement/ps.h), its
+ * message on wf_last_errmsg(). */
+struct wf__replica_map;
+int wf__ps_prepare(wf_graph *g, int rank, int size, const wf_strategy_opts *o, int servers,
+                   int edge_base, struct wf__replica_map *map);
 
 /* session.c */
 

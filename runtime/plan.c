@@ -98,6 +98,8 @@ static int build(wf_session *s, wf__plan *p, wf__pass_ctx *c, const int32_t *ids
         if (has_any_dim(node->shape) || (op->flags & (WF_OP_DYNAMIC_SHAPE | WF_OP_ASYNC)) ||
             wf_shape_numel(node->shape) > WF__INLINE_NUMEL)
             p->run_inline = false;
+        if (op->flags & WF_OP_TRANSFER)
+            p->transfers = true;
         p->in_off[i] = e;
         p->var[i] = -1;
         if (op == &wf_op_placeholder) {

@@ -96,7 +96,7 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
      * (runtime/strategy.c), before the session counts the nodes it runs. */
     struct wf__dp *dp = NULL;
     if (o.strategy) {
-        int prc = wf__dp_prepare(g, o.strategy, &o.comm, &dp);
+        int prc = wf__dp_prepare(g, o.strategy, &o.comm, &o.device, &dp);
         if (prc < 0)
             return prc;
     }
@@ -112,6 +112,7 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     s->max_slots = o.n_run_slots ? o.n_run_slots : DEFAULT_SLOTS;
     s->flags = o.flags;
     s->device = o.device;
+    s->n_sim = wf__dp_sim_devices(dp); /* a Mirrored strategy's simulated devices */
     pthread_rwlock_init(&s->var_lock, NULL);
     pthread_mutex_init(&s->plans_mu, NULL);
     pthread_mutex_init(&s->dev_mu, NULL);
@@ -422,6 +423,8 @@ static int run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const 
         atomic_fetch_add_explicit(&sl->uses[p->index_of[fetches[i]->id]], 1, memory_order_relaxed);
 
     sl->step = atomic_fetch_add_explicit(&s->n_runs, 1, memory_order_relaxed);
+    sl->xfer_step =
+        p->transfers ? atomic_fetch_add_explicit(&s->n_xfer_runs, 1, memory_order_relaxed) : 0;
     rc = wf__slot_run(sl);
     if (rc < 0)
         wf__session_fail(s, rc, "%s", sl->errmsg);

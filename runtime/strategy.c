@@ -1,12 +1,15 @@
 /* runtime/strategy.c: distribution strategies (weft/distribute.h) and what a session given
  * one does beyond a plain one.
- * Owns: the strategy objects (MultiWorkerMirrored, pipeline); at session creation the
- *   agreement of every rank (a hash of the graph and the options, exchanged with an
- *   all-gather, so ranks that differ fail naming each other instead of hanging or summing
- *   wrong values), the rewrite (placement/replicate.h, or placement/pipeline.h), the registration
- * of dp_reduce's kernel (transport/coll_ops.h), the broadcast of every variable from rank 0 and the
- * check of their hash; at each run the mapping of the user's fetches and targets to the rewritten
- * graph's nodes. Not here: the rewrite itself (placement/), the reduction's kernel (transport/). */
+ * Owns: the strategy objects (MultiWorkerMirrored over a communicator; Mirrored over devices
+ *   of one process: the same rewrite with one rank, each shard's copies placed on its
+ *   device, and the session's simulated devices when it asks for them; pipeline stages over
+ *   a communicator); at session creation the agreement of every rank (a hash of the graph
+ *   and the options, exchanged with an all-gather, so ranks that differ fail naming each
+ *   other instead of hanging or summing wrong values), the rewrite (placement/replicate.h,
+ *   or placement/pipeline.h), the registration of dp_reduce's kernel (transport/coll_ops.h),
+ *   the broadcast of every variable from rank 0 and the check of their hash; at each run the
+ *   mapping of the user's fetches and targets to the rewritten graph's nodes.
+ * Not here: the rewrite itself (placement/), the reduction's kernel (transport/). */
 #include "../placement/pipeline.h"
 #include "../placement/replicate.h"
 #include "../transport/coll_ops.h"
@@ -20,12 +23,21 @@
 #define DEFAULT_FIRST_BUCKET (1u << 20)
 #define EDGE_BASE            16384 /* dp_reduce's key edges: 16384 .. 32767 */
 
+#define MAX_LOCAL_SHARDS 64 /* dp_reduce's local sum (transport/coll_ops.c) */
+
 struct wf_strategy {
     wf_comm *comm;
     int rank, size;
-    wf_strategy_opts o;
-    bool pipeline; /* wf_strategy_pipeline(): 'p' (o.shards: m, o.aggregation: p's) */
+    wf_strategy_opts o;     /* o.devices NULL: the list is 'dev' */
+    int servers, staleness; /* parameter servers (runtime/strategy_ps.c); 0: none */
+    bool pipeline;          /* wf_strategy_pipeline(): 'p' (o.shards: m, o.aggregation: p's) */
     wf_pipeline_opts p;
+    /* Mirrored: */
+    wf_runtime *rt;
+    int n_dev;                 /* D (0: MultiWorkerMirrored) */
+    int n_sim;                 /* simulated devices the session opens (0: GPUs) */
+    int dev[MAX_LOCAL_SHARDS]; /* D placement ids (runtime/pass_place.c: the CPU 0, the GPUs
+                                  1 .., then the simulated ones) */
 };
 
 struct wf__dp {
@@ -33,31 +45,45 @@ struct wf__dp {
     wf__replica_map map;
 };
 
+int wf__strategy_check(const char *fn, const wf__strategy_replicas *r, int n, int *shards,
+                       int aggregation)
+{
+    if (*shards < 0 || *shards > (1 << 20))
+        return wf__err(WF_EINVAL, "%s: shards is %d (0: %s)", fn, *shards, r->deflt);
+    if (!*shards)
+        *shards = n;
+    if (*shards % n || !wf__dp_blocks_ok(*shards, *shards / n))
+        return wf__err(WF_EINVAL,
+                       "%s: %d shards over %d %s: the shards must be a multiple of the %s, each "
+                       "%s's shards a subtree of the fixed sum tree (a power of two per %s, or "
+                       "one %s, always is)",
+                       fn, *shards, n, r->many, r->many, r->one, r->one, r->one);
+    if (*shards / n > 64)
+        return wf__err(WF_EINVAL, "%s: %d shards per %s (at most 64)", fn, *shards / n, r->one);
+    if (aggregation < WF_AGG_MEAN || aggregation > WF_AGG_SHARD_MEAN)
+        return wf__err(WF_EINVAL, "%s: unknown aggregation %d", fn, aggregation);
+    return 0;
+}
+
 int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts, wf_strategy **out)
 {
     if (!out)
         return wf__err(WF_EINVAL, "wf_strategy_multiworker: out is NULL");
     *out = NULL;
     wf_strategy_opts o = opts ? *opts : (wf_strategy_opts){ 0 };
-    int size = comm ? wf_comm_size(comm) : 1, rank = comm ? wf_comm_rank(comm) : 0;
+    int size = comm ? wf_comm_size(comm) : 1, rank = comm ? wf_comm_rank(comm) : 0, rc;
     if (size < 1 || rank < 0)
         return wf__err(WF_EINVAL, "wf_strategy_multiworker: the communicator is not valid");
-    if (o.shards < 0 || o.shards > (1 << 20))
-        return wf__err(WF_EINVAL, "wf_strategy_multiworker: shards is %d (0: the world size)",
-                       o.shards);
-    if (!o.shards)
-        o.shards = size;
-    if (o.shards % size || !wf__dp_blocks_ok(o.shards, o.shards / size))
+    if ((rc = wf__strategy_check("wf_strategy_multiworker",
+                                 &(wf__strategy_replicas){ "the world size", "ranks", "rank" },
+                                 size, &o.shards, o.aggregation)) < 0)
+        return rc;
+    if (o.n_devices || o.devices || o.simulated_devices)
         return wf__err(WF_EINVAL,
-                       "wf_strategy_multiworker: %d shards over %d ranks: the shards must be a "
-                       "multiple of the ranks, each rank's shards a subtree of the fixed sum "
-                       "tree (a power of two per rank, or one rank, always is)",
-                       o.shards, size);
-    if (o.shards / size > 64)
-        return wf__err(WF_EINVAL, "wf_strategy_multiworker: %d shards per rank (at most 64)",
-                       o.shards / size);
-    if (o.aggregation < WF_AGG_MEAN || o.aggregation > WF_AGG_SHARD_MEAN)
-        return wf__err(WF_EINVAL, "wf_strategy_multiworker: unknown aggregation %d", o.aggregation);
+                       "wf_strategy_multiworker: n_devices %d, devices %s, simulated_devices %d: "
+                       "the device options are Mirrored's (wf_strategy_mirrored()); "
+                       "MultiWorkerMirrored runs one replica per rank",
+                       o.n_devices, o.devices ? "set" : "NULL", o.simulated_devices);
     if (!o.bucket_bytes)
         o.bucket_bytes = DEFAULT_BUCKET;
     if (!o.first_bucket_bytes)
@@ -119,6 +145,123 @@ int wf_strategy_pipeline(wf_comm *comm, const wf_pipeline_opts *opts, wf_strateg
     return 0;
 }
 
+int wf_strategy_mirrored(wf_runtime *rt, const wf_strategy_opts *opts, wf_strategy **out)
+{
+    if (!out)
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: out is NULL");
+    *out = NULL;
+    if (!rt)
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: rt is NULL");
+    wf_strategy_opts o = opts ? *opts : (wf_strategy_opts){ 0 };
+    int n_real = wf_device_count(rt) < 1 ? 1 : wf_device_count(rt);
+    int n_gpu = n_real - 1;
+    if (o.simulated_devices < 0 || o.simulated_devices > MAX_LOCAL_SHARDS)
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: simulated_devices is %d (0 .. %d)",
+                       o.simulated_devices, MAX_LOCAL_SHARDS);
+    int avail = o.simulated_devices ? o.simulated_devices : n_gpu;
+    const char *what = o.simulated_devices ? "simulated device" : "GPU";
+    if (o.n_devices < 0 || (o.devices && o.n_devices < 1))
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: n_devices is %d%s", o.n_devices,
+                       o.devices ? " with a device list (at least 1)" : " (0: every device)");
+    int d = o.n_devices ? o.n_devices : avail;
+    if (d < 1) /* only without simulated devices: 'avail' is their count otherwise */
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_mirrored: zero devices: this runtime has no CUDA GPU (none "
+                       "found, or weft is built without CUDA) and no simulated device is asked "
+                       "for; set simulated_devices to run the replicas on simulated ones");
+    if (d > MAX_LOCAL_SHARDS)
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: %d devices (at most %d)", d,
+                       MAX_LOCAL_SHARDS);
+    wf_strategy *st = calloc(1, sizeof *st);
+    if (!st)
+        return wf__err(WF_ENOMEM, "wf_strategy_mirrored: no memory");
+    for (int i = 0; i < d; i++) {
+        int id = o.devices ? o.devices[i] : (o.simulated_devices ? i : i + 1);
+        int lo = o.simulated_devices ? 0 : 1, hi = o.simulated_devices ? avail - 1 : n_gpu;
+        if (id < lo || id > hi) {
+            free(st);
+            if (o.simulated_devices)
+                return wf__err(WF_EINVAL,
+                               "wf_strategy_mirrored: device %d (entry %d) does not exist: the "
+                               "%d simulated devices are 0 .. %d",
+                               id, i, avail, avail - 1);
+            if (!n_gpu)
+                return wf__err(WF_EINVAL,
+                               "wf_strategy_mirrored: device %d (entry %d) does not exist: this "
+                               "runtime has no GPU (no CUDA device found, or weft is built "
+                               "without CUDA); set simulated_devices to run the replicas on "
+                               "simulated ones",
+                               id, i);
+            return wf__err(WF_EINVAL,
+                           "wf_strategy_mirrored: device %d (entry %d) does not exist: this "
+                           "runtime's GPUs are devices 1 .. %d (device 0 is the CPU, which a "
+                           "replica does not take)",
+                           id, i, n_gpu);
+        }
+        st->dev[i] = o.simulated_devices ? n_real + id : id;
+        for (int j = 0; j < i; j++)
+            if (st->dev[j] == st->dev[i]) {
+                free(st);
+                return wf__err(WF_EINVAL,
+                               "wf_strategy_mirrored: %s %d is given twice (entries %d and %d)",
+                               what, id, j, i);
+            }
+    }
+    if (o.shards < 0 || (o.shards && (o.shards < d || o.shards > MAX_LOCAL_SHARDS))) {
+        free(st);
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_mirrored: shards is %d: %d .. %d over %d devices (0: one "
+                       "per device)",
+                       o.shards, d, MAX_LOCAL_SHARDS, d);
+    }
+    if (o.aggregation < WF_AGG_MEAN || o.aggregation > WF_AGG_SHARD_MEAN) {
+        free(st);
+        return wf__err(WF_EINVAL, "wf_strategy_mirrored: unknown aggregation %d", o.aggregation);
+    }
+    if (!o.shards)
+        o.shards = d;
+    if (!o.bucket_bytes)
+        o.bucket_bytes = DEFAULT_BUCKET;
+    if (!o.first_bucket_bytes)
+        o.first_bucket_bytes = DEFAULT_FIRST_BUCKET;
+    o.n_devices = d;
+    o.devices = NULL;
+    st->rank = 0;
+    st->size = 1;
+    st->o = o;
+    st->rt = rt;
+    st->n_dev = d;
+    st->n_sim = o.simulated_devices;
+    *out = st;
+    return 0;
+}
+
+int wf__strategy_new(wf_comm *comm, const wf_strategy_opts *o, int servers, int staleness,
+                     wf_strategy **out)
+{
+    wf_strategy *st = calloc(1, sizeof *st);
+    if (!st)
+        return wf__err(WF_ENOMEM, "no memory for a strategy");
+    *st = (wf_strategy){ .comm = comm,
+                         .rank = wf_comm_rank(comm),
+                         .size = wf_comm_size(comm),
+                         .o = *o,
+                         .servers = servers,
+                         .staleness = staleness };
+    *out = st;
+    return 0;
+}
+
+int wf_strategy_device_count(const wf_strategy *st)
+{
+    return st ? st->n_dev : wf__err(WF_EINVAL, "wf_strategy_device_count: strategy is NULL");
+}
+
+int wf__strategy_servers(const wf_strategy *st)
+{
+    return st->servers;
+}
+
 int wf_strategy_rank(const wf_strategy *st)
 {
     return st ? st->rank : wf__err(WF_EINVAL, "wf_strategy_rank: strategy is NULL");
@@ -147,6 +290,7 @@ typedef struct agreement {
     uint64_t graph;
     int64_t nodes;
     int64_t shards, aggregation, bucket_bytes, first_bucket_bytes;
+    int64_t servers, staleness;
     int64_t pipeline, schedule, batch_rows; /* a pipeline's */
 } agreement;
 
@@ -178,6 +322,8 @@ static int agree(wf_graph *g, const wf_strategy *st)
                      .aggregation = st->o.aggregation,
                      .bucket_bytes = (int64_t)st->o.bucket_bytes,
                      .first_bucket_bytes = (int64_t)st->o.first_bucket_bytes,
+                     .servers = st->servers,
+                     .staleness = st->staleness,
                      .pipeline = st->pipeline,
                      .schedule = st->p.schedule,
                      .batch_rows = st->p.batch_rows };
@@ -207,13 +353,15 @@ static int agree(wf_graph *g, const wf_strategy *st)
             len += (size_t)snprintf(
                 msg + len, sizeof msg - len,
                 "%srank %d's strategy options differ from rank 0's (shards %lld, "
-                "aggregation %lld, buckets %lld/%lld bytes, pipeline %lld, schedule %lld, "
-                "batch rows %lld; rank 0: %lld, %lld, %lld/%lld, %lld, %lld, %lld)",
+                "aggregation %lld, buckets %lld/%lld bytes, servers %lld, staleness %lld, "
+                "pipeline %lld, schedule %lld, batch rows %lld; rank 0: %lld, %lld, %lld/%lld, "
+                "%lld, %lld, %lld, %lld, %lld)",
                 len ? "; " : "", r, (long long)b->shards, (long long)b->aggregation,
-                (long long)b->first_bucket_bytes, (long long)b->bucket_bytes,
-                (long long)b->pipeline, (long long)b->schedule, (long long)b->batch_rows,
-                (long long)a->shards, (long long)a->aggregation, (long long)a->first_bucket_bytes,
-                (long long)a->bucket_bytes, (long long)a->pipeline, (long long)a->schedule,
+                (long long)b->first_bucket_bytes, (long long)b->bucket_bytes, (long long)b->servers,
+                (long long)b->staleness, (long long)b->pipeline, (long long)b->schedule,
+                (long long)b->batch_rows, (long long)a->shards, (long long)a->aggregation,
+                (long long)a->first_bucket_bytes, (long long)a->bucket_bytes, (long long)a->servers,
+                (long long)a->staleness, (long long)a->pipeline, (long long)a->schedule,
                 (long long)a->batch_rows);
     }
     free(all);
@@ -222,10 +370,26 @@ static int agree(wf_graph *g, const wf_strategy *st)
     return 0;
 }
 
-int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf__dp **out)
+int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *device,
+                   struct wf__dp **out)
 {
     *out = NULL;
     int rc;
+    int shard_dev[MAX_LOCAL_SHARDS];
+    if (st->n_dev) { /* Mirrored */
+        if (st->rt != wf_graph_runtime(g))
+            return wf__graph_fail(g, WF_EINVAL,
+                                  "wf_session_create: the Mirrored strategy was made for "
+                                  "another runtime than the graph's");
+        if (*comm)
+            return wf__graph_fail(g, WF_EINVAL,
+                                  "wf_session_create: opts.comm is set, but a Mirrored "
+                                  "strategy runs in this process alone");
+        if (*device == 0)
+            *device = -1; /* what no replica takes: the host */
+        for (int k = 0; k < st->o.shards; k++)
+            shard_dev[k] = st->dev[(int)((int64_t)k * st->n_dev / st->o.shards)];
+    }
     if (*comm && *comm != st->comm)
         return wf__graph_fail(g, WF_EINVAL,
                               "wf_session_create: opts.comm is not the "
@@ -244,7 +408,9 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf
                               .aggregation = st->o.aggregation,
                               .bucket_bytes = st->o.bucket_bytes,
                               .first_bucket_bytes = st->o.first_bucket_bytes,
-                              .edge_base = EDGE_BASE };
+                              .edge_base = EDGE_BASE,
+                              .shard_device = st->n_dev ? shard_dev : NULL,
+                              .n_real = wf_device_count(st->rt) < 1 ? 1 : wf_device_count(st->rt) };
     wf__pipeline_opts po = { .stage = st->rank,
                              .stages = st->p.stages,
                              .micro_batches = st->p.micro_batches,
@@ -255,8 +421,13 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf
                              .bucket_bytes = st->o.bucket_bytes,
                              .first_bucket_bytes = st->o.first_bucket_bytes,
                              .edge_base = EDGE_BASE };
-    if ((rc = st->pipeline ? wf__pipeline(g, &po, &dp->map) : wf__replicate(g, &ro, &dp->map)) <
-        0) {
+    if (st->servers)
+        rc = wf__ps_prepare(g, st->rank, st->size, &st->o, st->servers, EDGE_BASE, &dp->map);
+    else if (st->pipeline)
+        rc = wf__pipeline(g, &po, &dp->map);
+    else
+        rc = wf__replicate(g, &ro, &dp->map);
+    if (rc < 0) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", wf_last_errmsg());
         free(dp);
@@ -264,6 +435,11 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, struct wf
     }
     *out = dp;
     return 0;
+}
+
+int wf__dp_sim_devices(const struct wf__dp *dp)
+{
+    return dp ? dp->st->n_sim : 0;
 }
 
 wf_comm *wf__dp_comm(const struct wf__dp *dp)
@@ -274,9 +450,10 @@ wf_comm *wf__dp_comm(const struct wf__dp *dp)
 int wf__dp_start(wf_session *s)
 {
     /* A pipeline's reductions are over its own micro-batches (no peer), and each stage
-     * initialises its own variables. */
+     * initialises its own variables. Parameter servers: dp_reduce sums a worker's own shards
+     * only (runtime/strategy_ps.c). */
     wf_comm *c = s->dp->st->pipeline ? NULL : wf__dp_comm(s->dp);
-    int rc = wf__transport_register_coll_kernels(s->kernels, c);
+    int rc = wf__transport_register_coll_kernels(s->kernels, s->dp->st->servers ? NULL : c);
     if (rc < 0 || !c)
         return rc;
     /* One broadcast of every variable packed together: a collective per variable would

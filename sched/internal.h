@@ -218,6 +218,8 @@ struct wf_runtime {
     hwloc_topology_t topo;
     uint64_t spin_ns;
     bool pin;
+    int core_lo, core_n; /* worker i's core: (core_lo + i mod core_n) mod the cores (topo.c:
+                            the local rank's run) */
     size_t trace_cap;
     uint64_t t_start;
     _Atomic uint32_t graph_ids; /* task graphs created: a graph's id in traces (from 1) */

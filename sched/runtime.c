@@ -57,6 +57,12 @@ int wf_runtime_create(wf_runtime **out, const wf_runtime_opts *opts)
                        o.trace_events);
     if (o.spin_us > 1000000)
         return wf__err(WF_EINVAL, "wf_runtime_create: spin_us is %u, above one second", o.spin_us);
+    if (o.local_size < 0 || o.local_size > 4096 || o.local_rank < 0 ||
+        o.local_rank >= (o.local_size > 1 ? o.local_size : 1))
+        return wf__err(WF_EINVAL,
+                       "wf_runtime_create: local_rank %d of local_size %d: local_size must be 0 "
+                       "to 4096 and local_rank 0 to local_size - 1",
+                       o.local_rank, o.local_size);
     wf_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return wf__err(WF_ENOMEM, "wf_runtime_create: no memory");
@@ -160,6 +166,15 @@ int wf_runtime_opts_from_env(wf_runtime_opts *opts, const char **trace_path)
         return rc;
     if (rc > 0 && v)
         o.flags |= WF_RT_NO_PIN;
+    int lr = o.local_rank, ls = o.local_size;
+    if ((rc = env_int("WEFT_LOCAL_SIZE", 0, 4096, &ls)) < 0 ||
+        (rc = env_int("WEFT_LOCAL_RANK", 0, 4095, &lr)) < 0)
+        return rc;
+    if (lr >= (ls > 1 ? ls : 1))
+        return wf__err(WF_EINVAL, "WEFT_LOCAL_RANK=%d: expected 0 to WEFT_LOCAL_SIZE - 1 (%d)", lr,
+                       (ls > 1 ? ls : 1) - 1);
+    o.local_rank = lr;
+    o.local_size = ls;
     const char *topo = getenv("WEFT_TOPOLOGY");
     if (topo && *topo)
         o.topology = topo;

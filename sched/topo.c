@@ -1,6 +1,8 @@
 /* sched/topo.c: where workers live, from hwloc.
  * Owns: reading the topology (the machine's, or a synthetic one for tests), placing worker
- * i on core i mod cores (cores in hwloc's logical order, so NUMA nodes are contiguous),
+ * i on core i mod cores (cores in hwloc's logical order, so NUMA nodes are contiguous) or,
+ * for one of several local ranks, on the cores of that rank's own run (so that two ranks of
+ * a job on one machine never pin their workers to the same core while others are free),
  * the NUMA distances, and each worker's victim order: same-node workers first, then nodes
  * by increasing distance, one tier per distance.
  * Distances come from hwloc's latency matrix when the machine provides one, else from the
@@ -100,6 +102,26 @@ static int victims(wf_runtime *rt, wf__worker *w)
     return 0;
 }
 
+/* The local rank's run of cores (wf_runtime_opts.local_rank/local_size): with L ranks on C
+ * cores, rank l gets [l*C/L, (l+1)*C/L) when L <= C, else core l alone. */
+static void local_run(wf_runtime *rt, const wf_runtime_opts *o, int ncores)
+{
+    int L = o->local_size > 1 ? o->local_size : 1, l = o->local_rank;
+    if (L <= ncores) {
+        rt->core_lo = (int)((int64_t)l * ncores / L);
+        rt->core_n = (int)((int64_t)(l + 1) * ncores / L) - rt->core_lo;
+    } else {
+        rt->core_lo = l % ncores;
+        rt->core_n = ncores; /* a worker more goes to the next core, as for one rank */
+    }
+}
+
+/* Worker i's core, a logical index of 'unit'. */
+static unsigned core_of(const wf_runtime *rt, int i, int ncores)
+{
+    return (unsigned)((rt->core_lo + i % rt->core_n) % ncores);
+}
+
 int wf__topo_build(wf_runtime *rt, const wf_runtime_opts *o, int *n_workers)
 {
     if (hwloc_topology_init(&rt->topo) < 0)
@@ -123,8 +145,9 @@ int wf__topo_build(wf_runtime *rt, const wf_runtime_opts *o, int *n_workers)
     rt->nnuma = hwloc_get_nbobjs_by_type(rt->topo, HWLOC_OBJ_NUMANODE);
     if (rt->nnuma <= 0)
         rt->nnuma = 1;
+    local_run(rt, o, ncores);
     if (*n_workers == 0)
-        *n_workers = ncores;
+        *n_workers = o->local_size > ncores ? 1 : rt->core_n;
     int rc = fill_distances(rt);
     if (rc < 0)
         return wf__err(rc, "wf_runtime_create: no memory");
@@ -139,7 +162,7 @@ int wf__topo_build(wf_runtime *rt, const wf_runtime_opts *o, int *n_workers)
             return wf__err(WF_ENOMEM, "wf_runtime_create: no memory for worker %d", i);
         memset(w, 0, sizeof *w);
         rt->w[i] = w;
-        hwloc_obj_t core = hwloc_get_obj_by_type(rt->topo, unit, (unsigned)(i % ncores));
+        hwloc_obj_t core = hwloc_get_obj_by_type(rt->topo, unit, core_of(rt, i, ncores));
         w->rt = rt;
         w->index = i;
         w->numa = numa_of(rt->topo, core, rt->nnuma);
@@ -161,7 +184,7 @@ void wf__topo_pin(wf_runtime *rt, wf__worker *w)
     hwloc_obj_type_t unit = ncores > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
     if (ncores <= 0)
         ncores = hwloc_get_nbobjs_by_type(rt->topo, HWLOC_OBJ_PU);
-    hwloc_obj_t core = hwloc_get_obj_by_type(rt->topo, unit, (unsigned)(w->index % ncores));
+    hwloc_obj_t core = hwloc_get_obj_by_type(rt->topo, unit, core_of(rt, w->index, ncores));
     if (!core || !core->cpuset)
         return;
     hwloc_cpuset_t set = hwloc_bitmap_dup(core->cpuset);

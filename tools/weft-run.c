@@ -1,7 +1,10 @@
 /* tools/weft-run.c: the launcher: starts the ranks of a program, on one machine or several.
  *   weft-run -n N [--host ADDR] [--token T] [--bind-to core|none] [--restarts R]
  *            [--nnodes M --node-rank K --master ADDR:PORT] [--] program [args...]
- * Each rank gets WEFT_RANK, WEFT_SIZE, WEFT_ADDR (rank 0's rendezvous "host:port": a free
+ * Each rank gets WEFT_RANK, WEFT_SIZE, WEFT_LOCAL_RANK and WEFT_LOCAL_SIZE (its index among
+ * this machine's N ranks, and N: wf_runtime_opts_from_env() turns them into the runtime's
+ * local_rank/local_size, so that the ranks pin their workers to disjoint cores), WEFT_ADDR
+ * (rank 0's rendezvous "host:port": a free
  * loopback port unless --host names an address), WEFT_TOKEN (random unless --token) and
  * WEFT_INCARNATION (1, then one more per restart), which wf_dist_opts_from_env() turns into
  * wf_comm_opts. Every line a rank writes to stdout or stderr is copied to ours with a
@@ -121,7 +124,7 @@ typedef struct launcher {
     char failure[400]; /* this start's first local failure, in words */
     /* How a rank starts (see main): */
     char **env, **rargv;
-    char e_rank[32], e_inc[48];
+    char e_rank[32], e_lrank[40], e_inc[48];
     int *cores, n_cores;
     cpu_set_t allowed;
     /* Several nodes: */
@@ -388,6 +391,7 @@ static int start_ranks(launcher *L)
         rank *rk = &ranks[r];
         rk->index = L->first + r;
         snprintf(L->e_rank, sizeof L->e_rank, "WEFT_RANK=%d", rk->index);
+        snprintf(L->e_lrank, sizeof L->e_lrank, "WEFT_LOCAL_RANK=%d", r);
         out_pipe *pipes[2] = { &rk->out, &rk->err };
         uv_stdio_container_t stdio[3];
         stdio[0].flags = UV_INHERIT_FD;
@@ -951,14 +955,16 @@ int main(int argc, char **argv)
     size_t nenv = 0;
     while (environ[nenv])
         nenv++;
-    char **env = calloc(nenv + 7, sizeof *env);
-    char e_size[32], e_addr[320], e_tok[300], e_lfd[48];
+    char **env = calloc(nenv + 9, sizeof *env);
+    char e_size[32], e_lsize[40], e_addr[320], e_tok[300], e_lfd[48];
     if (!env) {
         fprintf(stderr, "weft-run: out of memory\n");
         return 1;
     }
-    static const char *const ours[] = { "WEFT_RANK=",  "WEFT_SIZE=",        "WEFT_ADDR=",
-                                        "WEFT_TOKEN=", "WEFT_LAUNCHER_FD=", "WEFT_INCARNATION=" };
+    static const char *const ours[] = {
+        "WEFT_RANK=",        "WEFT_SIZE=",        "WEFT_ADDR=",       "WEFT_TOKEN=",
+        "WEFT_LAUNCHER_FD=", "WEFT_INCARNATION=", "WEFT_LOCAL_RANK=", "WEFT_LOCAL_SIZE="
+    };
     size_t k = 0;
     for (size_t j = 0; j < nenv; j++) {
         bool skip = false;
@@ -982,8 +988,11 @@ int main(int argc, char **argv)
     env[k++] = e_addr;
     env[k++] = e_tok;
     env[k++] = L->e_inc;
+    env[k++] = L->e_lrank;
+    env[k++] = e_lsize;
     env[k] = NULL;
     snprintf(e_size, sizeof e_size, "WEFT_SIZE=%d", L->size);
+    snprintf(e_lsize, sizeof e_lsize, "WEFT_LOCAL_SIZE=%d", L->n);
     snprintf(e_addr, sizeof e_addr, "WEFT_ADDR=%s", addr);
     snprintf(e_tok, sizeof e_tok, "WEFT_TOKEN=%s", token ? token : tok);
     L->env = env;

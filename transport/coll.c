@@ -462,10 +462,8 @@ static int ring(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, const s
  * with 64 KiB, 3.2-3.3 with 32 KiB, 3.8-4.2 with 256 KiB. */
 #define PAIR_PIECE 131072
 
-/* Copies 'bytes' between 'local' and address 'addr' of rank 'peer': from the peer with
- * process_vm_readv, or to it with process_vm_writev when 'to_peer'. */
-static int cma_copy(wf_comm *c, int peer, void *local, uint64_t addr, size_t bytes, bool to_peer,
-                    const char *what)
+int wf__cma_copy(wf_comm *c, int peer, void *local, uint64_t addr, size_t bytes, bool to_peer,
+                 const char *what)
 {
     uint8_t *d = local;
     while (bytes) {
@@ -560,11 +558,11 @@ static int ring_cma(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, con
                 uint8_t *dst = buf + at + p * es;
                 if (reducing) {
                     uint8_t *t = tmp_page + ((from + p * es) & (CMA_PAGE - 1));
-                    rc = cma_copy(c, left, t, from + p * es, pl * es, false, what);
+                    rc = wf__cma_copy(c, left, t, from + p * es, pl * es, false, what);
                     if (rc == 0)
                         reduce3(dst, own + p * es, t, pl, dt, op);
                 } else {
-                    rc = cma_copy(c, left, dst, from + p * es, pl * es, false, what);
+                    rc = wf__cma_copy(c, left, dst, from + p * es, pl * es, false, what);
                 }
             }
             if (rc == 0 && s < last)
@@ -623,10 +621,10 @@ static int pair_cma(wf_comm *c, uint8_t *buf, const uint8_t *src, size_t es, con
     for (size_t p = 0; rc == 0 && p < len[rb]; p += pe) {
         size_t pl = len[rb] - p < pe ? len[rb] - p : pe, at = (off[rb] + p) * es;
         uint8_t *t = tmp_page + ((theirs[1] + at) & (CMA_PAGE - 1));
-        rc = cma_copy(c, peer, t, theirs[1] + at, pl * es, false, what);
+        rc = wf__cma_copy(c, peer, t, theirs[1] + at, pl * es, false, what);
         if (rc == 0) {
             reduce3(buf + at, in + at, t, pl, dt, op);
-            rc = cma_copy(c, peer, buf + at, theirs[0] + at, pl * es, true, what);
+            rc = wf__cma_copy(c, peer, buf + at, theirs[0] + at, pl * es, true, what);
         }
     }
     if (rc == 0)
@@ -725,15 +723,19 @@ int wf__coll_left(wf_comm *c, int rank, uint32_t n)
 }
 
 /* ---- Call descriptors --------------------------------------------------------------------
- * Each collective tells its ring neighbours what it is: desc[0] = seq | kind << 32 | dtype <<
- * 40 | op << 48, desc[1] = count (elements; bytes for allgather and broadcast), desc[2] =
- * root + 1 (broadcast) or 0, desc[3] = the graph hash (0: none). 32 bytes sent eagerly to
- * each neighbour at entry (tag step DESC_STEP) while the data moves, so a matching call
- * costs one small message each way; a different call is seen when the neighbour's
- * descriptor arrives (wf__coll_desc_arrived, in UCX's callback) and fails the comm on every
- * rank, also when the data would never match (another kind or size takes other tags and
- * lengths). On exit a collective returns its result only once both neighbours' descriptors
- * came and matched: two neighbours are every other rank for up to 3 ranks. */
+ * Each collective tells every other rank what it is: desc[0] = seq | kind << 32 | dtype << 40
+ * | op << 48, desc[1] = count (elements; bytes for allgather and broadcast), desc[2] = root +
+ * 1 (broadcast) or 0, desc[3] = the graph hash (0: none). 32 bytes sent eagerly to each rank
+ * at entry (tag step DESC_STEP) while the data moves, so a matching call costs one small
+ * message to and from each other rank; a different call is seen when its descriptor arrives
+ * (wf__coll_desc_arrived, in UCX's callback) and fails the comm, also when the data would
+ * never match (another kind or size takes other tags and lengths). On exit a collective
+ * returns its result only once every rank's descriptor came and matched, so no rank, next to
+ * the odd one or not, completes a mismatched call, whatever the algorithm (recursive
+ * doubling, either ring, the tree, the barrier). Sending only to the ring neighbours was one
+ * message fewer each way from 4 ranks up, but let a rank that is not next to the odd one
+ * return a wrong sum (an op mismatch in recursive doubling of 4 ranks did). The cost is
+ * 2 (N - 1) small messages a call: for 2 and 3 ranks what the neighbours alone cost. */
 #define DESC_STEP 0xfffe
 
 static const char *const reduce_names[] = { "?", "sum", "mean", "max" };
@@ -798,15 +800,22 @@ void wf__coll_desc_arrived(wf_comm *c, const wf_comm_req *r)
     (void)desc_check(c, r->peer, r->buf);
 }
 
-/* A collective in progress: its number, flight-recorder ticket and descriptor messages. */
+/* The i-th other rank (1 <= i < size) a descriptor goes to: right, left, then two away... */
+static int desc_order(const wf_comm *c, int i)
+{
+    int n = c->size, d = (i + 1) / 2;
+    return i % 2 ? (c->rank + d) % n : (c->rank - d + n) % n;
+}
+
+/* A collective in progress: its number and flight-recorder ticket (its descriptor messages
+ * are the comm's 'desc_rq'). */
 typedef struct coll_call {
     uint32_t seq;
     uint64_t ticket;
-    wf_comm_req *rq[4]; /* receives from the neighbours, then sends to them */
 } coll_call;
 
 /* Counts and publishes a new collective of 'kind' (its number in 'call->seq'), records it,
- * sends its descriptor to the neighbours and posts their receives; refuses it at once when
+ * sends its descriptor to every other rank and posts their receives; refuses it at once when
  * a rank that left took part in fewer collectives: it will never join this one. The
  * caller stores 'coll_now' before it loads 'left' and "weft-net" stores 'left' before it
  * loads 'coll_now' (both sequentially consistent), so one of the two always sees the
@@ -834,29 +843,29 @@ static int coll_enter(wf_comm *c, int kind, coll_call *call, wf_dtype dt, size_t
     c->desc_mine[1] = count;
     c->desc_mine[2] = kind == WF__K_BROADCAST ? (uint64_t)root + 1 : 0;
     c->desc_mine[3] = atomic_load_explicit(&c->graph_hash, memory_order_relaxed);
-    int n = c->size, nb = n > 2 ? 2 : 1;
-    int nbr[2] = { (c->rank + n - 1) % n, (c->rank + 1) % n };
+    int n = c->size;
     uint64_t tag = coll_tag(call->seq, DESC_STEP);
-    for (int i = 0; i < nb && rc == 0; i++) {
-        rc = wf__irecv_desc(c, nbr[i], tag, c->desc_from[i], sizeof c->desc_from[i], &call->rq[i]);
-        c->desc_rq[i] = call->rq[i];
+    /* The nearest ranks first: the left and right neighbours are those the ring and the
+     * first exchanges of the other algorithms wait on. */
+    for (int i = 1; i < n && rc == 0; i++) {
+        int p = desc_order(c, i);
+        rc = wf__irecv_desc(c, p, tag, c->desc_from[p], sizeof c->desc_from[p], &c->desc_rq[p]);
     }
-    for (int i = 0; i < nb && rc == 0; i++)
-        rc = wf__isend(c, nbr[1 - i], tag, c->desc_mine, sizeof c->desc_mine, &call->rq[2 + i]);
+    for (int i = 1; i < n && rc == 0; i++) {
+        int p = desc_order(c, i);
+        rc = wf__isend(c, p, tag, c->desc_mine, sizeof c->desc_mine, &c->desc_rq[n + p]);
+    }
     return rc;
 }
 
-/* Ends a collective that entered with 'rc' (its result so far): a result is returned only
- * once both neighbours' descriptors came and match; an error that did not fail the comm yet
- * does now (the others must not wait for this rank). Returns the collective's status. */
-/* Waits for the descriptor messages 'rq' (4, NULL entries skipped) and frees them. Those
+/* Waits for the descriptor messages 'rq' ('n', NULL entries skipped) and frees them. Those
  * already done, the usual case (sent at entry, ahead of the data), are freed without
  * wf__wait(), whose clock reads cost ~0.5 us each on this VM (measured: CLOCK_MONOTONIC at
  * 480-500 ns a read), and their 'what' is only written when one must be waited for. */
-static int desc_reap(wf_comm *c, wf_comm_req **rq, uint32_t seq)
+static int desc_reap(wf_comm *c, wf_comm_req **rq, size_t n, uint32_t seq)
 {
     bool pending = false;
-    for (int i = 0; i < 4; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (!rq[i])
             continue;
         if (atomic_load_explicit(&rq[i]->done, memory_order_acquire) && rq[i]->status == 0) {
@@ -870,7 +879,7 @@ static int desc_reap(wf_comm *c, wf_comm_req **rq, uint32_t seq)
         return 0;
     char what[64]; /* named only when needed: snprintf costs ~0.4 us here */
     snprintf(what, sizeof what, "call descriptor of collective #%u", seq);
-    return wf__wait_all(rq, 4, deadline(c), what);
+    return wf__wait_all(rq, n, deadline(c), what);
 }
 
 int wf__coll_settle(wf_comm *c)
@@ -878,7 +887,7 @@ int wf__coll_settle(wf_comm *c)
     uint64_t end = wf__net_now_ns() + 100000000u;
     for (;;) {
         bool pending = false;
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < c->size; i++)
             pending |=
                 c->desc_rq[i] && !atomic_load_explicit(&c->desc_rq[i]->done, memory_order_acquire);
         if (!pending || atomic_load(&c->failed) || wf__net_now_ns() >= end)
@@ -888,9 +897,12 @@ int wf__coll_settle(wf_comm *c)
     return atomic_load(&c->failed) ? wf__comm_failed(c) : 0;
 }
 
+/* Ends a collective that entered with 'rc' (its result so far): a result is returned only
+ * once every other rank's descriptor came and matches; an error that did not fail the comm
+ * yet does now (the others must not wait for this rank). Returns the collective's status. */
 static int coll_exit(wf_comm *c, coll_call *call, int rc)
 {
-    c->desc_rq[0] = c->desc_rq[1] = NULL; /* waited for (and freed) below */
+    size_t nrq = 2 * (size_t)c->size; /* c->desc_rq: waited for, freed and cleared below */
     if (c->size > 1) {
         if (rc < 0 && !atomic_load(&c->failed)) {
             char msg[WF_ERRMSG_MAX];
@@ -902,18 +914,17 @@ static int coll_exit(wf_comm *c, coll_call *call, int rc)
             char msg[WF_ERRMSG_MAX], what[64];
             snprintf(msg, sizeof msg, "%s", wf_last_errmsg());
             snprintf(what, sizeof what, "call descriptor of collective #%u", call->seq);
-            (void)wf__wait_all(call->rq, 4, deadline(c), what);
+            (void)wf__wait_all(c->desc_rq, nrq, deadline(c), what);
             wf__err(rc, "%s", msg);
             /* Every rank reports the comm's failure, the first one anywhere (a mismatch seen
              * by the callback while this rank's own wait failed on a wrong-sized message). */
             if (atomic_load(&c->failed))
                 rc = wf__comm_failed(c);
         } else {
-            int n = c->size, nb = n > 2 ? 2 : 1;
-            int nbr[2] = { (c->rank + n - 1) % n, (c->rank + 1) % n };
-            rc = desc_reap(c, call->rq, call->seq);
-            for (int i = 0; i < nb && rc == 0; i++)
-                rc = desc_check(c, nbr[i], c->desc_from[i]);
+            rc = desc_reap(c, c->desc_rq, nrq, call->seq);
+            for (int p = 0; p < c->size && rc == 0; p++)
+                if (p != c->rank)
+                    rc = desc_check(c, p, c->desc_from[p]);
         }
     }
     wf__flight_set(c, call->ticket, rc < 0 ? WF__FS_FAILED : WF__FS_DONE, rc);

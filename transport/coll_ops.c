@@ -9,13 +9,23 @@
  *   to every rank. Each rank sends and receives (N-1)/N of the bucket twice, as a ring
  *   all-reduce does, and the order of every addition is fixed, so every rank gets the same
  *   bits, and so does any other split of the same shards into ranks.
+ * On one host (c->cma, every rank's memory readable with process_vm_readv) no partial or
+ *   result travels through UCX: the header carries the address of the sender's output, the
+ *   owner reads each peer's partial of its chunk out of that peer's memory when the header
+ *   arrives, sums, and tells every rank "ready" (edge e + 1, part 0, 8 bytes); each rank then
+ *   reads the owner's reduced chunk and answers "read" (edge e + 1, part 1), and the node
+ *   completes only once every peer has read from it, so no output is reused while a peer
+ *   reads it. Over UCX's shared memory (no CMA there: ucx.c) a 7 MiB bucket moved in
+ *   fragments, each batch waiting for the receiver's actor to wake: ~25 ms per bucket in
+ *   dp_bench's 2-rank step. The order of every addition is the same in both forms.
  * Wire form: before its partial, each rank sends the owner a header (the bucket's edge, the
  *   batch's rows, the size, shards and aggregation); an owner that gets another header fails
  *   the node with WF_ESHAPE naming both ranks and both values (ranks fed different batches)
  *   and fails the communicator with it: the other reductions of the step (some never started
  *   on a rank whose run was canceled) would otherwise wait for their deadline, so every rank's
  *   run fails now (WF_ESHAPE here, WF_EPEER with the same message on the others).
- * Keys: as graph transfers (transport/post.h: step << 16 | edge << 1 | part): edge e, part 0
+ * Keys: as graph transfers (transport/post.h: step << 16 | edge << 1 | part, the step being
+ *   wf_kernel_ctx.xfer_step): edge e, part 0
  *   the header, part 1 the partial; edge e + 1, part 0 the result.
  * The kernel pends (WF_KERNEL_PENDING): it posts every transfer and returns; the transport's
  *   actor runs the callbacks, the owner's sum included, and the last one completes the node,
@@ -46,6 +56,7 @@ typedef struct dp_hdr {
     int64_t batch;
     int64_t count;
     int32_t shards, agg;
+    uint64_t addr; /* on one host (c->cma): where the sender's output is, in its memory */
 } dp_hdr;
 
 static int pow2_below(int n)
@@ -84,6 +95,9 @@ bool wf__dp_blocks_ok(int shards, int unit)
     return shards >= 1 && unit >= 1 && shards % unit == 0 && blocks_ok(0, shards, unit);
 }
 
+/* T_PART_*: the partials through UCX, or on one host the "read" answers (T_PART_RECV: a
+ * peer has read my output; T_PART_SEND: I have read the peer's). T_RES_*: the results, or
+ * on one host the "ready" notes. */
 enum { T_HDR_RECV, T_PART_RECV, T_HDR_SEND, T_PART_SEND, T_RES_RECV, T_RES_SEND, T_KINDS };
 
 typedef struct dpx dpx;
@@ -106,11 +120,15 @@ struct dpx {
     float *tmp;        /* the peers' partials of my chunk, (size - 1) * my length */
     dp_hdr mine;       /* what every header should say */
     dp_hdr *got;       /* size: what each peer said */
+    uint64_t *notes;   /* on one host: 2 * size 8-byte "ready"/"read" receive buffers */
+    uint64_t note;     /* what a note sends */
+    bool cma;          /* the one-host form (c->cma) */
     slot *slots;       /* T_KINDS * size */
     _Atomic int left;  /* transfers (and the poster's hold) not yet done */
     _Atomic int rleft; /* transfers before the owner's sum */
     _Atomic int failed;
     int rc;
+    uint64_t ticket; /* the flight recorder's entry of this reduction */
     char why[WF_ERRMSG_MAX];
 };
 
@@ -142,6 +160,7 @@ static void done_one(dpx *x)
     if (atomic_fetch_sub_explicit(&x->left, 1, memory_order_acq_rel) != 1)
         return;
     int rc = atomic_load(&x->failed) ? x->rc : 0;
+    wf__flight_set(x->c, x->ticket, rc < 0 ? WF__FS_FAILED : WF__FS_DONE, rc);
     if (rc < 0)
         wf__err(rc, "%s", x->why);
     void (*complete)(void *, int) = x->complete;
@@ -149,6 +168,7 @@ static void done_one(dpx *x)
     free(x->lo);
     free(x->tmp);
     free(x->got);
+    free(x->notes);
     free(x->slots);
     free(x);
     complete(token, rc);
@@ -185,8 +205,24 @@ static void owner_sum(dpx *x)
         free(p);
     }
     for (int q = 0; q < nr; q++)
-        if (q != me)
+        if (q != me && x->cma)
+            post(x, T_RES_SEND, q, &x->note, sizeof x->note, 1, 0);
+        else if (q != me)
             post(x, T_RES_SEND, q, x->out + x->lo[me], len * sizeof(float), 1, 0);
+}
+
+/* One host: copies rank q's share (its partial of my chunk, or its reduced chunk) out of q's
+ * output into 'dst'. */
+static void cma_read(dpx *x, int q, size_t from, size_t len, float *dst, const char *what)
+{
+    if (atomic_load(&x->failed))
+        return; /* a failed header: its address may be anything */
+    char w[160];
+    snprintf(w, sizeof w, "reduction '%s': reading %s of rank %d", x->n->name, what, q);
+    int rc = wf__cma_copy(x->c, q, dst, x->got[q].addr + from * sizeof(float), len * sizeof(float),
+                          false, w);
+    if (rc < 0)
+        set_error(x, rc, wf_last_errmsg());
 }
 
 static void check_hdr(dpx *x, int peer)
@@ -216,12 +252,19 @@ static void on_done(void *arg, int rc)
 {
     slot *s = arg;
     dpx *x = s->x;
+    int q = s->peer, me = x->rank;
     if (rc < 0)
         set_error(x, rc, wf_last_errmsg());
     else if (s->kind == T_HDR_RECV)
-        check_hdr(x, s->peer);
-    if ((s->kind == T_HDR_RECV || s->kind == T_PART_RECV) &&
-        atomic_fetch_sub_explicit(&x->rleft, 1, memory_order_acq_rel) == 1)
+        check_hdr(x, q);
+    if (x->cma && s->kind == T_HDR_RECV) /* q's partial of my chunk, out of q's output */
+        cma_read(x, q, x->lo[me], x->lo[me + 1] - x->lo[me], partial_of(x, q), "the partial");
+    if (x->cma && s->kind == T_RES_RECV) { /* q's chunk is reduced: read it, then say so */
+        cma_read(x, q, x->lo[q], x->lo[q + 1] - x->lo[q], x->out + x->lo[q], "the result");
+        post(x, T_PART_SEND, q, &x->note, sizeof x->note, 1, 1);
+    }
+    bool counts = s->kind == T_HDR_RECV || (!x->cma && s->kind == T_PART_RECV);
+    if (counts && atomic_fetch_sub_explicit(&x->rleft, 1, memory_order_acq_rel) == 1)
         owner_sum(x);
     done_one(x);
 }
@@ -292,6 +335,7 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
     if (x) {
         x->lo = malloc((size_t)(nr + 1) * sizeof *x->lo);
         x->got = calloc((size_t)nr, sizeof *x->got);
+        x->notes = calloc(2 * (size_t)nr, sizeof *x->notes);
         x->slots = calloc((size_t)T_KINDS * (size_t)nr, sizeof *x->slots);
     }
     size_t count = (size_t)(*out)->numel;
@@ -302,10 +346,11 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         size_t len = x->lo[me + 1] - x->lo[me];
         x->tmp = malloc((size_t)(nr - 1) * len * sizeof(float) + 1);
     }
-    if (!x || !x->lo || !x->got || !x->slots || !x->tmp) {
+    if (!x || !x->lo || !x->got || !x->notes || !x->slots || !x->tmp) {
         if (x) {
             free(x->lo);
             free(x->got);
+            free(x->notes);
             free(x->slots);
             free(x->tmp);
             free(x);
@@ -316,7 +361,7 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
     x->n = n;
     x->complete = ctx->complete;
     x->token = ctx->token;
-    x->step = ctx->step;
+    x->step = ctx->xfer_step;
     x->out = dst;
     x->count = count;
     x->rank = me;
@@ -326,16 +371,29 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
                         .batch = in[0]->shape.dims[0],
                         .count = (int64_t)count,
                         .shards = (int32_t)n->attrs->end[0],
-                        .agg = n->attrs->axis };
+                        .agg = n->attrs->axis,
+                        .addr = (uint64_t)(uintptr_t)dst };
+    x->cma = c->cma; /* decided by every rank together at creation: the same on all */
+    x->note = HDR_MAGIC;
     /* 2 recvs (header, partial) + 2 sends + 1 result recv + 1 result send per peer, and the
-     * poster's own hold, so that nothing completes the node while it posts. */
+     * poster's own hold, so that nothing completes the node while it posts. On one host the
+     * same six: header, "read" and "ready" each way. */
     atomic_init(&x->left, 6 * (nr - 1) + 1);
-    atomic_init(&x->rleft, 2 * (nr - 1));
+    atomic_init(&x->rleft, (x->cma ? 1 : 2) * (nr - 1));
+    x->ticket = wf__flight_node(c, WF__K_DP_REDUCE, key_of(x, 0, 0), count * sizeof(float), count,
+                                -1, n->name, (int)n->attrs->edge, x->step);
     size_t mylen = x->lo[me + 1] - x->lo[me];
     for (int q = 0; q < nr; q++) {
         if (q == me)
             continue;
         size_t qlen = x->lo[q + 1] - x->lo[q];
+        if (x->cma) {
+            post(x, T_RES_RECV, q, &x->notes[q], sizeof x->note, 1, 0);
+            post(x, T_HDR_RECV, q, &x->got[q], sizeof(dp_hdr), 0, 0);
+            post(x, T_PART_RECV, q, &x->notes[nr + q], sizeof x->note, 1, 1);
+            post(x, T_HDR_SEND, q, &x->mine, sizeof(dp_hdr), 0, 0);
+            continue; /* T_PART_SEND ("read") follows the result's read (on_done) */
+        }
         post(x, T_RES_RECV, q, dst + x->lo[q], qlen * sizeof(float), 1, 0);
         post(x, T_HDR_RECV, q, &x->got[q], sizeof(dp_hdr), 0, 0);
         post(x, T_PART_RECV, q, partial_of(x, q), mylen * sizeof(float), 0, 1);

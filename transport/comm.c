@@ -98,6 +98,8 @@ static void comm_free(wf_comm *c)
     free(c->addr_str);
     free(c->token);
     free(c->scratch);
+    free(c->desc_from);
+    free(c->desc_rq);
     wf__flight_fini(c);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
@@ -210,7 +212,9 @@ int wf_comm_create(wf_runtime *rt, const wf_comm_opts *o, wf_comm **out)
     c->token = strdup(token);
     c->peers = calloc((size_t)c->size, sizeof *c->peers);
     c->rank_seq = calloc((size_t)c->size, sizeof *c->rank_seq);
-    if (!c->addr_str || !c->token || !c->peers || !c->rank_seq) {
+    c->desc_from = calloc((size_t)c->size, sizeof *c->desc_from);
+    c->desc_rq = calloc(2 * (size_t)c->size, sizeof *c->desc_rq);
+    if (!c->addr_str || !c->token || !c->peers || !c->rank_seq || !c->desc_from || !c->desc_rq) {
         rc = wf__err(WF_ENOMEM, "wf_comm_create: out of memory");
         goto fail;
     }

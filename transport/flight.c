@@ -1,5 +1,6 @@
 /* transport/flight.c: the flight recorder: each comm's ring of its last WF__FLIGHT_OPS
- * collectives and public point-to-point operations, and its JSON Lines dump.
+ * collectives, public point-to-point operations and graph transfers (a session's dp_reduce,
+ * send and recv nodes: wf__flight_node), and its JSON Lines dump.
  * Owns: struct wf__flight (internal.h), the caller's tag and the dump format documented at
  * wf_comm_flight_dump() in <weft/transport.h>.
  * Invariant: an entry is written only under the recorder's 'mu', which is held for a few
@@ -7,8 +8,8 @@
  * sees whole entries; the file is built in memory and written after 'mu' is released.
  * Cost: two lock/unlock pairs and two coarse clock reads per operation (measured by
  * perf/transport/flight_bench.c, recorder on against off; see transport/README.md).
- * Not here: when operations start and end (coll.c, ucx.c), merging the dumps of a job
- * (tools/flight_verdict.c). */
+ * Not here: when operations start and end (coll.c, ucx.c, coll_ops.c, p2p_ops.c), merging the dumps
+ * of a job (tools/flight_verdict.c). */
 #include "internal.h"
 
 #include <errno.h>
@@ -21,8 +22,8 @@
 #include <unistd.h>
 
 static const char *const kind_names[WF__K_COUNT] = {
-    "collective", "allreduce", "reduce_scatter", "allgather",
-    "broadcast",  "barrier",   "send",           "recv",
+    "collective", "allreduce", "reduce_scatter", "allgather", "broadcast",
+    "barrier",    "send",      "recv",           "dp_reduce",
 };
 
 static const char *const state_names[] = { "posted", "waiting", "done", "failed" };
@@ -82,9 +83,27 @@ uint64_t wf__flight_begin(wf_comm *c, const wf__fent *e)
         d->seq = ++f->p2p_seq;
     d->t0 = now;
     d->t1 = 0;
-    memcpy(d->tag, f->tag, sizeof d->tag);
+    if (!e->tag[0])
+        memcpy(d->tag, f->tag, sizeof d->tag);
     pthread_mutex_unlock(&f->mu);
     return ticket;
+}
+
+uint64_t wf__flight_node(wf_comm *c, unsigned kind, uint64_t key, uint64_t bytes, uint64_t count,
+                         int peer, const char *node, int edge, uint64_t run)
+{
+    if (!c->flight || !c->flight->on)
+        return 0;
+    wf__fent e = { .seq = kind == WF__K_DP_REDUCE ? (run << 15 | ((uint64_t)edge & 0x7fff)) + 1 : 0,
+                   .key = key,
+                   .bytes = bytes,
+                   .count = count,
+                   .peer = peer,
+                   .kind = (uint8_t)kind,
+                   .state = WF__FS_WAITING,
+                   .dtype = (uint8_t)WF_F32 };
+    snprintf(e.tag, sizeof e.tag, "%s, run %llu", node ? node : "?", (unsigned long long)run);
+    return wf__flight_begin(c, &e);
 }
 
 void wf__flight_set(wf_comm *c, uint64_t ticket, int state, int rc)
@@ -183,7 +202,7 @@ static void put_entry(sbuf *b, const wf__fent *e)
         "{\"seq\":%llu,\"op\":\"%s\",\"key\":%llu,\"bytes\":%llu,\"count\":%llu,\"dtype\":\"%s\"",
         (unsigned long long)e->seq, wf__kind_name(e->kind), (unsigned long long)e->key,
         (unsigned long long)e->bytes, (unsigned long long)e->count,
-        e->kind == WF__K_ALLREDUCE || e->kind == WF__K_REDUCE_SCATTER
+        e->kind == WF__K_ALLREDUCE || e->kind == WF__K_REDUCE_SCATTER || e->kind == WF__K_DP_REDUCE
             ? wf_dtype_name((wf_dtype)e->dtype)
             : "u8");
     put(b, ",\"peer\":%d,\"state\":\"%s\",\"t_start_ns\":%llu,\"t_end_ns\":%llu,\"rc\":%d,\"tag\":",

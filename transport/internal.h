@@ -134,6 +134,7 @@ enum wf__op_kind {
     WF__K_BARRIER,
     WF__K_SEND,
     WF__K_RECV,
+    WF__K_DP_REDUCE, /* a session's dp_reduce node (coll_ops.c): recorded, not a wf_comm call */
     WF__K_COUNT
 };
 
@@ -167,9 +168,16 @@ typedef struct wf__flight {
     wf__fent ent[WF__FLIGHT_OPS];
 } wf__flight;
 
-/* Records the start of 'e' (its kind, seq, sizes, peer; the tag and time are added) in the
- * state 'e->state'. Returns its ticket (for wf__flight_set), 0 when the recorder is off. */
+/* Records the start of 'e' (its kind, seq, sizes, peer; the time, and the caller's tag
+ * unless 'e' has one, are added) in the state 'e->state'. Returns its ticket (for
+ * wf__flight_set), 0 when the recorder is off. */
 uint64_t wf__flight_begin(wf_comm *c, const wf__fent *e);
+/* Records a transfer a graph node starts (dp_reduce, send or recv: 'kind'), waiting, tagged
+ * "<node name>, run <run>" ('run': wf_kernel_ctx.xfer_step, the same on every rank). A
+ * dp_reduce's number is run << 15 | edge, plus one: equal on every rank, so the verdict of a
+ * failed job names the reduction a rank never entered. Returns the ticket, as above. */
+uint64_t wf__flight_node(wf_comm *c, unsigned kind, uint64_t key, uint64_t bytes, uint64_t count,
+                         int peer, const char *node, int edge, uint64_t run);
 /* Moves operation 'ticket' to 'state' (with 'rc' and the end time once DONE or FAILED);
  * a no-op for ticket 0 or an entry already overwritten. */
 void wf__flight_set(wf_comm *c, uint64_t ticket, int state, int rc);
@@ -367,12 +375,14 @@ struct wf_comm {
     uint64_t cma_word; /* what wf__cma_setup's neighbour reads */
     void *scratch;
     size_t scratch_cap;
-    /* The call descriptor of the collective in progress (coll.c, check_desc): this rank's,
-     * and what its left and right neighbours sent (written by UCX before their receives
-     * complete). 'graph_hash' is wf_comm_set_graph_hash()'s. */
-    uint64_t desc_mine[4], desc_from[2][4];
-    wf_comm_req *desc_rq[2]; /* their receives, while the collective runs (caller only) */
-    int desc_peer[2];
+    /* The call descriptor of the collective in progress (coll.c, call descriptors): this
+     * rank's, and what every other rank sent ('size' entries by rank, written by UCX before
+     * their receives complete). 'desc_rq' (2 * 'size'): the receives from each rank, then
+     * the sends to each, while the collective runs (this rank's own stay NULL; caller
+     * only). 'graph_hash' is wf_comm_set_graph_hash()'s. */
+    uint64_t desc_mine[4];
+    uint64_t (*desc_from)[4];
+    wf_comm_req **desc_rq;
     _Atomic uint64_t graph_hash;
     wf__flight *flight; /* the flight recorder (flight.c) */
 };
@@ -463,6 +473,12 @@ int wf__peer_fail(wf_comm *c, int peer, const char *what, const char *why);
  * transports chosen include shared memory; then it also warms UCX's shared-memory FIFOs
  * with a few all-reduces (coll.c, shm_warmup). */
 int wf__cma_setup(wf_comm *c, const char *tls);
+/* Copies 'bytes' between 'local' and address 'addr' of rank 'peer' (on this host, c->cma):
+ * from the peer with process_vm_readv, or to it with process_vm_writev when 'to_peer'. A
+ * failed copy (a dead peer: ESRCH, EFAULT) fails the comm naming the peer and 'what' and
+ * returns its code; never an abort. Threads: any. */
+int wf__cma_copy(wf_comm *c, int peer, void *local, uint64_t addr, size_t bytes, bool to_peer,
+                 const char *what);
 
 #if WF_HAVE_NCCL
 /* nccl.c: collectives on CUDA device memory (built with CUDA and NCCL). Returns the CUDA
@@ -484,7 +500,7 @@ void wf__nccl_fini(wf_comm *c); /* after the goodbye round */
 int wf__coll_left(wf_comm *c, int rank, uint32_t n);
 int wf__coll_check_left(wf_comm *c);
 
-/* coll.c: a neighbour's call descriptor for the collective in progress has arrived in
+/* coll.c: another rank's call descriptor for the collective in progress has arrived in
  * receive 'r' (UCX callback, any thread, before 'r' is done): fails the comm, naming both
  * ranks and both calls, when it differs from this rank's. */
 void wf__coll_desc_arrived(wf_comm *c, const wf_comm_req *r);

@@ -812,15 +812,33 @@ static void pause_poll(wf_comm *c)
     uv_timer_start(&c->rearm_timer, on_rearm, 1, 1);
 }
 
-/* The poll is paused while a caller is busy (wf__busy_begin), or while the worker cannot be
- * armed (wf__ucx_progress_arm gave up: events keep coming, or a send to a dead peer keeps it
- * BUSY): look every millisecond whether the caller is done, then drain, arm and watch the
- * event fd again once arming works. Never loop here until it does: this thread must get
- * back to its loop, which sees dead peers and stop requests. */
+/* Whether the transport's actor (post.c) drives the worker now: it watches the event fd
+ * itself while anything is posted. Two threads woken by each event would both call
+ * ucp_worker_progress(), and the second spins on the worker's lock (UCS_THREAD_MODE_MULTI) as
+ * long as the first copies a rendezvous fragment: measured in dp_bench's 2-rank step,
+ * "weft-net" spent 5-16 ms of CPU per step, nearly all in pthread_spin_lock, on the core the
+ * other rank needed. Progress is the worker's, so the actor's turns complete a blocking
+ * waiter's requests as well. */
+static bool actor_drives(wf_comm *c)
+{
+    if (!atomic_load(&c->actor))
+        return false;
+    pthread_mutex_lock(&c->mu);
+    bool posted = c->n_posted > 0;
+    pthread_mutex_unlock(&c->mu);
+    return posted;
+}
+
+/* The poll is paused while a caller is busy (wf__busy_begin), while the transport's actor
+ * drives the worker (actor_drives), or while the worker cannot be armed
+ * (wf__ucx_progress_arm gave up: events keep coming, or a send to a dead peer keeps it
+ * BUSY): look every millisecond whether that is over, then drain, arm and watch the event fd
+ * again once arming works. Never loop here until it does: this thread must get back to its
+ * loop, which sees dead peers and stop requests. */
 static void on_rearm(uv_timer_t *t)
 {
     wf_comm *c = t->data;
-    if (atomic_load(&c->busy) > 0 || !c->poll_paused)
+    if (atomic_load(&c->busy) > 0 || !c->poll_paused || actor_drives(c))
         return;
     if (!wf__ucx_progress_arm(c))
         return; /* the timer looks again in a millisecond */
@@ -835,7 +853,7 @@ static void on_efd(uv_poll_t *p, int status, int events)
     /* A caller busy polling the worker itself: waking up here for its completions would only
      * cost it a core and the worker's lock. The fd stays readable (level triggered), so stop
      * watching it until the caller is done. */
-    if (atomic_load(&c->busy) > 0 || !wf__ucx_progress_arm(c))
+    if (atomic_load(&c->busy) > 0 || actor_drives(c) || !wf__ucx_progress_arm(c))
         pause_poll(c);
 }
 

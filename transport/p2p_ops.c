@@ -5,7 +5,8 @@
  *   bytes, so the receiver checks dtype and shape against its own node before it hands
  *   anything on: a mismatch fails the receiving run naming both ranks and both types, never
  *   a wrong value (a data message of another size is refused by its size check anyway).
- * Keys: WF__POST_KEY_GRAPH | step (23 bits, the session's run count) << 16 | edge (15 bits)
+ * Keys: WF__POST_KEY_GRAPH | step (23 bits, the session's count of transferring runs,
+ * wf_kernel_ctx.xfer_step) << 16 | edge (15 bits)
  *   << 1 | part (0 header, 1 data); the transport adds the sender's rank and incarnation, so
  *   a restarted peer never matches a stale receive, and consecutive runs never mix.
  * Both kernels pend (WF_KERNEL_PENDING): they post their transfers and return; the
@@ -35,7 +36,7 @@ typedef struct wire_hdr {
 
 static uint64_t key_of(const wf_kernel_ctx *ctx, const wf_node *n, int part)
 {
-    return WF__POST_KEY_GRAPH | ((ctx->step & 0x7fffffu) << 16) |
+    return WF__POST_KEY_GRAPH | ((ctx->xfer_step & 0x7fffffu) << 16) |
            ((uint64_t)(n->attrs->edge & 0x7fff) << 1) | (uint64_t)part;
 }
 
@@ -48,7 +49,8 @@ typedef struct xfer {
     wf_tensor *keep; /* send: the value sent (a reference until both are done) */
     wire_hdr hdr;    /* send: what goes; recv: what came */
     _Atomic int left;
-    int rc; /* the first failure (written before 'left' drops) */
+    uint64_t ticket; /* the flight recorder's entry of this transfer */
+    int rc;          /* the first failure (written before 'left' drops) */
     char why[WF_ERRMSG_MAX];
 } xfer;
 
@@ -96,6 +98,7 @@ static void part_done(xfer *x, int rc, bool is_hdr)
     if (atomic_fetch_sub_explicit(&x->left, 1, memory_order_acq_rel) != 1)
         return;
     rc = x->rc;
+    wf__flight_set(x->c, x->ticket, rc < 0 ? WF__FS_FAILED : WF__FS_DONE, rc);
     if (rc < 0)
         wf__err(rc, "%s", x->why);
     wf_tensor_release(x->keep);
@@ -122,11 +125,14 @@ static int start(xfer *x, bool is_recv, void *data, size_t bytes, const wf_kerne
     const wf_node *n = x->n;
     int peer = n->attrs->peer;
     atomic_init(&x->left, 2);
+    x->ticket = wf__flight_node(x->c, is_recv ? WF__K_RECV : WF__K_SEND, key_of(ctx, n, 1), bytes,
+                                bytes, peer, n->name, (int)n->attrs->edge, ctx->xfer_step);
     int rc = is_recv ? wf__comm_post_recv(x->c, peer, key_of(ctx, n, 0), &x->hdr, sizeof x->hdr,
                                           hdr_done, x)
                      : wf__comm_post_send(x->c, peer, key_of(ctx, n, 0), &x->hdr, sizeof x->hdr,
                                           hdr_done, x);
     if (rc < 0) {
+        wf__flight_set(x->c, x->ticket, WF__FS_FAILED, rc);
         wf_tensor_release(x->keep);
         free(x);
         return rc;

@@ -236,7 +236,7 @@ ctx:
 static void complete(wf_comm_req *r, void *ureq, ucs_status_t st, size_t length)
 {
     wf_comm *c = r->c;
-    /* A neighbour's call descriptor: compared before the waiter can see it done (and move
+    /* Another rank's call descriptor: compared before the waiter can see it done (and move
      * on to the next collective), so that a mismatched collective fails every rank at once
      * instead of waiting for messages that never come (coll.c). */
     if (r->desc && r->is_recv && st == UCS_OK && length == r->bytes)

@@ -148,7 +148,7 @@ static wf_node *attention(wf_graph *g, const gpt_model *m, wf_node *h, wf_node *
     wf_node *att = wf_matmul_ex(g, qkv[0], qkv[1], false, true);
     att = wf_softmax(g, wf_add(g, att, mask), -1);
     wf_node *y = wf_matmul(g, att, qkv[2]); /* [B, H, T, dh] */
-    y = wf_reshape(g, wf_transpose(g, y, perm, 4), WF_SHAPE(batch * t, d));
+    y = wf_reshape(g, wf_transpose(g, y, perm, 4), WF_SHAPE(batch < 0 ? -1 : batch * t, d));
     return linear(g, y, p[2], p[3]);
 }
 
@@ -157,9 +157,10 @@ wf_node *gpt_logits(wf_graph *g, const gpt_model *m, wf_node *idx, bool training
     const gpt_config *c = &m->c;
     if (!idx)
         return NULL;
-    /* [batch, t] with t <= context; anything else fails below in the op that cannot take it
-     * (a t above the context in the add of the position table, a -1 in the reshape), with
-     * that op's message naming the shapes */
+    /* [batch, t] with t <= context, the batch -1 where it is known only when fed (a
+     * data-parallel strategy's shards); anything else fails below in the op that cannot take
+     * it (a t above the context in the add of the position table, a -1 t in the reshape),
+     * with that op's message naming the shapes */
     wf_shape is = wf_node_shape(idx);
     int64_t batch = is.rank == 2 ? is.dims[0] : -1, t = is.rank == 2 ? is.dims[1] : -1;
     int64_t d = c->d_model;
@@ -170,7 +171,7 @@ wf_node *gpt_logits(wf_graph *g, const gpt_model *m, wf_node *idx, bool training
     }
     /* tok [B, T, d] + pos [T, d] -> the stream [B T, d] */
     wf_node *x = wf_add(g, wf_gather(g, m->p[0], idx, 0), wpe);
-    x = drop(g, m, wf_reshape(g, x, WF_SHAPE(batch * t, d)), training, 1);
+    x = drop(g, m, wf_reshape(g, x, WF_SHAPE(batch < 0 ? -1 : batch * t, d)), training, 1);
     wf_node *mask = causal_mask(g, t);
     for (int l = 0; l < c->layers; l++) {
         wf_node *const *p = &m->p[2 + GPT_PARAMS_PER_LAYER * l];

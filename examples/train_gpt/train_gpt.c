@@ -19,6 +19,7 @@
  * Public API only, as every example. */
 #include "../weft-train/bundled.h"
 #include "../weft-train/progress.h"
+#include "../weft-train/ranks.h"
 #include "gpt_model.h"
 
 #include <weft/weft.h>
@@ -48,6 +49,8 @@ typedef struct options {
     double lr, temperature;
     uint64_t seed;
     int threads;
+    const char *strategy; /* --strategy multiworker: data parallel over weft-run's ranks */
+    int shards;           /* --shards: 0, one per rank */
     bool quiet;
 } options;
 
@@ -158,7 +161,9 @@ typedef struct trainer {
     wf_node *x, *y, *loss, *eval_loss, *step[2];
     wf_node *sample_x, *sample_logits;
     wf_node *vocab;
-    long start; /* the step the optimizer's counter is at: 0, or the checkpoint's */
+    long start;            /* the step the optimizer's counter is at: 0, or the checkpoint's */
+    wf_comm *comm;         /* --strategy: the ranks */
+    wf_strategy *strategy; /* --strategy: NULL otherwise */
 } trainer;
 
 static int build(trainer *t, char *err, size_t errlen)
@@ -173,8 +178,10 @@ static int build(trainer *t, char *err, size_t errlen)
     int rc = gpt_build(g, &o->model, &t->m, err, errlen);
     if (rc < 0)
         return rc;
-    t->x = wf_placeholder(g, "x", WF_I32, WF_SHAPE(b, ctx));
-    t->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(b, ctx));
+    /* Under --strategy the batch is -1: the strategy gives each shard its rows of it. */
+    int64_t rows = t->strategy ? -1 : b;
+    t->x = wf_placeholder(g, "x", WF_I32, WF_SHAPE(rows, ctx));
+    t->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(rows, ctx));
     t->loss = gpt_loss(g, gpt_logits(g, &t->m, t->x, true), t->y);
     t->vocab = wf_variable(g, "train_gpt.vocab", WF_I32, WF_SHAPE(o->model.vocab), wf_init_zeros());
     int64_t warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
@@ -197,7 +204,7 @@ static int build(trainer *t, char *err, size_t errlen)
     if (rc == 0)
         rc = wf_graph_status(g);
     if (rc == 0)
-        rc = wf_session_create(g, NULL, &t->s);
+        rc = wf_session_create(g, &(wf_session_opts){ .strategy = t->strategy }, &t->s);
     if (rc < 0) {
         snprintf(err, errlen, "building the model: %s", wf_graph_errmsg(g));
         return rc;
@@ -364,6 +371,10 @@ static void usage(FILE *f)
                "  --lr LR              AdamW peak learning rate, cosine to LR/10 (3e-4)\n"
                "  --seed S             weights, batches and samples (1)\n"
                "  --threads N          weft workers (default: one per core)\n"
+               "  --strategy multiworker   data parallel over the ranks of weft-run -n N: --batch\n"
+               "                       stays the global batch; rank 0 prints, logs and saves\n"
+               "  --shards S           the batch's shards (default: one per rank): the same S\n"
+               "                       trains the same bits on any number of ranks\n"
                "sampling:\n"
                "  --sample-every N     validation loss and a sample every N steps (200; 0: "
                "at the end only)\n"
@@ -413,6 +424,12 @@ static int parse_args(int argc, char **argv, options *o)
             o->save = val;
         } else if (strcmp(a, "--log") == 0) {
             o->log = val;
+        } else if (strcmp(a, "--strategy") == 0) {
+            if (strcmp(val, "multiworker") != 0) {
+                fprintf(stderr, "train_gpt: --strategy %s: expected multiworker\n", val);
+                return -1;
+            }
+            o->strategy = val;
         } else if (strcmp(a, "--lr") == 0 || strcmp(a, "--temperature") == 0 ||
                    strcmp(a, "--dropout") == 0) {
             char *end;
@@ -435,7 +452,8 @@ static int parse_args(int argc, char **argv, options *o)
                          { "--heads", 1, 1 << 12 },         { "--layers", 1, GPT_MAX_LAYERS },
                          { "--batch", 1, 1 << 16 },         { "--steps", 0, 1l << 40 },
                          { "--seed", 0, 1l << 62 },         { "--threads", 0, 1024 },
-                         { "--sample-every", 0, 1l << 40 }, { "--sample-len", 1, 1 << 20 } };
+                         { "--sample-every", 0, 1l << 40 }, { "--sample-len", 1, 1 << 20 },
+                         { "--shards", 1, 1 << 16 } };
 
             size_t k = 0;
             while (k < sizeof ints / sizeof ints[0] && strcmp(a, ints[k].name) != 0)
@@ -451,10 +469,10 @@ static int parse_args(int argc, char **argv, options *o)
                         ints[k].lo, ints[k].hi);
                 return -1;
             }
-            long *longs[] = { NULL,          NULL, NULL,
-                              NULL,          NULL, &o->steps,
-                              NULL,          NULL, &o->sample_every,
-                              &o->sample_len };
+            long *longs[] = { NULL,           NULL, NULL,
+                              NULL,           NULL, &o->steps,
+                              NULL,           NULL, &o->sample_every,
+                              &o->sample_len, NULL };
             int *ints_at[] = { &o->model.context,
                                &o->model.d_model,
                                &o->model.heads,
@@ -464,7 +482,8 @@ static int parse_args(int argc, char **argv, options *o)
                                NULL,
                                &o->threads,
                                NULL,
-                               NULL };
+                               NULL,
+                               &o->shards };
             if (k == 6)
                 o->seed = (uint64_t)v;
             else if (longs[k])
@@ -473,7 +492,29 @@ static int parse_args(int argc, char **argv, options *o)
                 *ints_at[k] = (int)v;
         }
     }
+    if (o->shards && !o->strategy) {
+        fprintf(stderr, "train_gpt: --shards needs --strategy multiworker\n");
+        return -1;
+    }
     o->model.seed = o->seed;
+    return 0;
+}
+
+/* --strategy, before any file is opened: a rank other than 0 (from the environment) writes
+ * no log or checkpoint and prints nothing (its errors still go to stderr). */
+static int quiet_other_ranks(options *o)
+{
+    int rank = wt_ranks_env_rank();
+    if (rank < 0) {
+        fprintf(stderr, "train_gpt: --strategy: %s\n", wf_last_errmsg());
+        return -1;
+    }
+    if (rank != 0) {
+        o->quiet = true;
+        o->log = o->save = NULL;
+        if (!freopen("/dev/null", "w", stdout))
+            return -1;
+    }
     return 0;
 }
 
@@ -516,7 +557,7 @@ static void print_sample(trainer *t, long step, uint64_t *rng)
 int main(int argc, char **argv)
 {
     options o;
-    if (parse_args(argc, argv, &o) < 0)
+    if (parse_args(argc, argv, &o) < 0 || (o.strategy && quiet_other_ranks(&o) < 0))
         return 2;
     char err[1024] = "";
     corpus text = { 0 };
@@ -545,6 +586,8 @@ int main(int argc, char **argv)
     wf_runtime_opts ro = { .n_workers = o.threads };
     if (rc == 0 && (rc = wf_runtime_create(&t.rt, &ro)) < 0)
         snprintf(err, sizeof err, "runtime: %s", wf_last_errmsg());
+    if (rc == 0 && o.strategy)
+        rc = wt_ranks_join(t.rt, o.shards, &t.comm, &t.strategy, err, sizeof err);
     if (rc == 0)
         rc = build(&t, err, sizeof err);
     if (rc < 0) {
@@ -640,6 +683,8 @@ out:
     }
     wf_session_destroy(t.s);
     wf_graph_destroy(t.g);
+    wf_strategy_destroy(t.strategy);
+    wf_comm_destroy(t.comm);
     wf_runtime_destroy(t.rt);
     free(text.tokens);
     return rc < 0 ? 1 : 0;

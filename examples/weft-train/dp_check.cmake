@@ -4,21 +4,29 @@
 # unless both exit 0 and the two checkpoints (weights and optimizer state) are equal bytes.
 # With -DRANKS_ARGS="--strategy|pipeline|..." the ranks run those options instead (a pipeline
 # trains the bits of multiworker with as many shards as micro-batches on one rank).
+# With -DDEVICES=D instead of RUN and RANKS, the first run is one process,
+# 'weft-train ARGS --strategy mirrored --devices D --shards SHARDS --save a' (Mirrored).
 # cmake -DRUN=weft-run -DEXE=weft-train -DRANKS=N -DSHARDS=S -DARGS="a|b" -DTAG=name -P dp_check.cmake
 string(REPLACE "|" ";" args "${ARGS}")
-if(DEFINED RANKS_ARGS)
-  string(REPLACE "|" ";" ranks_args "${RANKS_ARGS}")
-else()
-  set(ranks_args --strategy multiworker --shards ${SHARDS})
-endif()
 set(a ${TAG}-ranks.safetensors)
 set(b ${TAG}-one.safetensors)
 file(REMOVE ${a} ${b})
-execute_process(COMMAND ${RUN} -n ${RANKS} ${EXE} ${args} ${ranks_args}
-  --save ${a} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(DEFINED DEVICES)
+  set(first ${EXE} ${args} --strategy mirrored --devices ${DEVICES} --shards ${SHARDS})
+  set(what "${DEVICES} devices")
+elseif(DEFINED RANKS_ARGS)
+  string(REPLACE "|" ";" ranks_args "${RANKS_ARGS}")
+  set(first ${RUN} -n ${RANKS} ${EXE} ${args} ${ranks_args})
+  set(what "${RANKS} ranks (${ranks_args})")
+else()
+  set(first ${RUN} -n ${RANKS} ${EXE} ${args} --strategy multiworker --shards ${SHARDS})
+  set(what "${RANKS} ranks")
+endif()
+execute_process(COMMAND ${first} --save ${a}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}${err}")
 if(NOT rc STREQUAL "0")
-  message(FATAL_ERROR "${RANKS} ranks exited with ${rc}")
+  message(FATAL_ERROR "${what} exited with ${rc}")
 endif()
 execute_process(COMMAND ${EXE} ${args} --strategy multiworker --shards ${SHARDS} --save ${b}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -28,6 +36,6 @@ if(NOT rc STREQUAL "0")
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${a} ${b} RESULT_VARIABLE same)
 if(NOT same EQUAL 0)
-  message(FATAL_ERROR "${RANKS} ranks (${ranks_args}) saved other bytes than 1 rank x ${SHARDS} shards")
+  message(FATAL_ERROR "${what} x ${SHARDS} shards saved other bytes than 1 rank x ${SHARDS} shards")
 endif()
-message("${RANKS} ranks (${ranks_args}) and 1 rank x ${SHARDS} shards: the same checkpoint bytes")
+message("${what} and 1 rank, ${SHARDS} shards: the same checkpoint bytes")

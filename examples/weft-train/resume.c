@@ -1,5 +1,5 @@
 /* examples/weft-train/resume.c: the run identity of weft-train (resume.h): the options text,
- * checking a checkpoint's text against this run's, and the data hash.
+ * checking a checkpoint's text against this run's, the data hash and a checkpoint's hash.
  * The text is "KEY VALUE" lines so that a mismatch names the option the user typed; a
  * checkpoint's text comes from a file, so it is read with bounds and may hold anything. */
 #include "resume.h"
@@ -102,4 +102,20 @@ uint64_t wt_dataset_hash(const wt_dataset *ds)
     h = fnv(h, ds->dims, (size_t)ds->rank * sizeof ds->dims[0]);
     h = fnv(h, ds->x, (size_t)(ds->n * ds->n_features) * sizeof *ds->x);
     return fnv(h, ds->y, (size_t)ds->n * sizeof *ds->y);
+}
+
+uint64_t wt_tensors_hash(const wf_named_tensor *ts, int n)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (int i = 0; i < n; i++) {
+        const wf_tensor *t = ts[i].tensor;
+        wf_dtype dt = wf_tensor_dtype(t);
+        wf_shape sh = wf_tensor_shape(t);
+        h = fnv(h, ts[i].name, strlen(ts[i].name) + 1);
+        h = fnv(h, &dt, sizeof dt);
+        h = fnv(h, &sh.rank, sizeof sh.rank);
+        h = fnv(h, sh.dims, (size_t)sh.rank * sizeof sh.dims[0]);
+        h = fnv(h, wf_tensor_data(t), (size_t)wf_tensor_numel(t) * wf_dtype_size(dt));
+    }
+    return h;
 }

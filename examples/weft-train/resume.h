@@ -1,6 +1,7 @@
 /* examples/weft-train/resume.h: what makes a run of weft-train the same run after a restart:
  * the text of the options that decide its bits, a hash of the training data, and checking a
- * checkpoint's against this run's (weft-train --resume).
+ * checkpoint's against this run's (weft-train --resume); a hash of a checkpoint's tensors, by
+ * which the ranks of a data-parallel run check that they resumed from the same values.
  * Not here: writing and finding the checkpoints (weft's wf_checkpointer_*,
  * wf_checkpoint_latest) and the training loop (weft-train.c). */
 #ifndef WT_RESUME_H
@@ -26,5 +27,10 @@ int wt_runid_check(const char *saved, size_t saved_len, const char *now, char *e
 /* A 64-bit FNV-1a hash of the dataset's shape, features and labels: the same data give the
  * same hash, so a resumed run can tell that its data changed. */
 uint64_t wt_dataset_hash(const wt_dataset *ds);
+
+/* A 64-bit FNV-1a hash of 'ts[0 .. n-1]' (contiguous host tensors, as wf_safetensors_read()
+ * returns them): each one's name, dtype, shape and bytes, in order. The same file read on two
+ * ranks gives the same hash. */
+uint64_t wt_tensors_hash(const wf_named_tensor *ts, int n);
 
 #endif /* WT_RESUME_H */

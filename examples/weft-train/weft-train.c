@@ -16,6 +16,17 @@
  *                                               or a kill the same command goes on from the
  *                                               newest, and ends with the same weights, bit
  *                                               for bit, as a run never stopped
+ *   weft-run -n 2 weft-train --strategy multiworker   data parallel over 2 ranks
+ *   weft-train --strategy mirrored --devices 2  one replica per device (GPUs, or simulated
+ *                                               devices where there are too few)
+ *   weft-run -n 3 --restarts 5 weft-train --strategy multiworker --checkpoint-every 50
+ *            --checkpoint-dir ckpt --resume     data parallel; when a rank dies weft-run
+ *                                               starts all three again and every rank goes
+ *                                               on from rank 0's newest checkpoint
+ *   weft-run -n 3 weft-train --strategy ps --ps-ranks 1
+ *                                               parameter servers: rank 0 holds the weights,
+ *                                               ranks 1 and 2 train (the bits of
+ *                                               --strategy multiworker on 2 ranks)
  * Ctrl-C stops training after the current step: the log, the plot and the trace so far are
  * written (the checkpoint is not: it would look like a finished run), and the exit status
  * is 130. A second Ctrl-C kills the program as usual.
@@ -75,15 +86,28 @@ typedef struct options {
     int keep;               /* --keep N: 0 the library's default (3) */
     bool resume;            /* --resume: from the newest complete checkpoint of D */
     const char *strategy;   /* --strategy multiworker: data parallel over weft-run's ranks;
-                               pipeline: the layers split into stages, one per rank */
-    int shards;             /* --shards S (0: the number of ranks) */
-    bool pipeline;          /* --strategy pipeline */
-    int stages;             /* --stages P (0: the number of ranks) */
-    int micro_batches;      /* --micro-batches M (0: 1) */
-    int schedule;           /* --schedule gpipe|1f1b (WF_SCHEDULE_*) */
-    bool save_any;          /* --save on any rank (a pipeline's ranks send rank 0 weights) */
-    bool schedule_set;      /* --schedule given */
+                               mirrored: over the devices of this process; ps: parameter
+                               servers over weft-run's ranks; pipeline: the layers split
+                               into stages, one per rank */
+    int shards;             /* --shards S (0: the number of ranks, devices or workers) */
+    int devices;            /* --devices N: mirrored's devices (0: every GPU) */
+    int ps_ranks;           /* --strategy ps --ps-ranks K: ranks 0 .. K-1 are servers */
+    int staleness;          /* --staleness s (0: synchronous) */
+    bool staleness_set;
+    bool pipeline;     /* --strategy pipeline */
+    int stages;        /* --stages P (0: the number of ranks) */
+    int micro_batches; /* --micro-batches M (0: 1) */
+    int schedule;      /* --schedule gpipe|1f1b (WF_SCHEDULE_*) */
+    bool save_any;     /* --save on any rank (a pipeline's ranks send rank 0 weights) */
+    bool schedule_set; /* --schedule given */
 } options;
+
+/* The rank that prints, logs and saves: 0, or under --strategy ps the first worker (a
+ * server's copy of the variables it does not hold is not updated). */
+static int writer_rank(const options *o)
+{
+    return o->strategy && strcmp(o->strategy, "ps") == 0 ? o->ps_ranks : 0;
+}
 
 /* ---- The model --------------------------------------------------------------------------- */
 
@@ -612,34 +636,116 @@ static int check_extras(const char *path, const wf_tensor *id, const wf_tensor *
     return 0;
 }
 
-/* --resume: loads the newest complete checkpoint of --checkpoint-dir into the trainer and
- * sets '*step' to its step; with none there, '*step' is 0 (a fresh start). */
-static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_train, long *step,
-                  char *err, size_t errlen)
+/* --strategy: which checkpoint every rank resumes from. Rank 0 picks the newest complete one
+ * of --checkpoint-dir and sends its name to the others, so that all of them load the same
+ * file: ranks picking for themselves could differ when one becomes complete between their
+ * picks (weft-run ends every rank of a start before the next, another launcher may not).
+ * 'rc' is rank 0's result (WF_ENOTFOUND: no checkpoint yet, a fresh start for all). */
+typedef struct resume_pick {
+    int64_t step, rc;
+    char name[256]; /* the file's name inside --checkpoint-dir */
+} resume_pick;
+
+/* The newest complete checkpoint of --checkpoint-dir: its path and step, on this rank (rank
+ * 0's choice on every rank under --strategy). Returns 0, WF_ENOTFOUND (none yet) or the
+ * error, with the message in 'err': rank 0's result, the same on every rank. 'path' is
+ * empty (with the message in 'err') when rank 0's choice does not fit it on this rank. */
+static int resume_pick_file(trainer *t, char *path, size_t cap, int64_t *st, char *err,
+                            size_t errlen)
+{
+    const char *dir = t->o->ckpt_dir;
+    resume_pick pk = { .step = 0, .rc = 0 };
+    if (!t->comm || t->rank == 0) {
+        pk.rc = wf_checkpoint_latest(dir, path, cap, &pk.step);
+        if (pk.rc < 0 && pk.rc != WF_ENOTFOUND)
+            snprintf(err, errlen, "--resume: %s", wf_last_errmsg());
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        if (pk.rc == 0 && strlen(base) >= sizeof pk.name) {
+            snprintf(err, errlen, "--resume %s: the file name is longer than %zu bytes", path,
+                     sizeof pk.name - 1);
+            pk.rc = WF_EINVAL;
+        }
+        if (pk.rc == 0)
+            snprintf(pk.name, sizeof pk.name, "%s", base);
+    }
+    if (t->comm) {
+        int rc = wf_comm_broadcast(t->comm, &pk, sizeof pk, 0);
+        if (rc < 0) {
+            snprintf(err, errlen, "--resume: receiving rank 0's choice of checkpoint: %s",
+                     wf_last_errmsg());
+            return rc;
+        }
+        pk.name[sizeof pk.name - 1] = '\0';
+        if (t->rank != 0 && pk.rc < 0 && pk.rc != WF_ENOTFOUND)
+            snprintf(err, errlen, "--resume: rank 0 could not pick a checkpoint of %s (%s)", dir,
+                     wf_err_name((int)pk.rc));
+        /* a path that does not fit fails the load, not the pick: every rank must reach
+         * resume_agree() for the others not to wait for it */
+        if (t->rank != 0 && pk.rc == 0 &&
+            (size_t)snprintf(path, cap, "%s/%s", dir, pk.name) >= cap) {
+            snprintf(err, errlen, "--resume: the path of %s in %s is too long", pk.name, dir);
+            path[0] = '\0';
+        }
+    }
+    *st = pk.step;
+    return (int)pk.rc;
+}
+
+/* --strategy, after every rank has loaded (or failed to load) the checkpoint of 'step':
+ * every rank learns every other's result and the hash of what it read, so that all of them
+ * go on from the same values or all of them fail, naming the rank that differs. */
+static int resume_agree(trainer *t, int rc, int64_t step, uint64_t hash, const char *path,
+                        char *err, size_t errlen)
+{
+    int n = wf_comm_size(t->comm);
+    int64_t mine[3] = { rc, step, (int64_t)hash };
+    int64_t *all = malloc((size_t)n * sizeof mine);
+    int cr = all ? wf_comm_allgather(t->comm, mine, all, sizeof mine) : WF_ENOMEM;
+    if (cr < 0) {
+        if (rc == 0)
+            snprintf(err, errlen, "--resume: comparing the checkpoint with the other ranks: %s",
+                     cr == WF_ENOMEM ? "no memory" : wf_last_errmsg());
+        free(all);
+        return rc < 0 ? rc : cr;
+    }
+    for (int r = 0; rc == 0 && r < n; r++) {
+        const int64_t *o = all + 3 * r;
+        if (o[0] < 0) {
+            snprintf(err, errlen,
+                     "--resume %s: rank %d could not load it (%s; its own message "
+                     "says why)",
+                     path, r, wf_err_name((int)o[0]));
+            rc = WF_EPEER;
+        } else if (o[1] != step || o[2] != (int64_t)hash) {
+            snprintf(err, errlen,
+                     "--resume %s: rank %d read other values (step %lld, hash "
+                     "%016" PRIx64 ") than rank %d (step %lld, hash %016" PRIx64 "): give every "
+                     "rank the same --checkpoint-dir",
+                     path, r, (long long)o[1], (uint64_t)o[2], t->rank, (long long)step, hash);
+            rc = WF_EINVAL;
+        }
+    }
+    free(all);
+    return rc;
+}
+
+/* Loads the checkpoint 'path' of step 'st' into the trainer, after checking its extras. Its
+ * tensors' hash goes to '*hash'. */
+static int resume_load(trainer *t, const char *path, int64_t st, const char *runid,
+                       int64_t per_epoch, int64_t n_train, uint64_t *hash, char *err, size_t errlen)
 {
     const options *o = t->o;
-    char path[4096];
-    int64_t st = 0;
-    *step = 0;
-    int rc = wf_checkpoint_latest(o->ckpt_dir, path, sizeof path, &st);
-    if (rc == WF_ENOTFOUND) {
-        if (!o->quiet)
-            printf("weft-train: --resume: no checkpoint in %s yet, starting at step 0\n",
-                   o->ckpt_dir);
-        return 0;
-    }
-    if (rc < 0) {
-        snprintf(err, errlen, "--resume: %s", wf_last_errmsg());
-        return rc;
-    }
     /* The extras first, so that a run of other options is refused naming the option rather
      * than the first variable whose shape it changed. */
     wf_named_tensor *ts = NULL;
     int n = 0;
-    if ((rc = wf_safetensors_read(path, &ts, &n)) < 0) {
+    int rc = wf_safetensors_read(path, &ts, &n);
+    if (rc < 0) {
         snprintf(err, errlen, "--resume %s: %s", path, wf_last_errmsg());
         return rc;
     }
+    *hash = wt_tensors_hash(ts, n);
     const wf_tensor *id = NULL, *at = NULL;
     for (int i = 0; i < n; i++)
         if (strcmp(ts[i].name, X_OPTIONS) == 0)
@@ -656,6 +762,11 @@ static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_tr
         int64_t fstep = -1;
         if ((rc = wf_checkpoint_restore(t->s, path, &fstep, &ex, &n_ex)) < 0)
             snprintf(err, errlen, "--resume %s: %s", path, wf_session_errmsg(t->s));
+        if (rc == 0 && fstep != st) { /* the file changed since it was picked */
+            snprintf(err, errlen, "--resume %s: its step is %lld, not %lld as when it was picked",
+                     path, (long long)fstep, (long long)st);
+            rc = WF_EINVAL;
+        }
         for (int i = 0; rc == 0 && i < n_ex; i++)
             if (strcmp(ex[i].name, X_OPTIONS) != 0 && strcmp(ex[i].name, X_POSITION) != 0) {
                 snprintf(err, errlen, "--resume %s: tensor '%s' is not a variable of the model",
@@ -684,10 +795,40 @@ static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_tr
         t->state[t->n_state++].tensor = wf_tensor_retain(ts[i].tensor);
     }
     wf_safetensors_free(ts, n);
+    return rc;
+}
+
+/* --resume: loads the newest complete checkpoint of --checkpoint-dir into the trainer and
+ * sets '*step' to its step; with none there, '*step' is 0 (a fresh start). Under --strategy
+ * every rank loads rank 0's choice and all of them check that they read the same values. */
+static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_train, long *step,
+                  char *err, size_t errlen)
+{
+    const options *o = t->o;
+    char path[4096] = "";
+    int64_t st = 0;
+    *step = 0;
+    int rc = resume_pick_file(t, path, sizeof path, &st, err, errlen);
+    if (rc == WF_ENOTFOUND) {
+        if (!o->quiet)
+            printf("weft-train: --resume: no checkpoint in %s yet, starting at step 0\n",
+                   o->ckpt_dir);
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    uint64_t hash = 0;
+    rc = path[0] ? resume_load(t, path, st, runid, per_epoch, n_train, &hash, err, errlen)
+                 : WF_EINVAL;
+    if (t->comm)
+        rc = resume_agree(t, rc, st, hash, path, err, errlen);
     if (rc < 0)
         return rc;
     *step = (long)st;
-    if (!o->quiet)
+    if (!o->quiet && t->comm && wf_comm_size(t->comm) > 1)
+        printf("weft-train: resuming from %s (step %ld) on all %d ranks (hash %016" PRIx64 ")\n",
+               path, *step, wf_comm_size(t->comm), hash);
+    else if (!o->quiet)
         printf("weft-train: resuming from %s (step %ld)\n", path, *step);
     return 0;
 }
@@ -696,63 +837,77 @@ static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_tr
 
 static void usage(FILE *f)
 {
-    fprintf(
-        f,
-        "usage: weft-train [options]\n"
-        "data (default: the bundled 8x8 handwritten digits):\n"
-        "  --data-csv FILE          features then label per line (.gz read as gzip)\n"
-        "  --data-idx IMAGES LABELS MNIST IDX files (raw or .gz)\n"
-        "  --data-npy X.npy Y.npy   float32 [N, ...] features, int32/int64 [N] labels\n"
-        "  --test-fraction F        the last F of the rows are the test set (0.2)\n"
-        "  --split-seed S           draw the test set at random with seed S instead\n"
-        "  --no-normalize           keep the features as read (default: standardise)\n"
-        "model and training:\n"
-        "  --model mlp|cnn          (mlp)\n"
-        "  --hidden N[,N...]        mlp hidden layer sizes (128)\n"
-        "  --optimizer sgd|momentum|adam|adamw|rmsprop|adagrad   (adam)\n"
-        "  --lr LR                  (adam 1e-3; sgd 0.05; momentum 0.02; ...)\n"
-        "  --batch B                (32)\n"
-        "  --epochs E | --steps S   (15 epochs)\n"
-        "  --seed S                 initial weights and shuffling (1)\n"
-        "  --no-shuffle             batch t is rows [tB, (t+1)B) in file order\n"
-        "  --threads N              weft workers (default: one per core)\n"
-        "  --eager                  eager execution (a graph per step) instead of a session\n"
-        "  --mixed-bf16             mixed precision: matmuls and convolutions in bf16, with\n"
-        "                           f32 master weights (WF_SESSION_MIXED_BF16)\n"
-        "files:\n"
-        "  --init FILE.safetensors  start from these weights (PyTorch names: fc1.weight ...)\n"
-        "  --save FILE.safetensors  write the weights and optimizer state at the end\n"
-        "  --log FILE.jsonl         one JSON object per step, and per evaluation\n"
-        "  --plot FILE.svg          loss and accuracy per step (train) and per evaluation\n"
-        "                           (test) as an SVG picture; open it in a browser\n"
-        "  --trace FILE.json        a Perfetto/chrome://tracing trace of the scheduler;\n"
-        "                           weft-trace FILE.json summarises it (time per op,\n"
-        "                           critical path, idle and steals; --svg: a timeline)\n"
-        "  --dump-graph FILE.dot    the training step after the compile passes, as Graphviz\n"
-        "                           DOT (render: dot -Tsvg FILE.dot > graph.svg)\n"
-        "  --checkpoint-every K     a checkpoint every K steps into --checkpoint-dir, written\n"
-        "                           in the background (weights, optimizer state, data\n"
-        "                           position, options)\n"
-        "  --checkpoint-dir D       the folder of the checkpoints (made if missing)\n"
-        "  --keep N                 keep the newest N checkpoints (3)\n"
-        "  --resume                 go on from the newest complete checkpoint of D (none:\n"
-        "                           start at step 0); refused if the options differ\n"
-        "  --strategy multiworker   data parallel over the ranks of weft-run -n N: --batch\n"
-        "                           is the global batch; only rank 0 prints, logs and saves\n"
-        "  --shards S               its shards (default: the number of ranks); any number of\n"
-        "                           ranks dividing S trains the same bits\n"
-        "  --strategy pipeline      the layers split into stages, one per rank of weft-run\n"
-        "                           -n N, each step's batch into micro-batches: the bits of\n"
-        "                           multiworker with as many shards on one rank; epochs drop\n"
-        "                           the last partial batch, evaluations the rows past the\n"
-        "                           last whole batch; no --checkpoint-every / --resume yet\n"
-        "  --stages P               its stages (default: the number of ranks, which it must be)\n"
-        "  --micro-batches M        micro-batches per step (default 1; at most 64, --batch)\n"
-        "  --schedule gpipe|1f1b    their order (default 1f1b: at most P micro-batches of\n"
-        "                           activations alive)\n"
-        "  --quiet                  only the final line\n"
-        "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
-        "(not the checkpoint); the exit status is then 130.\n");
+    fprintf(f,
+            "usage: weft-train [options]\n"
+            "data (default: the bundled 8x8 handwritten digits):\n"
+            "  --data-csv FILE          features then label per line (.gz read as gzip)\n"
+            "  --data-idx IMAGES LABELS MNIST IDX files (raw or .gz)\n"
+            "  --data-npy X.npy Y.npy   float32 [N, ...] features, int32/int64 [N] labels\n"
+            "  --test-fraction F        the last F of the rows are the test set (0.2)\n"
+            "  --split-seed S           draw the test set at random with seed S instead\n"
+            "  --no-normalize           keep the features as read (default: standardise)\n"
+            "model and training:\n"
+            "  --model mlp|cnn          (mlp)\n"
+            "  --hidden N[,N...]        mlp hidden layer sizes (128)\n"
+            "  --optimizer sgd|momentum|adam|adamw|rmsprop|adagrad   (adam)\n"
+            "  --lr LR                  (adam 1e-3; sgd 0.05; momentum 0.02; ...)\n"
+            "  --batch B                (32)\n"
+            "  --epochs E | --steps S   (15 epochs)\n"
+            "  --seed S                 initial weights and shuffling (1)\n"
+            "  --no-shuffle             batch t is rows [tB, (t+1)B) in file order\n"
+            "  --threads N              weft workers (default: one per core)\n"
+            "  --eager                  eager execution (a graph per step) instead of a session\n"
+            "  --mixed-bf16             mixed precision: matmuls and convolutions in bf16, with\n"
+            "                           f32 master weights (WF_SESSION_MIXED_BF16)\n"
+            "files:\n"
+            "  --init FILE.safetensors  start from these weights (PyTorch names: fc1.weight ...)\n"
+            "  --save FILE.safetensors  write the weights and optimizer state at the end\n"
+            "  --log FILE.jsonl         one JSON object per step, and per evaluation\n"
+            "  --plot FILE.svg          loss and accuracy per step (train) and per evaluation\n"
+            "                           (test) as an SVG picture; open it in a browser\n"
+            "  --trace FILE.json        a Perfetto/chrome://tracing trace of the scheduler;\n"
+            "                           weft-trace FILE.json summarises it (time per op,\n"
+            "                           critical path, idle and steals; --svg: a timeline)\n"
+            "  --dump-graph FILE.dot    the training step after the compile passes, as Graphviz\n"
+            "                           DOT (render: dot -Tsvg FILE.dot > graph.svg)\n"
+            "  --checkpoint-every K     a checkpoint every K steps into --checkpoint-dir, written\n"
+            "                           in the background (weights, optimizer state, data\n"
+            "                           position, options)\n"
+            "  --checkpoint-dir D       the folder of the checkpoints (made if missing)\n"
+            "  --keep N                 keep the newest N checkpoints (3)\n"
+            "  --resume                 go on from the newest complete checkpoint of D (none:\n"
+            "                           start at step 0); refused if the options differ.\n"
+            "                           Under --strategy every rank loads rank 0's newest\n"
+            "                           (rank 0 writes them; give all ranks the same D)\n"
+            "  --strategy multiworker   data parallel over the ranks of weft-run -n N: --batch\n"
+            "                           is the global batch; only rank 0 prints, logs and saves\n"
+            "  --shards S               its shards (default: the number of ranks); any number of\n"
+            "                           ranks dividing S trains the same bits\n"
+            "  --strategy mirrored      data parallel over devices of this process: one replica\n"
+            "                           per device, gradients summed on the host, the bits of\n"
+            "                           one process with the same --shards (default: devices)\n"
+            "  --devices N              mirrored's devices: the first N GPUs, or, with fewer\n"
+            "                           GPUs than N, N simulated devices (CPU kernels on memory\n"
+            "                           of their own: a check, not a speed-up)\n"
+            "  --strategy ps --ps-ranks K\n"
+            "                           parameter servers: ranks 0 .. K-1 hold the variables and\n"
+            "                           the optimizer state, the others train (shards: the\n"
+            "                           workers); rank K prints, logs and saves the weights (not\n"
+            "                           the optimizer state: no --checkpoint-every, --resume)\n"
+            "  --staleness s            0 (the default): synchronous, the bits of multiworker\n"
+            "                           over the workers\n"
+            "  --strategy pipeline      the layers split into stages, one per rank of weft-run\n"
+            "                           -n N, each step's batch into micro-batches: the bits of\n"
+            "                           multiworker with as many shards on one rank; epochs drop\n"
+            "                           the last partial batch, evaluations the rows past the\n"
+            "                           last whole batch; no --checkpoint-every / --resume yet\n"
+            "  --stages P               its stages: the number of ranks (the default)\n"
+            "  --micro-batches M        micro-batches per step (default 1; at most 64, --batch)\n"
+            "  --schedule gpipe|1f1b    their order (default 1f1b: at most P micro-batches of\n"
+            "                           activations alive)\n"
+            "  --quiet                  only the final line\n"
+            "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
+            "(not the checkpoint); the exit status is then 130.\n");
 }
 
 static int parse_hidden(const char *s, options *o)
@@ -769,6 +924,19 @@ static int parse_hidden(const char *s, options *o)
             return -1;
     }
     return o->n_hidden ? 0 : -1;
+}
+
+/* Option 'name''s value 's', a count from 1 to 'max', into '*out'; -1 (said) otherwise. */
+static int parse_count(const char *name, const char *s, int max, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || end == s || v < 1 || v > max) {
+        fprintf(stderr, "weft-train: %s %s: expected a count from 1 to %d\n", name, s, max);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, options *o)
@@ -861,20 +1029,18 @@ static int parse_args(int argc, char **argv, options *o)
             NEED(1);
             o->strategy = argv[++i];
             o->pipeline = strcmp(o->strategy, "pipeline") == 0;
-            if (strcmp(o->strategy, "multiworker") != 0 && !o->pipeline) {
-                fprintf(stderr, "weft-train: --strategy %s: expected multiworker or pipeline\n",
+            if (strcmp(o->strategy, "multiworker") != 0 && strcmp(o->strategy, "mirrored") != 0 &&
+                strcmp(o->strategy, "ps") != 0 && !o->pipeline) {
+                fprintf(stderr,
+                        "weft-train: --strategy %s: expected multiworker, mirrored, ps or "
+                        "pipeline\n",
                         o->strategy);
                 return -1;
             }
         } else if (strcmp(a, "--stages") == 0 || strcmp(a, "--micro-batches") == 0) {
             NEED(1);
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 64) {
-                fprintf(stderr, "weft-train: %s %s: expected a count from 1 to 64\n", a, argv[i]);
+            if (parse_count(a, argv[++i], 64, a[2] == 's' ? &o->stages : &o->micro_batches) < 0)
                 return -1;
-            }
-            *(a[2] == 's' ? &o->stages : &o->micro_batches) = (int)v;
         } else if (strcmp(a, "--schedule") == 0) {
             NEED(1);
             const char *v = argv[++i];
@@ -884,16 +1050,25 @@ static int parse_args(int argc, char **argv, options *o)
             }
             o->schedule = strcmp(v, "gpipe") == 0 ? WF_SCHEDULE_GPIPE : WF_SCHEDULE_1F1B;
             o->schedule_set = true;
-        } else if (strcmp(a, "--shards") == 0) {
+        } else if (strcmp(a, "--ps-ranks") == 0 || strcmp(a, "--staleness") == 0) {
             NEED(1);
             char *end;
             long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 4096) {
-                fprintf(stderr, "weft-train: --shards %s: expected a count from 1 to 4096\n",
-                        argv[i]);
+            if (*end || v < -4096 || v > 4096) {
+                fprintf(stderr, "weft-train: %s %s: expected a count\n", a, argv[i]);
                 return -1;
             }
-            o->shards = (int)v;
+            if (a[2] == 'p') {
+                o->ps_ranks = (int)v;
+            } else {
+                o->staleness = (int)v;
+                o->staleness_set = true;
+            }
+        } else if (strcmp(a, "--devices") == 0 || strcmp(a, "--shards") == 0) {
+            NEED(1);
+            bool dev = a[2] == 'd';
+            if (parse_count(a, argv[++i], dev ? 64 : 4096, dev ? &o->devices : &o->shards) < 0)
+                return -1;
         } else if (strcmp(a, "--eager") == 0) {
             o->eager = true;
         } else if (strcmp(a, "--mixed-bf16") == 0) {
@@ -945,7 +1120,26 @@ static int parse_args(int argc, char **argv, options *o)
         return -1;
     }
     if (o->shards && (!o->strategy || o->pipeline)) {
-        fprintf(stderr, "weft-train: --shards needs --strategy multiworker\n");
+        fprintf(stderr, "weft-train: --shards needs --strategy multiworker, mirrored or ps (a "
+                        "pipeline's are --micro-batches)\n");
+        return -1;
+    }
+    if (o->devices && !(o->strategy && strcmp(o->strategy, "mirrored") == 0)) {
+        fprintf(stderr, "weft-train: --devices needs --strategy mirrored\n");
+        return -1;
+    }
+    bool ps = o->strategy && strcmp(o->strategy, "ps") == 0;
+    if ((o->ps_ranks || o->staleness_set) && !ps) {
+        fprintf(stderr, "weft-train: --ps-ranks and --staleness need --strategy ps\n");
+        return -1;
+    }
+    if (ps && !o->ps_ranks) {
+        fprintf(stderr, "weft-train: --strategy ps needs --ps-ranks K (the server ranks)\n");
+        return -1;
+    }
+    if (ps && (o->ckpt_every || o->resume)) {
+        fprintf(stderr, "weft-train: --strategy ps: the optimizer state lives on the servers, "
+                        "which do not save it: no --checkpoint-every or --resume\n");
         return -1;
     }
     if ((o->stages || o->micro_batches || o->schedule_set) && !o->pipeline) {
@@ -1090,11 +1284,31 @@ static int gather_stages(trainer *t, char *err, size_t errlen)
 }
 
 /* --strategy: the communicator of weft-run's ranks (WEFT_RANK, WEFT_SIZE, ... or Slurm's,
- * Open MPI's) and the strategy over it. Ranks other than 0 go quiet and write no files. */
+ * Open MPI's) and the strategy over it. Ranks other than writer_rank() go quiet and write no
+ * files. */
 static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
 {
     wf_comm_opts co = { .rank = 0, .size = 1 };
-    int rc = wf_dist_opts_from_env(&co);
+    int rc;
+    if (strcmp(o->strategy, "mirrored") == 0) {
+        /* --devices N: the first N GPUs, or N simulated devices where there are fewer */
+        int gpus = wf_device_count(t->rt) - 1;
+        bool sim = o->devices > gpus || gpus < 1;
+        int n = o->devices ? o->devices : (sim ? 0 : gpus);
+        wf_strategy_opts so = { .shards = o->shards,
+                                .n_devices = n,
+                                .simulated_devices = sim ? n : 0 };
+        if ((rc = wf_strategy_mirrored(t->rt, &so, &t->strategy)) < 0) {
+            snprintf(err, errlen, "--strategy mirrored: %s%s", wf_last_errmsg(),
+                     n ? "" : " (here: --devices N runs N simulated devices)");
+            return rc;
+        }
+        if (!o->quiet)
+            printf("weft-train: mirrored over %d %s\n", wf_strategy_device_count(t->strategy),
+                   sim ? "simulated devices (no GPU for each)" : "GPUs");
+        return 0;
+    }
+    rc = wf_dist_opts_from_env(&co);
     if (rc < 0) {
         snprintf(err, errlen, "--strategy: %s", wf_last_errmsg());
         return rc;
@@ -1116,6 +1330,11 @@ static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
                                                        .batch_rows = o->batch,
                                                        .hints = t->hints },
                                   &t->strategy);
+    else if (o->ps_ranks)
+        rc = wf_strategy_ps(
+            t->comm,
+            &(wf_ps_opts){ .servers = o->ps_ranks, .staleness = o->staleness, .shards = o->shards },
+            &t->strategy);
     else
         rc = wf_strategy_multiworker(t->comm, &(wf_strategy_opts){ .shards = o->shards },
                                      &t->strategy);
@@ -1126,8 +1345,8 @@ static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
     return 0;
 }
 
-/* --strategy, before any file is opened: a rank other than 0 (from the environment) writes
- * no log, plot, checkpoint, trace or graph, and prints nothing (its errors still go to
+/* --strategy, before any file is opened: a rank other than writer_rank() (from the environment)
+ * writes no log, plot, checkpoint, trace or graph, and prints nothing (its errors still go to
  * stderr). */
 static int quiet_other_ranks(options *o)
 {
@@ -1136,7 +1355,7 @@ static int quiet_other_ranks(options *o)
         fprintf(stderr, "weft-train: --strategy: %s\n", wf_last_errmsg());
         return -1;
     }
-    if (co.rank != 0) {
+    if (co.rank != writer_rank(o)) {
         o->quiet = true;
         o->log = o->plot = o->save = o->trace = o->dump_graph = NULL;
         if (!freopen("/dev/null", "w", stdout))
@@ -1155,8 +1374,12 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     options o;
-    if (parse_args(argc, argv, &o) < 0 || (o.strategy && quiet_other_ranks(&o) < 0))
+    if (parse_args(argc, argv, &o) < 0 ||
+        (o.strategy && strcmp(o.strategy, "mirrored") != 0 && quiet_other_ranks(&o) < 0))
         return 2;
+    /* Each line as it is printed, also into a pipe (weft-run's): a rank killed before its
+     * buffer was full would otherwise take lines already printed ("resuming from ...") along. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     char err[1024] = "";
     wt_dataset all = { 0 }, train = { 0 }, test = { 0 };
     model m;
@@ -1177,6 +1400,10 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "--log %s: cannot open it for writing", o.log);
         rc = WF_EIO;
     }
+    /* One write per line, so that a run killed (then resumed, appending) leaves whole lines:
+     * a full buffer cut mid-line would glue half a line to the next run's first. */
+    if (log)
+        setvbuf(log, NULL, _IOLBF, 0);
     /* The plot's file is opened now, so a bad path fails before any training is done. */
     wt_plot plot = { 0 };
     if (rc == 0 && o.plot && wt_plot_open(&plot, o.plot, err, sizeof err) < 0)
@@ -1353,7 +1580,8 @@ int main(int argc, char **argv)
     if (o.pipeline && o.save_any && !interrupted && (rc = gather_stages(&t, err, sizeof err)) < 0)
         fprintf(stderr, "weft-train: %s\n", err);
     if (rc == 0 && o.save && !interrupted && (rc = save(&t, o.save, err, sizeof err)) == 0)
-        printf("weft-train: saved %s (safetensors: weights and optimizer state)\n", o.save);
+        printf("weft-train: saved %s (safetensors: weights%s)\n", o.save,
+               o.ps_ranks ? "; the optimizer state is the servers'" : " and optimizer state");
     if (o.trace) {
         int ev = wf_runtime_trace_write(t.rt, o.trace);
         if (ev < 0) {

@@ -1,5 +1,7 @@
 /* weft/distribute.h: distribution strategies: one graph, written for one replica, trained
- * data-parallel over the ranks of a communicator, or split into pipeline stages across them.
+ * data-parallel over the ranks of a communicator (MultiWorkerMirrored) or over the devices
+ * of one process (Mirrored, wf_strategy_mirrored()), or split into pipeline stages across
+ * the ranks (wf_strategy_pipeline()).
  * Owns: the public contract of strategies (part of runtime/): the strategy object, its
  *   options, and what a session given one (wf_session_opts.strategy) does.
  * MultiWorkerMirrored (wf_strategy_multiworker()): one replica per rank. At
@@ -62,6 +64,17 @@ typedef struct wf_strategy_opts {
                                   gradient would not fit; a bigger gradient goes alone. */
     size_t first_bucket_bytes; /* 0: 1 MiB: the first bucket is small so that communication
                                   starts early in backward */
+    /* Mirrored only (wf_strategy_mirrored(); 0 and NULL for MultiWorkerMirrored): */
+    int n_devices;         /* D, the devices the replicas run on; 0: every GPU of the
+                              runtime (or every simulated device) */
+    const int *devices;    /* their ids as the runtime numbers them (1 + k: CUDA GPU k,
+                              wf_device_count()), distinct; NULL: 1 .. D. Copied. */
+    int simulated_devices; /* > 0: instead of GPUs, this many simulated devices ("sim:0",
+                              "sim:1" and on, each with host memory of its own, running the CPU
+                              kernels; copies and completions as a GPU's: later, from
+                              the device's actor): a Mirrored run where there is no GPU,
+                              for tests and demos; it computes what the CPU computes, no
+                              faster). 'devices' then number them from 0. */
 } wf_strategy_opts;
 
 /* Makes a MultiWorkerMirrored strategy over 'comm' (NULL: this process alone, rank 0 of 1:
@@ -74,6 +87,73 @@ typedef struct wf_strategy_opts {
  * Threads: any. */
 WF_API WF_NODISCARD int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts,
                                                 wf_strategy **out);
+
+/* Makes a Mirrored strategy over devices of 'rt' in this process: one replica per device.
+ * A session given it (the graph's runtime must be 'rt') rewrites the graph as
+ * wf_strategy_multiworker(NULL, opts) does, S shards (opts.shards; 0: D) in one process,
+ * and places shard k's copy of every per-replica node on device k * D / S (contiguous
+ * blocks of shards per device); what it cannot run there (the batch's row split, ops with
+ * no kernel for the device, f64 nodes) stays on the host. Variables stay on the host and
+ * are copied to each device every step (one copy node per variable and device: the
+ * mirror); the gradients come back to the host, where one reduction node per bucket sums
+ * the S shards in the fixed tree, and one update per variable applies the result. The
+ * bits are those of wf_strategy_multiworker() with the same S on any number of ranks, and
+ * of the single-process run with S shards, whatever D. Without opts.device set, the
+ * session's other nodes run on the CPU (wf_session_opts.device -1).
+ * Returns 0, WF_EINVAL (NULL rt or out; zero devices (no GPU and no simulated ones); a
+ * device id the runtime lacks or given twice; S below D or above 64; an option of
+ * MultiWorkerMirrored's that does not apply: the message names the value) or WF_ENOMEM.
+ * Limits: the reduction runs on host memory (no NCCL path yet); on a CUDA GPU it has not
+ *   run (none was lent to this project: compile-checked only).
+ * Ownership: the caller owns '*out' (wf_strategy_destroy()); 'rt' is borrowed and must
+ * outlive it; 'opts' (NULL: defaults) and its device list are copied.
+ * Threads: any. */
+WF_API WF_NODISCARD int wf_strategy_mirrored(wf_runtime *rt, const wf_strategy_opts *opts,
+                                             wf_strategy **out);
+
+/* The devices of a Mirrored strategy (D), 0 for MultiWorkerMirrored, WF_EINVAL for NULL. */
+WF_API int wf_strategy_device_count(const wf_strategy *st);
+
+/* Options of parameter servers (wf_strategy_ps()). */
+typedef struct wf_ps_opts {
+    int servers;     /* K: ranks 0 .. K-1 are servers, the others workers; 1 <= K < N, required */
+    int staleness;   /* s: 0: synchronous (each server sums one step of every worker before it
+                        updates). Only 0 is implemented: s > 0 is WF_ENOSYS */
+    int shards;      /* S; 0: the number of workers N - K */
+    int aggregation; /* wf_aggregation; 0: WF_AGG_MEAN */
+} wf_ps_opts;
+
+/* Makes a parameter-server strategy (tf.distribute's ParameterServerStrategy, synchronous)
+ * over 'comm'. Ranks 0 .. K-1 (the servers) hold the variables: each update that reads a
+ * gradient goes, largest first (the bytes of its variable and optimizer slots), to the server
+ * holding the fewest bytes so far (ties: the lowest rank); updates reading no gradient (the
+ * step counter's increment) run on every server. The optimizer state lives there. Ranks K ..
+ * N-1 (the W workers) split the global batch into S shards as MultiWorkerMirrored does over
+ * W ranks (worker w takes shards w*S/W .. (w+1)*S/W - 1), push each gradient's weighted sum
+ * over their shards to its server, and pull every updated variable back into their own copy
+ * before their run returns. A server adds the W partials of a gradient in the fixed tree of
+ * MultiWorkerMirrored, so a run with W workers gives the bits of MultiWorkerMirrored over W
+ * ranks with the same shards (and of one process with S shards). A fetched scalar (a loss) is
+ * the global value on every rank, servers included.
+ * Every rank's wf_session_run() is one step: a server's receives, updates and sends; it needs
+ * no batch (feeds are ignored) but makes the same runs, with the same fetches and targets, as
+ * the workers. A dead rank, server or worker, fails every other rank's run with WF_EPEER
+ * naming it; a run that fails by itself fails the others as under MultiWorkerMirrored.
+ * Limits: as MultiWorkerMirrored's (with W for N); one update per gradient; a value that reads
+ * a gradient must be an update; a worker's optimizer slots and step counter stay at their
+ * initial values, and so does a server's copy of a variable another server holds: a worker
+ * has every variable's value after each step, each server its own variables' optimizer
+ * state (no call yet gathers the servers' state into one checkpoint).
+ * Returns 0, WF_EINVAL (NULL out, opts or comm, K < 1 or K >= N, negative staleness, bad
+ * shards or aggregation: the message names the values), WF_ENOSYS (staleness > 0) or
+ * WF_ENOMEM.
+ * Ownership: the caller owns '*out' (wf_strategy_destroy()); 'comm' is borrowed and must
+ * outlive every session made with the strategy; 'opts' is copied. Threads: any. */
+WF_API WF_NODISCARD int wf_strategy_ps(wf_comm *comm, const wf_ps_opts *opts, wf_strategy **out);
+
+/* 1 if this rank is a parameter server of 'st', 0 if not (a worker, or another strategy),
+ * WF_EINVAL for NULL. */
+WF_API int wf_strategy_is_server(const wf_strategy *st);
 
 /* Pipeline parallelism (wf_strategy_pipeline()): one model split into stages, stage k on
  * rank k, each step's global batch (B rows, fed whole on every rank, as above) split into m
@@ -119,8 +199,8 @@ typedef struct wf_pipeline_opts {
 WF_API WF_NODISCARD int wf_strategy_pipeline(wf_comm *comm, const wf_pipeline_opts *opts,
                                              wf_strategy **out);
 
-/* This process's rank and the world size of a strategy (0 and 1 without a communicator),
- * or WF_EINVAL for NULL. */
+/* This process's rank and the world size of a strategy (0 and 1 without a communicator,
+ * and for Mirrored), or WF_EINVAL for NULL. */
 WF_API int wf_strategy_rank(const wf_strategy *st);
 WF_API int wf_strategy_size(const wf_strategy *st);
 

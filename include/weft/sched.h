@@ -32,12 +32,23 @@ typedef struct wf_runtime_opts {
                              2^26. */
     uint32_t spin_us;     /* 0: 50. How long an idle worker looks for work before it parks;
                              at most 1000000. */
+    int local_rank;       /* This process's index among the 'local_size' processes of one
+                             job on this machine (weft-run's WEFT_LOCAL_RANK), 0 to
+                             local_size - 1. */
+    int local_size;       /* 0 or 1: this process has the machine's cores to itself. Else the
+                             cores are split into 'local_size' disjoint runs, one per local
+                             rank (rank l: cores [l*C/L, (l+1)*C/L) of C), its workers are
+                             pinned in its own run and n_workers 0 means one per core of it;
+                             with more local ranks than cores, rank l's worker i is on core
+                             (l + i) mod C, and n_workers 0 means 1. */
 } wf_runtime_opts;
 
-/* Creates a runtime: one worker thread per core (or 'n_workers'), pinned with hwloc and
+/* Creates a runtime: one worker thread per core (or 'n_workers'; per core of its local
+ * rank's run when 'local_size' > 1), pinned with hwloc and
  * grouped by NUMA node, named "weft-w0", "weft-w1", ... Idle workers sleep; they burn no CPU.
  * Returns 0, WF_EINVAL (bad option: n_workers < 0 or above WF_MAX_WORKERS, trace_events or
- * spin_us above their limits), WF_ETOPO (the
+ * spin_us above their limits, local_size < 0 or above 4096, local_rank outside
+ * [0, local_size)), WF_ETOPO (the
  * topology string or the machine could not be read), WF_ENOMEM or WF_ESYS; the reason is in
  * wf_last_errmsg().
  * Ownership: on success the caller owns '*out' (free with wf_runtime_destroy()); on failure
@@ -52,7 +63,8 @@ WF_API void wf_runtime_destroy(wf_runtime *rt);
 
 /* Fills 'opts' from the environment, for tools, examples and tests (the library itself
  * reads no environment): WEFT_WORKERS (n_workers), WEFT_TOPOLOGY (topology), WEFT_NO_PIN=1,
- * WEFT_TRACE=FILE (sets trace_events to 1<<20 when it is 0, and '*trace_path' to FILE).
+ * WEFT_TRACE=FILE (sets trace_events to 1<<20 when it is 0, and '*trace_path' to FILE),
+ * WEFT_LOCAL_RANK and WEFT_LOCAL_SIZE (local_rank, local_size; weft-run sets them).
  * Fields not named there are left as they are. 'trace_path' may be NULL.
  * Returns 0, or WF_EINVAL with a message for a malformed value (opts is then unchanged).
  * Ownership: '*trace_path' is borrowed from the environment. Threads: any. */

@@ -145,7 +145,11 @@ WF_API WF_NODISCARD int wf_comm_set_graph_hash(wf_comm *c, uint64_t hash);
  * "incarnation", "failed" (the error's name, or null), "reason", "now_ns", "ops"}, then
  * one line per operation, oldest first: {"seq", "op", "key", "bytes", "count", "dtype",
  * "peer", "state", "t_start_ns", "t_end_ns", "rc", "tag"} (times in ns on
- * CLOCK_MONOTONIC_COARSE: a few ms of resolution).
+ * CLOCK_MONOTONIC_COARSE: a few ms of resolution). "op" is a wf_comm call ("allreduce",
+ * "reduce_scatter", "allgather", "broadcast", "barrier", "send", "recv") or a transfer of a
+ * session's graph on this comm: "dp_reduce" (a data-parallel strategy's reduction; "seq"
+ * run << 15 | edge, plus one, equal on every rank; "tag" "<node>, run <run>"), or "send" and
+ * "recv" of wf_send/wf_recv nodes (tagged the same way).
  * Returns 0, WF_EINVAL (NULL comm, no path and no flight_dir, the recorder is off) or
  * WF_EIO (the file could not be written: the message says why).
  * Threads: any, also while operations run. */
@@ -205,21 +209,21 @@ WF_API WF_NODISCARD int wf_comm_probe_links(wf_comm *c, size_t small, size_t lar
  * Every rank calls the same collectives in the same order, with the same sizes, dtype, op
  * and root; one collective at a time per comm (from any thread). Results are bitwise equal
  * on every rank. Each call carries its number, kind, dtype, count, op or root (and the
- * graph hash, wf_comm_set_graph_hash) to its ring neighbours: a rank that calls another
+ * graph hash, wf_comm_set_graph_hash) to every other rank: a rank that calls another
  * collective fails the comm on every rank with WF_EPEER, naming both ranks and both calls
  * ("rank 0 called allreduce #12 (f32 x 1000, sum), rank 1 called broadcast #12 (40 bytes,
- * root 0)"), instead of a hang or a wrong result. With up to 3 ranks no rank returns a
- * result of a mismatched call; with more, a rank that is not a neighbour of the odd one
- * may, and its next call fails. Each returns 0, WF_EINVAL (NULL buffer, bad dtype/op/root, a count
- * that overflows), WF_EPEER or WF_ETIMEDOUT (the message names the rank that failed or was late,
- * and the collective), WF_ENOMEM or WF_EDEVICE. The calling thread polls the network itself while a
- * collective runs (no sleep for up to 200 ms per wait, yielding its core now and then), so a
- * collective costs a core for its duration, and little latency. Device memory: in builds with CUDA
- * and NCCL, all-reduce, reduce-scatter, all-gather and broadcast of buffers on a CUDA device (all
- * of a call's buffers on the same device, ready when called) go through NCCL on that device; the
- * first such call makes the NCCL communicator (rank 0's id travels by a host broadcast). A dead
- * rank or a passed deadline aborts it, so the call returns the comm's error instead of hanging.
- * Integer means and host/device mixes are refused (WF_EINVAL). Without NCCL, pass host memory only.
+ * root 0)"), instead of a hang or a wrong result; no rank, of any number, returns a result
+ * of a mismatched call (host memory; NCCL's calls carry no description). Each returns 0, WF_EINVAL
+ * (NULL buffer, bad dtype/op/root, a count that overflows), WF_EPEER or WF_ETIMEDOUT (the message
+ * names the rank that failed or was late, and the collective), WF_ENOMEM or WF_EDEVICE. The calling
+ * thread polls the network itself while a collective runs (no sleep for up to 200 ms per wait,
+ * yielding its core now and then), so a collective costs a core for its duration, and little
+ * latency. Device memory: in builds with CUDA and NCCL, all-reduce, reduce-scatter, all-gather and
+ * broadcast of buffers on a CUDA device (all of a call's buffers on the same device, ready when
+ * called) go through NCCL on that device; the first such call makes the NCCL communicator (rank 0's
+ * id travels by a host broadcast). A dead rank or a passed deadline aborts it, so the call returns
+ * the comm's error instead of hanging. Integer means and host/device mixes are refused (WF_EINVAL).
+ * Without NCCL, pass host memory only.
  */
 
 typedef enum wf_reduce_op {

@@ -10,6 +10,12 @@
  *   the step's window (first task start to last task end) during which its worker ran no
  *   task, i.e. waited on the network (median over the timed steps).
  * Usage: dp_bench [--json] [--steps N] [--warmup W] [--python PATH] [--no-torch]
+ *                 [--trace PREFIX] [--threads] [--same-cores]
+ *   --trace keeps each rank's trace of the 2-rank case as PREFIX-rank<r>.json (Chrome trace);
+ *   --threads prints, for every rank of every weft case, each thread's name, CPU time during
+ *   the timed steps and the CPUs it may run on (/proc/self/task), on stderr;
+ *   --same-cores does not tell the runtimes their local rank (wf_runtime_opts.local_rank and
+ *   local_size), so every rank pins its workers from core 0, as before they existed.
  * Not here: the strategy (runtime/strategy.c, placement/replicate.c, transport/coll_ops.c). */
 #ifndef _GNU_SOURCE
 #    define _GNU_SOURCE
@@ -19,6 +25,7 @@
 #include <weft/weft.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <stdint.h>
@@ -58,6 +65,78 @@ static double rss_mb(void)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_maxrss / 1024.0;
+}
+
+static const char *trace_prefix; /* --trace */
+static bool show_threads;        /* --threads */
+static bool pin_local = true;    /* --same-cores clears it */
+
+#define MAXT 64
+
+typedef struct thr {
+    int tid;
+    double cpu_s;
+} thr;
+
+/* Each thread of this process: its id and CPU time (utime + stime, /proc/self/task/T/stat). */
+static int threads_now(thr *t)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    long hz = sysconf(_SC_CLK_TCK);
+    for (struct dirent *e; d && n < MAXT && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        FILE *fp = fopen(path, "r");
+        if (!fp)
+            continue;
+        size_t len = fread(buf, 1, sizeof buf - 1, fp);
+        fclose(fp);
+        buf[len] = 0;
+        const char *p = strrchr(buf, ')'); /* fields after the name: state is field 3 */
+        unsigned long ut = 0, st = 0;
+        if (!p ||
+            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+            continue;
+        t[n].tid = atoi(e->d_name);
+        t[n].cpu_s = (double)(ut + st) / (double)hz;
+        n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Prints each thread's name, CPU time since 'before' and allowed CPUs, on stderr. */
+static void print_threads(const char *cs, int rank, const thr *before, int nb, int steps)
+{
+    thr now[MAXT];
+    int n = threads_now(now);
+    for (int i = 0; i < n; i++) {
+        double base = 0;
+        for (int j = 0; j < nb; j++)
+            if (before[j].tid == now[i].tid)
+                base = before[j].cpu_s;
+        char path[64], name[32] = "?", cpus[64] = "?", line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%d/comm", now[i].tid);
+        FILE *fp = fopen(path, "r");
+        if (fp && fgets(name, sizeof name, fp))
+            name[strcspn(name, "\n")] = 0;
+        if (fp)
+            fclose(fp);
+        snprintf(path, sizeof path, "/proc/self/task/%d/status", now[i].tid);
+        if ((fp = fopen(path, "r"))) {
+            while (fgets(line, sizeof line, fp))
+                if (!strncmp(line, "Cpus_allowed_list:", 18))
+                    snprintf(cpus, sizeof cpus, "%s", line + 18 + strspn(line + 18, " \t"));
+            fclose(fp);
+        }
+        cpus[strcspn(cpus, "\n")] = 0;
+        fprintf(stderr, "dp_bench: %s rank %d thread %-16s cpu %7.2f ms/step  cpus %s\n", cs, rank,
+                name, 1e3 * (now[i].cpu_s - base) / steps, cpus);
+    }
 }
 
 /* The idle time inside the window of run 'run' of a trace: its worker-task spans' window
@@ -113,8 +192,10 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
     wf_runtime *rt = NULL;
     wf_comm *c = NULL;
     wf_strategy *st = NULL;
-    int rc = wf_runtime_create(
-        &rt, &(wf_runtime_opts){ .n_workers = workers, .trace_events = size > 1 ? 1u << 16 : 0 });
+    int rc = wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = workers,
+                                                        .trace_events = size > 1 ? 1u << 16 : 0,
+                                                        .local_rank = pin_local ? rank : 0,
+                                                        .local_size = pin_local ? size : 0 });
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     if (rc == 0 && size > 1)
@@ -157,8 +238,12 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
     wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(BATCH), ys);
     wf_feed f[] = { { x, xt }, { y, yt } };
     double t[MAXSTEPS];
+    thr before[MAXT];
+    int nb = 0;
     for (int i = 0; i < warmup + steps && rc == 0; i++) {
         wf_tensor *out = NULL;
+        if (i == warmup)
+            nb = threads_now(before);
         double t0 = bench_now_s();
         rc = wf_session_run(s, f, 2, &loss, 1, &out, &train, 1);
         if (i >= warmup)
@@ -169,12 +254,22 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
         fprintf(stderr, "dp_bench: rank %d: %s\n", rank, wf_session_errmsg(s));
         return 1;
     }
+    if (show_threads) {
+        char cs[32];
+        snprintf(cs, sizeof cs, "%dx%d", size, workers);
+        print_threads(cs, rank, before, nb, steps);
+    }
     r->rss_mb = rss_mb();
     r->median_s = bench_median(t, steps);
     r->exposed_s = 0;
-    if (size > 1 && rank == 0) {
-        char path[64];
+    char path[512];
+    if (trace_prefix)
+        snprintf(path, sizeof path, "%s-rank%d.json", trace_prefix, rank);
+    else
         snprintf(path, sizeof path, "/tmp/dp_bench-%d.json", (int)getpid());
+    if (size > 1 && rank > 0 && trace_prefix && wf_runtime_trace_write(rt, path) < 0)
+        fprintf(stderr, "dp_bench: rank %d: %s\n", rank, wf_last_errmsg());
+    if (size > 1 && rank == 0) {
         FILE *fp = NULL;
         char *buf = malloc(64 << 20);
         if (buf && wf_runtime_trace_write(rt, path) > 0 && (fp = fopen(path, "r"))) {
@@ -192,7 +287,8 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
         } else {
             r->exposed_s = NAN;
         }
-        unlink(path);
+        if (!trace_prefix)
+            unlink(path);
         free(buf);
     }
     r->ok = 1;
@@ -257,8 +353,11 @@ static result torch_case(const char *python, int ranks, int steps, int warmup)
 {
     result r = { 0 };
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s/dp_bench_ddp.py --ranks %d --steps %d --warmup %d --port %d",
-             python, DB_SCRIPT_DIR, ranks, steps, warmup, free_port());
+    /* The script picks its port, retries a failed rendezvous and has its own deadlines;
+     * timeout(1) is the last guard so that a stuck interpreter cannot hang the bench. */
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 10 600 %s %s/dp_bench_ddp.py --ranks %d --steps %d --warmup %d", python,
+             DB_SCRIPT_DIR, ranks, steps, warmup);
     FILE *p = popen(cmd, "r");
     if (!p)
         return r;
@@ -312,9 +411,15 @@ int main(int argc, char **argv)
             i++;
         else if (!strcmp(argv[i], "--python") && i + 1 < argc)
             python = argv[++i];
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
+            trace_prefix = argv[++i];
+        else if (!strcmp(argv[i], "--threads"))
+            show_threads = true;
+        else if (!strcmp(argv[i], "--same-cores"))
+            pin_local = false;
         else {
             fprintf(stderr, "usage: dp_bench [--json] [--steps N] [--warmup W] [--python PATH] "
-                            "[--no-torch]\n");
+                            "[--no-torch] [--trace PREFIX] [--threads] [--same-cores]\n");
             return 2;
         }
     }

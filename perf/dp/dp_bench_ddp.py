@@ -4,25 +4,42 @@
 Trains the MLP 784-1024-1024-10 (ReLU, Adam lr 1e-3, softmax cross-entropy) on a fixed random
 global batch (B rows; rank r takes rows [r*B/N, (r+1)*B/N)), times each step after a warm-up
 and prints one JSON line from rank 0: median step seconds and the peak RSS of every rank.
-Usage: dp_bench_ddp.py --ranks N --batch B --steps S --warmup W --port P
+Usage: dp_bench_ddp.py --ranks N --batch B --steps S --warmup W [--port P] [--timeout T]
+
+It never hangs: gloo is bound to the loopback interface (GLOO_SOCKET_IFNAME=lo: by default
+gloo uses the address the host name resolves to, which may not be reachable), every rank's
+rendezvous and collectives have a deadline, and a rank that fails (say the port was taken
+between choosing and binding it) makes the parent stop the others and try again on a fresh
+port; after three failed tries, or the overall deadline, it prints {"skip": why} and exits 1.
 """
 import argparse
+import datetime
 import json
 import os
+import queue
 import resource
+import socket
 import sys
 import time
 
 
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def rank_main(rank, args, q):
     os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(args.port)
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks,
+                            timeout=datetime.timedelta(seconds=args.timeout))
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(),
                                 torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
@@ -66,23 +83,48 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--port", type=int, default=29511)
+    ap.add_argument("--port", type=int, default=0, help="0: a free port, chosen per try")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per try")
     args = ap.parse_args()
     try:
         import torch.multiprocessing as mp
     except ImportError:
         print(json.dumps({"skip": "torch is not installed"}))
-        return 0
+        return 1
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    ps = [ctx.Process(target=rank_main, args=(r, args, q)) for r in range(args.ranks)]
-    for p in ps:
-        p.start()
-    res = q.get(timeout=600)
-    for p in ps:
-        p.join()
-    print(json.dumps(res))
-    return 0
+    why = "no try ran"
+    for attempt in range(3):
+        if attempt > 0 or args.port == 0:
+            args.port = free_port()
+        q = ctx.Queue()
+        ps = [ctx.Process(target=rank_main, args=(r, args, q)) for r in range(args.ranks)]
+        for p in ps:
+            p.start()
+        res, deadline = None, time.monotonic() + args.timeout
+        while res is None and time.monotonic() < deadline:
+            try:
+                res = q.get(timeout=0.2)
+            except queue.Empty:
+                dead = [r for r, p in enumerate(ps) if p.exitcode not in (None, 0)]
+                if dead:
+                    why = "rank %d exited with %d (port %d)" % (dead[0], ps[dead[0]].exitcode,
+                                                                args.port)
+                    break
+        else:
+            if res is None:
+                why = "no result within %.0f s (port %d)" % (args.timeout, args.port)
+        for p in ps:
+            p.join(timeout=10 if res is not None else 0.5)
+        for p in ps:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        if res is not None:
+            print(json.dumps(res), flush=True)
+            return 0
+        print("dp_bench_ddp.py: try %d: %s" % (attempt + 1, why), file=sys.stderr)
+    print(json.dumps({"skip": why}), flush=True)
+    return 1
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from tooltest import check, read, run
+
 # K per mode: each step count is large enough that the second half of a run takes a good
 # fraction of a second on the 2-core CI machines (so that the kill lands inside it), small
 # enough for the sanitizer builds.
@@ -36,25 +38,6 @@ MODES = {
     # --init: the resumed values must replace the --init ones (an eager run keeps both lists)
     "eager-init": (["--model", "mlp", "--eager", "--init", "{init}"], 300),
 }
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAIL:", msg)
-        sys.exit(1)
-
-
-def run(cmd, expect=0):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    print("$", " ".join(cmd))
-    print(r.stdout, r.stderr)
-    check(r.returncode == expect, f"exited with {r.returncode}, expected {expect}")
-    return r
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def losses(path):

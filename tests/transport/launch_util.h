@@ -1,7 +1,8 @@
 /* tests/transport/launch_util.h: what the weft-run tests share: running a command and
- * reading its output, a scratch directory, the final hash restart_train prints, byte
- * comparison of two files, a pair of free loopback ports, and waiting for processes to go.
- * Not here: the ranks of those tests (restart_train.c, or the test executable itself). */
+ * reading its output, weft-run on the test executable itself, a scratch directory, the final hash
+ * restart_train prints, byte comparison of two files, a pair of free loopback ports, and waiting
+ * for processes to go. Not here: the ranks of those tests (restart_train.c, or the test executable
+ * itself). */
 #ifndef WF_TEST_LAUNCH_UTIL_H
 #define WF_TEST_LAUNCH_UTIL_H
 
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 /* Runs 'cmd' (sh -c), stdout and stderr into 'out'; returns its exit status (-1: no exit).
  * The ranks it starts inherit tu_ucx_env()'s setting (ThreadSanitizer builds). */
@@ -31,6 +33,26 @@ static inline int lu_run(const char *cmd, char *out, size_t cap)
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+/* Runs "weft-run -n 'n' 'opts' -- <this executable>" with 'env'='mode' in the environment
+ * (the ranks' body is chosen by it) under a 'timeout_s' limit; returns weft-run's exit
+ * status (it must exit) and its output in 'out'. */
+#ifdef WF_WEFT_RUN
+static inline int lu_launch_self(const char *env, const char *mode, int timeout_s, int n,
+                                 const char *opts, char *out, size_t cap)
+{
+    char self[4096];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert_gt(k, 0);
+    self[k] = 0;
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s=%s timeout %d %s -n %d %s -- %s", env, mode, timeout_s,
+             WF_WEFT_RUN, n, opts, self);
+    int rc = lu_run(cmd, out, cap);
+    cr_assert_geq(rc, 0, "weft-run did not exit: %s", out);
+    return rc;
+}
+#endif
 
 /* A new empty directory under /tmp, its path in 'dir' (cap >= 64). */
 static inline void lu_tmpdir(char *dir, size_t cap)

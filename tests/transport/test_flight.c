@@ -1,11 +1,12 @@
 /* tests/transport/test_flight.c: the flight recorder: what a dump holds (header, operations
  * with their tags and states, the last 1,024 only), the dump every surviving rank writes when
  * the comm fails, and weft-run's verdict line merged from them: a rank that skips a
- * collective and a SIGSTOPped rank (also as the cause a restart line names), and survivors
+ * collective, a SIGSTOPped rank (also as the cause a restart line names, and in a session of
+ * the multiworker strategy, whose dp_reduce nodes are recorded too), and survivors
  * that hear of a death late, with real processes and short timeouts.
  * Ranks are real processes (transport_util.h, or this executable under weft-run with
  * WF_FLIGHT_MODE set: a constructor runs the rank's part and exits before Criterion's main). */
-#include "transport_util.h"
+#include "launch_util.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +21,50 @@
 #endif
 
 #define STEPS 8 /* all-reduces of a weft-run rank */
+
+/* Mode "dp_stop": STEPS steps of a data-parallel session (a softmax regression under the
+ * multiworker strategy, one dp_reduce per step besides the fetched loss's); rank 1 stops
+ * itself before step 5. The survivors' records hold the session's reductions (the graph's
+ * transfers are recorded as wf_comm calls are), so the verdict names the one of run 5. */
+static void dp_rank(wf_runtime *rt, wf_comm *c, int rank)
+{
+    wf_strategy *st = NULL;
+    wf_session *s = NULL;
+    if (wf_strategy_multiworker(c, &(wf_strategy_opts){ .shards = 3 }, &st) < 0) {
+        fprintf(stderr, "dp setup: %s\n", wf_last_errmsg());
+        _exit(26);
+    }
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, 8));
+    wf_node *y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
+    wf_node *w = wf_variable(g, "w", WF_F32, WF_SHAPE(8, 4), wf_init_glorot_uniform(3));
+    wf_node *loss = wf_mean(g, wf_softmax_cross_entropy(g, wf_matmul(g, x, w), y));
+    wf_node *train = wf_minimize(g, wf_sgd(0.1), loss);
+    if (!train || wf_session_create(g, &(wf_session_opts){ .strategy = st }, &s) < 0) {
+        fprintf(stderr, "dp session: %s\n", wf_last_errmsg());
+        _exit(27);
+    }
+    float xs[12 * 8];
+    int32_t ys[12];
+    for (int i = 0; i < 12 * 8; i++)
+        xs[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    for (int i = 0; i < 12; i++)
+        ys[i] = i % 4;
+    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(12, 8), xs);
+    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(12), ys);
+    for (int i = 0; i < STEPS; i++) {
+        if (rank == 1 && i == 5)
+            raise(SIGSTOP);
+        wf_feed f[2] = { { x, xt }, { y, yt } };
+        wf_tensor *out = NULL;
+        if (wf_session_run(s, f, 2, &loss, 1, &out, &train, 1) < 0) {
+            fprintf(stderr, "step %d: %s\n", i, wf_session_errmsg(s));
+            _exit(22); /* the record is written before the failure is reported */
+        }
+        wf_tensor_release(out);
+    }
+    _exit(0);
+}
 
 /* Under weft-run: STEPS all-reduces tagged "step <i>"; mode "skip": rank 1 skips step 5 and
  * waits (checking its comm) until the others' timeout fails it; "stop": rank 1 stops itself
@@ -45,11 +90,17 @@ __attribute__((constructor)) static void flight_rank_main(void)
         _exit(24);
     }
     wf_comm *c;
+    wf_runtime *rt = NULL; /* "dp_stop": the session's, whose transfers need the comm to have it */
     tu_ucx_env();
-    if (wf_comm_create(NULL, &o, &c) < 0) {
+    if (!strcmp(mode, "dp_stop") &&
+        wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }) < 0)
+        _exit(26);
+    if (wf_comm_create(rt, &o, &c) < 0) {
         fprintf(stderr, "wf_comm_create: %s\n", wf_last_errmsg());
         _exit(21);
     }
+    if (!strcmp(mode, "dp_stop"))
+        dp_rank(rt, c, o.rank);
     for (int i = 0; i < STEPS; i++) {
         char tag[32];
         snprintf(tag, sizeof tag, "step %d", i);
@@ -169,25 +220,12 @@ static int dump_body(wf_comm *c, int rank, int size, void *arg)
 }
 TU_REGISTER(dump_body)
 
-static void make_dir(char *dir, size_t cap)
-{
-    snprintf(dir, cap, "/tmp/weft-test-flight.XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
-
-static void remove_dir(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
 Test(transport_flight, a_dump_on_demand_holds_the_tagged_collectives_and_point_to_point)
 {
     char dir[128];
-    make_dir(dir, sizeof dir);
+    lu_tmpdir(dir, sizeof dir);
     tu_run_all(2, NULL, dump_body, dir, strlen(dir) + 1, WF_TEST_TIMEOUT(20));
-    remove_dir(dir);
+    lu_rmdir(dir);
 }
 
 /* 1,100 barriers: the dump holds the last 1,024 operations, oldest first. */
@@ -222,9 +260,9 @@ TU_REGISTER(wrap_body)
 Test(transport_flight, the_record_keeps_the_last_1024_operations)
 {
     char dir[128];
-    make_dir(dir, sizeof dir);
+    lu_tmpdir(dir, sizeof dir);
     tu_run_all(2, NULL, wrap_body, dir, strlen(dir) + 1, WF_TEST_TIMEOUT(30));
-    remove_dir(dir);
+    lu_rmdir(dir);
 }
 
 static int off_body(wf_comm *c, int rank, int size, void *arg)
@@ -266,7 +304,7 @@ TU_REGISTER(killed_body)
 Test(transport_flight, every_surviving_rank_writes_its_record_when_the_comm_fails)
 {
     char dir[128];
-    make_dir(dir, sizeof dir);
+    lu_tmpdir(dir, sizeof dir);
     tu_run t = { .size = 3, .body = killed_body, .timeout_s = WF_TEST_TIMEOUT(20) };
     t.opts.flight_dir = dir;
     tu_start(&t);
@@ -288,27 +326,14 @@ Test(transport_flight, every_surviving_rank_writes_its_record_when_the_comm_fail
     char path[256];
     snprintf(path, sizeof path, "%s/flight.rank2.jsonl", dir);
     cr_assert(access(path, F_OK) != 0, "the killed rank wrote a record");
-    remove_dir(dir);
+    lu_rmdir(dir);
 }
 
 /* ---- weft-run's verdict ---------------------------------------------------------------- */
 
 static int launch_with(int n, const char *opts, const char *mode, char *out, size_t cap)
 {
-    char self[4096];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-    cr_assert_gt(k, 0);
-    self[k] = 0;
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "WF_FLIGHT_MODE=%s timeout 40 %s -n %d %s -- %s 2>&1", mode,
-             WF_WEFT_RUN, n, opts, self);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t len = fread(out, 1, cap - 1, p);
-    out[len] = 0;
-    int st = pclose(p);
-    cr_assert(WIFEXITED(st), "weft-run did not exit");
-    return WEXITSTATUS(st);
+    return lu_launch_self("WF_FLIGHT_MODE", mode, 40, n, opts, out, cap);
 }
 
 static int launch(int n, const char *mode, char *out, size_t cap)
@@ -371,6 +396,19 @@ Test(transport_flight, weft_run_names_a_stopped_rank)
     double s = waited_s(line);
     cr_assert(s >= 0.7 && s < WF_TEST_TIMEOUT(5.0), "waited %.1f s (heartbeat timeout 0.8 s): %s",
               s, line);
+    cr_assert(strstr(line, "WF_EPEER: rank 1 "), "%s", line);
+}
+
+Test(transport_flight, weft_run_names_the_reduction_a_stopped_rank_of_a_strategy_never_finished)
+{
+    char out[65536], line[1024];
+    int code = launch(3, "dp_stop", out, sizeof out);
+    cr_assert_neq(code, 0, "%s", out);
+    cr_assert(last_line_with(out, "weft-run: verdict: ", line, sizeof line), "%s", out);
+    cr_assert(strstr(line, "verdict: rank 1 left no flight record (stopped or killed?) and never "
+                           "finished dp_reduce #") &&
+                  strstr(line, ", run 5); ranks 0,2 waited "),
+              "%s", line);
     cr_assert(strstr(line, "WF_EPEER: rank 1 "), "%s", line);
 }
 

@@ -78,20 +78,7 @@ TestSuite(transport_launcher, .timeout = WF_TEST_TIMEOUT(60), .fini = wf_test_fi
  * output. */
 static int launch_with(int n, const char *opts, const char *mode, char *out, size_t cap)
 {
-    char self[4096];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-    cr_assert_gt(k, 0);
-    self[k] = 0;
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "WF_LAUNCHER_MODE=%s timeout 30 %s -n %d %s -- %s 2>&1", mode,
-             WF_WEFT_RUN, n, opts, self);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t len = fread(out, 1, cap - 1, p);
-    out[len] = 0;
-    int st = pclose(p);
-    cr_assert(WIFEXITED(st), "weft-run did not exit");
-    return WEXITSTATUS(st);
+    return lu_launch_self("WF_LAUNCHER_MODE", mode, 30, n, opts, out, cap);
 }
 
 static int launch(int n, const char *mode, char *out, size_t cap)

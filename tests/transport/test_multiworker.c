@@ -3,7 +3,8 @@
  * single-process run on the same global batch (per-step losses within 1e-6 relative), and is
  * bit for bit the single-process run with the same shards (losses and the saved weights);
  * 1 x 4, 2 x 2 and 4 x 1 (ranks x shards) give the same weight bytes after 50 steps; 3 ranks
- * of one weft worker each with a 4096-wide MLP give the bits of one process with 3 shards; ranks
+ * of one weft worker each with a 4096-wide MLP give the bits of one process with 3 shards; the
+ * reductions over TCP (through UCX) and on one host (memory reads) give the same bits; ranks
  * with different graphs or options fail session creation naming the ranks; ranks fed
  * batches of different sizes fail the run with WF_ESHAPE; a killed rank fails the other's
  * run within 2 s with WF_EPEER naming it, and so does a rank whose run fails by itself (a
@@ -32,6 +33,8 @@ typedef struct mw_arg {
     int steps;
     int batch;
     int hid;        /* the hidden width (0: HID) */
+    double clip;    /* > 0: the gradients clipped to this global norm before Adam */
+    bool solo;      /* rank 0 (and a local run) makes a run of its own before each step */
     int ready_fd;   /* M_KILL: rank 1 writes a byte once its session is made */
     char path[160]; /* rank 0 writes losses and weights here */
 } mw_arg;
@@ -53,7 +56,14 @@ typedef struct mlp {
     wf_node *x, *y, *loss, *train, *vars[4];
 } mlp;
 
+static int mlp_build_clip(wf_runtime *rt, mlp *m, int hid, double clip);
+
 static int mlp_build(wf_runtime *rt, mlp *m, int hid)
+{
+    return mlp_build_clip(rt, m, hid, 0);
+}
+
+static int mlp_build_clip(wf_runtime *rt, mlp *m, int hid, double clip)
 {
     m->g = wf_graph_create(rt, WF_STATIC);
     m->x = wf_placeholder(m->g, "x", WF_F32, WF_SHAPE(-1, IN));
@@ -65,7 +75,15 @@ static int mlp_build(wf_runtime *rt, mlp *m, int hid)
     wf_node *h = wf_relu(m->g, wf_add(m->g, wf_matmul(m->g, m->x, m->vars[0]), m->vars[1]));
     wf_node *logits = wf_add(m->g, wf_matmul(m->g, h, m->vars[2]), m->vars[3]);
     m->loss = wf_mean(m->g, wf_softmax_cross_entropy(m->g, logits, m->y));
-    m->train = wf_minimize(m->g, wf_adam(1e-2), m->loss);
+    if (clip <= 0) {
+        m->train = wf_minimize(m->g, wf_adam(1e-2), m->loss);
+        return m->train ? 0 : -1;
+    }
+    wf_node *grads[4], *clipped[4];
+    if (wf_gradients(m->g, m->loss, m->vars, 4, grads) < 0 ||
+        wf_clip_by_global_norm(m->g, grads, 4, clip, clipped, NULL) < 0)
+        return -1;
+    m->train = wf_apply_gradients(m->g, wf_adam(1e-2), m->vars, clipped, 4);
     return m->train ? 0 : -1;
 }
 
@@ -73,7 +91,10 @@ static int mlp_build(wf_runtime *rt, mlp *m, int hid)
 static int train(wf_runtime *rt, const wf_strategy *st, const mw_arg *a, mw_result *res)
 {
     mlp m;
-    TU_CHECK(mlp_build(rt, &m, a->hid ? a->hid : HID) == 0, "build: %s", wf_graph_errmsg(m.g));
+    TU_CHECK(mlp_build_clip(rt, &m, a->hid ? a->hid : HID, a->clip) == 0, "build: %s",
+             wf_graph_errmsg(m.g));
+    /* a->solo: a run that reads only the weights (no batch, nothing to reduce) */
+    wf_node *wsum = a->solo ? wf_reduce_sum(m.g, m.vars[0], NULL, 0, false) : NULL;
     wf_session *s = NULL;
     TU_OK(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s));
     float *x = malloc(sizeof(float) * (size_t)a->batch * IN);
@@ -81,6 +102,11 @@ static int train(wf_runtime *rt, const wf_strategy *st, const mw_arg *a, mw_resu
     TU_CHECK(x && y, "no memory");
     res->steps = a->steps;
     for (int step = 0; step < a->steps; step++) {
+        if (wsum && (!st || wf_strategy_rank(st) == 0)) {
+            wf_tensor *o = NULL;
+            TU_OK(wf_session_run(s, NULL, 0, &wsum, 1, &o, NULL, 0));
+            wf_tensor_release(o);
+        }
         int rc =
             tu_step(s, m.x, m.y, IN, OUT, a->batch, step, m.loss, m.train, x, y, &res->loss[step]);
         TU_CHECK(rc == 0, "step %d: %s: %s", step, wf_err_name(rc), wf_session_errmsg(s));
@@ -386,13 +412,12 @@ static void read_result(const char *path, mw_result *r)
 }
 
 /* Runs 'ranks' ranks of 'workers' weft workers each (0: 2) with 'shards' shards, an MLP 'hid'
- * wide (0: HID), and returns rank 0's result. */
-static void run_ranks_of(int ranks, int workers, int shards, int steps, int batch, int hid,
-                         mw_result *r)
+ * wide (0: HID), over UCX transports 'tls' (NULL: the default), and returns rank 0's result. */
+static void run_ranks_with(int ranks, int workers, const char *tls, mw_arg a, mw_result *r)
 {
-    mw_arg a = { .mode = M_TRAIN, .shards = shards, .steps = steps, .batch = batch, .hid = hid };
+    a.mode = M_TRAIN;
     char tag[32];
-    snprintf(tag, sizeof tag, "%dx%d", ranks, shards);
+    snprintf(tag, sizeof tag, "%dx%d", ranks, a.shards);
     result_path(a.path, sizeof a.path, tag);
     tu_run t = { .size = ranks,
                  .body = rank_train,
@@ -401,6 +426,7 @@ static void run_ranks_of(int ranks, int workers, int shards, int steps, int batc
                  .timeout_s = WF_TEST_TIMEOUT(60),
                  .with_rt = true,
                  .n_workers = workers };
+    t.opts.tls = tls;
     tu_start(&t);
     cr_assert(tu_wait(&t), "%d ranks did not finish in time", ranks);
     for (int i = 0; i < ranks; i++)
@@ -409,24 +435,35 @@ static void run_ranks_of(int ranks, int workers, int shards, int steps, int batc
     read_result(a.path, r);
 }
 
+static void run_ranks_of(int ranks, int workers, int shards, int steps, int batch, int hid,
+                         const char *tls, mw_result *r)
+{
+    run_ranks_with(ranks, workers, tls,
+                   (mw_arg){ .shards = shards, .steps = steps, .batch = batch, .hid = hid }, r);
+}
+
 static void run_ranks(int ranks, int shards, int steps, int batch, mw_result *r)
 {
-    run_ranks_of(ranks, 0, shards, steps, batch, 0, r);
+    run_ranks_of(ranks, 0, shards, steps, batch, 0, NULL, r);
 }
 
 /* The same in this process: 'shards' shards without a communicator, or (0) a plain session. */
-static void run_local_of(int shards, int steps, int batch, int hid, mw_result *r)
+static void run_local_with(mw_arg a, mw_result *r)
 {
     wf_runtime *rt = NULL;
     cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 2 }), 0);
-    mw_arg a = { .shards = shards, .steps = steps, .batch = batch, .hid = hid };
     wf_strategy *st = NULL;
-    if (shards)
-        cr_assert_eq(wf_strategy_multiworker(NULL, &(wf_strategy_opts){ .shards = shards }, &st), 0,
-                     "%s", wf_last_errmsg());
+    if (a.shards)
+        cr_assert_eq(wf_strategy_multiworker(NULL, &(wf_strategy_opts){ .shards = a.shards }, &st),
+                     0, "%s", wf_last_errmsg());
     cr_assert_eq(train(rt, st, &a, r), 0, "the local run failed");
     wf_strategy_destroy(st);
     wf_runtime_destroy(rt);
+}
+
+static void run_local_of(int shards, int steps, int batch, int hid, mw_result *r)
+{
+    run_local_with((mw_arg){ .shards = shards, .steps = steps, .batch = batch, .hid = hid }, r);
 }
 
 static void run_local(int shards, int steps, int batch, mw_result *r)
@@ -462,6 +499,17 @@ Test(transport_multiworker, two_ranks_follow_one_process_and_equal_it_bitwise_wi
     assert_bitwise(&two, &local2, "2 ranks vs one process with 2 shards");
 }
 
+/* Over TCP the comm has no single-copy path (c->cma false), so the reductions send partials
+ * and results through UCX; on one host (the default) they read them out of the peers' memory.
+ * Both forms add in the same order: the same bits. */
+Test(transport_multiworker, reductions_over_tcp_and_by_memory_reads_train_bitwise_alike)
+{
+    static mw_result tcp, host;
+    run_ranks_of(2, 0, 2, 20, 32, 0, "tcp", &tcp);
+    run_ranks_of(2, 0, 2, 20, 32, 0, NULL, &host);
+    assert_bitwise(&tcp, &host, "2 ranks over tcp vs 2 ranks on one host");
+}
+
 Test(transport_multiworker, three_ranks_with_an_uneven_batch_follow_one_process)
 {
     static mw_result three, plain, local3;
@@ -482,12 +530,40 @@ Test(transport_multiworker, three_ranks_of_one_worker_with_rendezvous_buckets_fi
 {
     static mw_result three, local3;
     uint64_t t0 = wf_test_now_ns();
-    run_ranks_of(3, 1, 3, 30, 60, WIDE, &three);
+    run_ranks_of(3, 1, 3, 30, 60, WIDE, NULL, &three);
     double dt = (double)(wf_test_now_ns() - t0) * 1e-9;
     printf("3 ranks x 1 worker, MLP %d-%d-%d, 30 steps: %.2f s\n", IN, WIDE, OUT, dt);
     run_local_of(3, 30, 60, WIDE, &local3);
     assert_bitwise(&three, &local3, "3 ranks x 1 worker vs one process with 3 shards");
     cr_assert(dt < WF_TEST_TIMEOUT(20), "3 ranks x 1 worker took %.1f s for 30 steps", dt);
+}
+
+/* Clipping by the global norm (active at 0.05) sees the reduced gradient: the same steps
+ * as one process clipping its whole batch's gradient. Clipping each shard's gradient instead
+ * (as the rewrite did before wf_gradients() marked the gradients) is 0.8% off at step 1. */
+Test(transport_multiworker, gradients_clipped_by_the_global_norm_are_clipped_globally)
+{
+    static mw_result two, plain, local2;
+    mw_arg a = { .shards = 2, .steps = 12, .batch = 32, .clip = 0.05 };
+    run_ranks_with(2, 0, NULL, a, &two);
+    run_local_with(a, &local2);
+    a.shards = 0;
+    run_local_with(a, &plain);
+    assert_close(&two, &plain, "2 ranks, clipped, vs one process");
+    assert_bitwise(&two, &local2, "2 ranks vs one process with 2 shards, clipped");
+}
+
+/* Rank 0 makes a run of its own before every step (a fetch of the weights' sum: nothing to
+ * reduce). Transfer keys count only the runs that transfer, so the steps still meet: before,
+ * they counted every run and the ranks waited for each other's messages forever. */
+Test(transport_multiworker, a_run_one_rank_makes_alone_does_not_shift_the_steps_keys)
+{
+    static mw_result two, local2;
+    mw_arg a = { .shards = 2, .steps = 8, .batch = 32, .solo = true };
+    run_ranks_with(2, 0, NULL, a, &two);
+    a.solo = false;
+    run_local_with(a, &local2);
+    assert_bitwise(&two, &local2, "2 ranks, rank 0 running alone between steps");
 }
 
 Test(transport_multiworker, ranks_by_shards_1x4_2x2_4x1_train_bitwise_alike)

@@ -1,0 +1,116 @@
+/* tests/placement/test_internal_replicate.c: the data-parallel rewrite as a pure graph pass
+ *   (placement/replicate.c, wf__replicate()) with the Mirrored strategy's devices
+ *   ('shard_device'), on a graph without any session: every node of shard i's copy that
+ *   the device can run carries shard i's device, the row split of the batch, the
+ *   reductions, the updates and the user's own nodes carry none (the host), and an f64
+ *   replica node stays on the host; without 'shard_device' no node is placed.
+ * Internal: calls placement/replicate.h. */
+#include "../../core/graph.h"
+#include "../../placement/replicate.h"
+#include "runtime_util.h"
+
+#include <weft/weft.h>
+
+#include <criterion/criterion.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+TestSuite(placement_internal_replicate, .init = wf_test_rt_setup, .fini = wf_test_rt_teardown,
+          .timeout = WF_TEST_TIMEOUT(30));
+
+typedef struct net {
+    wf_graph *g;
+    wf_node *x, *y, *loss, *train, *f64;
+    int n; /* the user's nodes */
+} net;
+
+/* A linear softmax model trained by SGD, and an f64 value of the batch (a per-replica node
+ * no device of the rule takes). */
+static net build(void)
+{
+    net m;
+    m.g = wf_graph_create(rt, WF_STATIC);
+    m.x = wf_placeholder(m.g, "x", WF_F32, WF_SHAPE(-1, 6));
+    m.y = wf_placeholder(m.g, "y", WF_I32, WF_SHAPE(-1));
+    wf_node *w = wf_variable(m.g, "w", WF_F32, WF_SHAPE(6, 3), wf_init_glorot_uniform(1));
+    wf_node *logits = wf_matmul(m.g, m.x, w);
+    m.loss = wf_mean(m.g, wf_softmax_cross_entropy(m.g, logits, m.y));
+    m.f64 = wf_sum(m.g, wf_cast(m.g, m.x, WF_F64));
+    m.train = wf_minimize(m.g, wf_sgd(0.1), m.loss);
+    cr_assert_not_null(m.train, "%s", wf_graph_errmsg(m.g));
+    m.n = wf_graph_node_count(m.g);
+    return m;
+}
+
+/* The rewrite of 'm' with 3 local shards on devices 4, 5 and 6 (any ids above the CPU: the
+ * pass reads them only to tell GPUs, below 'n_real', from simulated devices). */
+static int rewrite(net *m, const int *dev, wf__replica_map *map)
+{
+    wf__replicate_opts o = { .rank = 0,
+                             .size = 1,
+                             .shards = 3,
+                             .aggregation = 0,
+                             .bucket_bytes = 1 << 20,
+                             .first_bucket_bytes = 1 << 20,
+                             .edge_base = 16384,
+                             .shard_device = dev,
+                             .n_real = 1 };
+    return wf__replicate(m->g, &o, map);
+}
+
+Test(placement_internal_replicate, each_shard_runs_on_its_device_and_the_rest_on_the_host)
+{
+    net m = build();
+    static const int dev[3] = { 4, 5, 6 };
+    wf__replica_map map;
+    int rc = rewrite(&m, dev, &map);
+    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_last_errmsg());
+    cr_assert_eq(map.n_local, 3);
+    int on[7] = { 0 }, rows = 0, reduces = 0, f64_host = 0;
+    int total = wf_graph_node_count(m.g);
+    for (int id = 0; id < total; id++) {
+        const wf_node *n = wf_graph_node(m.g, id);
+        if (id < m.n) {
+            cr_assert_eq(n->device, -1, "the user's node '%s' was placed", n->name);
+            continue;
+        }
+        if (strcmp(n->op->name, "shard_rows") == 0) {
+            rows++;
+            cr_assert_eq(n->device, -1, "a row split is on device %d", n->device);
+        } else if (strcmp(n->op->name, "dp_reduce") == 0) {
+            reduces++;
+            cr_assert_eq(n->device, -1, "a reduction is on device %d", n->device);
+        } else if (n->op->n_assign > 0) {
+            cr_assert_eq(n->device, -1, "update '%s' is on device %d", n->name, n->device);
+        } else if (n->dtype == WF_F64 || (n->n_inputs && n->inputs[0]->dtype == WF_F64)) {
+            cr_assert_eq(n->device, -1, "f64 node '%s' is on device %d", n->name, n->device);
+            f64_host++;
+        }
+        if (n->device >= 0) {
+            cr_assert(n->device >= 4 && n->device <= 6, "'%s' on device %d", n->name, n->device);
+            on[n->device]++;
+        }
+    }
+    cr_assert_eq(rows, 2 * 3, "a row split per batch placeholder and shard");
+    cr_assert_geq(reduces, 2, "the gradient bucket and the loss");
+    cr_assert_geq(f64_host, 3, "each shard's f64 nodes");
+    cr_assert(on[4] >= 8 && on[5] == on[4] && on[6] == on[4],
+              "every shard places the same nodes: %d %d %d", on[4], on[5], on[6]);
+    free(map.remap);
+    wf_graph_destroy(m.g);
+}
+
+Test(placement_internal_replicate, without_devices_nothing_is_placed)
+{
+    net m = build();
+    wf__replica_map map;
+    int rc = rewrite(&m, NULL, &map);
+    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_last_errmsg());
+    int total = wf_graph_node_count(m.g);
+    cr_assert_gt(total, m.n);
+    for (int id = 0; id < total; id++)
+        cr_assert_eq(wf_graph_node(m.g, id)->device, -1, "node %d is placed", id);
+    free(map.remap);
+    wf_graph_destroy(m.g);
+}
