@@ -610,8 +610,7 @@ Test(transport_multiworker, ranks_fed_different_batches_fail_the_run_with_eshape
 Test(transport_multiworker, a_killed_rank_fails_the_others_run_within_2s_with_epeer)
 {
     int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    cr_assert_eq(fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+    tu_ready_pipe(fds);
     mw_arg a = { .mode = M_KILL, .ready_fd = fds[1] };
     tu_run t = { .size = 2,
                  .body = rank_kill,
@@ -619,19 +618,7 @@ Test(transport_multiworker, a_killed_rank_fails_the_others_run_within_2s_with_ep
                  .arg_size = sizeof a,
                  .timeout_s = 60,
                  .with_rt = true };
-    tu_start(&t);
-    int got = tu_wait_ready(fds[0], 2, WF_TEST_TIMEOUT(30));
-    cr_assert_eq(got, 2, "only %d of 2 ranks got ready", got);
-    wf_test_sleep_us(100000); /* rank 0 is inside its run, its reductions posted */
-    kill(t.pids[1], SIGKILL);
-    t.timeout_s = WF_TEST_TIMEOUT(3);
-    bool in_time = tu_wait(&t);
-    close(fds[0]);
-    close(fds[1]);
-    cr_assert(in_time, "rank 0 did not return in time after the kill");
-    cr_assert(WIFSIGNALED(t.status[1]) && WTERMSIG(t.status[1]) == SIGKILL, "rank 1 not killed");
-    cr_assert(WIFEXITED(t.status[0]) && WEXITSTATUS(t.status[0]) == 0,
-              "rank 0 did not report the death of rank 1 correctly (stderr)");
+    tu_kill_rank(&t, fds, 1, 3);
 }
 
 Test(transport_multiworker, a_rank_whose_step_fails_by_itself_fails_the_others_at_once)

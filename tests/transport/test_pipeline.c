@@ -515,8 +515,7 @@ TU_REGISTER(rank_kill)
 Test(transport_pipeline, a_killed_stage_fails_the_others_run_within_2s_with_epeer)
 {
     int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    cr_assert_eq(fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+    tu_ready_pipe(fds);
     pp_arg a = { .mode = M_KILL, .ready_fd = fds[1] };
     tu_run t = { .size = 2,
                  .body = rank_kill,
@@ -524,19 +523,7 @@ Test(transport_pipeline, a_killed_stage_fails_the_others_run_within_2s_with_epee
                  .arg_size = sizeof a,
                  .timeout_s = 60,
                  .with_rt = true };
-    tu_start(&t);
-    int got = tu_wait_ready(fds[0], 2, WF_TEST_TIMEOUT(30));
-    cr_assert_eq(got, 2, "only %d of 2 ranks got ready", got);
-    wf_test_sleep_us(100000);
-    kill(t.pids[1], SIGKILL);
-    t.timeout_s = WF_TEST_TIMEOUT(3);
-    bool in_time = tu_wait(&t);
-    close(fds[0]);
-    close(fds[1]);
-    cr_assert(in_time, "rank 0 did not return in time after the kill");
-    cr_assert(WIFSIGNALED(t.status[1]) && WTERMSIG(t.status[1]) == SIGKILL, "rank 1 not killed");
-    cr_assert(WIFEXITED(t.status[0]) && WEXITSTATUS(t.status[0]) == 0,
-              "rank 0 did not report the death of rank 1 correctly (stderr)");
+    tu_kill_rank(&t, fds, 1, 3);
 }
 
 /* Both ranks fail session creation naming the variable read on two stages. */
