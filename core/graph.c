@@ -869,6 +869,7 @@ static wf_node *add_node(wf_graph *g, const wf_op_def *op, const char *name, wf_
     n->attrs = &no_attrs;
     n->device = -1;
     n->rt_index = -1;
+    n->grad_of = -1;
     n->value = value;
     n->inputs = n->inline_inputs;
     n->name = name;

@@ -93,6 +93,9 @@ struct wf_node {
     const wf_attrs *attrs; /* never NULL; the graph's copy */
     const char *file;      /* where the node was created (the graph's copy), or NULL */
     int line;              /* 0 when unknown */
+    int grad_of;           /* -1, or the id of the forward node whose gradient function made
+                              this node (grad/ sets it): a pipeline puts the node on that
+                              node's stage */
     /* The value: a constant's tensor (static and eager graphs); in an eager graph, every
      * node's computed value, and a variable's current value. Retained by the node; released
      * with the graph. NULL otherwise. */

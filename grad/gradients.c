@@ -131,6 +131,7 @@ static int backprop(gstate *st, wf_node *n, wf_node *dy)
         wf_node *b = wf_graph_node(g, id);
         b->file = n->file;
         b->line = n->line;
+        b->grad_of = n->id; /* and at the node (a pipeline's stage of it) */
     }
     if (rc >= 0 && wf_graph_status(g) < 0)
         rc = wf_graph_status(g);

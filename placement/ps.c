@@ -401,9 +401,7 @@ done:
     free(p.owner);
     free(p.edge);
     free(p.res_edge);
-    if (rc < 0) {
-        free(m->remap);
-        memset(m, 0, sizeof *m);
-    }
+    if (rc < 0)
+        wf__replica_map_free(m);
     return rc;
 }

@@ -74,7 +74,95 @@ typedef struct rw {
     wf_node **glob;  /* n: the global node of a gradient or of a global node */
     wf_node *ref;    /* the first batch placeholder */
     int edge;
+    /* a pipeline's: cross[id] the other stages that read id's per-shard value, edge0[id] the
+     * first of its edges within a shard, per_shard the edges of one shard, recv[i * n + id] */
+    uint64_t *cross;
+    int *edge0, per_shard;
+    wf_node **recv;
+    wf__replica_map *map;
 } rw;
+
+/* Whether node 'id' runs on this rank (always, without a pipeline). */
+static bool local(const rw *w, int id)
+{
+    if (!w->o->stage_of)
+        return true;
+    int s = w->o->stage_of[id];
+    return s == w->o->stage || s == WF__STAGE_ALL || s == WF__STAGE_SHARED;
+}
+
+/* The key edge of shard i's value of node 'id' to stage 'dst'. */
+static int p2p_edge(const rw *w, int i, int id, int dst)
+{
+    uint64_t below = dst ? w->cross[id] & ((1ull << dst) - 1) : 0;
+    return w->o->p2p_edge_base + i * w->per_shard + w->edge0[id] + __builtin_popcountll(below);
+}
+
+/* Shard i's value of 'x' (another stage's) received here: one recv per (value, shard). Its
+ * -1 dimensions are the shard's rows (the batch's). NULL on failure. */
+static wf_node *recv_of(rw *w, int i, const wf_node *x)
+{
+    wf_node **slot = &w->recv[(size_t)i * w->n + x->id];
+    if (*slot)
+        return *slot;
+    int64_t lo, hi;
+    wf__shard_rows_range(w->o->batch_rows, i, w->o->shards, &lo, &hi);
+    wf_attrs a = { 0 };
+    a.peer = w->o->stage_of[x->id];
+    a.edge = p2p_edge(w, i, x->id, w->o->stage);
+    a.dtype = x->dtype;
+    a.shape = x->shape;
+    for (int d = 0; d < a.shape.rank; d++)
+        if (a.shape.dims[d] < 0)
+            a.shape.dims[d] = hi - lo;
+    char name[256];
+    snprintf(name, sizeof name, "%s/mb%d/recv", x->name, i);
+    *slot = wf__node_add_ex(w->g, &wf_op_recv, wf_graph_find(w->g, name) ? NULL : name, NULL, 0, &a,
+                            (wf_srcloc){ x->file, x->line });
+    return *slot;
+}
+
+/* A send of 'c' (standing for user node 'src') to stage 'dst' on key edge 'edge', recorded in
+ * the map ('scalar': a fetched scalar's global value, sent to every stage). */
+static int add_send(rw *w, wf_node *c, int src, int dst, int edge, bool scalar)
+{
+    wf__replica_map *m = w->map;
+    if (m->n_sends == m->cap_sends) {
+        int cap = m->cap_sends ? 2 * m->cap_sends : 16;
+        wf_node **s = realloc(m->sends, sizeof *s * (size_t)cap);
+        if (s)
+            m->sends = s;
+        int *a = realloc(m->send_src, sizeof *a * (size_t)cap);
+        if (a)
+            m->send_src = a;
+        int *b = realloc(m->send_dst, sizeof *b * (size_t)cap);
+        if (b)
+            m->send_dst = b;
+        if (!s || !a || !b)
+            return wf__err(WF_ENOMEM, "pipeline rewrite: no memory");
+        m->cap_sends = cap;
+    }
+    wf_attrs at = { 0 };
+    at.peer = dst;
+    at.edge = edge;
+    wf_node *s = wf__node_add_ex(w->g, &wf_op_send, NULL, &c, 1, &at, (wf_srcloc){ 0 });
+    if (!s)
+        return wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+    m->sends[m->n_sends] = s;
+    m->send_src[m->n_sends] = src;
+    m->send_dst[m->n_sends++] = scalar ? -1 : dst;
+    return 0;
+}
+
+/* Sends shard i's copy 'c' of node 'id' to every other stage that reads it. */
+static int send_to_readers(rw *w, int i, int id, wf_node *c)
+{
+    int rc = 0;
+    for (int dst = 0; dst < w->o->stages && rc == 0; dst++)
+        if (w->cross[id] >> dst & 1)
+            rc = add_send(w, c, id, dst, p2p_edge(w, i, id, dst), false);
+    return rc;
+}
 
 static int fail_node(const wf_node *n, int code, const char *what)
 {
@@ -107,17 +195,31 @@ static int copy_shards(rw *w)
 {
     wf_node *stack_in[16], **in = stack_in;
     int cap = 16, rc = 0;
-    for (int i = 0; i < w->b && rc == 0; i++)
+    /* Without a schedule: shard by shard. With one: its compute actions in order (a
+     * micro-batch's forward or backward part), so that each part's nodes are made after the
+     * part before it and a control edge can order them (placement/pipeline.c). */
+    const int *order = w->o->order;
+    int n_parts = order ? 2 * w->b : w->b;
+    for (int p = 0; p < n_parts && rc == 0; p++)
         for (int id = 0; id < w->n && rc == 0; id++) {
+            int i = order ? (order[p] >= 0 ? order[p] : -1 - order[p]) : p;
             wf_node *n = wf_graph_node(w->g, id);
-            if (w->kind[id] != K_REPLICA)
+            if (w->kind[id] != K_REPLICA || !local(w, id) ||
+                (order && w->o->backward[id] != (order[p] < 0)))
                 continue;
             wf_node *c;
+            /* a pipeline's copies are named by micro-batch ("fc1/mb2"): traces, dumps */
+            char name[256];
+            const char *nm = NULL;
+            if (order) {
+                snprintf(name, sizeof name, "%s/mb%d", n->name, i);
+                nm = wf_graph_find(w->g, name) ? NULL : name;
+            }
             if (is_batch(n)) {
                 wf_attrs a = { 0 };
                 a.begin[0] = (int64_t)w->o->rank * w->b + i;
                 a.end[0] = w->o->shards;
-                c = wf__node_add_ex(w->g, &wf_op_shard_rows, NULL, &n, 1, &a, (wf_srcloc){ 0 });
+                c = wf__node_add_ex(w->g, &wf_op_shard_rows, nm, &n, 1, &a, (wf_srcloc){ 0 });
             } else {
                 if (n->n_inputs > cap) {
                     wf_node **m =
@@ -131,9 +233,15 @@ static int copy_shards(rw *w)
                 }
                 for (int k = 0; k < n->n_inputs; k++) {
                     wf_node *x = n->inputs[k];
-                    in[k] = w->kind[x->id] == K_REPLICA ? w->shard[i * w->n + x->id] : x;
+                    in[k] = w->kind[x->id] != K_REPLICA ? x
+                            : local(w, x->id)           ? w->shard[i * w->n + x->id]
+                                                        : recv_of(w, i, x);
+                    if (!in[k])
+                        rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
                 }
-                c = wf__node_add_ex(w->g, n->op, NULL, in, n->n_inputs, n->attrs,
+                if (rc < 0)
+                    break;
+                c = wf__node_add_ex(w->g, n->op, nm, in, n->n_inputs, n->attrs,
                                     (wf_srcloc){ n->file, n->line });
                 for (int k = 0; c && k < n->n_control; k++) {
                     wf_node *x = n->control[k];
@@ -147,6 +255,8 @@ static int copy_shards(rw *w)
             else
                 c->device = shard_device_of(w, i, c);
             w->shard[i * w->n + id] = c;
+            if (c && w->cross && w->cross[id])
+                rc = send_to_readers(w, i, id, c);
         }
     if (in != stack_in)
         free(in);
@@ -169,7 +279,7 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
     int n_mem = 0;
     size_t bytes = 0, limit = o->first_bucket_bytes;
     for (int id = 0; id <= w->n && rc == 0; id++) {
-        bool g = id < w->n && is_grad[id];
+        bool g = id < w->n && is_grad[id] && local(w, id);
         size_t gb = g ? (size_t)wf_shape_numel(wf_graph_node(w->g, id)->shape) * 4 : 0;
         bool close = n_mem > 0 && (id == w->n || bytes + gb > limit);
         if (close) {
@@ -210,11 +320,34 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
             bytes += gb;
         }
     }
-    /* Scalars the shards compute: global values for fetches. */
+    /* Scalars the shards compute: global values for fetches. A pipeline's are sent from
+     * their stage to every other one, so any rank can fetch them (edges after the shards'). */
+    int scalar = 0, scalar_base = o->p2p_edge_base + w->per_shard * o->shards;
     for (int id = 0; id < w->n && rc == 0; id++) {
         wf_node *n = wf_graph_node(w->g, id);
         if (w->kind[id] != K_REPLICA || is_grad[id] || n->shape.rank != 0 || n->dtype != WF_F32)
             continue;
+        if (o->stage_of) {
+            int e0 = scalar_base + scalar++ * o->stages;
+            if (e0 + o->stages > o->edge_base) {
+                rc = wf__err(WF_EINVAL,
+                             "pipeline rewrite: more scalars computed from the batch than the "
+                             "%d send/recv edges there are",
+                             o->edge_base - o->p2p_edge_base);
+                break;
+            }
+            if (!local(w, id)) {
+                wf_attrs a = { 0 };
+                a.peer = o->stage_of[id];
+                a.edge = e0 + o->stage;
+                a.dtype = WF_F32;
+                a.shape = n->shape;
+                if (!(m->remap[id] = wf__node_add_ex(w->g, &wf_op_recv, NULL, NULL, 0, &a,
+                                                     (wf_srcloc){ n->file, n->line })))
+                    rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+                continue;
+            }
+        }
         if (w->edge + 1 >= (1 << 15))
             break; /* no edges left: such a scalar is then not fetchable (remap NULL) */
         int k = 0;
@@ -233,6 +366,9 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
         if (!s)
             rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
         m->remap[id] = s;
+        for (int dst = 0; o->stage_of && dst < o->stages && rc == 0; dst++)
+            if (dst != o->stage)
+                rc = add_send(w, s, id, dst, scalar_base + (scalar - 1) * o->stages + dst, true);
     }
     free(ins);
     free(members);
@@ -244,7 +380,7 @@ static int copy_globals(rw *w, const uint8_t *is_grad)
     int rc = 0;
     for (int id = 0; id < w->n && rc == 0; id++) {
         wf_node *n = wf_graph_node(w->g, id);
-        if (w->kind[id] != K_GLOBAL)
+        if (w->kind[id] != K_GLOBAL || !local(w, id))
             continue;
         wf_node **in = malloc((size_t)(n->n_inputs ? n->n_inputs : 1) * sizeof *in);
         if (!in)
@@ -264,6 +400,8 @@ static int copy_globals(rw *w, const uint8_t *is_grad)
                                 (wf_srcloc){ n->file, n->line });
             for (int k = 0; c && k < n->n_control; k++) {
                 wf_node *x = n->control[k];
+                if (!local(w, x->id))
+                    continue; /* a pipeline's node of every stage: ordered after its own */
                 if (w->kind[x->id] == K_REPLICA) {
                     for (int i = 0; c && i < w->b; i++)
                         if (wf__node_add_control(c, w->shard[i * w->n + x->id]) < 0)
@@ -327,28 +465,104 @@ int wf__replicate_kinds(const wf_graph *g, uint8_t *kind, uint8_t *is_grad, wf_n
     return 0;
 }
 
+/* A pipeline's edges across stages: which stages read each per-shard value, and the checks
+ * that only such values cross (an update, and every control edge, stays on its stage). */
+static int plan_crossings(rw *w)
+{
+    const int *st = w->o->stage_of;
+    int total = 0;
+    for (int id = 0; id < w->n; id++) {
+        const wf_node *v = wf_graph_node(w->g, id);
+        int sv = st[id];
+        if (w->kind[id] == K_SHARED)
+            continue;
+        for (int j = 0; j < v->n_inputs + v->n_control; j++) {
+            const wf_node *x = j < v->n_inputs ? v->inputs[j] : v->control[j - v->n_inputs];
+            int sx = st[x->id];
+            if (w->kind[x->id] == K_SHARED || sx == sv)
+                continue;
+            char desc[WF_ERRMSG_MAX];
+            wf__node_desc(x, desc, sizeof desc);
+            char why[WF_ERRMSG_MAX];
+            if (j >= v->n_inputs) {
+                if (sv == WF__STAGE_ALL)
+                    continue; /* a node of every stage is ordered after its own stage's */
+                snprintf(why, sizeof why,
+                         "on stage %d is ordered after %s on stage %d: a control edge across "
+                         "stages is not supported",
+                         sv, desc, sx);
+                return fail_node(v, WF_EINVAL, why);
+            }
+            if (w->kind[id] == K_GLOBAL || w->kind[x->id] == K_GLOBAL || sv < 0) {
+                snprintf(why, sizeof why,
+                         "on stage %d reads %s of stage %d: an update and what it reads must be "
+                         "on one stage (the stage of the variable)",
+                         sv, desc, sx);
+                return fail_node(v, WF_EINVAL, why);
+            }
+            w->cross[x->id] |= 1ull << sv;
+        }
+    }
+    for (int id = 0; id < w->n; id++) {
+        w->edge0[id] = total;
+        total += __builtin_popcountll(w->cross[id]);
+    }
+    w->per_shard = total;
+    if ((long long)total * w->o->shards + w->o->p2p_edge_base > w->o->edge_base)
+        return wf__err(WF_EINVAL,
+                       "pipeline rewrite: %d values cross stages in each of %d micro-batches: "
+                       "more than the %d send/recv edges there are",
+                       total, w->o->shards, w->o->edge_base - w->o->p2p_edge_base);
+    return 0;
+}
+
+void wf__replica_map_free(wf__replica_map *m)
+{
+    if (!m)
+        return;
+    free(m->remap);
+    free(m->sends);
+    free(m->send_src);
+    free(m->send_dst);
+    free(m->shard);
+    free(m->stage);
+    free(m->order);
+    memset(m, 0, sizeof *m);
+}
+
 int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
 {
     memset(m, 0, sizeof *m);
     if (!g || !o || o->size < 1 || o->rank < 0 || o->rank >= o->size || o->shards < o->size ||
-        o->shards % o->size || !o->bucket_bytes || !o->first_bucket_bytes)
+        o->shards % o->size || !o->bucket_bytes || !o->first_bucket_bytes ||
+        (o->stage_of && (o->size != 1 || o->stages < 1 || o->stages > 64 || o->stage < 0 ||
+                         o->stage >= o->stages || o->batch_rows < o->shards)))
         return wf__err(WF_EINVAL, "data-parallel rewrite: bad options");
     if (wf_graph_mode(g) != WF_STATIC)
         return wf__err(WF_EINVAL, "data-parallel rewrite: the graph is eager; a strategy "
                                   "rewrites static graphs");
-    rw w = { .g = g, .o = o, .n = wf_graph_node_count(g), .b = o->shards / o->size };
+    rw w = { .g = g, .o = o, .n = wf_graph_node_count(g), .b = o->shards / o->size, .map = m };
     w.edge = o->edge_base;
     int n = w.n, rc = 0;
-    w.kind = calloc((size_t)(n ? n : 1), 1);
-    uint8_t *is_grad = calloc((size_t)(n ? n : 1), 1);
-    w.shard = calloc((size_t)w.b * (size_t)(n ? n : 1), sizeof *w.shard);
-    w.glob = calloc((size_t)(n ? n : 1), sizeof *w.glob);
-    m->remap = calloc((size_t)(n ? n : 1), sizeof *m->remap);
-    if (!w.kind || !is_grad || !w.shard || !w.glob || !m->remap) {
+    size_t nn = (size_t)(n ? n : 1);
+    w.kind = calloc(nn, 1);
+    uint8_t *is_grad = calloc(nn, 1);
+    w.shard = calloc((size_t)w.b * nn, sizeof *w.shard);
+    w.glob = calloc(nn, sizeof *w.glob);
+    m->remap = calloc(nn, sizeof *m->remap);
+    if (o->stage_of) {
+        w.cross = calloc(nn, sizeof *w.cross);
+        w.edge0 = calloc(nn, sizeof *w.edge0);
+        w.recv = calloc((size_t)w.b * nn, sizeof *w.recv);
+    }
+    if (!w.kind || !is_grad || !w.shard || !w.glob || !m->remap ||
+        (o->stage_of && (!w.cross || !w.edge0 || !w.recv))) {
         rc = wf__err(WF_ENOMEM, "data-parallel rewrite: no memory for %d nodes", n);
         goto done;
     }
     if ((rc = wf__replicate_kinds(g, w.kind, is_grad, &w.ref)) < 0)
+        goto done;
+    if (o->stage_of && (rc = plan_crossings(&w)) < 0)
         goto done;
     if ((rc = copy_shards(&w)) < 0 || (rc = reduce_all(&w, is_grad, m)) < 0 ||
         (rc = copy_globals(&w, is_grad)) < 0)
@@ -363,14 +577,24 @@ int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
     }
     m->n = n;
     m->n_local = w.b;
+    if (o->stage_of) { /* the schedule orders the shards' copies (placement/pipeline.c) */
+        m->shard = w.shard;
+        w.shard = NULL;
+        if (!(m->stage = malloc(nn * sizeof *m->stage))) {
+            rc = wf__err(WF_ENOMEM, "pipeline rewrite: no memory");
+            goto done;
+        }
+        memcpy(m->stage, o->stage_of, (size_t)n * sizeof *m->stage);
+    }
 done:
     free(w.kind);
     free(is_grad);
     free(w.shard);
     free(w.glob);
-    if (rc < 0) {
-        free(m->remap);
-        memset(m, 0, sizeof *m);
-    }
+    free(w.cross);
+    free(w.edge0);
+    free(w.recv);
+    if (rc < 0)
+        wf__replica_map_free(m);
     return rc;
 }

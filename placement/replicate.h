@@ -31,7 +31,21 @@ typedef struct wf__replicate_opts {
     int n_real;                /* with 'shard_device': the runtime's devices (the CPU and the
                                   GPUs; ids from it up are simulated ones, which run the CPU
                                   kernels) */
+    /* A pipeline (placement/pipeline.c; NULL 'stage_of': none): the stage of every user node
+     * ('stage_of[id]': >= 0 a stage, WF__STAGE_ALL every stage, WF__STAGE_SHARED where it is
+     * read); this rank runs only stage 'stage''s copies, and every per-shard value another
+     * stage reads crosses by a send here and a recv there (edges 'p2p_edge_base' + ...). */
+    const int *stage_of;
+    int stage, stages;
+    int64_t batch_rows; /* the global batch B: a recv's -1 dimensions are its shard's rows */
+    int p2p_edge_base;
+    /* The order the shards' copies are made in (NULL: shard by shard): 2 * shards parts, k
+     * for shard k's forward nodes, -1 - k for its backward ones ('backward[id]' 1). */
+    const int *order;
+    const uint8_t *backward;
 } wf__replicate_opts;
+
+enum { WF__STAGE_ALL = -1, WF__STAGE_SHARED = -2 };
 
 /* What stands for each node of the user's graph (ids below 'n'). */
 typedef struct wf__replica_map {
@@ -41,7 +55,22 @@ typedef struct wf__replica_map {
     int n_buckets;   /* gradient buckets made */
     int n_grads;     /* gradients reduced */
     int n_local;     /* local shards b */
+    /* A pipeline's (stage_of set): this rank's sends, each of user node send_src[k]'s value
+     * to stage send_dst[k] (-1: a fetched scalar's global value, to every other stage); every
+     * local shard's copies, shard[i * n + id] (NULL: not on this stage); the stages. */
+    wf_node **sends;
+    int *send_src, *send_dst;
+    int n_sends, cap_sends;
+    wf_node **shard;
+    int *stage;
+    /* A pipeline's schedule (placement/pipeline.c): 'n_order' pairs of node ids, order[2k]
+     * before order[2k + 1], kept by a run's plan when both ends are in it. */
+    int *order;
+    int n_order, cap_order;
 } wf__replica_map;
+
+/* Frees what '*m' holds. */
+void wf__replica_map_free(wf__replica_map *m);
 
 /* The kinds of the user's nodes (placement/replicate.c says which is which). */
 enum { WF__KIND_SHARED = 0, WF__KIND_REPLICA = 1, WF__KIND_GLOBAL = 2 };
@@ -53,10 +82,10 @@ enum { WF__KIND_SHARED = 0, WF__KIND_REPLICA = 1, WF__KIND_GLOBAL = 2 };
 int wf__replicate_kinds(const wf_graph *g, uint8_t *kind, uint8_t *is_grad, wf_node **ref);
 
 /* Rewrites 'g' (static, no error) for 'o', appending nodes, and fills '*m' (the caller frees
- * m->remap with free()). Returns 0, WF_EINVAL (no batch placeholder; a gradient an update
- * reads that is not f32 with a static shape; too many buckets for the key edges: the message
- * names the node), WF_ENOMEM, or the error of a node it could not add (the graph keeps it).
- * The message is in wf_last_errmsg(). */
+ * it with wf__replica_map_free()). Returns 0, WF_EINVAL (no batch placeholder; a gradient an update
+ * reads that is not f32 with a static shape; too many buckets for the key edges; in a
+ * pipeline, an update or a control edge across stages: the message names the node), WF_ENOMEM, or
+ * the error of a node it could not add (the graph keeps it). The message is in wf_last_errmsg(). */
 int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m);
 
 #endif /* WF_PLACEMENT_REPLICATE_H */

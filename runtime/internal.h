@@ -243,6 +243,19 @@ wf_comm *wf__dp_comm(const struct wf__dp *dp);
  * or WF_EINVAL (a per-replica value) with the message set on 's'. */
 int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const char *what);
 
+/* The most nodes wf__dp_extra_targets() can give (a pipeline rank's sends; 0 otherwise). */
+int wf__dp_max_extra(const struct wf__dp *dp);
+
+/* The nodes a run of the user's 'req' (fetches and targets) targets besides them: a pipeline
+ * rank's sends that the run needs, into 'out' (room for wf__dp_max_extra()). Returns the
+ * count, or a negative status with the session's message set. */
+int wf__dp_extra_targets(wf_session *s, wf_node *const *req, int n_req, wf_node **out);
+
+/* Adds a pipeline's schedule to plan 'p' of a strategy's session: each ordering of the
+ * rewrite whose later end is in the plan, from its earlier end or, when the plan does not
+ * run that, from its nearest ancestors that it runs. Returns 0 or WF_ENOMEM. */
+int wf__dp_plan_order(wf__plan *p);
+
 void wf__dp_free(struct wf__dp *dp);
 
 /* A strategy of 'comm' with options 'o' (checked by the caller) and 'servers' parameter

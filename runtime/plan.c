@@ -236,6 +236,8 @@ static int compile(wf_session *s, const int32_t *key, int n_key, wf__plan **out)
     }
     if (rc == 0) /* devices (pass_place.c): after build(), before the memory plan */
         rc = wf__plan_place(p);
+    if (rc == 0 && s->dp) /* a pipeline's schedule, among the nodes of this plan */
+        rc = wf__dp_plan_order(p);
     if (rc == 0) /* critical-path priority (priority.c) */
         wf__plan_priority(p);
     if (rc == 0 && c.n > c.n_orig) {

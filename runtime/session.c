@@ -333,17 +333,31 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
     if (!s || !s->dp || n_fetches < 0 || n_targets < 0 || (n_fetches && (!fetches || !outs)) ||
         (n_targets && !targets) || n_fetches > INT32_MAX - n_targets - 1)
         return run(s, feeds, n_feeds, fetches, n_fetches, outs, targets, n_targets);
-    /* A strategy: the nodes that stand for the user's in the rewritten graph. */
-    wf_node **m = malloc((size_t)(n_fetches + n_targets + 1) * sizeof *m);
+    /* A strategy: the nodes that stand for the user's in the rewritten graph, and the ones
+     * every run targets (a pipeline rank's sends). */
+    int max_extra = wf__dp_max_extra(s->dp);
+    if (max_extra > INT32_MAX - n_fetches - n_targets - 1)
+        return wf__session_fail(s, WF_EINVAL, "wf_session_run: too many fetches and targets");
+    /* m: the mapped fetches and targets, then the extra targets; the user's nodes after them */
+    size_t n_all = (size_t)n_fetches + (size_t)n_targets;
+    wf_node **m = malloc((2 * n_all + (size_t)max_extra + 1) * sizeof *m);
     if (!m)
         return wf__session_fail(s, WF_ENOMEM, "wf_session_run: no memory");
     for (int i = 0; i < n_fetches; i++)
         outs[i] = NULL;
+    wf_node **req = m + n_all + max_extra;
+    if (n_fetches)
+        memcpy(req, fetches, (size_t)n_fetches * sizeof *req);
+    if (n_targets)
+        memcpy(req + n_fetches, targets, (size_t)n_targets * sizeof *req);
     int rc = wf__dp_map(s, fetches, n_fetches, m, "fetch");
     if (rc == 0)
         rc = wf__dp_map(s, targets, n_targets, m + n_fetches, "target");
+    int n_extra = 0;
+    if (rc == 0 && (n_extra = wf__dp_extra_targets(s, req, (int)n_all, m + n_all)) < 0)
+        rc = n_extra;
     if (rc == 0)
-        rc = run(s, feeds, n_feeds, m, n_fetches, outs, m + n_fetches, n_targets);
+        rc = run(s, feeds, n_feeds, m, n_fetches, outs, m + n_fetches, n_targets + n_extra);
     free(m);
     /* This rank will not join this step's reductions: the others would wait for them until
      * their deadline (300 s) unless the communicator fails now, with this rank's error. */

@@ -1,14 +1,16 @@
 /* runtime/strategy.c: distribution strategies (weft/distribute.h) and what a session given
  * one does beyond a plain one.
- * Owns: the strategy object (MultiWorkerMirrored over a communicator; Mirrored over devices
+ * Owns: the strategy objects (MultiWorkerMirrored over a communicator; Mirrored over devices
  *   of one process: the same rewrite with one rank, each shard's copies placed on its
- *   device, and the session's simulated devices when it asks for them); at session creation the
- * agreement of every rank (a hash of the graph and the options, exchanged with an all-gather, so
- * ranks that differ fail naming each other instead of hanging or summing wrong values), the rewrite
- * (placement/ replicate.h), the registration of dp_reduce's kernel (transport/coll_ops.h), the
- *   broadcast of every variable from rank 0 and the check of their hash; at each run the
+ *   device, and the session's simulated devices when it asks for them; pipeline stages over
+ *   a communicator); at session creation the agreement of every rank (a hash of the graph
+ *   and the options, exchanged with an all-gather, so ranks that differ fail naming each
+ *   other instead of hanging or summing wrong values), the rewrite (placement/replicate.h,
+ *   or placement/pipeline.h), the registration of dp_reduce's kernel (transport/coll_ops.h),
+ *   the broadcast of every variable from rank 0 and the check of their hash; at each run the
  *   mapping of the user's fetches and targets to the rewritten graph's nodes.
  * Not here: the rewrite itself (placement/), the reduction's kernel (transport/). */
+#include "../placement/pipeline.h"
 #include "../placement/replicate.h"
 #include "../transport/coll_ops.h"
 #include "internal.h"
@@ -28,6 +30,8 @@ struct wf_strategy {
     int rank, size;
     wf_strategy_opts o;     /* o.devices NULL: the list is 'dev' */
     int servers, staleness; /* parameter servers (runtime/strategy_ps.c); 0: none */
+    bool pipeline;          /* wf_strategy_pipeline(): 'p' (o.shards: m, o.aggregation: p's) */
+    wf_pipeline_opts p;
     /* Mirrored: */
     wf_runtime *rt;
     int n_dev;                 /* D (0: MultiWorkerMirrored) */
@@ -88,6 +92,55 @@ int wf_strategy_multiworker(wf_comm *comm, const wf_strategy_opts *opts, wf_stra
     if (!st)
         return wf__err(WF_ENOMEM, "wf_strategy_multiworker: no memory");
     *st = (wf_strategy){ .comm = comm, .rank = rank, .size = size, .o = o };
+    *out = st;
+    return 0;
+}
+
+int wf_strategy_pipeline(wf_comm *comm, const wf_pipeline_opts *opts, wf_strategy **out)
+{
+    if (!out)
+        return wf__err(WF_EINVAL, "wf_strategy_pipeline: out is NULL");
+    *out = NULL;
+    wf_pipeline_opts p = opts ? *opts : (wf_pipeline_opts){ 0 };
+    int size = comm ? wf_comm_size(comm) : 1, rank = comm ? wf_comm_rank(comm) : 0;
+    if (size < 1 || rank < 0)
+        return wf__err(WF_EINVAL, "wf_strategy_pipeline: the communicator is not valid");
+    if (!p.stages)
+        p.stages = size;
+    if (p.stages != size)
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_pipeline: stages is %d, but the communicator has %d rank%s "
+                       "(one stage per rank)",
+                       p.stages, size, size == 1 ? "" : "s");
+    if (!p.micro_batches)
+        p.micro_batches = 1;
+    if (p.micro_batches < 1 || p.micro_batches > 64)
+        return wf__err(WF_EINVAL, "wf_strategy_pipeline: micro_batches is %d, not in 1 .. 64",
+                       p.micro_batches);
+    if (p.schedule != WF_SCHEDULE_GPIPE && p.schedule != WF_SCHEDULE_1F1B)
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_pipeline: schedule is %d (WF_SCHEDULE_GPIPE or "
+                       "WF_SCHEDULE_1F1B)",
+                       p.schedule);
+    if (p.batch_rows < p.micro_batches)
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_pipeline: batch_rows is %lld, fewer than the %d "
+                       "micro-batches (the rows every run is fed)",
+                       p.batch_rows, p.micro_batches);
+    if (p.aggregation < WF_AGG_MEAN || p.aggregation > WF_AGG_SHARD_MEAN)
+        return wf__err(WF_EINVAL, "wf_strategy_pipeline: unknown aggregation %d", p.aggregation);
+    wf_strategy *st = calloc(1, sizeof *st);
+    if (!st)
+        return wf__err(WF_ENOMEM, "wf_strategy_pipeline: no memory");
+    *st = (wf_strategy){ .comm = comm,
+                         .rank = rank,
+                         .size = size,
+                         .o = { .shards = p.micro_batches,
+                                .aggregation = p.aggregation,
+                                .bucket_bytes = DEFAULT_BUCKET,
+                                .first_bucket_bytes = DEFAULT_FIRST_BUCKET },
+                         .pipeline = true,
+                         .p = p };
     *out = st;
     return 0;
 }
@@ -238,6 +291,7 @@ typedef struct agreement {
     int64_t nodes;
     int64_t shards, aggregation, bucket_bytes, first_bucket_bytes;
     int64_t servers, staleness;
+    int64_t pipeline, schedule, batch_rows; /* a pipeline's */
 } agreement;
 
 static uint64_t graph_hash(const wf_graph *g)
@@ -269,7 +323,10 @@ static int agree(wf_graph *g, const wf_strategy *st)
                      .bucket_bytes = (int64_t)st->o.bucket_bytes,
                      .first_bucket_bytes = (int64_t)st->o.first_bucket_bytes,
                      .servers = st->servers,
-                     .staleness = st->staleness };
+                     .staleness = st->staleness,
+                     .pipeline = st->pipeline,
+                     .schedule = st->p.schedule,
+                     .batch_rows = st->p.batch_rows };
     agreement *all = calloc((size_t)st->size, sizeof *all);
     if (!all)
         return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory");
@@ -296,13 +353,16 @@ static int agree(wf_graph *g, const wf_strategy *st)
             len += (size_t)snprintf(
                 msg + len, sizeof msg - len,
                 "%srank %d's strategy options differ from rank 0's (shards %lld, "
-                "aggregation %lld, buckets %lld/%lld bytes, servers %lld, staleness %lld; "
-                "rank 0: %lld, %lld, %lld/%lld, %lld, %lld)",
+                "aggregation %lld, buckets %lld/%lld bytes, servers %lld, staleness %lld, "
+                "pipeline %lld, schedule %lld, batch rows %lld; rank 0: %lld, %lld, %lld/%lld, "
+                "%lld, %lld, %lld, %lld, %lld)",
                 len ? "; " : "", r, (long long)b->shards, (long long)b->aggregation,
                 (long long)b->first_bucket_bytes, (long long)b->bucket_bytes, (long long)b->servers,
-                (long long)b->staleness, (long long)a->shards, (long long)a->aggregation,
+                (long long)b->staleness, (long long)b->pipeline, (long long)b->schedule,
+                (long long)b->batch_rows, (long long)a->shards, (long long)a->aggregation,
                 (long long)a->first_bucket_bytes, (long long)a->bucket_bytes, (long long)a->servers,
-                (long long)a->staleness);
+                (long long)a->staleness, (long long)a->pipeline, (long long)a->schedule,
+                (long long)a->batch_rows);
     }
     free(all);
     if (len)
@@ -351,8 +411,20 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *devi
                               .edge_base = EDGE_BASE,
                               .shard_device = st->n_dev ? shard_dev : NULL,
                               .n_real = wf_device_count(st->rt) < 1 ? 1 : wf_device_count(st->rt) };
+    wf__pipeline_opts po = { .stage = st->rank,
+                             .stages = st->p.stages,
+                             .micro_batches = st->p.micro_batches,
+                             .schedule = st->p.schedule,
+                             .batch_rows = st->p.batch_rows,
+                             .hints = st->p.hints,
+                             .aggregation = st->o.aggregation,
+                             .bucket_bytes = st->o.bucket_bytes,
+                             .first_bucket_bytes = st->o.first_bucket_bytes,
+                             .edge_base = EDGE_BASE };
     if (st->servers)
         rc = wf__ps_prepare(g, st->rank, st->size, &st->o, st->servers, EDGE_BASE, &dp->map);
+    else if (st->pipeline)
+        rc = wf__pipeline(g, &po, &dp->map);
     else
         rc = wf__replicate(g, &ro, &dp->map);
     if (rc < 0) {
@@ -377,8 +449,10 @@ wf_comm *wf__dp_comm(const struct wf__dp *dp)
 
 int wf__dp_start(wf_session *s)
 {
-    wf_comm *c = wf__dp_comm(s->dp);
-    /* Parameter servers: dp_reduce sums a worker's own shards only (runtime/strategy_ps.c). */
+    /* A pipeline's reductions are over its own micro-batches (no peer), and each stage
+     * initialises its own variables. Parameter servers: dp_reduce sums a worker's own shards
+     * only (runtime/strategy_ps.c). */
+    wf_comm *c = s->dp->st->pipeline ? NULL : wf__dp_comm(s->dp);
     int rc = wf__transport_register_coll_kernels(s->kernels, s->dp->st->servers ? NULL : c);
     if (rc < 0 || !c)
         return rc;
@@ -438,6 +512,13 @@ int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const ch
             continue; /* checked (and refused, if need be) as in any session */
         if (!(out[i] = m->remap[v->id])) {
             char desc[WF_ERRMSG_MAX];
+            if (s->dp->st->pipeline)
+                return wf__session_fail(
+                    s, WF_EINVAL,
+                    "wf_session_run: %s %d, %s, is not computed on this rank's stage %d (a "
+                    "pipeline rank fetches values of its own stage, scalars computed from the "
+                    "batch as global values)",
+                    what, i, wf__rt_node_desc(v, desc, sizeof desc), s->dp->st->rank);
             return wf__session_fail(
                 s, WF_EINVAL,
                 "wf_session_run: %s %d, %s, is a per-replica value: under a strategy a run "
@@ -449,10 +530,86 @@ int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const ch
     return 0;
 }
 
+/* Appends the ordering a -> b (plan indices) to 'p'. */
+static int push_order(wf__plan *p, int *cap, int32_t a, int32_t b)
+{
+    if (a == b)
+        return 0;
+    if (p->n_order == *cap) {
+        int c = *cap ? 2 * *cap : 64;
+        int32_t *o = realloc(p->order, sizeof *o * 2 * (size_t)c);
+        if (!o)
+            return wf__err(WF_ENOMEM, "wf_session_run: no memory for %d orderings", c);
+        p->order = o;
+        *cap = c;
+    }
+    p->order[2 * p->n_order] = a;
+    p->order[2 * p->n_order++ + 1] = b;
+    return 0;
+}
+
+int wf__dp_plan_order(wf__plan *p)
+{
+    const wf_session *s = p->sess;
+    const wf__replica_map *m = &s->dp->map;
+    if (!m->n_order)
+        return 0;
+    /* A part's sink that this plan does not run (a loss nobody fetches) stands for its
+     * nearest ancestors that it does run: the part still waits for all of its work. */
+    int32_t *stamp = calloc((size_t)s->n_nodes + 1, sizeof *stamp);
+    int32_t *stack = malloc(((size_t)s->n_nodes + 1) * sizeof *stack);
+    int cap = p->n_order, rc = 0;
+    if (!stamp || !stack) {
+        free(stamp);
+        free(stack);
+        return wf__err(WF_ENOMEM, "wf_session_run: no memory for the pipeline's orderings");
+    }
+    for (int k = 0; k < m->n_order && rc == 0; k++) {
+        int32_t b = p->index_of[m->order[2 * k + 1]];
+        const wf_node *before = wf_graph_node(s->g, m->order[2 * k]);
+        if (b < 0)
+            continue;
+        int top = 0;
+        stack[top++] = before->id;
+        stamp[before->id] = k + 1;
+        while (top > 0 && rc == 0) {
+            const wf_node *v = wf_graph_node(s->g, stack[--top]);
+            int32_t a = v->id < s->n_nodes ? p->index_of[v->id] : -1;
+            if (a >= 0) {
+                rc = push_order(p, &cap, a, b);
+                continue;
+            }
+            for (int j = 0; j < v->n_inputs; j++) {
+                const wf_node *x = v->inputs[j];
+                if (stamp[x->id] != k + 1) {
+                    stamp[x->id] = k + 1;
+                    stack[top++] = x->id;
+                }
+            }
+        }
+    }
+    free(stamp);
+    free(stack);
+    return rc;
+}
+
+int wf__dp_max_extra(const struct wf__dp *dp)
+{
+    return dp->map.n_sends;
+}
+
+int wf__dp_extra_targets(wf_session *s, wf_node *const *req, int n_req, wf_node **out)
+{
+    if (!s->dp->map.n_sends)
+        return 0;
+    int rc = wf__pipeline_sends(s->g, &s->dp->map, req, n_req, out);
+    return rc < 0 ? wf__session_fail(s, rc, "wf_session_run: %s", wf_last_errmsg()) : rc;
+}
+
 void wf__dp_free(struct wf__dp *dp)
 {
     if (!dp)
         return;
-    free(dp->map.remap);
+    wf__replica_map_free(&dp->map);
     free(dp);
 }

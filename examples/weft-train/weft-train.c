@@ -7,6 +7,9 @@
  *   weft-train --data-idx train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz
  *   weft-train --save model.safetensors --log steps.jsonl --trace trace.json
  *   weft-train --plot curves.svg                loss and accuracy per step and evaluation
+ *   weft-run -n 2 weft-train --strategy pipeline --stages 2 --micro-batches 8
+ *                                               the layers split into 2 stages, one per rank,
+ *                                               8 micro-batches per step (GPipe or 1F1B)
  *   weft-train --checkpoint-every 100 --checkpoint-dir ckpt --resume
  *                                               a checkpoint every 100 steps (written in the
  *                                               background, the newest 3 kept); after a crash
@@ -84,12 +87,19 @@ typedef struct options {
     bool resume;            /* --resume: from the newest complete checkpoint of D */
     const char *strategy;   /* --strategy multiworker: data parallel over weft-run's ranks;
                                mirrored: over the devices of this process; ps: parameter
-                               servers over weft-run's ranks */
+                               servers over weft-run's ranks; pipeline: the layers split
+                               into stages, one per rank */
     int shards;             /* --shards S (0: the number of ranks, devices or workers) */
     int devices;            /* --devices N: mirrored's devices (0: every GPU) */
     int ps_ranks;           /* --strategy ps --ps-ranks K: ranks 0 .. K-1 are servers */
     int staleness;          /* --staleness s (0: synchronous) */
     bool staleness_set;
+    bool pipeline;     /* --strategy pipeline */
+    int stages;        /* --stages P (0: the number of ranks) */
+    int micro_batches; /* --micro-batches M (0: 1) */
+    int schedule;      /* --schedule gpipe|1f1b (WF_SCHEDULE_*) */
+    bool save_any;     /* --save on any rank (a pipeline's ranks send rank 0 weights) */
+    bool schedule_set; /* --schedule given */
 } options;
 
 /* The rank that prints, logs and saves: 0, or under --strategy ps the first worker (a
@@ -181,28 +191,55 @@ static int make_model(const options *o, const wt_dataset *ds, model *m, char *er
 }
 
 /* Logits [B, classes] of x [B, ...] with the variables 'v' (model order). */
-static wf_node *forward(wf_graph *g, const model *m, wf_node *const *v, wf_node *x)
+/* A pipeline's stage of layer 'j' of 'n' (convolutions first, then the linear layers) over
+ * 'stages' stages: contiguous runs of layers, as even as the counts allow. */
+static int layer_stage(int j, int n, int stages)
 {
-    int k = 0;
-    wf_node *h = x;
+    return (int)((int64_t)j * stages / n);
+}
+
+/* Opens the scope of layer 'j''s stage in 'h' (NULL: no pipeline). */
+static int stage_scope(wf_place_hints *h, const wf_graph *g, const model *m, int j, int stages)
+{
+    if (!h)
+        return 0;
+    char dev[32];
+    snprintf(dev, sizeof dev, "rank:%d/cpu:0", layer_stage(j, (m->cnn ? 2 : 0) + m->n_fc, stages));
+    return wf_place_scope_begin(h, g, dev);
+}
+
+/* The logits; with 'h' (a pipeline of 'stages'), each layer's nodes hinted to its stage. */
+static wf_node *forward(wf_graph *g, const model *m, wf_node *const *v, wf_node *x,
+                        wf_place_hints *h, int stages)
+{
+    int k = 0, j = 0;
+    wf_node *a = x;
     if (m->cnn) {
         const wf_conv2d_opts same = { .padding = { 1, 1, 1, 1 } };
         const wf_pool2d_opts pool = { .window = { 2, 2 } };
-        for (int i = 0; i < 2; i++, k += 2) {
+        for (int i = 0; i < 2; i++, k += 2, j++) {
+            if (stage_scope(h, g, m, j, stages) < 0)
+                return NULL;
             wf_node *b = wf_reshape(g, v[k + 1], WF_SHAPE(m->conv_c[i], 1, 1));
-            h = wf_relu(g, wf_add(g, wf_conv2d(g, h, v[k], &same), b));
+            a = wf_relu(g, wf_add(g, wf_conv2d(g, a, v[k], &same), b));
             if (i == 0 || m->pool2)
-                h = wf_max_pool2d(g, h, &pool);
+                a = wf_max_pool2d(g, a, &pool);
+            if (h && wf_place_scope_end(h, g) < 0)
+                return NULL;
         }
     }
-    /* flatten to [B, features]: -1 keeps the batch open */
-    h = wf_reshape(g, h, WF_SHAPE(-1, m->p[k].shape.dims[1]));
-    for (int i = 0; i < m->n_fc; i++, k += 2) {
-        h = wf_add(g, wf_matmul_ex(g, h, v[k], false, true), v[k + 1]);
+    for (int i = 0; i < m->n_fc; i++, k += 2, j++) {
+        if (stage_scope(h, g, m, j, stages) < 0)
+            return NULL;
+        if (i == 0) /* flatten to [B, features]: -1 keeps the batch open */
+            a = wf_reshape(g, a, WF_SHAPE(-1, m->p[k].shape.dims[1]));
+        a = wf_add(g, wf_matmul_ex(g, a, v[k], false, true), v[k + 1]);
         if (i + 1 < m->n_fc)
-            h = wf_relu(g, h);
+            a = wf_relu(g, a);
+        if (h && wf_place_scope_end(h, g) < 0)
+            return NULL;
     }
-    return h;
+    return a;
 }
 
 static wf_shape batch_shape(const model *m, int64_t b)
@@ -253,6 +290,7 @@ typedef struct trainer {
     wf_optimizer opt;
     wf_comm *comm;         /* --strategy: the ranks (weft-run's environment) */
     wf_strategy *strategy; /* --strategy: NULL otherwise */
+    wf_place_hints *hints; /* --strategy pipeline: each layer's stage */
     int rank;              /* 0 without --strategy; only rank 0 prints, logs and saves */
     /* static mode */
     wf_graph *g;
@@ -283,7 +321,7 @@ static int trainer_static(trainer *t, char *err, size_t errlen)
     t->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
     for (int i = 0; i < m->n_params; i++)
         v[i] = wf_variable(g, m->p[i].name, WF_F32, m->p[i].shape, m->p[i].init);
-    wf_node *logits = forward(g, m, v, t->x);
+    wf_node *logits = forward(g, m, v, t->x, t->hints, wf_strategy_size(t->strategy));
     t->loss = wf_mean(g, wf_softmax_cross_entropy(g, logits, t->y));
     t->correct = count_correct(g, logits, t->y);
     t->train = wf_minimize(g, t->opt, t->loss);
@@ -412,7 +450,7 @@ static int train_step(trainer *t, wf_tensor *x, wf_tensor *y, double *loss, doub
         return WF_ENOMEM;
     }
     wf_node *xs = wf_constant(g, x), *ys = wf_constant(g, y);
-    wf_node *logits = forward(g, t->m, v, xs);
+    wf_node *logits = forward(g, t->m, v, xs, NULL, 1);
     wf_node *l = wf_mean(g, wf_softmax_cross_entropy(g, logits, ys));
     wf_node *c = count_correct(g, logits, ys);
     wf_node *step = l && c ? wf_minimize(g, t->opt, l) : NULL;
@@ -433,14 +471,18 @@ static int train_step(trainer *t, wf_tensor *x, wf_tensor *y, double *loss, doub
 static int evaluate(trainer *t, const wt_dataset *ds, double *loss, double *acc, char *err,
                     size_t errlen)
 {
-    enum { CHUNK = 512 };
-
+    /* A pipeline runs batches of --batch rows only: the rows past the last whole one are
+     * not evaluated. */
+    int64_t CHUNK = t->o->pipeline ? t->o->batch : 512, n_eval = 0;
     float *xb = malloc((size_t)CHUNK * (size_t)ds->n_features * sizeof *xb);
-    int32_t *yb = malloc(CHUNK * sizeof *yb);
+    int32_t *yb = malloc((size_t)CHUNK * sizeof *yb);
     double lsum = 0, right = 0;
     int rc = xb && yb ? 0 : WF_ENOMEM;
     for (int64_t at = 0; rc == 0 && at < ds->n; at += CHUNK) {
         int64_t cnt = ds->n - at < CHUNK ? ds->n - at : CHUNK;
+        if (t->o->pipeline && cnt < CHUNK)
+            break;
+        n_eval += cnt;
         wt_batch(ds, NULL, at, cnt, xb, yb);
         wf_tensor *x = wf_tensor_from(WF_F32, batch_shape(t->m, cnt), xb);
         wf_tensor *y = wf_tensor_from(WF_I32, WF_SHAPE(cnt), yb);
@@ -465,7 +507,7 @@ static int evaluate(trainer *t, const wt_dataset *ds, double *loss, double *acc,
                 rc = WF_ENOMEM;
             } else {
                 wf_node *xs = wf_constant(g, x), *ys = wf_constant(g, y);
-                wf_node *logits = forward(g, t->m, v, xs);
+                wf_node *logits = forward(g, t->m, v, xs, NULL, 1);
                 wf_node *l = wf_mean(g, wf_softmax_cross_entropy(g, logits, ys));
                 wf_node *c = count_correct(g, logits, ys);
                 if ((rc = wf_graph_status(g)) < 0) {
@@ -483,8 +525,8 @@ static int evaluate(trainer *t, const wt_dataset *ds, double *loss, double *acc,
     }
     free(xb);
     free(yb);
-    *loss = ds->n ? lsum / (double)ds->n : NAN;
-    *acc = ds->n ? right / (double)ds->n : NAN;
+    *loss = n_eval ? lsum / (double)n_eval : NAN;
+    *acc = n_eval ? right / (double)n_eval : NAN;
     return rc;
 }
 
@@ -854,6 +896,15 @@ static void usage(FILE *f)
             "                           the optimizer state: no --checkpoint-every, --resume)\n"
             "  --staleness s            0 (the default): synchronous, the bits of multiworker\n"
             "                           over the workers\n"
+            "  --strategy pipeline      the layers split into stages, one per rank of weft-run\n"
+            "                           -n N, each step's batch into micro-batches: the bits of\n"
+            "                           multiworker with as many shards on one rank; epochs drop\n"
+            "                           the last partial batch, evaluations the rows past the\n"
+            "                           last whole batch; no --checkpoint-every / --resume yet\n"
+            "  --stages P               its stages: the number of ranks (the default)\n"
+            "  --micro-batches M        micro-batches per step (default 1; at most 64, --batch)\n"
+            "  --schedule gpipe|1f1b    their order (default 1f1b: at most P micro-batches of\n"
+            "                           activations alive)\n"
             "  --quiet                  only the final line\n"
             "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
             "(not the checkpoint); the exit status is then 130.\n");
@@ -977,12 +1028,28 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (strcmp(a, "--strategy") == 0) {
             NEED(1);
             o->strategy = argv[++i];
+            o->pipeline = strcmp(o->strategy, "pipeline") == 0;
             if (strcmp(o->strategy, "multiworker") != 0 && strcmp(o->strategy, "mirrored") != 0 &&
-                strcmp(o->strategy, "ps") != 0) {
-                fprintf(stderr, "weft-train: --strategy %s: expected multiworker, mirrored or ps\n",
+                strcmp(o->strategy, "ps") != 0 && !o->pipeline) {
+                fprintf(stderr,
+                        "weft-train: --strategy %s: expected multiworker, mirrored, ps or "
+                        "pipeline\n",
                         o->strategy);
                 return -1;
             }
+        } else if (strcmp(a, "--stages") == 0 || strcmp(a, "--micro-batches") == 0) {
+            NEED(1);
+            if (parse_count(a, argv[++i], 64, a[2] == 's' ? &o->stages : &o->micro_batches) < 0)
+                return -1;
+        } else if (strcmp(a, "--schedule") == 0) {
+            NEED(1);
+            const char *v = argv[++i];
+            if (strcmp(v, "gpipe") != 0 && strcmp(v, "1f1b") != 0) {
+                fprintf(stderr, "weft-train: --schedule %s: expected gpipe or 1f1b\n", v);
+                return -1;
+            }
+            o->schedule = strcmp(v, "gpipe") == 0 ? WF_SCHEDULE_GPIPE : WF_SCHEDULE_1F1B;
+            o->schedule_set = true;
         } else if (strcmp(a, "--ps-ranks") == 0 || strcmp(a, "--staleness") == 0) {
             NEED(1);
             char *end;
@@ -1052,8 +1119,9 @@ static int parse_args(int argc, char **argv, options *o)
         fprintf(stderr, "weft-train: --strategy rewrites a static graph: not with --eager\n");
         return -1;
     }
-    if (o->shards && !o->strategy) {
-        fprintf(stderr, "weft-train: --shards needs --strategy multiworker or mirrored\n");
+    if (o->shards && (!o->strategy || o->pipeline)) {
+        fprintf(stderr, "weft-train: --shards needs --strategy multiworker, mirrored or ps (a "
+                        "pipeline's are --micro-batches)\n");
         return -1;
     }
     if (o->devices && !(o->strategy && strcmp(o->strategy, "mirrored") == 0)) {
@@ -1074,6 +1142,17 @@ static int parse_args(int argc, char **argv, options *o)
                         "which do not save it: no --checkpoint-every or --resume\n");
         return -1;
     }
+    if ((o->stages || o->micro_batches || o->schedule_set) && !o->pipeline) {
+        fprintf(stderr, "weft-train: --stages, --micro-batches and --schedule need --strategy "
+                        "pipeline\n");
+        return -1;
+    }
+    if (o->pipeline && (o->ckpt_every || o->resume)) {
+        fprintf(stderr, "weft-train: --strategy pipeline: no --checkpoint-every or --resume yet "
+                        "(the weights live on their stages' ranks)\n");
+        return -1;
+    }
+    o->save_any = o->save != NULL;
     if (o->steps && o->epochs) {
         fprintf(stderr, "weft-train: give --steps or --epochs, not both\n");
         return -1;
@@ -1158,6 +1237,52 @@ static int finish_plot(wt_plot *plot, const options *o, const trainer *t, long s
     return rc;
 }
 
+/* --strategy pipeline, before rank 0 saves: each variable of a layer on another stage is
+ * current only on that stage's rank, which broadcasts it, and rank 0 takes it (the optimizer
+ * state "<param>/..." goes with its parameter; the step counters are current everywhere).
+ * Every rank walks the graph's variables in the same order. */
+static int gather_stages(trainer *t, char *err, size_t errlen)
+{
+    const model *m = t->m;
+    int stages = wf_strategy_size(t->strategy), layers = (m->cnn ? 2 : 0) + m->n_fc, rc = 0;
+    for (int id = 0; id < wf_graph_node_count(t->g) && rc == 0; id++) {
+        wf_node *n = wf_graph_node(t->g, id);
+        if (strcmp(wf_node_op(n), "variable") != 0)
+            continue;
+        int owner = 0;
+        for (int i = 0; i < m->n_params; i++) {
+            size_t len = strlen(m->p[i].name);
+            const char *nm = wf_node_name(n);
+            if (!strncmp(nm, m->p[i].name, len) && (nm[len] == 0 || nm[len] == '/'))
+                owner = layer_stage(i / 2, layers, stages);
+        }
+        if (owner == 0)
+            continue;
+        wf_tensor *v = NULL;
+        if ((rc = wf_session_variable(t->s, n, &v)) < 0) {
+            snprintf(err, errlen, "--save: %s", wf_session_errmsg(t->s));
+            break;
+        }
+        size_t bytes =
+            (size_t)wf_shape_numel(wf_tensor_shape(v)) * wf_dtype_size(wf_tensor_dtype(v));
+        void *buf = malloc(bytes ? bytes : 1);
+        rc = buf ? wf_tensor_read(v, wf_tensor_dtype(v), buf, bytes) : WF_ENOMEM;
+        if (rc == 0 && (rc = wf_comm_broadcast(t->comm, buf, bytes, owner)) < 0)
+            snprintf(err, errlen, "--save: %s from rank %d: %s", wf_node_name(n), owner,
+                     wf_last_errmsg());
+        if (rc == 0 && t->rank == 0) {
+            wf_tensor *nv = wf_tensor_from(wf_tensor_dtype(v), wf_tensor_shape(v), buf);
+            if (!nv || (rc = wf_session_assign(t->s, n, nv)) < 0)
+                snprintf(err, errlen, "--save: %s: %s", wf_node_name(n), wf_session_errmsg(t->s));
+            rc = nv ? rc : WF_ENOMEM;
+            wf_tensor_release(nv);
+        }
+        free(buf);
+        wf_tensor_release(v);
+    }
+    return rc;
+}
+
 /* --strategy: the communicator of weft-run's ranks (WEFT_RANK, WEFT_SIZE, ... or Slurm's,
  * Open MPI's) and the strategy over it. Ranks other than writer_rank() go quiet and write no
  * files. */
@@ -1193,7 +1318,19 @@ static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
         return rc;
     }
     t->rank = wf_comm_rank(t->comm);
-    if (o->ps_ranks)
+    if (o->pipeline && (rc = wf_place_hints_create(&t->hints)) < 0) {
+        snprintf(err, errlen, "--strategy: %s", wf_last_errmsg());
+        return rc;
+    }
+    if (o->pipeline)
+        rc = wf_strategy_pipeline(t->comm,
+                                  &(wf_pipeline_opts){ .stages = o->stages,
+                                                       .micro_batches = o->micro_batches,
+                                                       .schedule = o->schedule,
+                                                       .batch_rows = o->batch,
+                                                       .hints = t->hints },
+                                  &t->strategy);
+    else if (o->ps_ranks)
         rc = wf_strategy_ps(
             t->comm,
             &(wf_ps_opts){ .servers = o->ps_ranks, .staleness = o->staleness, .shards = o->shards },
@@ -1292,7 +1429,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "weft-train: %s\n", err);
         goto out;
     }
-    int64_t per_epoch = (train.n + o.batch - 1) / o.batch;
+    /* a pipeline is fed --batch rows in every step: its epochs drop the last partial batch */
+    int64_t per_epoch = o.pipeline ? train.n / o.batch : (train.n + o.batch - 1) / o.batch;
+    if (rc == 0 && per_epoch < 1) {
+        fprintf(stderr,
+                "weft-train: --strategy pipeline: %lld training rows, fewer than --batch %d\n",
+                (long long)train.n, o.batch);
+        rc = WF_EINVAL;
+        goto out;
+    }
     long total_steps = o.steps ? o.steps : (long)(o.epochs * per_epoch);
     long n_epochs = (total_steps + per_epoch - 1) / per_epoch;
     /* Checkpoints: the folder (made when missing), this run's identity, and the step to
@@ -1432,7 +1577,9 @@ int main(int argc, char **argv)
                "%.4f)\n",
                step - step0, secs, (double)(step - step0) * o.batch / secs,
                step0 ? ", resumed at a checkpoint" : "", 100 * test_acc, test_loss);
-    if (o.save && !interrupted && (rc = save(&t, o.save, err, sizeof err)) == 0)
+    if (o.pipeline && o.save_any && !interrupted && (rc = gather_stages(&t, err, sizeof err)) < 0)
+        fprintf(stderr, "weft-train: %s\n", err);
+    if (rc == 0 && o.save && !interrupted && (rc = save(&t, o.save, err, sizeof err)) == 0)
         printf("weft-train: saved %s (safetensors: weights%s)\n", o.save,
                o.ps_ranks ? "; the optimizer state is the servers'" : " and optimizer state");
     if (o.trace) {
@@ -1480,6 +1627,7 @@ out:
     wf_session_destroy(t.s);
     wf_graph_destroy(t.g);
     wf_strategy_destroy(t.strategy);
+    wf_place_hints_destroy(t.hints);
     wf_comm_destroy(t.comm);
     wf_runtime_destroy(t.rt);
     wt_dataset_free(&all);

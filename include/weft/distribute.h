@@ -1,6 +1,7 @@
 /* weft/distribute.h: distribution strategies: one graph, written for one replica, trained
  * data-parallel over the ranks of a communicator (MultiWorkerMirrored) or over the devices
- * of one process (Mirrored, wf_strategy_mirrored()).
+ * of one process (Mirrored, wf_strategy_mirrored()), or split into pipeline stages across
+ * the ranks (wf_strategy_pipeline()).
  * Owns: the public contract of strategies (part of runtime/): the strategy object, its
  *   options, and what a session given one (wf_session_opts.strategy) does.
  * MultiWorkerMirrored (wf_strategy_multiworker()): one replica per rank. At
@@ -153,6 +154,50 @@ WF_API WF_NODISCARD int wf_strategy_ps(wf_comm *comm, const wf_ps_opts *opts, wf
 /* 1 if this rank is a parameter server of 'st', 0 if not (a worker, or another strategy),
  * WF_EINVAL for NULL. */
 WF_API int wf_strategy_is_server(const wf_strategy *st);
+
+/* Pipeline parallelism (wf_strategy_pipeline()): one model split into stages, stage k on
+ * rank k, each step's global batch (B rows, fed whole on every rank, as above) split into m
+ * micro-batches that flow through the stages. At wf_session_create() the graph is rewritten
+ * (a pure graph pass): the micro-batches are the shards above (rows [k*B/m, (k+1)*B/m)),
+ * every node gets a stage (a node hinted to "rank:K/cpu:0" by 'hints' is on stage K; a node
+ * a gradient function made is on the stage of the node it differentiates; an update that
+ * reads only variables and constants, such as an optimizer's step counter, runs on every
+ * stage; a batch placeholder is on the stage of its first reader; any other node is on the
+ * latest stage of its inputs, stage 0 without one), this rank keeps its stage's part, and
+ * each micro-batch's value that another stage reads crosses by a send/recv pair of the graph
+ * (a receive is posted when the run starts; no worker waits). A run sends only what the
+ * other stages' parts of the same run need, so forward-only runs (an evaluation) send no
+ * gradients. The stage's work follows the schedule's action list (weft/placement.h: GPipe,
+ * or 1F1B, which keeps at most p - k micro-batches' activations alive on stage k): each
+ * micro-batch's forward or backward part waits for the part before it (orderings a run
+ * keeps when both parts are in it). Each gradient is the fixed tree sum over the m
+ * micro-batches on the stage that owns its variable, so a pipeline trains bit for bit as one
+ * process with the MultiWorkerMirrored strategy and m shards. A fetched f32 scalar computed
+ * from the batch (the loss) is the global value on every rank (sent from its stage); other
+ * values are fetched on their own stage, and a variable is read on its own stage
+ * (wf_session_variable() on another rank gives its initial value). Every rank makes the same
+ * runs in the same order. Failures are as above: a dead stage, or one whose run fails, fails
+ * the other ranks' runs with WF_EPEER naming it.
+ * Limits: stages = the world size, 1 .. 64; m 1 .. 64; B >= m and the same in every run (a
+ * receive's -1 dimensions are its micro-batch's rows); an update and what it reads on one
+ * stage; no control edge across stages but an everywhere update's. */
+typedef struct wf_pipeline_opts {
+    int stages;                         /* 0: the communicator's size; must equal it */
+    int micro_batches;                  /* m; 0: 1 */
+    int schedule;                       /* WF_SCHEDULE_GPIPE (0) or WF_SCHEDULE_1F1B (1) */
+    long long batch_rows;               /* B, the rows of every run's batch (> 0, >= m) */
+    const struct wf_place_hints *hints; /* the stages of the forward nodes (weft/placement.h);
+                                           NULL: every node on stage 0. Borrowed until
+                                           wf_session_create() returns */
+    int aggregation;                    /* wf_aggregation; 0: WF_AGG_MEAN */
+} wf_pipeline_opts;
+
+/* Makes a pipeline strategy over 'comm' (NULL: this process alone, one stage).
+ * Returns 0, WF_EINVAL (NULL out; stages other than the world size: the message gives both;
+ * micro_batches < 0 or > 64; an unknown schedule or aggregation; batch_rows < m) or
+ * WF_ENOMEM. Ownership and threads: as wf_strategy_multiworker(). */
+WF_API WF_NODISCARD int wf_strategy_pipeline(wf_comm *comm, const wf_pipeline_opts *opts,
+                                             wf_strategy **out);
 
 /* This process's rank and the world size of a strategy (0 and 1 without a communicator,
  * and for Mirrored), or WF_EINVAL for NULL. */

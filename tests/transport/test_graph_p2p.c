@@ -226,8 +226,7 @@ Test(transport_graph_p2p, a_received_shape_other_than_the_nodes_fails_naming_bot
 Test(transport_graph_p2p, a_killed_sender_fails_the_pending_receive_within_2_s_naming_it)
 {
     int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    cr_assert_eq(fcntl(fds[0], F_SETFL, O_NONBLOCK | fcntl(fds[0], F_GETFL)), 0);
+    tu_ready_pipe(fds);
     p2p_arg a = { .mode = M_KILL, .ready_fd = fds[1] };
     tu_run t = { .size = 2,
                  .body = graph_p2p,
@@ -235,21 +234,7 @@ Test(transport_graph_p2p, a_killed_sender_fails_the_pending_receive_within_2_s_n
                  .arg_size = sizeof a,
                  .timeout_s = 60,
                  .with_rt = true };
-    tu_start(&t);
-    int got = tu_wait_ready(fds[0], 2, WF_TEST_TIMEOUT(20));
-    cr_assert_eq(got, 2, "only %d of 2 ranks got ready", got);
-    wf_test_sleep_us(100000); /* rank 1 is inside its run, its receive posted */
-    kill(t.pids[0], SIGKILL);
-    uint64_t t0 = wf_test_now_ns();
-    t.timeout_s = WF_TEST_TIMEOUT(2);
-    bool in_time = tu_wait(&t);
-    double s = (double)(wf_test_now_ns() - t0) / 1e9;
-    close(fds[0]);
-    close(fds[1]);
-    cr_assert(in_time, "rank 1 did not return within %.1f s of the kill", t.timeout_s);
-    cr_assert(WIFSIGNALED(t.status[0]) && WTERMSIG(t.status[0]) == SIGKILL, "rank 0 not killed");
-    cr_assert(WIFEXITED(t.status[1]) && WEXITSTATUS(t.status[1]) == 0,
-              "rank 1 did not report the death of rank 0 correctly (stderr)");
+    double s = tu_kill_rank(&t, fds, 0, 2);
     cr_log_info("rank 1 returned %.3f s after the kill", s);
 }
 

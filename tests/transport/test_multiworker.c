@@ -11,6 +11,7 @@
  * bad feed).
  * Ranks are processes on loopback (transport_util.h); each writes what it saw to a file the
  * test reads. The reference runs (no communicator) run in the test's own process. */
+#include "strategy_util.h"
 #include "transport_util.h"
 
 #include <fcntl.h>
@@ -47,11 +48,7 @@ typedef struct mw_result {
 /* The global batch of step 's': the same on every rank. */
 static void batch_of(int s, int rows, float *x, int32_t *y)
 {
-    for (int i = 0; i < rows; i++) {
-        for (int j = 0; j < IN; j++)
-            x[i * IN + j] = sinf(0.37f * (float)(i * IN + j) + 1.3f * (float)s);
-        y[i] = (i * 7 + s * 3) % OUT;
-    }
+    tu_batch_of(s, rows, IN, OUT, x, y);
 }
 
 typedef struct mlp {
@@ -110,17 +107,9 @@ static int train(wf_runtime *rt, const wf_strategy *st, const mw_arg *a, mw_resu
             TU_OK(wf_session_run(s, NULL, 0, &wsum, 1, &o, NULL, 0));
             wf_tensor_release(o);
         }
-        batch_of(step, a->batch, x, y);
-        wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(a->batch, IN), x);
-        wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(a->batch), y);
-        wf_feed f[] = { { m.x, xt }, { m.y, yt } };
-        wf_tensor *out = NULL;
-        int rc = wf_session_run(s, f, 2, &m.loss, 1, &out, &m.train, 1);
-        wf_tensor_release(xt);
-        wf_tensor_release(yt);
+        int rc =
+            tu_step(s, m.x, m.y, IN, OUT, a->batch, step, m.loss, m.train, x, y, &res->loss[step]);
         TU_CHECK(rc == 0, "step %d: %s: %s", step, wf_err_name(rc), wf_session_errmsg(s));
-        res->loss[step] = wf_tensor_data_f32(out)[0];
-        wf_tensor_release(out);
     }
     size_t off = 0;
     for (int k = 0; k < 4; k++) {
@@ -621,8 +610,7 @@ Test(transport_multiworker, ranks_fed_different_batches_fail_the_run_with_eshape
 Test(transport_multiworker, a_killed_rank_fails_the_others_run_within_2s_with_epeer)
 {
     int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    cr_assert_eq(fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+    tu_ready_pipe(fds);
     mw_arg a = { .mode = M_KILL, .ready_fd = fds[1] };
     tu_run t = { .size = 2,
                  .body = rank_kill,
@@ -630,19 +618,7 @@ Test(transport_multiworker, a_killed_rank_fails_the_others_run_within_2s_with_ep
                  .arg_size = sizeof a,
                  .timeout_s = 60,
                  .with_rt = true };
-    tu_start(&t);
-    int got = tu_wait_ready(fds[0], 2, WF_TEST_TIMEOUT(30));
-    cr_assert_eq(got, 2, "only %d of 2 ranks got ready", got);
-    wf_test_sleep_us(100000); /* rank 0 is inside its run, its reductions posted */
-    kill(t.pids[1], SIGKILL);
-    t.timeout_s = WF_TEST_TIMEOUT(3);
-    bool in_time = tu_wait(&t);
-    close(fds[0]);
-    close(fds[1]);
-    cr_assert(in_time, "rank 0 did not return in time after the kill");
-    cr_assert(WIFSIGNALED(t.status[1]) && WTERMSIG(t.status[1]) == SIGKILL, "rank 1 not killed");
-    cr_assert(WIFEXITED(t.status[0]) && WEXITSTATUS(t.status[0]) == 0,
-              "rank 0 did not report the death of rank 1 correctly (stderr)");
+    tu_kill_rank(&t, fds, 1, 3);
 }
 
 Test(transport_multiworker, a_rank_whose_step_fails_by_itself_fails_the_others_at_once)

@@ -301,8 +301,7 @@ TU_REGISTER(rank_kill)
 static void run_kill(int victim)
 {
     int fds[2];
-    cr_assert_eq(pipe(fds), 0);
-    cr_assert_eq(fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+    tu_ready_pipe(fds);
     ps_arg a = { .ready_fd = fds[1], .victim = victim };
     tu_run t = { .size = 3,
                  .body = rank_kill,
@@ -310,23 +309,7 @@ static void run_kill(int victim)
                  .arg_size = sizeof a,
                  .timeout_s = 60,
                  .with_rt = true };
-    tu_start(&t);
-    int got = tu_wait_ready(fds[0], 3, WF_TEST_TIMEOUT(30));
-    cr_assert_eq(got, 3, "only %d of 3 ranks got ready", got);
-    wf_test_sleep_us(100000); /* the others are inside their runs, their transfers posted */
-    kill(t.pids[victim], SIGKILL);
-    t.timeout_s = WF_TEST_TIMEOUT(3);
-    bool in_time = tu_wait(&t);
-    close(fds[0]);
-    close(fds[1]);
-    cr_assert(in_time, "the ranks did not return in time after the kill");
-    for (int r = 0; r < 3; r++)
-        if (r == victim)
-            cr_assert(WIFSIGNALED(t.status[r]) && WTERMSIG(t.status[r]) == SIGKILL,
-                      "rank %d not killed", r);
-        else
-            cr_assert(WIFEXITED(t.status[r]) && WEXITSTATUS(t.status[r]) == 0,
-                      "rank %d did not report the death of rank %d correctly (stderr)", r, victim);
+    tu_kill_rank(&t, fds, victim, 3);
 }
 
 Test(transport_ps, a_killed_server_fails_every_worker_within_2s_with_epeer_naming_it)

@@ -1,6 +1,7 @@
 /* tests/transport/transport_util.h: running N ranks as processes on loopback.
  * Owns: picking a free port, starting the ranks, waiting for them with a deadline (then
- * killing them all), and the checks a body makes without Criterion (a rank reports through
+ * killing them all), killing one rank mid-run (tu_kill_rank()), and the checks a body makes
+ * without Criterion (a rank reports through
  * its exit status and stderr, never through cr_assert).
  * A rank is this test executable again (fork, then exec of /proc/self/exe): a plain fork
  * of Criterion's multi-threaded worker cannot start threads under ThreadSanitizer. The
@@ -13,6 +14,7 @@
 #include "wf_test.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -308,6 +310,45 @@ static inline bool tu_wait(tu_run *t)
             wf_test_sleep_us(2000);
     }
     return ok;
+}
+
+/* The pipe a test's ranks report ready on: each writes one byte to fds[1] (passed in its
+ * argument); fds[0], which the test reads, does not block. */
+static inline void tu_ready_pipe(int fds[2])
+{
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(fcntl(fds[0], F_SETFL, O_NONBLOCK | fcntl(fds[0], F_GETFL)), 0);
+}
+
+/* Starts 't', whose ranks write a byte to fds[1] (tu_ready_pipe()) once inside their run,
+ * waits for all of them, and 100 ms later (their transfers posted) kills rank 'victim' with
+ * SIGKILL. Fails the test unless the victim died of it and every other rank exited with 0 (its
+ * body saw the death as it should: WF_EPEER naming the victim) within 'limit_s' (scaled for
+ * the sanitizers) of the kill. Closes the pipe; returns the seconds from the kill to the last
+ * rank's exit. */
+static inline double tu_kill_rank(tu_run *t, int fds[2], int victim, double limit_s)
+{
+    tu_start(t);
+    int got = tu_wait_ready(fds[0], t->size, WF_TEST_TIMEOUT(30));
+    cr_assert_eq(got, t->size, "only %d of %d ranks got ready", got, t->size);
+    wf_test_sleep_us(100000);
+    kill(t->pids[victim], SIGKILL);
+    uint64_t t0 = wf_test_now_ns();
+    t->timeout_s = WF_TEST_TIMEOUT(limit_s);
+    bool in_time = tu_wait(t);
+    double s = (double)(wf_test_now_ns() - t0) / 1e9;
+    close(fds[0]);
+    close(fds[1]);
+    cr_assert(in_time, "the other ranks did not return within %.1f s of the kill of rank %d",
+              t->timeout_s, victim);
+    for (int r = 0; r < t->size; r++)
+        if (r == victim)
+            cr_assert(WIFSIGNALED(t->status[r]) && WTERMSIG(t->status[r]) == SIGKILL,
+                      "rank %d not killed (did it finish or fail early?)", r);
+        else
+            cr_assert(WIFEXITED(t->status[r]) && WEXITSTATUS(t->status[r]) == 0,
+                      "rank %d did not report the death of rank %d correctly (stderr)", r, victim);
+    return s;
 }
 
 /* Runs 'body' on 'size' ranks and fails the test unless every rank exits with 0. */

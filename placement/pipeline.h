@@ -1,0 +1,50 @@
+/* placement/pipeline.h: the pipeline rewrite of a graph written for one model (a module
+ * interface for runtime/: not installed, not internal.h).
+ * Owns: wf__pipeline() and its options.
+ * The rewrite (placement/pipeline.c, a pure graph pass: core and ops only) is the
+ *   data-parallel one (replicate.h) with micro-batches for shards, on one rank's share of
+ *   the stages: every node gets a stage, this rank keeps its stage's copies, values of a
+ *   micro-batch that another stage reads cross by send/recv nodes, and the schedule's order
+ *   (GPipe or 1F1B) becomes orderings between the micro-batches' parts (m->order).
+ * Not here: the strategy object and the session's side (runtime/strategy.c), send/recv's
+ *   kernels (transport/). */
+#ifndef WF_PLACEMENT_PIPELINE_H
+#define WF_PLACEMENT_PIPELINE_H
+
+#include "replicate.h"
+
+#include <weft/placement.h>
+
+typedef struct wf__pipeline_opts {
+    int stage, stages;           /* this rank's stage (its rank) and the stage count */
+    int micro_batches;           /* m: 1 .. 64 */
+    int schedule;                /* WF_SCHEDULE_GPIPE or WF_SCHEDULE_1F1B */
+    int64_t batch_rows;          /* the global batch B every run is fed (>= m) */
+    const wf_place_hints *hints; /* the forward nodes' stages ("rank:K/cpu:0": stage K) */
+    int aggregation;             /* WF__AGG_* (core/op.h) */
+    size_t bucket_bytes, first_bucket_bytes;
+    int edge_base; /* the first key edge dp_reduce nodes use; send/recv use 0 .. edge_base-1 */
+} wf__pipeline_opts;
+
+/* Rewrites 'g' (static, no error) for stage 'o->stage' and fills '*m' as wf__replicate()
+ * does (m->sends: the sends each run must target). Stages: a node hinted to "rank:K/..." is
+ * on stage K; a node a gradient function made is on the stage of the node it differentiates;
+ * an update that reads only variables and constants (an optimizer's step counter) is on every
+ * stage; a batch placeholder is on the stage of its first reader; any other node is on the
+ * latest stage of its inputs (stage 0 without one);
+ * variables, constants and what reads only them are computed where they are read.
+ * Returns 0, or WF_EINVAL (a bad option: named; a hint of a rank that does not exist: naming
+ * the node and the device; a variable read on two stages that an update on one of them
+ * changes: naming both; an update reading another stage's value), WF_ENOTFOUND (a hint's
+ * device), WF_ENOMEM, with the reason in wf_last_errmsg(). */
+int wf__pipeline(wf_graph *g, const wf__pipeline_opts *o, wf__replica_map *m);
+
+/* The sends of this rank (m from wf__pipeline()) that a run of the user's nodes 'req' (its
+ * fetches and targets, the same on every rank) needs, into 'out' (room for m->n_sends): a
+ * value's send to stage d when a reader of it on d is needed (an ancestor of 'req', through
+ * data or control edges), a scalar's global value when it is fetched. Every rank decides
+ * alike, so each send has its receive. Returns the count, or WF_ENOMEM. */
+int wf__pipeline_sends(const wf_graph *g, const wf__replica_map *m, wf_node *const *req, int n_req,
+                       wf_node **out);
+
+#endif /* WF_PLACEMENT_PIPELINE_H */
