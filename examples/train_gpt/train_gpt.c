@@ -587,7 +587,11 @@ int main(int argc, char **argv)
     if (rc == 0 && (rc = wf_runtime_create(&t.rt, &ro)) < 0)
         snprintf(err, sizeof err, "runtime: %s", wf_last_errmsg());
     if (rc == 0 && o.strategy)
-        rc = wt_ranks_join(t.rt, o.shards, &t.comm, &t.strategy, err, sizeof err);
+        rc = wt_ranks_comm(t.rt, &t.comm, err, sizeof err);
+    if (rc == 0 && o.strategy &&
+        (rc = wf_strategy_multiworker(t.comm, &(wf_strategy_opts){ .shards = o.shards },
+                                      &t.strategy)) < 0)
+        snprintf(err, sizeof err, "--strategy: %s", wf_last_errmsg());
     if (rc == 0)
         rc = build(&t, err, sizeof err);
     if (rc < 0) {

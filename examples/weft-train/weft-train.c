@@ -41,6 +41,7 @@
 #include "data.h"
 #include "plot.h"
 #include "progress.h"
+#include "ranks.h"
 #include "resume.h"
 
 #include <weft/weft.h>
@@ -1288,7 +1289,6 @@ static int gather_stages(trainer *t, char *err, size_t errlen)
  * files. */
 static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
 {
-    wf_comm_opts co = { .rank = 0, .size = 1 };
     int rc;
     if (strcmp(o->strategy, "mirrored") == 0) {
         /* --devices N: the first N GPUs, or N simulated devices where there are fewer */
@@ -1308,15 +1308,8 @@ static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
                    sim ? "simulated devices (no GPU for each)" : "GPUs");
         return 0;
     }
-    rc = wf_dist_opts_from_env(&co);
-    if (rc < 0) {
-        snprintf(err, errlen, "--strategy: %s", wf_last_errmsg());
+    if ((rc = wt_ranks_comm(t->rt, &t->comm, err, errlen)) < 0)
         return rc;
-    }
-    if ((rc = wf_comm_create(t->rt, &co, &t->comm)) < 0) {
-        snprintf(err, errlen, "--strategy: joining the ranks: %s", wf_last_errmsg());
-        return rc;
-    }
     t->rank = wf_comm_rank(t->comm);
     if (o->pipeline && (rc = wf_place_hints_create(&t->hints)) < 0) {
         snprintf(err, errlen, "--strategy: %s", wf_last_errmsg());
@@ -1350,12 +1343,12 @@ static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
  * stderr). */
 static int quiet_other_ranks(options *o)
 {
-    wf_comm_opts co = { .rank = 0, .size = 1 };
-    if (wf_dist_opts_from_env(&co) < 0) {
+    int rank = wt_ranks_env_rank();
+    if (rank < 0) {
         fprintf(stderr, "weft-train: --strategy: %s\n", wf_last_errmsg());
         return -1;
     }
-    if (co.rank != writer_rank(o)) {
+    if (rank != writer_rank(o)) {
         o->quiet = true;
         o->log = o->plot = o->save = o->trace = o->dump_graph = NULL;
         if (!freopen("/dev/null", "w", stdout))
