@@ -1,0 +1,495 @@
+/* perf/pipeline/pipeline_bench.c: pipeline training (wf_strategy_pipeline, weft/distribute.h)
+ * of one model split in 2 stages on 2 ranks (1 worker each, pinned to disjoint cores), GPipe
+ * and 1F1B, m = 4, 8, 16 micro-batches of a global batch, against the same model split by
+ * hand into 2 PyTorch processes (torch.distributed, gloo send/recv, GPipe, 1 thread each:
+ * perf/pipeline/pipeline_bench_torch.py) and against weft in one process, in the same run.
+ * Model: mlp, 1024-1024-1024-1024-1024-10 (ReLU, softmax cross-entropy, Adam 1e-3, batch
+ *   256 of synthetic rows): stage 0 holds the first two layers, stage 1 the other two and the
+ *   head, so the stages do the same matmuls within 0.5% (the head is 1024 x 10) and neither
+ *   idles because of the split itself; what is left is the schedule's bubble and the
+ *   transfers, which is what the bench measures.
+ * Reported per case (JSON with --json): the median step time (rank 0's; a step ends on
+ *   rank 0 with its optimizer update, the last of the flush), the peak RSS of the largest
+ *   stage, and predicted_s, the schedule model's step time from the stage times measured in
+ *   the same run:
+ *     predicted_s = (m + p - 1) * max_k F_k + 2 (p - 1) * X + U_0
+ *   with p = 2 stages, F_k the forward and backward of one micro-batch on stage k (the sum of
+ *   the durations of stage k's per-micro-batch tasks, those named ".../mb<i>", in the run's
+ *   trace, divided by m: one worker runs them one at a time), X the one-way transfer of one
+ *   micro-batch's activation (half the round trip of wf_comm_probe_links() with that many
+ *   bytes; the gradient that comes back has the same size), and U_0 stage 0's once-per-step
+ *   work (its other tasks: the sum of the micro-batches' gradients and the update), which
+ *   follows the flush's last backward. GPipe and 1F1B (PipeDream-Flush) have the same bubble,
+ *   m + p - 1 slots of the slowest stage; 1F1B keeps fewer activations alive. Medians over
+ *   the timed steps. predicted_over_measured is predicted_s / median_s: the share of the
+ *   model's throughput reached (goal >= 0.9).
+ *   The ratio line of each case gives weft's step over PyTorch's (GPipe's peer for both
+ *   schedules; goal <= 0.7) and the largest stage's peak RSS over the single process's
+ *   (goal <= 0.75).
+ * Checks: every rank's first loss (before any update) equals the single process's within
+ *   1e-5 relative (the pipeline sums the micro-batches' means in another order), and every
+ *   number is finite; else the bench fails (exit 1), which is what its smoke test checks.
+ * Usage: pipeline_bench [--json] [--quick] [--steps N] [--warmup W] [--micro-batches LIST]
+ *                       [--python PATH] [--no-torch]
+ *   --quick: 3 timed steps after 1 warm-up, m = 4 only.
+ * Not here: the pipeline rewrite (placement/pipeline.c), the schedules (placement/). */
+#ifndef _GNU_SOURCE
+#    define _GNU_SOURCE
+#endif
+#include "../bench_util.h"
+
+#include <weft/weft.h>
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BATCH    256
+#define WIDTH    1024
+#define CLASSES  10
+#define STAGES   2
+#define MAXSTEPS 256
+
+typedef struct result {
+    double median_s, rss_mb, loss0;
+    double fb_s, upd_s, x_s; /* this rank's F_k and U_k, the one-way transfer */
+    int ok, rank;
+} result;
+
+typedef struct model {
+    wf_node *x, *y, *loss, *train;
+} model;
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        return 29531;
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static double rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* Opens the scope of stage 'k' (no-op without hints). */
+static int scope(wf_place_hints *h, wf_graph *g, int k)
+{
+    char dev[32];
+    snprintf(dev, sizeof dev, "rank:%d/cpu:0", k);
+    if (!h)
+        return 0;
+    if (k > 0 && wf_place_scope_end(h, g) < 0)
+        return -1;
+    return wf_place_scope_begin(h, g, dev);
+}
+
+static wf_node *dense(wf_graph *g, wf_node *h, int in, int out, int i, bool relu)
+{
+    char name[16];
+    snprintf(name, sizeof name, "w%d", i);
+    wf_node *w = wf_variable(g, name, WF_F32, WF_SHAPE(in, out), wf_init_glorot_uniform(i));
+    snprintf(name, sizeof name, "b%d", i);
+    wf_node *b = wf_variable(g, name, WF_F32, WF_SHAPE(out), wf_init_zeros());
+    wf_node *z = wf_add(g, wf_matmul(g, h, w), b);
+    return relu ? wf_relu(g, z) : z;
+}
+
+/* The MLP: layers 1-2 on stage 0, layers 3-4 and the head on stage 1 (with hints). */
+static int build_mlp(wf_graph *g, wf_place_hints *hints, model *m)
+{
+    m->x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, WIDTH));
+    m->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
+    wf_node *h = m->x;
+    for (int i = 1; i <= 5; i++) {
+        if ((i == 1 || i == 3) && scope(hints, g, i == 1 ? 0 : 1) < 0)
+            return -1;
+        h = dense(g, h, WIDTH, i == 5 ? CLASSES : WIDTH, i, i < 5);
+    }
+    m->loss = wf_mean(g, wf_softmax_cross_entropy(g, h, m->y));
+    if (hints && wf_place_scope_end(hints, g) < 0)
+        return -1;
+    m->train = wf_minimize(g, wf_adam(1e-3), m->loss);
+    return m->train ? 0 : -1;
+}
+
+/* The batch: rows of an LCG in [-1, 1) and labels (7 i) mod 10, as the PyTorch peer. */
+static void fill_batch(float *xs, int32_t *ys)
+{
+    uint64_t seed = 7;
+    for (int i = 0; i < BATCH * WIDTH; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        xs[i] = (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    for (int i = 0; i < BATCH; i++)
+        ys[i] = (i * 7) % CLASSES;
+}
+
+/* The per-micro-batch ("/mb<i>" in the name) and the other task seconds of run 'run' of a
+ * Chrome trace (one worker: their sums are the busy time). Returns 0, or -1 without tasks. */
+static int stage_times(const char *buf, long run, double *mb_s, double *other_s)
+{
+    double mb = 0, other = 0;
+    int n = 0;
+    for (const char *p = strstr(buf, "{\"name\":\""); p; p = strstr(p + 1, "{\"name\":\"")) {
+        const char *e = strstr(p, "}}");
+        const char *cat = strstr(p, "\"cat\":\"task\""), *d = strstr(p, "\"dur\":");
+        const char *r = strstr(p, "\"run\":"), *q = strchr(p + 9, '"');
+        if (!e || !cat || !d || !r || !q || cat > e || d > e || r > e ||
+            strtol(r + 6, NULL, 10) != run)
+            continue;
+        double dur = strtod(d + 6, NULL) * 1e-6; /* the trace is in microseconds */
+        bool per_mb = memmem(p + 9, (size_t)(q - (p + 9)), "/mb", 3) != NULL;
+        *(per_mb ? &mb : &other) += dur;
+        n++;
+    }
+    *mb_s = mb;
+    *other_s = other;
+    return n ? 0 : -1;
+}
+
+/* Rank 0's trace of the timed runs: the medians of F (per micro-batch) and U. */
+static int trace_medians(wf_runtime *rt, int warmup, int steps, int m, result *r)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/pipeline_bench-%d.json", (int)getpid());
+    FILE *fp = NULL;
+    size_t cap = 64u << 20;
+    char *buf = malloc(cap);
+    int rc = -1;
+    if (buf && wf_runtime_trace_write(rt, path) > 0 && (fp = fopen(path, "r"))) {
+        size_t len = fread(buf, 1, cap - 1, fp);
+        buf[len] = 0;
+        fclose(fp);
+        double f[MAXSTEPS], u[MAXSTEPS];
+        int n = 0;
+        for (int i = 0; i < steps; i++)
+            if (stage_times(buf, warmup + i, &f[n], &u[n]) == 0)
+                n++;
+        if (n > 0) {
+            for (int i = 0; i < n; i++)
+                f[i] /= m;
+            r->fb_s = bench_median(f, n);
+            r->upd_s = bench_median(u, n);
+            rc = 0;
+        }
+    }
+    unlink(path);
+    free(buf);
+    return rc;
+}
+
+/* One process of a case: stages 0 (one process, a plain session) or 2 (this rank of the
+ * pipeline, m micro-batches, 'schedule'). Trains 'warmup + steps' steps and fills 'r'. */
+static int run_case(int rank, int stages, int m, int schedule, int port, int steps, int warmup,
+                    result *r)
+{
+    wf_runtime *rt = NULL;
+    wf_comm *c = NULL;
+    wf_strategy *st = NULL;
+    wf_place_hints *h = NULL;
+    int rc = wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1,
+                                                        .trace_events = stages ? 1u << 18 : 0,
+                                                        .local_rank = stages ? rank : 0,
+                                                        .local_size = stages });
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    if (rc == 0 && stages)
+        rc = wf_comm_create(
+            rt,
+            &(wf_comm_opts){
+                .rank = rank, .size = stages, .addr = addr, .token = "pipeline_bench" },
+            &c);
+    double rtt_s[STAGES * STAGES], rtt_l[STAGES * STAGES];
+    size_t act_bytes = sizeof(float) * (size_t)(BATCH / (m ? m : 1)) * WIDTH;
+    if (rc == 0 && stages)
+        rc = wf_comm_probe_links(c, 64, act_bytes, 20, rtt_s, rtt_l);
+    if (rc == 0 && stages)
+        rc = wf_place_hints_create(&h);
+    if (rc == 0 && stages)
+        rc = wf_strategy_pipeline(
+            c,
+            &(wf_pipeline_opts){
+                .micro_batches = m, .schedule = schedule, .batch_rows = BATCH, .hints = h },
+            &st);
+    if (rc < 0) {
+        fprintf(stderr, "pipeline_bench: rank %d: %s\n", rank, wf_last_errmsg());
+        return 1;
+    }
+    r->x_s = stages ? 0.5 * rtt_l[1] : 0;
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    model md = { 0 };
+    wf_session *s = NULL;
+    if (build_mlp(g, h, &md) < 0 ||
+        wf_session_create(g, &(wf_session_opts){ .strategy = st }, &s) < 0) {
+        fprintf(stderr, "pipeline_bench: rank %d: %s / %s\n", rank, wf_graph_errmsg(g),
+                wf_last_errmsg());
+        return 1;
+    }
+    float *xs = malloc(sizeof(float) * BATCH * WIDTH);
+    int32_t *ys = malloc(sizeof(int32_t) * BATCH);
+    fill_batch(xs, ys);
+    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(BATCH, WIDTH), xs);
+    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(BATCH), ys);
+    wf_feed f[] = { { md.x, xt }, { md.y, yt } };
+    double t[MAXSTEPS];
+    for (int i = 0; i < warmup + steps && rc == 0; i++) {
+        wf_tensor *out = NULL;
+        double t0 = bench_now_s();
+        rc = wf_session_run(s, f, 2, &md.loss, 1, &out, &md.train, 1);
+        if (i >= warmup)
+            t[i - warmup] = bench_now_s() - t0;
+        if (rc == 0 && i == 0)
+            r->loss0 = wf_tensor_data_f32(out)[0];
+        wf_tensor_release(out);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "pipeline_bench: rank %d: %s\n", rank, wf_session_errmsg(s));
+        return 1;
+    }
+    r->rss_mb = rss_mb();
+    r->median_s = bench_median(t, steps);
+    if (stages && trace_medians(rt, warmup, steps, m, r) < 0) {
+        fprintf(stderr, "pipeline_bench: rank %d: no tasks in the trace (%s)\n", rank,
+                wf_last_errmsg());
+        return 1;
+    }
+    r->ok = 1;
+    wf_tensor_release(xt);
+    wf_tensor_release(yt);
+    free(xs);
+    free(ys);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+    wf_strategy_destroy(st);
+    wf_place_hints_destroy(h);
+    wf_comm_destroy(c);
+    wf_runtime_destroy(rt);
+    return 0;
+}
+
+/* Runs a case in fresh processes (one, or one per stage): rank 0's result, the largest RSS;
+ * 'per_rank' (may be NULL) gets every rank's result. */
+static result spawn_case(int stages, int m, int schedule, int steps, int warmup,
+                         result per_rank[STAGES])
+{
+    int port = free_port(), procs = stages ? stages : 1, fds[2];
+    result out = { 0 };
+    if (pipe(fds) != 0)
+        return out;
+    pid_t pids[STAGES];
+    for (int r = 0; r < procs; r++) {
+        fflush(NULL);
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            close(fds[0]);
+            result res = { .rank = r };
+            int rc = run_case(r, stages, m, schedule, port, steps, warmup, &res);
+            if (write(fds[1], &res, sizeof res) != (ssize_t)sizeof res)
+                rc = 1;
+            _exit(rc);
+        }
+    }
+    close(fds[1]);
+    double rss = 0;
+    int got = 0;
+    for (int r = 0; r < procs; r++) {
+        result res;
+        if (read(fds[0], &res, sizeof res) == (ssize_t)sizeof res && res.ok && res.rank >= 0 &&
+            res.rank < procs) {
+            got++;
+            rss = res.rss_mb > rss ? res.rss_mb : rss;
+            if (per_rank)
+                per_rank[res.rank] = res;
+            if (res.rank == 0)
+                out = res;
+        }
+    }
+    close(fds[0]);
+    int bad = 0;
+    for (int r = 0; r < procs; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    out.rss_mb = rss;
+    out.ok = !bad && got == procs && out.ok;
+    return out;
+}
+
+/* The PyTorch peer (GPipe, 2 processes); ok 0 when it could not run. */
+static result torch_case(const char *python, int m, int steps, int warmup)
+{
+    result r = { 0 };
+    char cmd[1024];
+    /* The script has its own deadlines and retries; timeout(1) is the last guard. */
+    snprintf(cmd, sizeof cmd,
+             "timeout -k 10 600 %s %s/pipeline_bench_torch.py --micro-batches %d --batch %d "
+             "--width %d --steps %d --warmup %d",
+             python, PB_SCRIPT_DIR, m, BATCH, WIDTH, steps, warmup);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return r;
+    char line[1024] = "";
+    if (!fgets(line, sizeof line, p))
+        line[0] = 0;
+    int st = pclose(p);
+    const char *md = strstr(line, "\"median_s\": "), *rs = strstr(line, "\"peak_rss_mb\": ");
+    const char *l0 = strstr(line, "\"loss0\": ");
+    if (st != 0 || !md || !rs || !l0)
+        return r;
+    r.median_s = strtod(md + 12, NULL);
+    r.rss_mb = strtod(rs + 15, NULL);
+    r.loss0 = strtod(l0 + 9, NULL);
+    r.ok = 1;
+    return r;
+}
+
+static bool finite_all(const double *v, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return false;
+    return true;
+}
+
+static const char *const sched_names[] = { "gpipe", "1f1b" };
+
+int main(int argc, char **argv)
+{
+    bool json = false, torch = true, quick = false;
+    int steps = 20, warmup = 3, ms[8] = { 4, 8, 16 }, n_m = 3;
+    const char *python = "/usr/bin/python3";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            json = true;
+        else if (!strcmp(argv[i], "--quick"))
+            quick = true;
+        else if (!strcmp(argv[i], "--no-torch"))
+            torch = false;
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc &&
+                 bench_parse_int(argv[i + 1], 1, MAXSTEPS, &steps) == 0)
+            i++;
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc &&
+                 bench_parse_int(argv[i + 1], 1, 100, &warmup) == 0)
+            i++;
+        else if (!strcmp(argv[i], "--python") && i + 1 < argc)
+            python = argv[++i];
+        else if (!strcmp(argv[i], "--micro-batches") && i + 1 < argc) {
+            char buf[64], *save = NULL;
+            snprintf(buf, sizeof buf, "%s", argv[++i]);
+            n_m = 0;
+            for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+                if (n_m == 8 || bench_parse_int(tok, 1, 64, &ms[n_m++]) < 0) {
+                    fprintf(stderr, "pipeline_bench: --micro-batches: 1 to 8 values in 1..64\n");
+                    return 2;
+                }
+        } else {
+            fprintf(stderr, "usage: pipeline_bench [--json] [--quick] [--steps N] [--warmup W] "
+                            "[--micro-batches LIST] [--python PATH] [--no-torch]\n");
+            return 2;
+        }
+    }
+    if (quick) {
+        steps = 3;
+        warmup = 1;
+        n_m = 1;
+        ms[0] = 4;
+    }
+    result one = spawn_case(0, 0, 0, steps, warmup, NULL);
+    if (!one.ok || !finite_all((double[]){ one.median_s, one.loss0 }, 2)) {
+        fprintf(stderr, "pipeline_bench: the single-process case failed\n");
+        return 1;
+    }
+    if (json)
+        printf("{\"bench\": \"pipeline_mlp_1s\", \"impl\": \"weft\", \"threads\": 1, "
+               "\"reps\": %d, \"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"loss0\": %.7f}\n",
+               steps, one.median_s, one.rss_mb, one.loss0);
+    else
+        printf("%-28s %-8s %9s %9s %8s %6s %9s %7s\n", "bench", "impl", "step ms", "pred ms",
+               "pred/me", "RSS MB", "F0/F1 ms", "X ms");
+    if (!json)
+        printf("%-28s %-8s %9.2f %9s %8s %6.1f\n", "pipeline_mlp_1s", "weft", 1e3 * one.median_s,
+               "", "", one.rss_mb);
+    int fails = 0;
+    for (int mi = 0; mi < n_m; mi++) {
+        int m = ms[mi];
+        if (BATCH % m) {
+            fprintf(stderr, "pipeline_bench: m = %d does not divide the batch %d\n", m, BATCH);
+            return 2;
+        }
+        result tr = torch ? torch_case(python, m, steps, warmup) : (result){ 0 };
+        for (int sc = 0; sc < 2; sc++) {
+            char bench[64];
+            snprintf(bench, sizeof bench, "pipeline_mlp_%ds_m%d_%s", STAGES, m, sched_names[sc]);
+            result rk[STAGES] = { 0 };
+            result w = spawn_case(STAGES, m, sc, steps, warmup, rk);
+            double fmax = rk[0].fb_s > rk[1].fb_s ? rk[0].fb_s : rk[1].fb_s;
+            double pred = (m + STAGES - 1) * fmax + 2 * (STAGES - 1) * rk[0].x_s + rk[0].upd_s;
+            double v[] = { w.median_s, pred, rk[0].loss0, rk[1].loss0 };
+            bool same = fabs(rk[0].loss0 - one.loss0) <= 1e-5 * fabs(one.loss0) &&
+                        fabs(rk[1].loss0 - one.loss0) <= 1e-5 * fabs(one.loss0);
+            if (!w.ok || !finite_all(v, 4) || !same) {
+                fprintf(stderr,
+                        "pipeline_bench: %s failed (ok %d, first losses %.7f %.7f, one "
+                        "process %.7f)\n",
+                        bench, w.ok, rk[0].loss0, rk[1].loss0, one.loss0);
+                fails++;
+                continue;
+            }
+            if (json)
+                printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"threads\": 1, \"reps\": %d, "
+                       "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"predicted_s\": %.6f, "
+                       "\"predicted_over_measured\": %.3f, \"stage_fb_s\": [%.6f, %.6f], "
+                       "\"stage0_update_s\": %.6f, \"transfer_s\": %.6f, \"loss0\": %.7f}\n",
+                       bench, steps, w.median_s, w.rss_mb, pred, pred / w.median_s, rk[0].fb_s,
+                       rk[1].fb_s, rk[0].upd_s, rk[0].x_s, rk[0].loss0);
+            else
+                printf("%-28s %-8s %9.2f %9.2f %8.3f %6.1f %4.2f/%4.2f %7.3f\n", bench, "weft",
+                       1e3 * w.median_s, 1e3 * pred, pred / w.median_s, w.rss_mb, 1e3 * rk[0].fb_s,
+                       1e3 * rk[1].fb_s, 1e3 * rk[0].x_s);
+            char peer[64];
+            snprintf(peer, sizeof peer, "pipeline_mlp_%ds_m%d_gpipe", STAGES, m);
+            if (tr.ok && sc == 0 && json)
+                printf("{\"bench\": \"%s\", \"impl\": \"pytorch\", \"threads\": 1, \"reps\": %d, "
+                       "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"loss0\": %.7f}\n",
+                       peer, steps, tr.median_s, tr.rss_mb, tr.loss0);
+            else if (tr.ok && sc == 0)
+                printf("%-28s %-8s %9.2f %9s %8s %6.1f\n", peer, "pytorch", 1e3 * tr.median_s, "",
+                       "", tr.rss_mb);
+            else if (torch && sc == 0)
+                printf(json ? "{\"bench\": \"%s\", \"impl\": \"pytorch\", \"skipped\": \"%s or "
+                              "torch failed\"}\n"
+                            : "%s pytorch skipped (%s or torch failed)\n",
+                       peer, python);
+            char ratio[32] = "null"; /* JSON has no NaN */
+            if (tr.ok)
+                snprintf(ratio, sizeof ratio, "%.3f", w.median_s / tr.median_s);
+            if (json)
+                printf("{\"bench\": \"%s\", \"impl\": \"ratio\", \"weft_over_pytorch_gpipe\": "
+                       "%s, \"rss_over_single_process\": %.3f}\n",
+                       bench, ratio, w.rss_mb / one.rss_mb);
+            else
+                printf("%-28s weft / pytorch gpipe %s   largest stage RSS / one process "
+                       "%.3f\n",
+                       bench, ratio, w.rss_mb / one.rss_mb);
+            fflush(stdout);
+        }
+    }
+    return fails ? 1 : 0;
+}
