@@ -86,6 +86,13 @@ def main():
     ap.add_argument("--port", type=int, default=0, help="0: a free port, chosen per try")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per try")
     args = ap.parse_args()
+    return launch(rank_main, args, "dp_bench_ddp.py")
+
+
+def launch(target, args, prog):
+    """Runs target(rank, args, queue) in args.ranks fresh processes (spawned) until one puts
+    its result on the queue; retries on a fresh port (three tries); prints the result as one
+    JSON line, or {"skip": why}. Returns the exit status. perf/pipeline's peer uses it too."""
     try:
         import torch.multiprocessing as mp
     except ImportError:
@@ -97,7 +104,7 @@ def main():
         if attempt > 0 or args.port == 0:
             args.port = free_port()
         q = ctx.Queue()
-        ps = [ctx.Process(target=rank_main, args=(r, args, q)) for r in range(args.ranks)]
+        ps = [ctx.Process(target=target, args=(r, args, q)) for r in range(args.ranks)]
         for p in ps:
             p.start()
         res, deadline = None, time.monotonic() + args.timeout
@@ -122,7 +129,7 @@ def main():
         if res is not None:
             print(json.dumps(res), flush=True)
             return 0
-        print("dp_bench_ddp.py: try %d: %s" % (attempt + 1, why), file=sys.stderr)
+        print("%s: try %d: %s" % (prog, attempt + 1, why), file=sys.stderr)
     print(json.dumps({"skip": why}), flush=True)
     return 1
 

@@ -163,11 +163,16 @@ static int stage_times(const char *buf, long run, double *mb_s, double *other_s)
     return n ? 0 : -1;
 }
 
-/* Rank 0's trace of the timed runs: the medians of F (per micro-batch) and U. */
+static const char *trace_prefix; /* --trace */
+
+/* This rank's trace of the timed runs: the medians of F (per micro-batch) and U. */
 static int trace_medians(wf_runtime *rt, int warmup, int steps, int m, result *r)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/pipeline_bench-%d.json", (int)getpid());
+    char path[512];
+    if (trace_prefix)
+        snprintf(path, sizeof path, "%s-m%d-rank%d.json", trace_prefix, m, r->rank);
+    else
+        snprintf(path, sizeof path, "/tmp/pipeline_bench-%d.json", (int)getpid());
     FILE *fp = NULL;
     size_t cap = 64u << 20;
     char *buf = malloc(cap);
@@ -189,7 +194,8 @@ static int trace_medians(wf_runtime *rt, int warmup, int steps, int m, result *r
             rc = 0;
         }
     }
-    unlink(path);
+    if (!trace_prefix)
+        unlink(path);
     free(buf);
     return rc;
 }
@@ -388,6 +394,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc &&
                  bench_parse_int(argv[i + 1], 1, 100, &warmup) == 0)
             i++;
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
+            trace_prefix = argv[++i];
         else if (!strcmp(argv[i], "--python") && i + 1 < argc)
             python = argv[++i];
         else if (!strcmp(argv[i], "--micro-batches") && i + 1 < argc) {
