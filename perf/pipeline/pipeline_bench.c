@@ -8,6 +8,11 @@
  *   head, so the stages do the same matmuls within 0.5% (the head is 1024 x 10) and neither
  *   idles because of the split itself; what is left is the schedule's bubble and the
  *   transfers, which is what the bench measures.
+ * Model: gpt (--only gpt), examples/train_gpt's model (gpt_model.c, linked): 4 blocks, 2 per
+ *   stage. Not run by default: its stages cannot be made yet. The residual stream crosses as
+ *   [batch * t, d] rows, and the pipeline gives a receive's -1 dimension its micro-batch's
+ *   batch rows (B / m), so stage 1's session fails at creation ("reshape ...: x is [8, 128]
+ *   ..., which the target shape [?, 64, 4, 32] cannot hold" for B = 32, m = 4).
  * Reported per case (JSON with --json): the median step time (rank 0's; a step ends on
  *   rank 0 with its optimizer update, the last of the flush), the peak RSS of the largest
  *   stage, and predicted_s, the schedule model's step time from the stage times measured in
@@ -30,7 +35,8 @@
  *   1e-5 relative (the pipeline sums the micro-batches' means in another order), and every
  *   number is finite; else the bench fails (exit 1), which is what its smoke test checks.
  * Usage: pipeline_bench [--json] [--quick] [--steps N] [--warmup W] [--micro-batches LIST]
- *                       [--python PATH] [--no-torch]
+ *                       [--only mlp,gpt] [--python PATH] [--no-torch] [--trace PREFIX]
+ *   --trace keeps each rank's trace of each case as PREFIX-<model>-m<m>-<schedule>-rank<r>.json;
  *   --quick: 3 timed steps after 1 warm-up, m = 4 only.
  * Not here: the pipeline rewrite (placement/pipeline.c), the schedules (placement/). */
 #ifndef _GNU_SOURCE
@@ -50,6 +56,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <train_gpt/gpt_model.h>
 #include <unistd.h>
 
 #define BATCH    256
@@ -65,8 +72,21 @@ typedef struct result {
 } result;
 
 typedef struct model {
-    wf_node *x, *y, *loss, *train;
+    wf_node *x, *y, *loss, *train[2];
+    int n_train;
 } model;
+
+/* A model of the bench: its graph (the stages by 'hints' when not NULL), its batch (every
+ * step's; 'batch' rows), and the bytes per row of the activation that crosses the stages. */
+typedef struct model_def {
+    const char *name;
+    int batch;
+    size_t row_bytes;
+    int (*build)(wf_graph *g, wf_place_hints *hints, model *m);
+    void (*fill)(wf_tensor **x, wf_tensor **y);
+} model_def;
+
+static const model_def *the_model; /* the case's, set before the fork */
 
 static int free_port(void)
 {
@@ -124,13 +144,16 @@ static int build_mlp(wf_graph *g, wf_place_hints *hints, model *m)
     m->loss = wf_mean(g, wf_softmax_cross_entropy(g, h, m->y));
     if (hints && wf_place_scope_end(hints, g) < 0)
         return -1;
-    m->train = wf_minimize(g, wf_adam(1e-3), m->loss);
-    return m->train ? 0 : -1;
+    m->train[0] = wf_minimize(g, wf_adam(1e-3), m->loss);
+    m->n_train = 1;
+    return m->train[0] ? 0 : -1;
 }
 
 /* The batch: rows of an LCG in [-1, 1) and labels (7 i) mod 10, as the PyTorch peer. */
-static void fill_batch(float *xs, int32_t *ys)
+static void fill_mlp(wf_tensor **xt, wf_tensor **yt)
 {
+    float *xs = malloc(sizeof(float) * BATCH * WIDTH);
+    int32_t ys[BATCH];
     uint64_t seed = 7;
     for (int i = 0; i < BATCH * WIDTH; i++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -138,7 +161,86 @@ static void fill_batch(float *xs, int32_t *ys)
     }
     for (int i = 0; i < BATCH; i++)
         ys[i] = (i * 7) % CLASSES;
+    *xt = wf_tensor_from(WF_F32, WF_SHAPE(BATCH, WIDTH), xs);
+    *yt = wf_tensor_from(WF_I32, WF_SHAPE(BATCH), ys);
+    free(xs);
 }
+
+/* The GPT: examples/train_gpt's model (gpt_model.c, linked), 4 blocks of d_model 128, 4
+ * heads, context 64, a character vocabulary of 65, AdamW as train_gpt without clipping (a
+ * clip by the global norm reads every stage's gradients), batch 32 sequences. Stage 0: the
+ * embeddings and blocks 0-1; stage 1: blocks 2-3, the final layer norm, the head and the loss.
+ * gpt_logits() builds the whole forward in one call, so the stages are hints per node: every
+ * forward node from the first reader of block 2's first parameter on is on stage 1. */
+#define GPT_BATCH  32
+#define GPT_T      64
+#define GPT_D      128
+#define GPT_VOCAB  65
+#define GPT_LAYERS 4
+
+static int build_gpt(wf_graph *g, wf_place_hints *hints, model *md)
+{
+    gpt_config c = { .vocab = GPT_VOCAB,
+                     .context = GPT_T,
+                     .d_model = GPT_D,
+                     .heads = 4,
+                     .layers = GPT_LAYERS,
+                     .seed = 1 };
+    gpt_model gm;
+    char err[256];
+    if (gpt_build(g, &c, &gm, err, sizeof err) < 0) {
+        fprintf(stderr, "pipeline_bench: gpt: %s\n", err);
+        return -1;
+    }
+    md->x = wf_placeholder(g, "x", WF_I32, WF_SHAPE(-1, GPT_T));
+    md->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1, GPT_T));
+    int first = wf_graph_node_count(g);
+    md->loss = gpt_loss(g, gpt_logits(g, &gm, md->x, false), md->y);
+    if (!md->loss)
+        return -1;
+    char cut_name[64];
+    snprintf(cut_name, sizeof cut_name, "transformer.h.%d.ln_1.weight", GPT_LAYERS / 2);
+    const wf_node *cut_var = wf_graph_find(g, cut_name);
+    int last = wf_graph_node_count(g), cut = last;
+    for (int id = first; id < last && cut == last && cut_var; id++)
+        for (int j = 0; j < wf_node_input_count(wf_graph_node(g, id)); j++)
+            if (wf_node_input(wf_graph_node(g, id), j) == cut_var)
+                cut = id;
+    if (cut == last) {
+        fprintf(stderr, "pipeline_bench: gpt: no reader of '%s'\n", cut_name);
+        return -1;
+    }
+    for (int id = first; id < last && hints; id++)
+        if (wf_place_hint(hints, wf_graph_node(g, id), id < cut ? "rank:0/cpu:0" : "rank:1/cpu:0") <
+            0)
+            return -1;
+    gpt_train_opts o = { .lr = 3e-4, .weight_decay = 0.1, .clip_norm = 0 };
+    md->n_train = 2;
+    return gpt_train_step(g, &gm, md->loss, &o, md->train);
+}
+
+/* Tokens of an LCG; each target is the token after its input in one long stream. */
+static void fill_gpt(wf_tensor **xt, wf_tensor **yt)
+{
+    static int32_t xs[GPT_BATCH * GPT_T], ys[GPT_BATCH * GPT_T];
+    uint64_t seed = 11;
+    int32_t stream[GPT_BATCH * GPT_T + 1];
+    for (int i = 0; i <= GPT_BATCH * GPT_T; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        stream[i] = (int32_t)((seed >> 33) % GPT_VOCAB);
+    }
+    for (int i = 0; i < GPT_BATCH * GPT_T; i++) {
+        xs[i] = stream[i];
+        ys[i] = stream[i + 1];
+    }
+    *xt = wf_tensor_from(WF_I32, WF_SHAPE(GPT_BATCH, GPT_T), xs);
+    *yt = wf_tensor_from(WF_I32, WF_SHAPE(GPT_BATCH, GPT_T), ys);
+}
+
+static const model_def models[] = {
+    { "mlp", BATCH, sizeof(float) * WIDTH, build_mlp, fill_mlp },
+    { "gpt", GPT_BATCH, sizeof(float) * GPT_T *GPT_D, build_gpt, fill_gpt },
+};
 
 /* The per-micro-batch ("/mb<i>" in the name) and the other task seconds of run 'run' of a
  * Chrome trace (one worker: their sums are the busy time). Returns 0, or -1 without tasks. */
@@ -164,13 +266,15 @@ static int stage_times(const char *buf, long run, double *mb_s, double *other_s)
 }
 
 static const char *trace_prefix; /* --trace */
+static const char *const sched_names[] = { "gpipe", "1f1b" };
 
 /* This rank's trace of the timed runs: the medians of F (per micro-batch) and U. */
-static int trace_medians(wf_runtime *rt, int warmup, int steps, int m, result *r)
+static int trace_medians(wf_runtime *rt, int warmup, int steps, int m, int schedule, result *r)
 {
     char path[512];
     if (trace_prefix)
-        snprintf(path, sizeof path, "%s-m%d-rank%d.json", trace_prefix, m, r->rank);
+        snprintf(path, sizeof path, "%s-%s-m%d-%s-rank%d.json", trace_prefix, the_model->name, m,
+                 sched_names[schedule], r->rank);
     else
         snprintf(path, sizeof path, "/tmp/pipeline_bench-%d.json", (int)getpid());
     FILE *fp = NULL;
@@ -222,17 +326,18 @@ static int run_case(int rank, int stages, int m, int schedule, int port, int ste
                 .rank = rank, .size = stages, .addr = addr, .token = "pipeline_bench" },
             &c);
     double rtt_s[STAGES * STAGES], rtt_l[STAGES * STAGES];
-    size_t act_bytes = sizeof(float) * (size_t)(BATCH / (m ? m : 1)) * WIDTH;
+    size_t act_bytes = the_model->row_bytes * (size_t)(the_model->batch / (m ? m : 1));
     if (rc == 0 && stages)
         rc = wf_comm_probe_links(c, 64, act_bytes, 20, rtt_s, rtt_l);
     if (rc == 0 && stages)
         rc = wf_place_hints_create(&h);
     if (rc == 0 && stages)
-        rc = wf_strategy_pipeline(
-            c,
-            &(wf_pipeline_opts){
-                .micro_batches = m, .schedule = schedule, .batch_rows = BATCH, .hints = h },
-            &st);
+        rc = wf_strategy_pipeline(c,
+                                  &(wf_pipeline_opts){ .micro_batches = m,
+                                                       .schedule = schedule,
+                                                       .batch_rows = the_model->batch,
+                                                       .hints = h },
+                                  &st);
     if (rc < 0) {
         fprintf(stderr, "pipeline_bench: rank %d: %s\n", rank, wf_last_errmsg());
         return 1;
@@ -241,23 +346,20 @@ static int run_case(int rank, int stages, int m, int schedule, int port, int ste
     wf_graph *g = wf_graph_create(rt, WF_STATIC);
     model md = { 0 };
     wf_session *s = NULL;
-    if (build_mlp(g, h, &md) < 0 ||
+    if (the_model->build(g, h, &md) < 0 ||
         wf_session_create(g, &(wf_session_opts){ .strategy = st }, &s) < 0) {
         fprintf(stderr, "pipeline_bench: rank %d: %s / %s\n", rank, wf_graph_errmsg(g),
                 wf_last_errmsg());
         return 1;
     }
-    float *xs = malloc(sizeof(float) * BATCH * WIDTH);
-    int32_t *ys = malloc(sizeof(int32_t) * BATCH);
-    fill_batch(xs, ys);
-    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(BATCH, WIDTH), xs);
-    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(BATCH), ys);
+    wf_tensor *xt = NULL, *yt = NULL;
+    the_model->fill(&xt, &yt);
     wf_feed f[] = { { md.x, xt }, { md.y, yt } };
     double t[MAXSTEPS];
     for (int i = 0; i < warmup + steps && rc == 0; i++) {
         wf_tensor *out = NULL;
         double t0 = bench_now_s();
-        rc = wf_session_run(s, f, 2, &md.loss, 1, &out, &md.train, 1);
+        rc = wf_session_run(s, f, 2, &md.loss, 1, &out, md.train, md.n_train);
         if (i >= warmup)
             t[i - warmup] = bench_now_s() - t0;
         if (rc == 0 && i == 0)
@@ -270,7 +372,7 @@ static int run_case(int rank, int stages, int m, int schedule, int port, int ste
     }
     r->rss_mb = rss_mb();
     r->median_s = bench_median(t, steps);
-    if (stages && trace_medians(rt, warmup, steps, m, r) < 0) {
+    if (stages && trace_medians(rt, warmup, steps, m, schedule, r) < 0) {
         fprintf(stderr, "pipeline_bench: rank %d: no tasks in the trace (%s)\n", rank,
                 wf_last_errmsg());
         return 1;
@@ -278,8 +380,6 @@ static int run_case(int rank, int stages, int m, int schedule, int port, int ste
     r->ok = 1;
     wf_tensor_release(xt);
     wf_tensor_release(yt);
-    free(xs);
-    free(ys);
     wf_session_destroy(s);
     wf_graph_destroy(g);
     wf_strategy_destroy(st);
@@ -374,79 +474,47 @@ static bool finite_all(const double *v, int n)
     return true;
 }
 
-static const char *const sched_names[] = { "gpipe", "1f1b" };
+typedef struct bench_opts {
+    bool json, torch;
+    int steps, warmup, ms[8], n_m;
+    const char *python;
+} bench_opts;
 
-int main(int argc, char **argv)
+/* Every case of model 'md': one process, then each m and schedule (and PyTorch's GPipe for
+ * the MLP). Returns the number of failed cases. */
+static int bench_model(const model_def *md, const bench_opts *o)
 {
-    bool json = false, torch = true, quick = false;
-    int steps = 20, warmup = 3, ms[8] = { 4, 8, 16 }, n_m = 3;
-    const char *python = "/usr/bin/python3";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
-            json = true;
-        else if (!strcmp(argv[i], "--quick"))
-            quick = true;
-        else if (!strcmp(argv[i], "--no-torch"))
-            torch = false;
-        else if (!strcmp(argv[i], "--steps") && i + 1 < argc &&
-                 bench_parse_int(argv[i + 1], 1, MAXSTEPS, &steps) == 0)
-            i++;
-        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc &&
-                 bench_parse_int(argv[i + 1], 1, 100, &warmup) == 0)
-            i++;
-        else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
-            trace_prefix = argv[++i];
-        else if (!strcmp(argv[i], "--python") && i + 1 < argc)
-            python = argv[++i];
-        else if (!strcmp(argv[i], "--micro-batches") && i + 1 < argc) {
-            char buf[64], *save = NULL;
-            snprintf(buf, sizeof buf, "%s", argv[++i]);
-            n_m = 0;
-            for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-                if (n_m == 8 || bench_parse_int(tok, 1, 64, &ms[n_m++]) < 0) {
-                    fprintf(stderr, "pipeline_bench: --micro-batches: 1 to 8 values in 1..64\n");
-                    return 2;
-                }
-        } else {
-            fprintf(stderr, "usage: pipeline_bench [--json] [--quick] [--steps N] [--warmup W] "
-                            "[--micro-batches LIST] [--python PATH] [--no-torch]\n");
-            return 2;
-        }
-    }
-    if (quick) {
-        steps = 3;
-        warmup = 1;
-        n_m = 1;
-        ms[0] = 4;
-    }
-    result one = spawn_case(0, 0, 0, steps, warmup, NULL);
+    the_model = md;
+    char bench[64];
+    snprintf(bench, sizeof bench, "pipeline_%s_1s", md->name);
+    result one = spawn_case(0, 0, 0, o->steps, o->warmup, NULL);
     if (!one.ok || !finite_all((double[]){ one.median_s, one.loss0 }, 2)) {
-        fprintf(stderr, "pipeline_bench: the single-process case failed\n");
+        fprintf(stderr, "pipeline_bench: %s failed\n", bench);
         return 1;
     }
-    if (json)
-        printf("{\"bench\": \"pipeline_mlp_1s\", \"impl\": \"weft\", \"threads\": 1, "
-               "\"reps\": %d, \"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"loss0\": %.7f}\n",
-               steps, one.median_s, one.rss_mb, one.loss0);
+    if (o->json)
+        printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"threads\": 1, \"reps\": %d, "
+               "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"loss0\": %.7f}\n",
+               bench, o->steps, one.median_s, one.rss_mb, one.loss0);
     else
-        printf("%-28s %-8s %9s %9s %8s %6s %9s %7s\n", "bench", "impl", "step ms", "pred ms",
-               "pred/me", "RSS MB", "F0/F1 ms", "X ms");
-    if (!json)
-        printf("%-28s %-8s %9.2f %9s %8s %6.1f\n", "pipeline_mlp_1s", "weft", 1e3 * one.median_s,
-               "", "", one.rss_mb);
+        printf("%-28s %-8s %9.2f %9s %8s %6.1f\n", bench, "weft", 1e3 * one.median_s, "", "",
+               one.rss_mb);
     int fails = 0;
-    for (int mi = 0; mi < n_m; mi++) {
-        int m = ms[mi];
-        if (BATCH % m) {
-            fprintf(stderr, "pipeline_bench: m = %d does not divide the batch %d\n", m, BATCH);
-            return 2;
+    for (int mi = 0; mi < o->n_m; mi++) {
+        int m = o->ms[mi];
+        if (md->batch % m) {
+            fprintf(stderr, "pipeline_bench: %s: m = %d does not divide the batch %d\n", md->name,
+                    m, md->batch);
+            fails++;
+            continue;
         }
-        result tr = torch ? torch_case(python, m, steps, warmup) : (result){ 0 };
+        bool torch = o->torch && !strcmp(md->name, "mlp"); /* the GPT has no peer yet */
+        result tr = torch ? torch_case(o->python, m, o->steps, o->warmup) : (result){ 0 };
         for (int sc = 0; sc < 2; sc++) {
-            char bench[64];
-            snprintf(bench, sizeof bench, "pipeline_mlp_%ds_m%d_%s", STAGES, m, sched_names[sc]);
+            snprintf(bench, sizeof bench, "pipeline_%s_%ds_m%d_%s", md->name, STAGES, m,
+                     sched_names[sc]);
             result rk[STAGES] = { 0 };
-            result w = spawn_case(STAGES, m, sc, steps, warmup, rk);
+            result w = spawn_case(STAGES, m, sc, o->steps, o->warmup, rk);
             double fmax = rk[0].fb_s > rk[1].fb_s ? rk[0].fb_s : rk[1].fb_s;
             double pred = (m + STAGES - 1) * fmax + 2 * (STAGES - 1) * rk[0].x_s + rk[0].upd_s;
             double v[] = { w.median_s, pred, rk[0].loss0, rk[1].loss0 };
@@ -460,35 +528,34 @@ int main(int argc, char **argv)
                 fails++;
                 continue;
             }
-            if (json)
+            if (o->json)
                 printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"threads\": 1, \"reps\": %d, "
                        "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"predicted_s\": %.6f, "
                        "\"predicted_over_measured\": %.3f, \"stage_fb_s\": [%.6f, %.6f], "
                        "\"stage0_update_s\": %.6f, \"transfer_s\": %.6f, \"loss0\": %.7f}\n",
-                       bench, steps, w.median_s, w.rss_mb, pred, pred / w.median_s, rk[0].fb_s,
+                       bench, o->steps, w.median_s, w.rss_mb, pred, pred / w.median_s, rk[0].fb_s,
                        rk[1].fb_s, rk[0].upd_s, rk[0].x_s, rk[0].loss0);
             else
                 printf("%-28s %-8s %9.2f %9.2f %8.3f %6.1f %4.2f/%4.2f %7.3f\n", bench, "weft",
                        1e3 * w.median_s, 1e3 * pred, pred / w.median_s, w.rss_mb, 1e3 * rk[0].fb_s,
                        1e3 * rk[1].fb_s, 1e3 * rk[0].x_s);
             char peer[64];
-            snprintf(peer, sizeof peer, "pipeline_mlp_%ds_m%d_gpipe", STAGES, m);
-            if (tr.ok && sc == 0 && json)
+            snprintf(peer, sizeof peer, "pipeline_%s_%ds_m%d_gpipe", md->name, STAGES, m);
+            if (tr.ok && sc == 0 && o->json)
                 printf("{\"bench\": \"%s\", \"impl\": \"pytorch\", \"threads\": 1, \"reps\": %d, "
                        "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"loss0\": %.7f}\n",
-                       peer, steps, tr.median_s, tr.rss_mb, tr.loss0);
+                       peer, o->steps, tr.median_s, tr.rss_mb, tr.loss0);
             else if (tr.ok && sc == 0)
                 printf("%-28s %-8s %9.2f %9s %8s %6.1f\n", peer, "pytorch", 1e3 * tr.median_s, "",
                        "", tr.rss_mb);
-            else if (torch && sc == 0)
-                printf(json ? "{\"bench\": \"%s\", \"impl\": \"pytorch\", \"skipped\": \"%s or "
-                              "torch failed\"}\n"
-                            : "%s pytorch skipped (%s or torch failed)\n",
-                       peer, python);
+            else if (o->torch && sc == 0)
+                printf(o->json ? "{\"bench\": \"%s\", \"impl\": \"pytorch\", \"skipped\": \"%s\"}\n"
+                               : "%-28s pytorch  skipped: %s\n",
+                       peer, torch ? "the peer or torch failed" : "no PyTorch peer for this model");
             char ratio[32] = "null"; /* JSON has no NaN */
             if (tr.ok)
                 snprintf(ratio, sizeof ratio, "%.3f", w.median_s / tr.median_s);
-            if (json)
+            if (o->json)
                 printf("{\"bench\": \"%s\", \"impl\": \"ratio\", \"weft_over_pytorch_gpipe\": "
                        "%s, \"rss_over_single_process\": %.3f}\n",
                        bench, ratio, w.rss_mb / one.rss_mb);
@@ -499,5 +566,68 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
+    return fails;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o = { .torch = true,
+                     .steps = 20,
+                     .warmup = 3,
+                     .ms = { 4, 8, 16 },
+                     .n_m = 3,
+                     .python = "/usr/bin/python3" };
+    bool quick = false;
+    static const char *const names[] = { "mlp", "gpt" };
+    unsigned only = 1; /* the GPT cannot be split yet: see the header */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            o.json = true;
+        else if (!strcmp(argv[i], "--quick"))
+            quick = true;
+        else if (!strcmp(argv[i], "--no-torch"))
+            o.torch = false;
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc &&
+                 bench_parse_int(argv[i + 1], 1, MAXSTEPS, &o.steps) == 0)
+            i++;
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc &&
+                 bench_parse_int(argv[i + 1], 1, 100, &o.warmup) == 0)
+            i++;
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
+            trace_prefix = argv[++i];
+        else if (!strcmp(argv[i], "--python") && i + 1 < argc)
+            o.python = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc &&
+                 bench_parse_list("pipeline_bench", argv[i + 1], names, 2, &only) == 0)
+            i++;
+        else if (!strcmp(argv[i], "--micro-batches") && i + 1 < argc) {
+            char buf[64], *save = NULL;
+            snprintf(buf, sizeof buf, "%s", argv[++i]);
+            o.n_m = 0;
+            for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+                if (o.n_m == 8 || bench_parse_int(tok, 1, 64, &o.ms[o.n_m++]) < 0) {
+                    fprintf(stderr, "pipeline_bench: --micro-batches: 1 to 8 values in 1..64\n");
+                    return 2;
+                }
+        } else {
+            fprintf(stderr, "usage: pipeline_bench [--json] [--quick] [--steps N] [--warmup W] "
+                            "[--micro-batches LIST] [--only mlp,gpt] [--python PATH] "
+                            "[--no-torch] [--trace PREFIX]\n");
+            return 2;
+        }
+    }
+    if (quick) {
+        o.steps = 3;
+        o.warmup = 1;
+        o.n_m = 1;
+        o.ms[0] = 4;
+    }
+    if (!o.json)
+        printf("%-28s %-8s %9s %9s %8s %6s %9s %7s\n", "bench", "impl", "step ms", "pred ms",
+               "pred/me", "RSS MB", "F0/F1 ms", "X ms");
+    int fails = 0;
+    for (int k = 0; k < 2; k++)
+        if (only & (1u << k))
+            fails += bench_model(&models[k], &o);
     return fails ? 1 : 0;
 }
