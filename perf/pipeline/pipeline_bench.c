@@ -31,6 +31,8 @@
  *   The ratio line of each case gives weft's step over PyTorch's (GPipe's peer for both
  *   schedules; goal <= 0.7) and the largest stage's peak RSS over the single process's
  *   (goal <= 0.75).
+ *   fixed_rss_mb: the largest process's peak RSS once its runtime (and comm, after the link
+ *   probe) exist, before any graph: the part of the process that the split cannot shrink.
  * Checks: every rank's first loss (before any update) equals the single process's within
  *   1e-5 relative (the pipeline sums the micro-batches' means in another order), and every
  *   number is finite; else the bench fails (exit 1), which is what its smoke test checks.
@@ -66,8 +68,8 @@
 #define MAXSTEPS 256
 
 typedef struct result {
-    double median_s, rss_mb, loss0;
-    double fb_s, upd_s, x_s; /* this rank's F_k and U_k, the one-way transfer */
+    double median_s, rss_mb, loss0, fixed_mb; /* fixed_mb: the peak RSS before the graph */
+    double fb_s, upd_s, x_s;                  /* this rank's F_k and U_k, the one-way transfer */
     int ok, rank;
 } result;
 
@@ -343,6 +345,7 @@ static int run_case(int rank, int stages, int m, int schedule, int port, int ste
         return 1;
     }
     r->x_s = stages ? 0.5 * rtt_l[1] : 0;
+    r->fixed_mb = rss_mb();
     wf_graph *g = wf_graph_create(rt, WF_STATIC);
     model md = { 0 };
     wf_session *s = NULL;
@@ -412,7 +415,7 @@ static result spawn_case(int stages, int m, int schedule, int steps, int warmup,
         }
     }
     close(fds[1]);
-    double rss = 0;
+    double rss = 0, fixed = 0;
     int got = 0;
     for (int r = 0; r < procs; r++) {
         result res;
@@ -420,6 +423,7 @@ static result spawn_case(int stages, int m, int schedule, int steps, int warmup,
             res.rank < procs) {
             got++;
             rss = res.rss_mb > rss ? res.rss_mb : rss;
+            fixed = res.fixed_mb > fixed ? res.fixed_mb : fixed;
             if (per_rank)
                 per_rank[res.rank] = res;
             if (res.rank == 0)
@@ -434,6 +438,7 @@ static result spawn_case(int stages, int m, int schedule, int steps, int warmup,
         bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
     }
     out.rss_mb = rss;
+    out.fixed_mb = fixed;
     out.ok = !bad && got == procs && out.ok;
     return out;
 }
@@ -494,8 +499,9 @@ static int bench_model(const model_def *md, const bench_opts *o)
     }
     if (o->json)
         printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"threads\": 1, \"reps\": %d, "
-               "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"loss0\": %.7f}\n",
-               bench, o->steps, one.median_s, one.rss_mb, one.loss0);
+               "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"fixed_rss_mb\": %.1f, "
+               "\"loss0\": %.7f}\n",
+               bench, o->steps, one.median_s, one.rss_mb, one.fixed_mb, one.loss0);
     else
         printf("%-28s %-8s %9.2f %9s %8s %6.1f\n", bench, "weft", 1e3 * one.median_s, "", "",
                one.rss_mb);
@@ -532,9 +538,10 @@ static int bench_model(const model_def *md, const bench_opts *o)
                 printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"threads\": 1, \"reps\": %d, "
                        "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"predicted_s\": %.6f, "
                        "\"predicted_over_measured\": %.3f, \"stage_fb_s\": [%.6f, %.6f], "
-                       "\"stage0_update_s\": %.6f, \"transfer_s\": %.6f, \"loss0\": %.7f}\n",
+                       "\"stage0_update_s\": %.6f, \"transfer_s\": %.6f, \"fixed_rss_mb\": %.1f, "
+                       "\"loss0\": %.7f}\n",
                        bench, o->steps, w.median_s, w.rss_mb, pred, pred / w.median_s, rk[0].fb_s,
-                       rk[1].fb_s, rk[0].upd_s, rk[0].x_s, rk[0].loss0);
+                       rk[1].fb_s, rk[0].upd_s, rk[0].x_s, w.fixed_mb, rk[0].loss0);
             else
                 printf("%-28s %-8s %9.2f %9.2f %8.3f %6.1f %4.2f/%4.2f %7.3f\n", bench, "weft",
                        1e3 * w.median_s, 1e3 * pred, pred / w.median_s, w.rss_mb, 1e3 * rk[0].fb_s,
