@@ -1,6 +1,7 @@
 /* perf/bench_util.h: the helpers every benchmark driver under perf/ shares: the clocks, a
  * sleep that survives signals, the median of a set of timings, and the parsing of integer
- * and comma-separated-list options.
+ * and comma-separated-list options; for the multi-process benchmarks a free loopback port,
+ * the peak RSS, and running one function in N forked processes with their results back.
  * Owns: nothing with state; all functions are static inline so each driver stays one file
  * plus this header.
  * Not here: options, the order of runs and the output format of a benchmark (its driver),
@@ -8,12 +9,19 @@
 #ifndef WEFT_PERF_BENCH_UTIL_H
 #define WEFT_PERF_BENCH_UTIL_H
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Wall time, seconds, monotonic. */
 static inline double bench_now_s(void)
@@ -105,6 +113,75 @@ static inline int bench_default_threads(void)
     if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
         return CPU_COUNT(&set);
     return 1;
+}
+
+/* A loopback TCP port that was free a moment ago (the kernel's pick), or 'fallback'. */
+static inline int bench_free_port(int fallback)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    int port = fallback;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* This process's peak resident set so far, MB. */
+static inline double bench_peak_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* Runs 'fn(rank, res, ctx)' in 'n' (1 .. 64) fresh processes (fork(); each exits with fn's
+ * return value) and collects their results: rank r's 'size' bytes (zeroed before fn runs)
+ * land at 'results + r * size', sent through a pipe in one write (size + sizeof(int) at most
+ * PIPE_BUF, so records never interleave). Returns the number of ranks that failed (a nonzero
+ * exit, a signal, no result: their slots are left as they were), or n when none could start. */
+static inline int bench_fork_ranks(int n, int (*fn)(int rank, void *res, void *ctx), void *ctx,
+                                   void *results, size_t size)
+{
+    char rec[PIPE_BUF];
+    size_t len = sizeof(int) + size;
+    int fds[2], got[64] = { 0 }, bad = 0;
+    pid_t pids[64];
+    if (n < 1 || n > 64 || len > sizeof rec || pipe(fds) != 0)
+        return n;
+    for (int r = 0; r < n; r++) {
+        fflush(NULL);
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            close(fds[0]);
+            memset(rec, 0, len);
+            memcpy(rec, &r, sizeof r);
+            int rc = fn(r, rec + sizeof(int), ctx);
+            if (write(fds[1], rec, len) != (ssize_t)len)
+                rc = 1;
+            _exit(rc);
+        }
+    }
+    close(fds[1]);
+    for (ssize_t k; (k = read(fds[0], rec, len)) == (ssize_t)len;) {
+        int r;
+        memcpy(&r, rec, sizeof r);
+        if (r >= 0 && r < n && !got[r]) {
+            got[r] = 1;
+            memcpy((char *)results + (size_t)r * size, rec + sizeof(int), size);
+        }
+    }
+    close(fds[0]);
+    for (int r = 0; r < n; r++) {
+        int st = 0;
+        if (pids[r] < 0 || waitpid(pids[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 ||
+            !got[r])
+            bad++;
+    }
+    return bad;
 }
 
 #endif /* WEFT_PERF_BENCH_UTIL_H */

@@ -28,17 +28,12 @@
 
 #include <weft/weft.h>
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define BATCH    256
@@ -51,25 +46,6 @@ typedef struct result {
     double median_s, rss_mb, exposed_s;
     int ok, rank;
 } result;
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        return 29517;
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static double rss_mb(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
-}
 
 static const char *trace_prefix; /* --trace */
 static bool show_threads;        /* --threads */
@@ -268,7 +244,7 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
         snprintf(cs, sizeof cs, "%dx%d", size, workers);
         print_threads(cs, rank, before, nb, steps);
     }
-    r->rss_mb = rss_mb();
+    r->rss_mb = bench_peak_rss_mb();
     r->median_s = bench_median(t, steps);
     r->exposed_s = 0;
     char path[512];
@@ -313,45 +289,29 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
     return 0;
 }
 
+typedef struct case_args {
+    int size, workers, port, steps, warmup;
+} case_args;
+
+static int case_main(int rank, void *res, void *ctx)
+{
+    const case_args *a = ctx;
+    result *r = res;
+    r->rank = rank;
+    return run_case(rank, a->size, a->workers, a->port, a->steps, a->warmup, r);
+}
+
 /* Runs a case on 'size' fresh processes; rank 0's times, the largest RSS. */
 static result spawn_case(int size, int workers, int steps, int warmup)
 {
-    int port = free_port();
-    int fds[2];
-    result out = { 0 };
-    if (pipe(fds) != 0)
-        return out;
-    pid_t pids[8];
-    for (int r = 0; r < size; r++) {
-        fflush(NULL);
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            close(fds[0]);
-            result res = { .rank = r };
-            int rc = run_case(r, size, workers, port, steps, warmup, &res);
-            if (write(fds[1], &res, sizeof res) != (ssize_t)sizeof res)
-                rc = 1;
-            _exit(rc);
-        }
-    }
-    close(fds[1]);
+    case_args a = { size, workers, bench_free_port(29517), steps, warmup };
+    result rs[8] = { 0 };
+    int bad = size > 8 ? size : bench_fork_ranks(size, case_main, &a, rs, sizeof rs[0]);
+    result out = rs[0];
     double rss = 0;
-    for (int r = 0; r < size; r++) {
-        result res;
-        if (read(fds[0], &res, sizeof res) == (ssize_t)sizeof res && res.ok) {
-            if (res.rss_mb > rss)
-                rss = res.rss_mb;
-            if (res.rank == 0)
-                out = res;
-        }
-    }
-    close(fds[0]);
-    int bad = 0;
-    for (int r = 0; r < size; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-    }
+    for (int r = 0; r < size && r < 8; r++)
+        if (rs[r].ok && rs[r].rss_mb > rss)
+            rss = rs[r].rss_mb;
     out.rss_mb = rss;
     out.ok = !bad && out.ok;
     return out;

@@ -48,16 +48,11 @@
 
 #include <weft/weft.h>
 
-#include <arpa/inet.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <train_gpt/gpt_model.h>
 #include <unistd.h>
 
@@ -89,25 +84,6 @@ typedef struct model_def {
 } model_def;
 
 static const model_def *the_model; /* the case's, set before the fork */
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0)
-        return 29531;
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static double rss_mb(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
-}
 
 /* Opens the scope of stage 'k' (no-op without hints). */
 static int scope(wf_place_hints *h, wf_graph *g, int k)
@@ -345,7 +321,7 @@ static int run_case(int rank, int stages, int m, int schedule, int port, int ste
         return 1;
     }
     r->x_s = stages ? 0.5 * rtt_l[1] : 0;
-    r->fixed_mb = rss_mb();
+    r->fixed_mb = bench_peak_rss_mb();
     wf_graph *g = wf_graph_create(rt, WF_STATIC);
     model md = { 0 };
     wf_session *s = NULL;
@@ -373,7 +349,7 @@ static int run_case(int rank, int stages, int m, int schedule, int port, int ste
         fprintf(stderr, "pipeline_bench: rank %d: %s\n", rank, wf_session_errmsg(s));
         return 1;
     }
-    r->rss_mb = rss_mb();
+    r->rss_mb = bench_peak_rss_mb();
     r->median_s = bench_median(t, steps);
     if (stages && trace_medians(rt, warmup, steps, m, schedule, r) < 0) {
         fprintf(stderr, "pipeline_bench: rank %d: no tasks in the trace (%s)\n", rank,
@@ -392,54 +368,36 @@ static int run_case(int rank, int stages, int m, int schedule, int port, int ste
     return 0;
 }
 
+typedef struct case_args {
+    int stages, m, schedule, port, steps, warmup;
+} case_args;
+
+static int case_main(int rank, void *res, void *ctx)
+{
+    const case_args *a = ctx;
+    result *r = res;
+    r->rank = rank;
+    return run_case(rank, a->stages, a->m, a->schedule, a->port, a->steps, a->warmup, r);
+}
+
 /* Runs a case in fresh processes (one, or one per stage): rank 0's result, the largest RSS;
  * 'per_rank' (may be NULL) gets every rank's result. */
 static result spawn_case(int stages, int m, int schedule, int steps, int warmup,
                          result per_rank[STAGES])
 {
-    int port = free_port(), procs = stages ? stages : 1, fds[2];
-    result out = { 0 };
-    if (pipe(fds) != 0)
-        return out;
-    pid_t pids[STAGES];
+    case_args a = { stages, m, schedule, bench_free_port(29531), steps, warmup };
+    result rs[STAGES] = { 0 };
+    int procs = stages ? stages : 1;
+    int bad = bench_fork_ranks(procs, case_main, &a, rs, sizeof rs[0]);
+    result out = rs[0];
+    out.rss_mb = out.fixed_mb = 0;
     for (int r = 0; r < procs; r++) {
-        fflush(NULL);
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            close(fds[0]);
-            result res = { .rank = r };
-            int rc = run_case(r, stages, m, schedule, port, steps, warmup, &res);
-            if (write(fds[1], &res, sizeof res) != (ssize_t)sizeof res)
-                rc = 1;
-            _exit(rc);
-        }
+        out.rss_mb = rs[r].rss_mb > out.rss_mb ? rs[r].rss_mb : out.rss_mb;
+        out.fixed_mb = rs[r].fixed_mb > out.fixed_mb ? rs[r].fixed_mb : out.fixed_mb;
+        if (per_rank)
+            per_rank[r] = rs[r];
     }
-    close(fds[1]);
-    double rss = 0, fixed = 0;
-    int got = 0;
-    for (int r = 0; r < procs; r++) {
-        result res;
-        if (read(fds[0], &res, sizeof res) == (ssize_t)sizeof res && res.ok && res.rank >= 0 &&
-            res.rank < procs) {
-            got++;
-            rss = res.rss_mb > rss ? res.rss_mb : rss;
-            fixed = res.fixed_mb > fixed ? res.fixed_mb : fixed;
-            if (per_rank)
-                per_rank[res.rank] = res;
-            if (res.rank == 0)
-                out = res;
-        }
-    }
-    close(fds[0]);
-    int bad = 0;
-    for (int r = 0; r < procs; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
-    }
-    out.rss_mb = rss;
-    out.fixed_mb = fixed;
-    out.ok = !bad && got == procs && out.ok;
+    out.ok = !bad && out.ok;
     return out;
 }
 
