@@ -1,7 +1,8 @@
 /* perf/bench_util.h: the helpers every benchmark driver under perf/ shares: the clocks, a
  * sleep that survives signals, the median of a set of timings, and the parsing of integer
  * and comma-separated-list options; for the multi-process benchmarks a free loopback port,
- * the peak RSS, and running one function in N forked processes with their results back.
+ * the peak RSS, running one function in N forked processes with their results back, and a
+ * peer's first line of JSON output (a command run through popen()).
  * Owns: nothing with state; all functions are static inline so each driver stays one file
  * plus this header.
  * Not here: options, the order of runs and the output format of a benchmark (its driver),
@@ -182,6 +183,28 @@ static inline int bench_fork_ranks(int n, int (*fn)(int rank, void *res, void *c
             bad++;
     }
     return bad;
+}
+
+/* Runs 'cmd' (sh -c) and reads the first line it prints, and from it the numbers of 'n' JSON
+ * keys ('keys[i]' written as "key": value) into 'vals'. Returns 0, or -1 (it could not start,
+ * exited nonzero, or a key is missing: a peer that skipped prints {"skip": why}). */
+static inline int bench_peer_line(const char *cmd, const char *const *keys, double *vals, int n)
+{
+    char line[1024] = "", pat[64];
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    if (!fgets(line, sizeof line, p))
+        line[0] = 0;
+    int bad = pclose(p) != 0;
+    for (int i = 0; i < n && !bad; i++) {
+        snprintf(pat, sizeof pat, "\"%s\": ", keys[i]);
+        const char *at = strstr(line, pat);
+        bad = !at;
+        if (at)
+            vals[i] = strtod(at + strlen(pat), NULL);
+    }
+    return bad ? -1 : 0;
 }
 
 #endif /* WEFT_PERF_BENCH_UTIL_H */

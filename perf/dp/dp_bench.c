@@ -327,18 +327,11 @@ static result torch_case(const char *python, int ranks, int steps, int warmup)
     snprintf(cmd, sizeof cmd,
              "timeout -k 10 600 %s %s/dp_bench_ddp.py --ranks %d --steps %d --warmup %d", python,
              DB_SCRIPT_DIR, ranks, steps, warmup);
-    FILE *p = popen(cmd, "r");
-    if (!p)
+    double v[2];
+    if (bench_peer_line(cmd, (const char *const[]){ "median_s", "peak_rss_mb" }, v, 2) < 0)
         return r;
-    char line[1024] = "";
-    if (!fgets(line, sizeof line, p))
-        line[0] = 0;
-    int st = pclose(p);
-    const char *m = strstr(line, "\"median_s\": "), *rs = strstr(line, "\"peak_rss_mb\": ");
-    if (st != 0 || !m || !rs)
-        return r;
-    r.median_s = strtod(m + 12, NULL);
-    r.rss_mb = strtod(rs + 15, NULL);
+    r.median_s = v[0];
+    r.rss_mb = v[1];
     r.ok = 1;
     return r;
 }

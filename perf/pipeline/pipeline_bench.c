@@ -411,20 +411,12 @@ static result torch_case(const char *python, int m, int steps, int warmup)
              "timeout -k 10 600 %s %s/pipeline_bench_torch.py --micro-batches %d --batch %d "
              "--width %d --steps %d --warmup %d",
              python, PB_SCRIPT_DIR, m, BATCH, WIDTH, steps, warmup);
-    FILE *p = popen(cmd, "r");
-    if (!p)
+    double v[3];
+    if (bench_peer_line(cmd, (const char *const[]){ "median_s", "peak_rss_mb", "loss0" }, v, 3) < 0)
         return r;
-    char line[1024] = "";
-    if (!fgets(line, sizeof line, p))
-        line[0] = 0;
-    int st = pclose(p);
-    const char *md = strstr(line, "\"median_s\": "), *rs = strstr(line, "\"peak_rss_mb\": ");
-    const char *l0 = strstr(line, "\"loss0\": ");
-    if (st != 0 || !md || !rs || !l0)
-        return r;
-    r.median_s = strtod(md + 12, NULL);
-    r.rss_mb = strtod(rs + 15, NULL);
-    r.loss0 = strtod(l0 + 9, NULL);
+    r.median_s = v[0];
+    r.rss_mb = v[1];
+    r.loss0 = v[2];
     r.ok = 1;
     return r;
 }
