@@ -31,6 +31,10 @@
  *   The ratio line of each case gives weft's step over PyTorch's (GPipe's peer for both
  *   schedules; goal <= 0.7) and the largest stage's peak RSS over the single process's
  *   (goal <= 0.75).
+ *   send_span_s: per stage, the median time its sends of one micro-batch's activation (or
+ *   gradient) took in the run, from post to completion (the trace's transfer spans), against
+ *   transfer_s, what the same bytes take alone: the rendezvous of a large message needs the
+ *   sender's progress, which the transport's actor makes only between the worker's tasks.
  *   fixed_rss_mb: the largest process's peak RSS once its runtime (and comm, after the link
  *   probe) exist, before any graph: the part of the process that the split cannot shrink.
  * Checks: every rank's first loss (before any update) equals the single process's within
@@ -65,6 +69,7 @@
 typedef struct result {
     double median_s, rss_mb, loss0, fixed_mb; /* fixed_mb: the peak RSS before the graph */
     double fb_s, upd_s, x_s;                  /* this rank's F_k and U_k, the one-way transfer */
+    double span_s; /* the median span of this rank's posted activation-sized sends */
     int ok, rank;
 } result;
 
@@ -246,6 +251,25 @@ static int stage_times(const char *buf, long run, double *mb_s, double *other_s)
 static const char *trace_prefix; /* --trace */
 static const char *const sched_names[] = { "gpipe", "1f1b" };
 
+/* The median duration of the trace's transfer spans of sends of 'bytes' (posted to done:
+ * what a transfer of the pipeline took in the run), or -1 without one. */
+static double send_span(const char *buf, size_t bytes)
+{
+    enum { MAXX = 8192 };
+
+    static double d[MAXX];
+    static const char key[] = "{\"name\":\"send\",\"cat\":\"transfer\"";
+    char pat[48];
+    int n = 0;
+    snprintf(pat, sizeof pat, "\"args\":{\"bytes\":%zu}", bytes);
+    for (const char *p = strstr(buf, key); p && n < MAXX; p = strstr(p + 1, key)) {
+        const char *e = strstr(p, "}}"), *du = strstr(p, "\"dur\":"), *b = strstr(p, pat);
+        if (e && du && b && du < e && b < e)
+            d[n++] = strtod(du + 6, NULL) * 1e-6;
+    }
+    return n ? bench_median(d, n) : -1;
+}
+
 /* This rank's trace of the timed runs: the medians of F (per micro-batch) and U. */
 static int trace_medians(wf_runtime *rt, int warmup, int steps, int m, int schedule, result *r)
 {
@@ -273,6 +297,7 @@ static int trace_medians(wf_runtime *rt, int warmup, int steps, int m, int sched
                 f[i] /= m;
             r->fb_s = bench_median(f, n);
             r->upd_s = bench_median(u, n);
+            r->span_s = send_span(buf, the_model->row_bytes * (size_t)(the_model->batch / m));
             rc = 0;
         }
     }
@@ -488,10 +513,12 @@ static int bench_model(const model_def *md, const bench_opts *o)
                 printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"threads\": 1, \"reps\": %d, "
                        "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"predicted_s\": %.6f, "
                        "\"predicted_over_measured\": %.3f, \"stage_fb_s\": [%.6f, %.6f], "
-                       "\"stage0_update_s\": %.6f, \"transfer_s\": %.6f, \"fixed_rss_mb\": %.1f, "
+                       "\"stage0_update_s\": %.6f, \"transfer_s\": %.6f, "
+                       "\"send_span_s\": [%.6f, %.6f], \"fixed_rss_mb\": %.1f, "
                        "\"loss0\": %.7f}\n",
                        bench, o->steps, w.median_s, w.rss_mb, pred, pred / w.median_s, rk[0].fb_s,
-                       rk[1].fb_s, rk[0].upd_s, rk[0].x_s, w.fixed_mb, rk[0].loss0);
+                       rk[1].fb_s, rk[0].upd_s, rk[0].x_s, rk[0].span_s, rk[1].span_s, w.fixed_mb,
+                       rk[0].loss0);
             else
                 printf("%-28s %-8s %9.2f %9.2f %8.3f %6.1f %4.2f/%4.2f %7.3f\n", bench, "weft",
                        1e3 * w.median_s, 1e3 * pred, pred / w.median_s, w.rss_mb, 1e3 * rk[0].fb_s,
