@@ -35,6 +35,8 @@
  *   gradient) took in the run, from post to completion (the trace's transfer spans), against
  *   transfer_s, what the same bytes take alone: the rendezvous of a large message needs the
  *   sender's progress, which the transport's actor makes only between the worker's tasks.
+ *   Every process traces (the stages' times come from the trace), the single one too, so the
+ *   trace's memory is on both sides of the RSS ratio.
  *   fixed_rss_mb: the largest process's peak RSS once its runtime (and comm, after the link
  *   probe) exist, before any graph: the part of the process that the split cannot shrink.
  * Checks: every rank's first loss (before any update) equals the single process's within
@@ -317,7 +319,7 @@ static int run_case(int rank, int stages, int m, int schedule, int port, int ste
     wf_strategy *st = NULL;
     wf_place_hints *h = NULL;
     int rc = wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1,
-                                                        .trace_events = stages ? 1u << 18 : 0,
+                                                        .trace_events = 1u << 18,
                                                         .local_rank = stages ? rank : 0,
                                                         .local_size = stages });
     char addr[32];
