@@ -141,14 +141,16 @@ static inline double bench_peak_rss_mb(void)
 
 /* Runs 'fn(rank, res, ctx)' in 'n' (1 .. 64) fresh processes (fork(); each exits with fn's
  * return value) and collects their results: rank r's 'size' bytes (zeroed before fn runs)
- * land at 'results + r * size', sent through a pipe in one write (size + sizeof(int) at most
+ * land at 'results + r * size', sent through a pipe in one write (size + 16 at most
  * PIPE_BUF, so records never interleave). Returns the number of ranks that failed (a nonzero
  * exit, a signal, no result: their slots are left as they were), or n when none could start. */
 static inline int bench_fork_ranks(int n, int (*fn)(int rank, void *res, void *ctx), void *ctx,
                                    void *results, size_t size)
 {
-    char rec[PIPE_BUF];
-    size_t len = sizeof(int) + size;
+    enum { HDR = 16 }; /* the rank, then the result at an offset aligned for any field */
+
+    _Alignas(16) char rec[PIPE_BUF];
+    size_t len = HDR + size;
     int fds[2], got[64] = { 0 }, bad = 0;
     pid_t pids[64];
     if (n < 1 || n > 64 || len > sizeof rec || pipe(fds) != 0)
@@ -160,7 +162,7 @@ static inline int bench_fork_ranks(int n, int (*fn)(int rank, void *res, void *c
             close(fds[0]);
             memset(rec, 0, len);
             memcpy(rec, &r, sizeof r);
-            int rc = fn(r, rec + sizeof(int), ctx);
+            int rc = fn(r, rec + HDR, ctx);
             if (write(fds[1], rec, len) != (ssize_t)len)
                 rc = 1;
             _exit(rc);
@@ -172,7 +174,7 @@ static inline int bench_fork_ranks(int n, int (*fn)(int rank, void *res, void *c
         memcpy(&r, rec, sizeof r);
         if (r >= 0 && r < n && !got[r]) {
             got[r] = 1;
-            memcpy((char *)results + (size_t)r * size, rec + sizeof(int), size);
+            memcpy((char *)results + (size_t)r * size, rec + HDR, size);
         }
     }
     close(fds[0]);
