@@ -228,7 +228,9 @@ static const model_def models[] = {
 };
 
 /* The per-micro-batch ("/mb<i>" in the name) and the other task seconds of run 'run' of a
- * Chrome trace (one worker: their sums are the busy time). Returns 0, or -1 without tasks. */
+ * Chrome trace (one worker: their sums are the busy time). A parallel_for's chunks are left
+ * out: with one worker they run inside their node's own span. Returns 0, or -1 without
+ * tasks. */
 static int stage_times(const char *buf, long run, double *mb_s, double *other_s)
 {
     double mb = 0, other = 0;
@@ -237,8 +239,9 @@ static int stage_times(const char *buf, long run, double *mb_s, double *other_s)
         const char *e = strstr(p, "}}");
         const char *cat = strstr(p, "\"cat\":\"task\""), *d = strstr(p, "\"dur\":");
         const char *r = strstr(p, "\"run\":"), *q = strchr(p + 9, '"');
+        const char *chunk = strstr(p, "\"chunk\":1");
         if (!e || !cat || !d || !r || !q || cat > e || d > e || r > e ||
-            strtol(r + 6, NULL, 10) != run)
+            strtol(r + 6, NULL, 10) != run || (chunk && chunk < e))
             continue;
         double dur = strtod(d + 6, NULL) * 1e-6; /* the trace is in microseconds */
         bool per_mb = memmem(p + 9, (size_t)(q - (p + 9)), "/mb", 3) != NULL;
