@@ -11,7 +11,8 @@
  *   task, i.e. waited on the network (median over the timed steps).
  * Usage: dp_bench [--json] [--steps N] [--warmup W] [--python PATH] [--no-torch]
  *                 [--trace PREFIX] [--threads] [--same-cores]
- *   --trace keeps each rank's trace of the 2-rank case as PREFIX-rank<r>.json (Chrome trace);
+ *   --trace keeps each rank's trace of the 2-rank case as PREFIX-rank<r>.json (Chrome trace),
+ *   and the 1-rank cases' as PREFIX-1x<workers>.json;
  *   --threads prints, for every rank of every weft case, each thread's name, CPU time during
  *   the timed steps and the CPUs it may run on (/proc/self/task), on stderr;
  *   --same-cores does not tell the runtimes their local rank (wf_runtime_opts.local_rank and
@@ -198,10 +199,11 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
     wf_runtime *rt = NULL;
     wf_comm *c = NULL;
     wf_strategy *st = NULL;
-    int rc = wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = workers,
-                                                        .trace_events = size > 1 ? 1u << 16 : 0,
-                                                        .local_rank = pin_local ? rank : 0,
-                                                        .local_size = pin_local ? size : 0 });
+    int rc = wf_runtime_create(
+        &rt, &(wf_runtime_opts){ .n_workers = workers,
+                                 .trace_events = size > 1 || trace_prefix ? 1u << 16 : 0,
+                                 .local_rank = pin_local ? rank : 0,
+                                 .local_size = pin_local ? size : 0 });
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     if (rc == 0 && size > 1)
@@ -276,7 +278,9 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
         snprintf(path, sizeof path, "%s-rank%d.json", trace_prefix, rank);
     else
         snprintf(path, sizeof path, "/tmp/dp_bench-%d.json", (int)getpid());
-    if (size > 1 && rank > 0 && trace_prefix && wf_runtime_trace_write(rt, path) < 0)
+    if (size == 1 && trace_prefix)
+        snprintf(path, sizeof path, "%s-1x%d.json", trace_prefix, workers);
+    if ((size == 1 || rank > 0) && trace_prefix && wf_runtime_trace_write(rt, path) < 0)
         fprintf(stderr, "dp_bench: rank %d: %s\n", rank, wf_last_errmsg());
     if (size > 1 && rank == 0) {
         FILE *fp = NULL;
