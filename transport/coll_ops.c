@@ -190,16 +190,26 @@ static int seg_at(const segs *sg, size_t at)
     return l;
 }
 
+/* The pieces of flat range [from, end), one per segment it touches: start with *s = -1; each
+ * call moves to the next segment *s and its part [*a, *b) of the range, false after the last. */
+static bool next_piece(const segs *sg, size_t from, size_t end, int *s, size_t *a, size_t *b)
+{
+    for (*s = *s < 0 ? (end > from ? seg_at(sg, from) : sg->n) : *s + 1;
+         *s < sg->n && sg->off[*s] < end; (*s)++) {
+        *a = sg->off[*s] > from ? sg->off[*s] : from;
+        *b = sg->off[*s + 1] < end ? sg->off[*s + 1] : end;
+        if (*b > *a)
+            return true;
+    }
+    return false;
+}
+
 /* Copies flat range [from, from + len) between the segments and 'flat' (to_segs: into the
  * segments). */
 static void seg_copy(const segs *sg, size_t from, size_t len, float *flat, bool to_segs)
 {
-    size_t end = from + len;
-    for (int s = len ? seg_at(sg, from) : sg->n; s < sg->n && sg->off[s] < end; s++) {
-        size_t a = sg->off[s] > from ? sg->off[s] : from;
-        size_t b = sg->off[s + 1] < end ? sg->off[s + 1] : end;
-        if (b <= a)
-            continue;
+    size_t a, b;
+    for (int s = -1; next_piece(sg, from, from + len, &s, &a, &b);) {
         float *v = sg->seg[s] + (a - sg->off[s]);
         if (to_segs)
             memcpy(v, flat + (a - from), (b - a) * sizeof(float));
@@ -272,11 +282,8 @@ static void owner_sum(dpx *x)
         set_error(x, WF_ENOMEM, "no memory for the owner's sum");
     } else {
         const segs *sg = x->staged ? &x->fs : &x->sg;
-        for (int s = end > from ? seg_at(sg, from) : sg->n; s < sg->n && sg->off[s] < end; s++) {
-            size_t a = sg->off[s] > from ? sg->off[s] : from;
-            size_t b = sg->off[s + 1] < end ? sg->off[s + 1] : end;
-            if (b <= a)
-                continue;
+        size_t a, b;
+        for (int s = -1; next_piece(sg, from, end, &s, &a, &b);) {
             float *mine = sg->seg[s] + (a - sg->off[s]);
             for (int q = 0; q < nr; q++)
                 p[q] = q == me ? mine : partial_of(x, q) + (a - from);
@@ -304,12 +311,8 @@ static void cma_read(dpx *x, int q, size_t from, size_t len, float *dst, const c
     snprintf(w, sizeof w, "reduction '%s': reading %s of rank %d", x->n->name, what, q);
     const segs *sg = &x->sg;
     const dp_hdr *h = hdr_of(x, q);
-    size_t end = from + len;
-    for (int s = len ? seg_at(sg, from) : sg->n; s < sg->n && sg->off[s] < end; s++) {
-        size_t a = sg->off[s] > from ? sg->off[s] : from;
-        size_t b = sg->off[s + 1] < end ? sg->off[s + 1] : end;
-        if (b <= a)
-            continue;
+    size_t a, b;
+    for (int s = -1; next_piece(sg, from, from + len, &s, &a, &b);) {
         float *d = dst ? dst + (a - from) : sg->seg[s] + (a - sg->off[s]);
         int rc = wf__cma_copy(x->c, q, d, h->addr[s] + (a - sg->off[s]) * sizeof(float),
                               (b - a) * sizeof(float), false, w);
