@@ -308,6 +308,14 @@ extern const wf_op_def wf_op_copy;
 extern const wf_op_def wf_op_shard_rows;
 extern const wf_op_def wf_op_dp_reduce;
 
+/* dp_reduce in place (attrs.keepdims set): the reduced values are written over the inputs
+ * of its first local shard (value j's input 1 + j * b; the other shards' inputs are scratch),
+ * so no value is packed into a flat output and sliced out again; its value is then an f32
+ * scalar token. The rewrite does so only for values no other node reads. dp_grad (core/
+ * op_dist.c): inputs x (that first shard's value) and such a dp_reduce; its value is x's once
+ * the reduction is done (WF_OP_INPLACE: over x's bytes when the planner allows, else a copy). */
+extern const wf_op_def wf_op_dp_grad;
+
 /* The ops of the parameter-server rewrite (core/op_ps.c; placement/ps.c inserts them):
  *   ps_assign: inputs a variable and a value of its dtype and shape (what the worker pulled);
  *     writes the value into the variable (n_assign 1). ps_join: inputs x and any others; its

@@ -2,7 +2,8 @@
  * takes one shard's rows of a global batch, and dp_reduce, the deterministic reduction of
  * one gradient bucket (or one fetched scalar) over every shard of every rank.
  * Owns: their defs (arity, inference, flags), the row split of a batch into shards
- *   (wf__shard_rows_range()), and shard_rows' CPU kernel (a copy of contiguous rows).
+ *   (wf__shard_rows_range()), shard_rows' CPU kernel (a copy of contiguous rows), and dp_grad,
+ *   the reduced gradient of a dp_reduce that reduces in place, and its kernel.
  * Why here: the rewrite (placement/replicate.c) inserts them as plain graph ops, and only the
  *   layer that owns the network (transport/coll_ops.c) can run dp_reduce, so, as send and
  *   recv (core/op_comm.c), its kernel is registered per session; shard_rows needs nothing
@@ -143,7 +144,7 @@ static int infer_dp_reduce(wf_node *n, char *err, size_t errlen)
         total += c;
     }
     n->dtype = WF_F32;
-    n->shape = (wf_shape){ .rank = 1, .dims = { total } };
+    n->shape = a->keepdims ? (wf_shape){ .rank = 0 } : (wf_shape){ .rank = 1, .dims = { total } };
     return 0;
 }
 
@@ -153,4 +154,42 @@ const wf_op_def wf_op_dp_reduce = {
     .max_inputs = -1,
     .infer = infer_dp_reduce,
     .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD | WF_OP_ASYNC | WF_OP_TRANSFER,
+};
+
+static int infer_dp_grad(wf_node *n, char *err, size_t errlen)
+{
+    const wf_node *g = n->inputs[0], *r = n->inputs[1];
+    if (r->op != &wf_op_dp_reduce || !r->attrs->keepdims) {
+        snprintf(err, errlen, "input 1 ('%s') is no dp_reduce that reduces in place", r->name);
+        return WF_EINVAL;
+    }
+    n->dtype = g->dtype;
+    n->shape = g->shape;
+    return 0;
+}
+
+/* The value is input 0's, reduced in place by then: nothing to do when the planner gave the
+ * output input 0's bytes (WF_OP_INPLACE), else a copy. */
+static int dp_grad_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                          wf_tensor **out)
+{
+    (void)ctx;
+    (void)n;
+    size_t bytes = (size_t)in[0]->numel * wf_dtype_size(in[0]->dtype);
+    if ((*out)->data == in[0]->data)
+        return 0;
+    if (in[0]->contiguous) {
+        memcpy((*out)->data, in[0]->data, bytes);
+        return 0;
+    }
+    return wf_tensor_read(in[0], in[0]->dtype, (*out)->data, bytes);
+}
+
+const wf_op_def wf_op_dp_grad = {
+    .name = "dp_grad",
+    .min_inputs = 2,
+    .max_inputs = 2,
+    .infer = infer_dp_grad,
+    .kernel = { [WF_KERNEL_CPU] = dp_grad_kernel },
+    .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD | WF_OP_INPLACE,
 };

@@ -12,19 +12,22 @@
  *   with its replica inputs replaced by shard i's copies; a batch placeholder becomes
  *   shard_rows(x, k, S). Gradients, in creation order (the order backward makes them),
  *   fill buckets; each bucket is one dp_reduce over the bucket's gradients of every local
- *   shard, and a slice + reshape per gradient gives the global gradient. Every scalar f32
- *   replica node gets a dp_reduce of its own (it runs only when fetched), which adds the
- *   shards' values up when the node is a sum (a count of correct rows), weights them by
- *   rows when it is a mean (a loss), and else aggregates as the gradients do. Global nodes are
- *   added once, reading global gradients and global copies; a control edge on a replica
- *   node becomes one on each shard's copy (an update still runs after every read).
- * Devices (Mirrored, opts 'shard_device'): shard i's copies are placed on its device where
- *   they can run there (shard_device_of()); placement (place.c) then adds the copies: the
- *   shard's rows and the variables to the device, the gradients back to the host, where the
- *   dp_reduce nodes and the updates run.
- * Why the tree lives in dp_reduce and not in add nodes: the same code sums a rank's own
- *   shards and the ranks' partial sums, so the bits cannot depend on the world size.
- * Not here: the kernels (core/op_dist.c, transport/coll_ops.c), runtime wiring. */
+ *   shard. When nothing else reads the gradients' shard copies (no replica node, no other
+ *   stage, no device copy: Mirrored's devices), the bucket reduces in place, into the first
+ *   local shard's tensors, and a dp_grad per gradient (over those bytes) is the global
+ *   gradient: nothing is packed into a flat bucket and sliced out again, ~2 + 2 ms of a
+ *   2-rank dp_bench step; else a slice + reshape per gradient of the flat result is. Every scalar
+ * f32 replica node gets a dp_reduce of its own (it runs only when fetched), which adds the shards'
+ * values up when the node is a sum (a count of correct rows), weights them by rows when it is a
+ * mean (a loss), and else aggregates as the gradients do. Global nodes are added once, reading
+ * global gradients and global copies; a control edge on a replica node becomes one on each shard's
+ * copy (an update still runs after every read). Devices (Mirrored, opts 'shard_device'): shard i's
+ * copies are placed on its device where they can run there (shard_device_of()); placement (place.c)
+ * then adds the copies: the shard's rows and the variables to the device, the gradients back to the
+ * host, where the dp_reduce nodes and the updates run. Why the tree lives in dp_reduce and not in
+ * add nodes: the same code sums a rank's own shards and the ranks' partial sums, so the bits cannot
+ * depend on the world size. Not here: the kernels (core/op_dist.c, transport/coll_ops.c), runtime
+ * wiring. */
 #include "replicate.h"
 
 #include "../core/error.h"
@@ -45,9 +48,10 @@ static bool is_batch(const wf_node *n)
 
 /* The dp_reduce node of 'vals' (b per value) and its attributes; NULL on failure. */
 static wf_node *reduce_node(wf_graph *g, const wf__replicate_opts *o, int b, wf_node **ins,
-                            int n_ins, int edge, const char *name)
+                            int n_ins, int edge, const char *name, bool inplace)
 {
     wf_attrs a = { 0 };
+    a.keepdims = inplace;
     a.begin[0] = (int64_t)o->rank * b;
     a.end[0] = o->shards;
     a.step[0] = b;
@@ -271,12 +275,30 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
     int max_in = 1 + b * w->n;
     wf_node **ins = malloc((size_t)max_in * sizeof *ins);
     int *members = malloc((size_t)(w->n ? w->n : 1) * sizeof *members);
-    if (!ins || !members) {
+    uint8_t *own = malloc((size_t)(w->n ? w->n : 1));
+    if (!ins || !members || !own) {
         free(ins);
         free(members);
+        free(own);
         return wf__err(WF_ENOMEM, "data-parallel rewrite: no memory");
     }
+    /* A gradient is reduced in place (over its shards' own tensors: no copy into a flat bucket
+     * and back) when the dp_reduce is the only reader of its shards' copies: no replica node
+     * reads it, no other stage receives it, and no device copy stands between (Mirrored's
+     * placement adds those after the rewrite). */
+    for (int id = 0; id < w->n; id++)
+        own[id] = !o->shard_device && !(w->cross && w->cross[id]);
+    for (int id = 0; id < w->n; id++) {
+        const wf_node *v = wf_graph_node(w->g, id);
+        if (w->kind[id] != K_REPLICA)
+            continue;
+        for (int j = 0; j < v->n_inputs; j++)
+            own[v->inputs[j]->id] = 0;
+        for (int j = 0; j < v->n_control; j++)
+            own[v->control[j]->id] = 0;
+    }
     int n_mem = 0;
+    bool inplace = true; /* every member of the open bucket may be reduced in place */
     size_t bytes = 0, limit = o->first_bucket_bytes;
     for (int id = 0; id <= w->n && rc == 0; id++) {
         bool g = id < w->n && is_grad[id] && local(w, id);
@@ -295,12 +317,15 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
                     ins[k++] = w->shard[i * w->n + members[j]];
             char name[64];
             snprintf(name, sizeof name, "dp_bucket_%d", m->n_buckets);
-            wf_node *f = reduce_node(w->g, o, b, ins, k, w->edge, name);
+            wf_node *f = reduce_node(w->g, o, b, ins, k, w->edge, name, inplace);
             w->edge += 2;
             int64_t off = 0;
             for (int j = 0; f && j < n_mem; j++) {
                 wf_node *like = wf_graph_node(w->g, members[j]);
-                w->glob[members[j]] = unpack(w->g, f, off, like);
+                wf_node *two[2] = { w->shard[members[j]], f };
+                w->glob[members[j]] = inplace ? wf__node_add_ex(w->g, &wf_op_dp_grad, NULL, two, 2,
+                                                                &(wf_attrs){ 0 }, (wf_srcloc){ 0 })
+                                              : unpack(w->g, f, off, like);
                 off += wf_shape_numel(like->shape);
                 if (!w->glob[members[j]])
                     f = NULL;
@@ -313,11 +338,13 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
             m->n_grads += n_mem;
             n_mem = 0;
             bytes = 0;
+            inplace = true;
             limit = o->bucket_bytes;
         }
         if (g) {
             members[n_mem++] = id;
             bytes += gb;
+            inplace &= own[id];
         }
     }
     /* Scalars the shards compute: global values for fetches. A pipeline's are sent from
@@ -360,7 +387,7 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
             so.aggregation = WF__AGG_SUM;
         else if (n->op == &wf_op_mean)
             so.aggregation = WF__AGG_MEAN;
-        wf_node *f = reduce_node(w->g, &so, b, ins, k, w->edge, NULL);
+        wf_node *f = reduce_node(w->g, &so, b, ins, k, w->edge, NULL, false);
         w->edge += 2;
         wf_node *s = f ? (wf_reshape)(w->g, f, n->shape) : NULL;
         if (!s)
@@ -372,6 +399,7 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
     }
     free(ins);
     free(members);
+    free(own);
     return rc;
 }
 

@@ -6,8 +6,9 @@
  *   graph: for each local shard a copy of every node that depends on a batch (a placeholder
  *   whose first dimension is -1; in the copy, that placeholder is read through shard_rows),
  *   up to the gradients the updates read; one dp_reduce node per gradient bucket (and per
- *   scalar the shards compute) with slices back to each gradient's shape; and one copy of
- *   every update (and what follows the updates) reading the reduced gradients. With
+ *   scalar the shards compute) with slices back to each gradient's shape (or, in place, a
+ *   dp_grad per gradient over its first shard's tensor); and one copy of every update (and
+ *   what follows the updates) reading the reduced gradients. With
  *   'shard_device' (Mirrored), each shard's copies carry their device's placement hint.
  * Not here: running dp_reduce (transport/coll_ops.c), the session's side (runtime/). */
 #ifndef WF_PLACEMENT_REPLICATE_H

@@ -8,15 +8,15 @@
  * order, the usual case) is acyclic by construction; only other graphs pay for a check.
  * Running: a worker that finishes a node decrements its successors; of those that become
  * ready it keeps the first for itself (no deque round trip along a chain) and pushes the
- * rest. Finished nodes are counted locally and given to the group in one subtraction when
- * the worker's run of inline successors ends.
- * Later completion: a node whose function returns WF_TASK_LATER finishes when two things
- *   have happened, in either order: its function returned, and wf_taskgraph_complete() was
- *   called for it. Each adds one to 'later[i]'; the one that sees 1 (the second) finishes
- *   the node with the completion's result ('later_rc[i]') and resets 'later[i]' to 0, so
- *   the invariant on 'pending' holds for 'later' too. The first one touches nothing of the
- *   node afterwards: the graph may be finished and waited for by then.
- * Not here: how tasks are scheduled (worker.c). */
+ * rest (with one worker from the last, so that its own pops take them in list order). Finished
+ * nodes are counted locally and given to the group in one subtraction when the worker's run of
+ * inline successors ends. Later completion: a node whose function returns WF_TASK_LATER finishes
+ * when two things have happened, in either order: its function returned, and
+ * wf_taskgraph_complete() was called for it. Each adds one to 'later[i]'; the one that sees 1 (the
+ * second) finishes the node with the completion's result ('later_rc[i]') and resets 'later[i]' to
+ * 0, so the invariant on 'pending' holds for 'later' too. The first one touches nothing of the node
+ * afterwards: the graph may be finished and waited for by then. Not here: how tasks are scheduled
+ * (worker.c). */
 #include "internal.h"
 #include "probes.h"
 
@@ -498,29 +498,51 @@ static void trace_ready(wf_taskgraph *g, int s, int32_t by)
     g->work_in[s] = most;
 }
 
+/* Counts one predecessor of successor 's' of 't' done ('skip': canceled); returns its task
+ * when that was the last, else NULL. */
+static wf__task *release_one(wf_taskgraph *g, const wf__task *t, int s, bool skip)
+{
+    wf__task *st = node(g, s);
+    if (WF_UNLIKELY(skip))
+        atomic_store_explicit(&st->cancel, 1, memory_order_relaxed);
+    if (atomic_fetch_sub_explicit(&g->pending[s], 1, memory_order_acq_rel) != 1)
+        return NULL;
+    atomic_store_explicit(&g->pending[s], st->npred, memory_order_relaxed);
+    if (g->ready_by) /* traced: 's' is ours now, and every predecessor's 'work' seen */
+        trace_ready(g, s, (int32_t)t->node);
+    return st;
+}
+
 /* Releases the successors of node 't' ('skip': it failed or was skipped, so they are
  * canceled): the first that becomes ready is returned for the caller to run, the others
  * are pushed on 'w' (or submitted from outside when 'w' is NULL, which returns none). */
 static wf__task *release_successors(wf_taskgraph *g, wf__worker *w, const wf__task *t, bool skip)
 {
     const int *succ = g->succ;
-    wf__task *keep = NULL;
-    for (int k = t->succ_off, end = succ_end(g, (int)t->node); k < end; k++) {
-        int s = succ[k];
-        wf__task *st = node(g, s);
-        if (WF_UNLIKELY(skip))
-            atomic_store_explicit(&st->cancel, 1, memory_order_relaxed);
-        if (atomic_fetch_sub_explicit(&g->pending[s], 1, memory_order_acq_rel) == 1) {
-            atomic_store_explicit(&g->pending[s], st->npred, memory_order_relaxed);
-            if (g->ready_by) /* traced: 's' is ours now, and every predecessor's 'work' seen */
-                trace_ready(g, s, (int32_t)t->node);
-            if (!keep && w)
+    wf__task *keep = NULL, *st;
+    /* One worker: nobody steals, and the owner pops its own pushes last first, so the ready
+     * successors go in from the last of the list: it runs them in the list's order (exec.c
+     * sorts them by priority). In list order, a bucket's last gradient (a tiny bias sum,
+     * boosted before its reduction) pushed early ran only after the whole rest of backward
+     * had been pushed over it: dp_bench's first bucket started as backward ended. */
+    if (w && w->rt->nw == 1) {
+        for (int k = succ_end(g, (int)t->node) - 1; k >= t->succ_off; k--)
+            if ((st = release_one(g, t, succ[k], skip))) {
+                if (keep)
+                    wf__push_local(w, keep);
                 keep = st;
-            else if (w)
-                wf__push_local(w, st);
-            else
-                wf__submit_outside(g->rt, st);
-        }
+            }
+        return keep;
+    }
+    for (int k = t->succ_off, end = succ_end(g, (int)t->node); k < end; k++) {
+        if (!(st = release_one(g, t, succ[k], skip)))
+            continue;
+        if (!keep && w)
+            keep = st;
+        else if (w)
+            wf__push_local(w, st);
+        else
+            wf__submit_outside(g->rt, st);
     }
     return keep;
 }

@@ -1,8 +1,13 @@
 /* transport/coll_ops.c: the CPU kernel of core's dp_reduce op (transport/coll_ops.h), the
  *   deterministic reduction of one gradient bucket over every shard of every rank.
  * Owns: the local part (each local shard's values scaled by its weight and summed in the
- *   fixed tree, packed into the node's flat output), the exchange between ranks, its wire
- *   form and keys.
+ *   fixed tree, packed into the node's flat output, or in place: over the first local shard's
+ *   tensors, attrs.keepdims, core/op.h), the exchange between ranks, its wire form and keys.
+ * Values: a flat index space cut into segments (the flat output: one; in place: one per
+ *   reduced tensor). On one host each header carries the sender's segment addresses and every
+ *   read goes segment by segment, so in place nothing is copied but what crosses between the
+ *   ranks; through UCX an in-place reduction stages the segments in one array and copies the
+ *   result back at the end. Chunks, the tree and so the bits do not depend on the segments.
  * Exchange (N ranks, the output cut into N chunks, chunk q owned by rank q): every rank sends
  *   its partial sum of chunk q to rank q; the owner sums the N partials in the fixed tree
  *   (wf__dp_tree_sum(): the tree over the shards, each rank's block a leaf), then sends the result
@@ -10,7 +15,7 @@
  *   all-reduce does, and the order of every addition is fixed, so every rank gets the same
  *   bits, and so does any other split of the same shards into ranks.
  * On one host (c->cma, every rank's memory readable with process_vm_readv) no partial or
- *   result travels through UCX: the header carries the address of the sender's output, the
+ *   result travels through UCX: the header carries the addresses of the sender's values, the
  *   owner reads each peer's partial of its chunk out of that peer's memory when the header
  *   arrives, sums, and tells every rank "ready" (edge e + 1, part 0, 8 bytes); each rank then
  *   reads the owner's reduced chunk and answers "read" (edge e + 1, part 1), and the node
@@ -19,17 +24,16 @@
  *   fragments, each batch waiting for the receiver's actor to wake: ~25 ms per bucket in
  *   dp_bench's 2-rank step. The order of every addition is the same in both forms.
  * Wire form: before its partial, each rank sends the owner a header (the bucket's edge, the
- *   batch's rows, the size, shards and aggregation); an owner that gets another header fails
- *   the node with WF_ESHAPE naming both ranks and both values (ranks fed different batches)
- *   and fails the communicator with it: the other reductions of the step (some never started
- *   on a rank whose run was canceled) would otherwise wait for their deadline, so every rank's
- *   run fails now (WF_ESHAPE here, WF_EPEER with the same message on the others).
- * Keys: as graph transfers (transport/post.h: step << 16 | edge << 1 | part, the step being
- *   wf_kernel_ctx.xfer_step): edge e, part 0
- *   the header, part 1 the partial; edge e + 1, part 0 the result.
- * The kernel pends (WF_KERNEL_PENDING): it posts every transfer and returns; the transport's
- *   actor runs the callbacks, the owner's sum included, and the last one completes the node,
- *   so no worker waits on the network. A failed comm (a dead rank) fails every transfer and so
+ *   batch's rows, the size, segments, shards and aggregation, and the segments' addresses); an
+ * owner that gets another header fails the node with WF_ESHAPE naming both ranks and both values
+ * (ranks fed different batches) and fails the communicator with it: the other reductions of the
+ * step (some never started on a rank whose run was canceled) would otherwise wait for their
+ * deadline, so every rank's run fails now (WF_ESHAPE here, WF_EPEER with the same message on the
+ * others). Keys: as graph transfers (transport/post.h: step << 16 | edge << 1 | part, the step
+ * being wf_kernel_ctx.xfer_step): edge e, part 0 the header, part 1 the partial; edge e + 1, part 0
+ * the result. The kernel pends (WF_KERNEL_PENDING): it posts every transfer and returns; the
+ * transport's actor runs the callbacks, the owner's sum included, and the last one completes the
+ * node, so no worker waits on the network. A failed comm (a dead rank) fails every transfer and so
  *   the node, with WF_EPEER naming the rank.
  * A rank whose step fails by itself (wf__dp_fail_comm, called by runtime/session.c) fails the
  *   communicator, naming itself and the error, so the other ranks' reductions fail at once.
@@ -50,13 +54,16 @@
 
 #define HDR_MAGIC 0x57464450u /* "PDFW" */
 
+/* The header; on one host (c->cma) followed by 'nseg' addresses: where each segment of the
+ * sender's values is, in its memory. */
 typedef struct dp_hdr {
     uint32_t magic;
     int32_t edge;
     int64_t batch;
     int64_t count;
     int32_t shards, agg;
-    uint64_t addr; /* on one host (c->cma): where the sender's output is, in its memory */
+    int32_t nseg, pad;
+    uint64_t addr[];
 } dp_hdr;
 
 static int pow2_below(int n)
@@ -96,7 +103,7 @@ bool wf__dp_blocks_ok(int shards, int unit)
 }
 
 /* T_PART_*: the partials through UCX, or on one host the "read" answers (T_PART_RECV: a
- * peer has read my output; T_PART_SEND: I have read the peer's). T_RES_*: the results, or
+ * peer has read my values; T_PART_SEND: I have read the peer's). T_RES_*: the results, or
  * on one host the "ready" notes. */
 enum { T_HDR_RECV, T_PART_RECV, T_HDR_SEND, T_PART_SEND, T_RES_RECV, T_RES_SEND, T_KINDS };
 
@@ -107,19 +114,35 @@ typedef struct slot {
     int kind, peer;
 } slot;
 
+/* The values of a reduction, flat index space [0, count): 'nseg' segments, segment s the
+ * floats [off[s], off[s + 1]) at seg[s]. A flat output is one segment; in place (attrs.
+ * keepdims), each reduced tensor's first local shard is one. Every rank has the same segment
+ * bounds (the same graph), so a range of one rank's space is the same range of another's. */
+typedef struct segs {
+    int n;
+    float **seg;
+    size_t *off;
+} segs;
+
 struct dpx {
     wf_comm *c;
     const wf_node *n;
     void (*complete)(void *token, int rc);
     void *token;
     uint64_t step;
-    float *out;
+    segs sg;     /* where the values are (the result goes there too) */
+    float *out;  /* through UCX: the values as one array (sg's one segment, or 'staged') */
+    bool staged; /* 'out' is a copy of sg's segments, copied back at the end */
+    segs fs;     /* when staged: 'out' as one segment (fs_seg, fs_off) */
+    float *fs_seg;
+    size_t fs_off[2];
     size_t count;
     int rank, size;
     size_t *lo;        /* size + 1 chunk bounds */
     float *tmp;        /* the peers' partials of my chunk, (size - 1) * my length */
-    dp_hdr mine;       /* what every header should say */
-    dp_hdr *got;       /* size: what each peer said */
+    size_t hsz;        /* a header's bytes */
+    dp_hdr *mine;      /* what every header should say (with my addresses on one host) */
+    char *got;         /* size headers of 'hsz' bytes: what each peer said */
     uint64_t *notes;   /* on one host: 2 * size 8-byte "ready"/"read" receive buffers */
     _Atomic int *pair; /* on one host, per peer: its header and its "ready" seen (0, 1, 2) */
     uint64_t note;     /* what a note sends */
@@ -132,6 +155,11 @@ struct dpx {
     uint64_t ticket; /* the flight recorder's entry of this reduction */
     char why[WF_ERRMSG_MAX];
 };
+
+static dp_hdr *hdr_of(const dpx *x, int q)
+{
+    return (dp_hdr *)(x->got + (size_t)q * x->hsz);
+}
 
 static uint64_t key_of(const dpx *x, int edge_off, int part)
 {
@@ -148,12 +176,68 @@ static void set_error(dpx *x, int rc, const char *why)
     }
 }
 
+/* The first segment that holds flat index 'at' (binary search; at < count). */
+static int seg_at(const segs *sg, size_t at)
+{
+    int l = 0, r = sg->n - 1;
+    while (l < r) {
+        int m = (l + r + 1) / 2;
+        if (sg->off[m] <= at)
+            l = m;
+        else
+            r = m - 1;
+    }
+    return l;
+}
+
+/* The pieces of flat range [from, end), one per segment it touches: start with *s = -1; each
+ * call moves to the next segment *s and its part [*a, *b) of the range, false after the last. */
+static bool next_piece(const segs *sg, size_t from, size_t end, int *s, size_t *a, size_t *b)
+{
+    for (*s = *s < 0 ? (end > from ? seg_at(sg, from) : sg->n) : *s + 1;
+         *s < sg->n && sg->off[*s] < end; (*s)++) {
+        *a = sg->off[*s] > from ? sg->off[*s] : from;
+        *b = sg->off[*s + 1] < end ? sg->off[*s + 1] : end;
+        if (*b > *a)
+            return true;
+    }
+    return false;
+}
+
+/* Copies flat range [from, from + len) between the segments and 'flat' (to_segs: into the
+ * segments). */
+static void seg_copy(const segs *sg, size_t from, size_t len, float *flat, bool to_segs)
+{
+    size_t a, b;
+    for (int s = -1; next_piece(sg, from, from + len, &s, &a, &b);) {
+        float *v = sg->seg[s] + (a - sg->off[s]);
+        if (to_segs)
+            memcpy(v, flat + (a - from), (b - a) * sizeof(float));
+        else
+            memcpy(flat + (a - from), v, (b - a) * sizeof(float));
+    }
+}
+
 static float *partial_of(dpx *x, int q)
 {
     size_t len = x->lo[x->rank + 1] - x->lo[x->rank];
-    if (q == x->rank)
-        return x->out + x->lo[x->rank];
     return x->tmp + (size_t)(q < x->rank ? q : q - 1) * len;
+}
+
+static void dpx_free(dpx *x)
+{
+    if (x->staged)
+        free(x->out);
+    free(x->sg.seg);
+    free(x->sg.off);
+    free(x->lo);
+    free(x->tmp);
+    free(x->mine);
+    free(x->got);
+    free(x->notes);
+    free((void *)x->pair);
+    free(x->slots);
+    free(x);
 }
 
 static void done_one(dpx *x)
@@ -161,18 +245,14 @@ static void done_one(dpx *x)
     if (atomic_fetch_sub_explicit(&x->left, 1, memory_order_acq_rel) != 1)
         return;
     int rc = atomic_load(&x->failed) ? x->rc : 0;
+    if (rc == 0 && x->staged) /* through UCX, in place: the result back where the values are */
+        seg_copy(&x->sg, 0, x->count, x->out, true);
     wf__flight_set(x->c, x->ticket, rc < 0 ? WF__FS_FAILED : WF__FS_DONE, rc);
     if (rc < 0)
         wf__err(rc, "%s", x->why);
     void (*complete)(void *, int) = x->complete;
     void *token = x->token;
-    free(x->lo);
-    free(x->tmp);
-    free(x->got);
-    free(x->notes);
-    free((void *)x->pair);
-    free(x->slots);
-    free(x);
+    dpx_free(x);
     complete(token, rc);
 }
 
@@ -190,54 +270,71 @@ static void post(dpx *x, int kind, int peer, void *buf, size_t bytes, int edge_o
         on_done(s, rc);
 }
 
-/* The owner's turn: every partial of its chunk is here. */
+/* The owner's turn: every partial of its chunk is here. Its own partial is in its values
+ * (sg, a piece per segment); the tree's sum lands in the leaf of rank 0, which is copied into
+ * the values when that is not this rank's. */
 static void owner_sum(dpx *x)
 {
     int me = x->rank, nr = x->size;
-    size_t len = x->lo[me + 1] - x->lo[me];
+    size_t from = x->lo[me], end = x->lo[me + 1];
     float **p = malloc((size_t)nr * sizeof *p);
     if (!p) {
         set_error(x, WF_ENOMEM, "no memory for the owner's sum");
     } else {
-        for (int q = 0; q < nr; q++)
-            p[q] = partial_of(x, q);
-        wf__dp_tree_sum(p, 0, (int)x->n->attrs->end[0], (int)x->n->attrs->step[0], len);
-        if (p[0] != x->out + x->lo[me])
-            memcpy(x->out + x->lo[me], p[0], len * sizeof(float));
+        const segs *sg = x->staged ? &x->fs : &x->sg;
+        size_t a, b;
+        for (int s = -1; next_piece(sg, from, end, &s, &a, &b);) {
+            float *mine = sg->seg[s] + (a - sg->off[s]);
+            for (int q = 0; q < nr; q++)
+                p[q] = q == me ? mine : partial_of(x, q) + (a - from);
+            wf__dp_tree_sum(p, 0, (int)x->n->attrs->end[0], (int)x->n->attrs->step[0], b - a);
+            if (p[0] != mine)
+                memcpy(mine, p[0], (b - a) * sizeof(float));
+        }
         free(p);
     }
     for (int q = 0; q < nr; q++)
         if (q != me && x->cma)
             post(x, T_RES_SEND, q, &x->note, sizeof x->note, 1, 0);
         else if (q != me)
-            post(x, T_RES_SEND, q, x->out + x->lo[me], len * sizeof(float), 1, 0);
+            post(x, T_RES_SEND, q, x->out + x->lo[me], (end - from) * sizeof(float), 1, 0);
 }
 
-/* One host: copies rank q's share (its partial of my chunk, or its reduced chunk) out of q's
- * output into 'dst'. */
+/* One host: copies flat range [from, from + len) of rank q's values (its partial of my chunk,
+ * or its reduced chunk), segment by segment, into 'dst' (NULL: into my own values at the same
+ * range). */
 static void cma_read(dpx *x, int q, size_t from, size_t len, float *dst, const char *what)
 {
     if (atomic_load(&x->failed))
-        return; /* a failed header: its address may be anything */
+        return; /* a failed header: its addresses may be anything */
     char w[160];
     snprintf(w, sizeof w, "reduction '%s': reading %s of rank %d", x->n->name, what, q);
-    int rc = wf__cma_copy(x->c, q, dst, x->got[q].addr + from * sizeof(float), len * sizeof(float),
-                          false, w);
-    if (rc < 0)
-        set_error(x, rc, wf_last_errmsg());
+    const segs *sg = &x->sg;
+    const dp_hdr *h = hdr_of(x, q);
+    size_t a, b;
+    for (int s = -1; next_piece(sg, from, from + len, &s, &a, &b);) {
+        float *d = dst ? dst + (a - from) : sg->seg[s] + (a - sg->off[s]);
+        int rc = wf__cma_copy(x->c, q, d, h->addr[s] + (a - sg->off[s]) * sizeof(float),
+                              (b - a) * sizeof(float), false, w);
+        if (rc < 0) {
+            set_error(x, rc, wf_last_errmsg());
+            return;
+        }
+    }
 }
 
 static void check_hdr(dpx *x, int peer)
 {
-    const dp_hdr *h = &x->got[peer], *m = &x->mine;
+    const dp_hdr *h = hdr_of(x, peer), *m = x->mine;
     char why[WF_ERRMSG_MAX];
     if (h->magic != HDR_MAGIC || h->edge != m->edge || h->count != m->count ||
-        h->shards != m->shards || h->agg != m->agg) {
+        h->shards != m->shards || h->agg != m->agg || h->nseg != m->nseg) {
         snprintf(why, sizeof why,
                  "rank %d and rank %d disagree on reduction '%s' (edge %d/%d, %lld/%lld "
-                 "values, %d/%d shards, aggregation %d/%d): their graphs differ",
+                 "values in %d/%d tensors, %d/%d shards, aggregation %d/%d): their graphs differ",
                  x->rank, peer, x->n->name, (int)m->edge, (int)h->edge, (long long)m->count,
-                 (long long)h->count, (int)m->shards, (int)h->shards, (int)m->agg, (int)h->agg);
+                 (long long)h->count, (int)m->nseg, (int)h->nseg, (int)m->shards, (int)h->shards,
+                 (int)m->agg, (int)h->agg);
         set_error(x, WF_EINVAL, why);
         wf__comm_fail(x->c, WF_EINVAL, peer, "%s", why);
     } else if (h->batch != m->batch) {
@@ -259,14 +356,14 @@ static void on_done(void *arg, int rc)
         set_error(x, rc, wf_last_errmsg());
     else if (s->kind == T_HDR_RECV)
         check_hdr(x, q);
-    if (x->cma && s->kind == T_HDR_RECV) /* q's partial of my chunk, out of q's output */
+    if (x->cma && s->kind == T_HDR_RECV) /* q's partial of my chunk, out of q's values */
         cma_read(x, q, x->lo[me], x->lo[me + 1] - x->lo[me], partial_of(x, q), "the partial");
     /* q's chunk is reduced: read it, then say so. That needs q's "ready" and q's header (the
-     * address), which may complete in either order (q's actor can send "ready" from a
+     * addresses), which may complete in either order (q's actor can send "ready" from a
      * callback while its header still waits in q's mailbox): the second of the two reads. */
     if (x->cma && (s->kind == T_RES_RECV || s->kind == T_HDR_RECV) &&
         atomic_fetch_add_explicit(&x->pair[q], 1, memory_order_acq_rel) == 1) {
-        cma_read(x, q, x->lo[q], x->lo[q + 1] - x->lo[q], x->out + x->lo[q], "the result");
+        cma_read(x, q, x->lo[q], x->lo[q + 1] - x->lo[q], NULL, "the result");
         post(x, T_PART_SEND, q, &x->note, sizeof x->note, 1, 1);
     }
     bool counts = s->kind == T_HDR_RECV || (!x->cma && s->kind == T_PART_RECV);
@@ -275,24 +372,35 @@ static void on_done(void *arg, int rc)
     done_one(x);
 }
 
-/* Scales each local shard's value by its weight and sums them in the tree, into 'dst'. */
-static int local_sum(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in, float *dst)
+/* The local shards' weights (MEAN: rows over the batch's; SUM: 1; SHARD_MEAN: 1 / S). */
+static void shard_weights(const wf_node *n, int64_t rows, float *w)
 {
-    (void)ctx;
     const wf_attrs *a = n->attrs;
-    int b = (int)a->step[0];
-    int64_t rows = in[0]->shape.dims[0], shards = a->end[0];
+    for (int i = 0; i < (int)a->step[0]; i++) {
+        int64_t lo, hi;
+        wf__shard_rows_range(rows, a->begin[0] + i, a->end[0], &lo, &hi);
+        w[i] = a->axis == WF__AGG_SUM          ? 1.0f
+               : a->axis == WF__AGG_SHARD_MEAN ? 1.0f / (float)a->end[0]
+                                               : (float)(hi - lo) / (float)rows;
+    }
+}
+
+static void scale(float *d, size_t len, float w)
+{
+    if (w != 1.0f)
+        for (size_t e = 0; e < len; e++)
+            d[e] *= w;
+}
+
+/* Scales each local shard's value by its weight and sums them in the tree, into 'dst'. */
+static int local_sum(const wf_node *n, wf_tensor *const *in, float *dst)
+{
+    int b = (int)n->attrs->step[0];
     float w[64];
     float *stack_p[64];
     if (b > 64)
         return wf__err(WF_EINVAL, "%d local shards (at most 64)", b);
-    for (int i = 0; i < b; i++) {
-        int64_t lo, hi;
-        wf__shard_rows_range(rows, a->begin[0] + i, shards, &lo, &hi);
-        w[i] = a->axis == WF__AGG_SUM          ? 1.0f
-               : a->axis == WF__AGG_SHARD_MEAN ? 1.0f / (float)shards
-                                               : (float)(hi - lo) / (float)rows;
-    }
+    shard_weights(n, in[0]->shape.dims[0], w);
     int m = (n->n_inputs - 1) / b;
     size_t off = 0;
     for (int j = 0; j < m; j++) {
@@ -313,9 +421,7 @@ static int local_sum(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *cons
                 free(scratch);
                 return rc;
             }
-            if (w[i] != 1.0f)
-                for (size_t e = 0; e < len; e++)
-                    d[e] *= w[i];
+            scale(d, len, w[i]);
         }
         wf__dp_tree_sum(stack_p, 0, b, 1, len);
         free(scratch);
@@ -324,12 +430,41 @@ static int local_sum(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *cons
     return 0;
 }
 
+/* In place (attrs.keepdims): the same sums, each over the shards' own tensors, ending in the
+ * first shard's (the others are scratch: only this node reads them, placement/replicate.c). */
+static int local_sum_inplace(const wf_node *n, wf_tensor *const *in)
+{
+    int b = (int)n->attrs->step[0];
+    float w[64];
+    float *p[64];
+    if (b > 64)
+        return wf__err(WF_EINVAL, "%d local shards (at most 64)", b);
+    shard_weights(n, in[0]->shape.dims[0], w);
+    for (int v = 1; v < n->n_inputs; v++)
+        if (!in[v]->contiguous)
+            return wf__err(WF_EINVAL, "value '%s' is not contiguous: it cannot be reduced in place",
+                           n->inputs[v]->name);
+    int m = (n->n_inputs - 1) / b;
+    for (int j = 0; j < m; j++) {
+        size_t len = (size_t)in[1 + j * b]->numel;
+        for (int i = 0; i < b; i++) {
+            p[i] = (float *)in[1 + j * b + i]->data;
+            scale(p[i], len, w[i]);
+        }
+        wf__dp_tree_sum(p, 0, b, 1, len);
+    }
+    return 0;
+}
+
 static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
                             wf_tensor **out)
 {
-    float *dst = (float *)(*out)->data;
-    int rc = local_sum(ctx, n, in, dst);
+    bool inplace = n->attrs->keepdims;
+    int b = (int)n->attrs->step[0], m = (n->n_inputs - 1) / b;
+    int rc = inplace ? local_sum_inplace(n, in) : local_sum(n, in, (float *)(*out)->data);
     wf_comm *c = ctx->data;
+    if (inplace && rc == 0)
+        *(float *)(*out)->data = 0.0f; /* the token */
     if (rc < 0 || !c || wf_comm_size(c) == 1)
         return rc;
     if (!ctx->complete)
@@ -337,51 +472,71 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
     if ((rc = wf_comm_status(c)) < 0)
         return rc; /* a failed comm (a dead rank): its message, and nothing posted */
     int nr = wf_comm_size(c), me = wf_comm_rank(c);
+    int nseg = inplace ? m : 1;
+    size_t hsz = sizeof(dp_hdr) + (size_t)nseg * sizeof(uint64_t);
     dpx *x = calloc(1, sizeof *x);
     if (x) {
         x->lo = malloc((size_t)(nr + 1) * sizeof *x->lo);
-        x->got = calloc((size_t)nr, sizeof *x->got);
+        x->got = calloc((size_t)nr, hsz);
+        x->mine = calloc(1, hsz);
         x->notes = calloc(2 * (size_t)nr, sizeof *x->notes);
         x->pair = calloc((size_t)nr, sizeof *x->pair);
         x->slots = calloc((size_t)T_KINDS * (size_t)nr, sizeof *x->slots);
+        x->sg.seg = malloc((size_t)nseg * sizeof *x->sg.seg);
+        x->sg.off = malloc((size_t)(nseg + 1) * sizeof *x->sg.off);
     }
-    size_t count = (size_t)(*out)->numel;
-    if (x && x->lo && x->got && x->slots) {
+    size_t count = 0;
+    if (x && x->sg.seg && x->sg.off) {
+        x->sg.n = nseg;
+        x->sg.off[0] = 0;
+        for (int s = 0; s < nseg; s++) {
+            const wf_tensor *t = inplace ? in[1 + s * b] : *out;
+            x->sg.seg[s] = (float *)t->data;
+            x->sg.off[s + 1] = x->sg.off[s] + (size_t)t->numel;
+        }
+        count = x->sg.off[nseg];
+    }
+    if (x && x->lo && x->got && x->sg.seg && x->sg.off) {
         for (int q = 0; q <= nr; q++)
             x->lo[q] = count / (size_t)nr * (size_t)q +
                        ((size_t)q < count % (size_t)nr ? (size_t)q : count % (size_t)nr);
         size_t len = x->lo[me + 1] - x->lo[me];
         x->tmp = malloc((size_t)(nr - 1) * len * sizeof(float) + 1);
+        x->cma = c->cma; /* decided by every rank together at creation: the same on all */
+        /* through UCX the values travel as one array: in place, a copy of the segments */
+        x->staged = !x->cma && inplace;
+        x->out = x->staged ? malloc(count * sizeof(float) + 1) : x->sg.seg[0];
     }
-    if (!x || !x->lo || !x->got || !x->notes || !x->pair || !x->slots || !x->tmp) {
-        if (x) {
-            free(x->lo);
-            free(x->got);
-            free(x->notes);
-            free((void *)x->pair);
-            free(x->slots);
-            free(x->tmp);
-            free(x);
-        }
+    if (!x || !x->lo || !x->got || !x->mine || !x->notes || !x->pair || !x->slots || !x->tmp ||
+        !x->sg.seg || !x->sg.off || !x->out) {
+        if (x)
+            dpx_free(x);
         return wf__err(WF_ENOMEM, "no memory for the exchange of %zu values", count);
+    }
+    if (x->staged) {
+        seg_copy(&x->sg, 0, count, x->out, false);
+        x->fs_seg = x->out;
+        x->fs_off[1] = count;
+        x->fs = (segs){ .n = 1, .seg = &x->fs_seg, .off = x->fs_off };
     }
     x->c = c;
     x->n = n;
     x->complete = ctx->complete;
     x->token = ctx->token;
     x->step = ctx->xfer_step;
-    x->out = dst;
     x->count = count;
     x->rank = me;
     x->size = nr;
-    x->mine = (dp_hdr){ .magic = HDR_MAGIC,
-                        .edge = n->attrs->edge,
-                        .batch = in[0]->shape.dims[0],
-                        .count = (int64_t)count,
-                        .shards = (int32_t)n->attrs->end[0],
-                        .agg = n->attrs->axis,
-                        .addr = (uint64_t)(uintptr_t)dst };
-    x->cma = c->cma; /* decided by every rank together at creation: the same on all */
+    x->hsz = hsz;
+    *x->mine = (dp_hdr){ .magic = HDR_MAGIC,
+                         .edge = n->attrs->edge,
+                         .batch = in[0]->shape.dims[0],
+                         .count = (int64_t)count,
+                         .shards = (int32_t)n->attrs->end[0],
+                         .agg = n->attrs->axis,
+                         .nseg = nseg };
+    for (int s = 0; s < nseg; s++)
+        x->mine->addr[s] = (uint64_t)(uintptr_t)x->sg.seg[s];
     x->note = HDR_MAGIC;
     /* 2 recvs (header, partial) + 2 sends + 1 result recv + 1 result send per peer, and the
      * poster's own hold, so that nothing completes the node while it posts. On one host the
@@ -397,16 +552,16 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         size_t qlen = x->lo[q + 1] - x->lo[q];
         if (x->cma) {
             post(x, T_RES_RECV, q, &x->notes[q], sizeof x->note, 1, 0);
-            post(x, T_HDR_RECV, q, &x->got[q], sizeof(dp_hdr), 0, 0);
+            post(x, T_HDR_RECV, q, hdr_of(x, q), hsz, 0, 0);
             post(x, T_PART_RECV, q, &x->notes[nr + q], sizeof x->note, 1, 1);
-            post(x, T_HDR_SEND, q, &x->mine, sizeof(dp_hdr), 0, 0);
+            post(x, T_HDR_SEND, q, x->mine, hsz, 0, 0);
             continue; /* T_PART_SEND ("read") follows the result's read (on_done) */
         }
-        post(x, T_RES_RECV, q, dst + x->lo[q], qlen * sizeof(float), 1, 0);
-        post(x, T_HDR_RECV, q, &x->got[q], sizeof(dp_hdr), 0, 0);
+        post(x, T_RES_RECV, q, x->out + x->lo[q], qlen * sizeof(float), 1, 0);
+        post(x, T_HDR_RECV, q, hdr_of(x, q), hsz, 0, 0);
         post(x, T_PART_RECV, q, partial_of(x, q), mylen * sizeof(float), 0, 1);
-        post(x, T_HDR_SEND, q, &x->mine, sizeof(dp_hdr), 0, 0);
-        post(x, T_PART_SEND, q, dst + x->lo[q], qlen * sizeof(float), 0, 1);
+        post(x, T_HDR_SEND, q, x->mine, hsz, 0, 0);
+        post(x, T_PART_SEND, q, x->out + x->lo[q], qlen * sizeof(float), 0, 1);
     }
     done_one(x);
     return WF_KERNEL_PENDING;

@@ -10,12 +10,15 @@
  *   the step's window (first task start to last task end) during which its worker ran no
  *   task, i.e. waited on the network (median over the timed steps).
  * Usage: dp_bench [--json] [--steps N] [--warmup W] [--python PATH] [--no-torch]
- *                 [--trace PREFIX] [--threads] [--same-cores]
- *   --trace keeps each rank's trace of the 2-rank case as PREFIX-rank<r>.json (Chrome trace);
+ *                 [--trace PREFIX] [--threads] [--same-cores] [--bucket-kib K]
+ *   --trace keeps each rank's trace of the 2-rank case as PREFIX-rank<r>.json (Chrome trace),
+ *   and the 1-rank cases' as PREFIX-1x<workers>.json;
  *   --threads prints, for every rank of every weft case, each thread's name, CPU time during
  *   the timed steps and the CPUs it may run on (/proc/self/task), on stderr;
  *   --same-cores does not tell the runtimes their local rank (wf_runtime_opts.local_rank and
  *   local_size), so every rank pins its workers from core 0, as before they existed;
+ *   --bucket-kib K gives the 2-rank case's strategy buckets of K KiB (wf_strategy_opts.
+ *   bucket_bytes; the default is the strategy's, 25 MiB after a 1 MiB first one);
  *   --flight-compare R runs only the 2-rank case, 2R times, alternating the comm's flight
  *   recorder on and off (wf_comm_opts.flight_off; each order in turn), and prints the median
  *   of each mode's step medians and the recorder's share of the step ("flight_overhead_pct",
@@ -50,6 +53,7 @@ typedef struct result {
 static const char *trace_prefix; /* --trace */
 static bool show_threads;        /* --threads */
 static bool pin_local = true;    /* --same-cores clears it */
+static size_t bucket_bytes;      /* --bucket-kib (0: the strategy's default) */
 
 #define MAXT 64
 
@@ -174,10 +178,11 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
     wf_runtime *rt = NULL;
     wf_comm *c = NULL;
     wf_strategy *st = NULL;
-    int rc = wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = workers,
-                                                        .trace_events = size > 1 ? 1u << 16 : 0,
-                                                        .local_rank = pin_local ? rank : 0,
-                                                        .local_size = pin_local ? size : 0 });
+    int rc = wf_runtime_create(
+        &rt, &(wf_runtime_opts){ .n_workers = workers,
+                                 .trace_events = size > 1 || trace_prefix ? 1u << 16 : 0,
+                                 .local_rank = pin_local ? rank : 0,
+                                 .local_size = pin_local ? size : 0 });
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     if (rc == 0 && size > 1)
@@ -187,7 +192,7 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
                 .rank = rank, .size = size, .addr = addr, .token = "dp", .flight_off = flight_off },
             &c);
     if (rc == 0 && size > 1)
-        rc = wf_strategy_multiworker(c, NULL, &st);
+        rc = wf_strategy_multiworker(c, &(wf_strategy_opts){ .bucket_bytes = bucket_bytes }, &st);
     if (rc < 0) {
         fprintf(stderr, "dp_bench: rank %d: %s\n", rank, wf_last_errmsg());
         return 1;
@@ -252,7 +257,9 @@ static int run_case(int rank, int size, int workers, int port, int steps, int wa
         snprintf(path, sizeof path, "%s-rank%d.json", trace_prefix, rank);
     else
         snprintf(path, sizeof path, "/tmp/dp_bench-%d.json", (int)getpid());
-    if (size > 1 && rank > 0 && trace_prefix && wf_runtime_trace_write(rt, path) < 0)
+    if (size == 1 && trace_prefix)
+        snprintf(path, sizeof path, "%s-1x%d.json", trace_prefix, workers);
+    if ((size == 1 || rank > 0) && trace_prefix && wf_runtime_trace_write(rt, path) < 0)
         fprintf(stderr, "dp_bench: rank %d: %s\n", rank, wf_last_errmsg());
     if (size > 1 && rank == 0) {
         FILE *fp = NULL;
@@ -395,7 +402,7 @@ int main(int argc, char **argv)
     bool json = false, torch = true;
     int steps = 20, warmup = 3;
     const char *python = "/usr/bin/python3";
-    int flight_rounds = 0;
+    int flight_rounds = 0, kib = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = true;
@@ -415,13 +422,16 @@ int main(int argc, char **argv)
             show_threads = true;
         else if (!strcmp(argv[i], "--same-cores"))
             pin_local = false;
+        else if (!strcmp(argv[i], "--bucket-kib") && i + 1 < argc &&
+                 bench_parse_int(argv[i + 1], 1, 1 << 20, &kib) == 0 && ++i)
+            bucket_bytes = (size_t)kib << 10;
         else if (!strcmp(argv[i], "--flight-compare") && i + 1 < argc &&
                  bench_parse_int(argv[i + 1], 1, 64, &flight_rounds) == 0)
             i++;
         else {
             fprintf(stderr, "usage: dp_bench [--json] [--steps N] [--warmup W] [--python PATH] "
                             "[--no-torch] [--trace PREFIX] [--threads] [--same-cores] "
-                            "[--flight-compare R]\n");
+                            "[--flight-compare R] [--bucket-kib K]\n");
             return 2;
         }
     }

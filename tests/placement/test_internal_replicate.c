@@ -3,7 +3,8 @@
  *   ('shard_device'), on a graph without any session: every node of shard i's copy that
  *   the device can run carries shard i's device, the row split of the batch, the
  *   reductions, the updates and the user's own nodes carry none (the host), and an f64
- *   replica node stays on the host; without 'shard_device' no node is placed.
+ *   replica node stays on the host; without 'shard_device' no node is placed. A bucket that
+ *   only its dp_reduce reads is reduced in place (dp_grad nodes); others keep the flat value.
  * Internal: calls placement/replicate.h. */
 #include "../../core/graph.h"
 #include "../../placement/replicate.h"
@@ -113,4 +114,90 @@ Test(placement_internal_replicate, without_devices_nothing_is_placed)
         cr_assert_eq(wf_graph_node(m.g, id)->device, -1, "node %d is placed", id);
     free(map.remap);
     wf_graph_destroy(m.g);
+}
+
+/* The dp_reduce of the gradient bucket of 'm' (after the rewrite), or NULL. */
+static const wf_node *bucket_of(const net *m)
+{
+    int total = wf_graph_node_count(m->g);
+    for (int id = m->n; id < total; id++) {
+        const wf_node *n = wf_graph_node(m->g, id);
+        if (strcmp(n->op->name, "dp_reduce") == 0 && strncmp(n->name, "dp_bucket_", 10) == 0)
+            return n;
+    }
+    return NULL;
+}
+
+/* How many nodes of the rewritten graph of op 'op' read 'x' as data. */
+static int readers_of(const net *m, const wf_node *x, const char *op)
+{
+    int total = wf_graph_node_count(m->g), k = 0;
+    for (int id = m->n; id < total; id++) {
+        const wf_node *n = wf_graph_node(m->g, id);
+        for (int j = 0; j < n->n_inputs; j++)
+            k += n->inputs[j] == x && strcmp(n->op->name, op) == 0;
+    }
+    return k;
+}
+
+/* Nothing but the bucket reads the gradients' shard copies: it reduces them in place (its
+ * value a token) and the update reads a dp_grad over the first shard's copy, not a slice. */
+Test(placement_internal_replicate, a_bucket_only_it_reads_is_reduced_in_place)
+{
+    net m = build();
+    wf__replica_map map;
+    int rc = rewrite(&m, NULL, &map);
+    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_last_errmsg());
+    const wf_node *b = bucket_of(&m);
+    cr_assert_not_null(b, "no gradient bucket");
+    cr_assert(b->attrs->keepdims, "the bucket is not reduced in place");
+    cr_assert_eq(b->shape.rank, 0, "the in-place bucket's value is not a scalar token");
+    cr_assert_eq(readers_of(&m, b, "dp_grad"), 1, "one gradient, one dp_grad");
+    cr_assert_eq(readers_of(&m, b, "slice"), 0, "a slice of an in-place bucket");
+    int total = wf_graph_node_count(m.g), updates = 0;
+    for (int id = m.n; id < total; id++) {
+        const wf_node *n = wf_graph_node(m.g, id);
+        if (strcmp(n->op->name, "dp_grad") == 0)
+            cr_assert_eq(n->inputs[0], b->inputs[1], "dp_grad reads another value than shard 0's");
+        if (n->op->n_assign > 0 && strncmp(n->op->name, "update", 6) == 0) {
+            updates++;
+            cr_assert(n->inputs[1]->op == &wf_op_dp_grad, "the update reads '%s' (%s)",
+                      n->inputs[1]->name, n->inputs[1]->op->name);
+        }
+    }
+    cr_assert_eq(updates, 1);
+    free(map.remap);
+    wf_graph_destroy(m.g);
+}
+
+/* A replica node ordered after a gradient (a control edge) might read its shard copies while
+ * the bucket would write over them: that bucket is packed into its flat value and sliced. So
+ * is every bucket of Mirrored's devices (the copies placement adds read the shards' values). */
+Test(placement_internal_replicate, a_gradient_something_else_reads_keeps_the_flat_bucket)
+{
+    for (int devices = 0; devices < 2; devices++) {
+        net m = build();
+        static const int dev[3] = { 4, 5, 6 };
+        if (!devices) {
+            const wf_node *grad = NULL;
+            for (int id = 0; id < m.n && !grad; id++)
+                if (wf_graph_node(m.g, id)->is_gradient)
+                    grad = wf_graph_node(m.g, id);
+            cr_assert_not_null(grad, "no node is marked a gradient");
+            wf_node *peek = wf_relu(m.g, m.x);
+            cr_assert_eq(wf__node_add_control(peek, (wf_node *)grad), 0);
+            m.n = wf_graph_node_count(m.g);
+        }
+        wf__replica_map map;
+        int rc = rewrite(&m, devices ? dev : NULL, &map);
+        cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_last_errmsg());
+        const wf_node *b = bucket_of(&m);
+        cr_assert_not_null(b, "no gradient bucket");
+        cr_assert(!b->attrs->keepdims, "the bucket is reduced in place (devices %d)", devices);
+        cr_assert_eq(b->shape.rank, 1);
+        cr_assert_eq(readers_of(&m, b, "slice"), 1, "one gradient, one slice");
+        cr_assert_eq(readers_of(&m, b, "dp_grad"), 0);
+        free(map.remap);
+        wf_graph_destroy(m.g);
+    }
 }

@@ -2,8 +2,9 @@
  * seeds (node ids in a shuffled order, so that ids say nothing about the order), a deep
  * chain, a wide fan-out/fan-in: each node takes a global sequence number when it starts and
  * when it ends, and every run must run each node exactly once and start it only after all
- * its predecessors ended. Also: ids, replays after a change, runs from inside a task, and
- * WF_EBUSY while a run is in flight. Failing nodes and cycles are in test_errors.c. */
+ * its predecessors ended. Also: ids, replays after a change, runs from inside a task,
+ * WF_EBUSY while a run is in flight, and one worker's order of ready successors. Failing nodes and
+ * cycles are in test_errors.c. */
 #include "wf_test.h"
 
 #include <weft/weft.h>
@@ -461,5 +462,49 @@ Test(sched_taskgraph, a_graph_can_run_again_once_its_run_was_waited_for)
     }
     wf_group_deinit(&g);
     dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+typedef struct ordered {
+    atomic_int *next;
+    int *at; /* at[id]: the position node 'id' started at */
+    int id;
+} ordered;
+
+static int ordered_fn(void *arg)
+{
+    ordered *o = arg;
+    o->at[o->id] = atomic_fetch_add(o->next, 1);
+    return 0;
+}
+
+/* With one worker nobody steals, so a node's ready successors run in the order of its
+ * successor list (the order its edges were added; a session adds them by priority). They
+ * ran last first: the owner pops its pushes in reverse, and a gradient bucket's small last
+ * input, early in the list, waited for the whole rest of backward. */
+Test(sched_taskgraph, one_worker_runs_ready_successors_in_their_list_order)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1 });
+    wf_taskgraph *g = NULL;
+    cr_assert_eq(wf_taskgraph_create(rt, &g), 0, "%s", wf_last_errmsg());
+
+    enum { N = 6 };
+
+    atomic_int next = 0;
+    int at[N];
+    ordered o[N];
+    for (int i = 0; i < N; i++) {
+        o[i] = (ordered){ &next, at, i };
+        cr_assert_eq(wf_taskgraph_add(g, ordered_fn, &o[i], NULL), i);
+    }
+    for (int i = 1; i < N; i++)
+        cr_assert_eq(wf_taskgraph_precede(g, 0, i), 0, "%s", wf_taskgraph_errmsg(g));
+    for (int run = 0; run < 3; run++) {
+        atomic_store(&next, 0);
+        cr_assert_eq(wf_taskgraph_run(g), 0, "%s", wf_taskgraph_errmsg(g));
+        for (int i = 0; i < N; i++)
+            cr_assert_eq(at[i], i, "run %d: node %d ran %d-th", run, i, at[i]);
+    }
+    wf_taskgraph_destroy(g);
     wf_runtime_destroy(rt);
 }
