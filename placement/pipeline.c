@@ -31,7 +31,11 @@ static int fail(int code, const char *fmt, const char *a, int x, int y)
 
 /* Stages of every node (see pipeline.h); kinds from wf__replicate_kinds(). A batch
  * placeholder is on the stage of its first reader (each rank is fed the whole batch, so
- * only the micro-batches another stage reads cross). */
+ * only the micro-batches another stage reads cross). A global node that is no update (what
+ * reads the reduced gradients: clipping by the global norm) is on the stage of its largest
+ * input (the later one of equal sizes): a gradient's square and its clipped value stay with
+ * the gradient, the sum of the squares and the scale go to the last stage, and only those
+ * scalars cross, once per step. */
 enum { PENDING = -3 };
 
 static int assign(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind, int *stage)
@@ -62,11 +66,18 @@ static int assign(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *
         } else if (v->grad_of >= 0 && v->grad_of < id && stage[v->grad_of] >= 0) {
             s = stage[v->grad_of];
         } else {
-            bool all_shared = true;
+            bool all_shared = true, by_size = kind[id] == WF__KIND_GLOBAL && !v->op->n_assign;
+            int64_t most = -1;
             for (int j = 0; j < v->n_inputs; j++) {
                 int sx = stage[v->inputs[j]->id];
+                int64_t nx = wf_shape_numel(v->inputs[j]->shape);
                 all_shared &= kind[v->inputs[j]->id] == WF__KIND_SHARED;
-                s = sx > s ? sx : s;
+                if (by_size && sx >= 0 && (nx > most || (nx == most && sx > s))) {
+                    most = nx; /* a step's value: with its largest input (see below) */
+                    s = sx;
+                } else if (!by_size) {
+                    s = sx > s ? sx : s;
+                }
             }
             if (kind[id] == WF__KIND_GLOBAL && all_shared)
                 s = WF__STAGE_ALL;
