@@ -1,6 +1,8 @@
 /* tests/transport/test_pipeline.c: pipeline training (wf_strategy_pipeline(), weft/
- * distribute.h) on real processes: an MLP 64-32-32-10 with Adam split in 2 stages on 2 ranks
- * (and in 3 on 3), m = 4 micro-batches, GPipe and 1F1B, trains bit for bit as one process
+ * distribute.h) on real processes: an MLP 64-32-32-10 with Adam, a CNN (two convolutions and
+ * a linear layer) and the GPT of examples/train_gpt (2 blocks, AdamW, gradients clipped by
+ * their global norm across the stages), each split in 2 stages on 2 ranks (and in 3 on 3),
+ * m = 4 micro-batches, GPipe and 1F1B, trains bit for bit as one process
  * with the MultiWorkerMirrored strategy and 4 shards (per-step losses and the final weights'
  * bytes, and the losses of forward-only runs between steps, which send no gradients), and
  * within 1e-6 relative of plain single-process training; every stage fetches the loss (the
@@ -17,6 +19,10 @@
 
 #include <weft/placement.h>
 
+#ifdef WF_TEST_HAVE_GPT
+#    include <train_gpt/gpt_model.h>
+#endif
+
 #include <fcntl.h>
 #include <math.h>
 
@@ -27,22 +33,33 @@ TestSuite(transport_pipeline, .timeout = WF_TEST_TIMEOUT(240), .fini = wf_test_f
 #define OUT     10
 #define NVARS   6
 #define MAXSTEP 32
-#define NW      (IN * HID + HID + HID * HID + HID + HID * OUT + OUT)
 
 enum { M_TRAIN, M_KILL, M_SHARED_VAR };
 
+/* The models the equivalence tests train: the MLP above, a CNN (conv 1->4 + ReLU + max pool,
+ * conv 4->8 + ReLU, linear 128->10 on 8x8 images: a layer per stage with 3 stages, conv1 and
+ * the rest with 2) and the GPT of examples/train_gpt (2 blocks; block k on its stage, the
+ * embeddings on stage 0, the head on the last; AdamW and Adam groups, gradients clipped by
+ * their global norm across the stages). */
+enum { NET_MLP, NET_CNN, NET_GPT };
+
+#define MAXW    16384 /* floats of every model's weights */
+#define MAXVARS 64
+#define GPT_V   16
+#define GPT_T   8
+
 typedef struct pp_arg {
-    int mode;
+    int mode, model;
     int stages, micro, schedule, steps, batch;
     int ready_fd;   /* M_KILL: each rank writes a byte once its session is made */
     char path[160]; /* rank r writes "<path>.<r>" */
 } pp_arg;
 
 typedef struct pp_result {
-    int steps;
+    int steps, nw;
     float loss[MAXSTEP];
     float eval[MAXSTEP]; /* after every 4th step: the loss of a forward-only run */
-    float w[NW];
+    float w[MAXW];
 } pp_result;
 
 /* The global batch of step 's': the same on every rank. */
@@ -56,12 +73,6 @@ typedef struct mlp {
     wf_node *x, *y, *loss, *train, *vars[NVARS];
     int owner[NVARS]; /* the stage of each variable */
 } mlp;
-
-static int var_size(int k)
-{
-    static const int sz[NVARS] = { IN * HID, HID, HID * HID, HID, HID * OUT, OUT };
-    return sz[k];
-}
 
 /* Stage of layer 'l' (0, 1, 2) with 'stages' stages. */
 static int layer_stage(int l, int stages)
@@ -118,47 +129,186 @@ static int mlp_build(wf_runtime *rt, mlp *m, wf_place_hints *h, int stages, int 
     return m->train ? 0 : -1;
 }
 
+/* Any of the models: its graph, feeds, loss, training targets and variables (each with the
+ * stage that owns it). */
+typedef struct net {
+    int model;
+    wf_graph *g;
+    wf_node *x, *y, *loss, *train[2];
+    int n_train, n_vars;
+    wf_node *vars[MAXVARS];
+    int owner[MAXVARS];
+} net;
+
+static int cnn_build(wf_runtime *rt, net *n, wf_place_hints *h, int stages)
+{
+    wf_graph *g = n->g = wf_graph_create(rt, WF_STATIC);
+    n->x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, 1, 8, 8));
+    n->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
+    static const wf_shape shapes[6] = { WF_SHAPE(4, 1, 3, 3), WF_SHAPE(4),
+                                        WF_SHAPE(8, 4, 3, 3), WF_SHAPE(8),
+                                        WF_SHAPE(OUT, 128),   WF_SHAPE(OUT) };
+    for (int k = 0; k < 6; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "%s%d", k % 2 ? "b" : "w", k / 2 + 1);
+        n->vars[k] = wf_variable(g, name, WF_F32, shapes[k],
+                                 k % 2 ? wf_init_zeros() : wf_init_glorot_uniform((uint64_t)k + 7));
+        n->owner[k] = layer_stage(k / 2, stages);
+    }
+    n->n_vars = 6;
+    const wf_conv2d_opts same = { .padding = { 1, 1, 1, 1 } };
+    const wf_pool2d_opts pool = { .window = { 2, 2 } };
+    wf_node *a = n->x;
+    for (int l = 0; l < 3; l++) {
+        if (scope(h, g, layer_stage(l, stages)) < 0)
+            return -1;
+        if (l < 2) {
+            wf_node *b = wf_reshape(g, n->vars[2 * l + 1], WF_SHAPE(l ? 8 : 4, 1, 1));
+            a = wf_relu(g, wf_add(g, wf_conv2d(g, a, n->vars[2 * l], &same), b));
+            if (l == 0)
+                a = wf_max_pool2d(g, a, &pool);
+        } else {
+            a = wf_reshape(g, a, WF_SHAPE(-1, 128));
+            a = wf_add(g, wf_matmul_ex(g, a, n->vars[4], false, true), n->vars[5]);
+            n->loss = wf_mean(g, wf_softmax_cross_entropy(g, a, n->y));
+        }
+        if (scope_end(h, g) < 0)
+            return -1;
+    }
+    n->train[0] = wf_minimize(g, wf_adam(1e-2), n->loss);
+    n->n_train = 1;
+    return n->train[0] ? 0 : -1;
+}
+
+#ifdef WF_TEST_HAVE_GPT
+static int gpt_net_build(wf_runtime *rt, net *n, wf_place_hints *h, int stages)
+{
+    wf_graph *g = n->g = wf_graph_create(rt, WF_STATIC);
+    gpt_model m;
+    char err[256];
+    const gpt_config c = {
+        .vocab = GPT_V, .context = GPT_T, .d_model = 16, .heads = 2, .layers = 2, .seed = 3
+    };
+    if (gpt_build(g, &c, &m, err, sizeof err) < 0 || m.n_params > MAXVARS)
+        return -1;
+    m.hints = h;
+    m.stages = h ? stages : 0;
+    n->x = wf_placeholder(g, "x", WF_I32, WF_SHAPE(-1, GPT_T));
+    n->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1, GPT_T));
+    wf_node *logits = gpt_logits(g, &m, n->x, true);
+    if (gpt_stage_scope(g, &m, h ? stages - 1 : 0) < 0)
+        return -1;
+    n->loss = gpt_loss(g, logits, n->y);
+    if (gpt_stage_scope(g, &m, -1) < 0 || !n->loss)
+        return -1;
+    gpt_train_opts to = { .lr = 1e-2, .weight_decay = 0.1, .clip_norm = 0.5 };
+    if (gpt_train_step(g, &m, n->loss, &to, n->train) < 0)
+        return -1;
+    n->n_train = 2;
+    n->n_vars = m.n_params;
+    for (int i = 0; i < m.n_params; i++) {
+        n->vars[i] = m.p[i];
+        m.stages = stages;
+        n->owner[i] = gpt_param_stage(&m, i);
+    }
+    return 0;
+}
+#endif
+
+static int net_build(wf_runtime *rt, net *n, int model, wf_place_hints *h, int stages)
+{
+    *n = (net){ .model = model };
+    if (model == NET_CNN)
+        return cnn_build(rt, n, h, stages);
+#ifdef WF_TEST_HAVE_GPT
+    if (model == NET_GPT)
+        return gpt_net_build(rt, n, h, stages);
+#endif
+    if (model != NET_MLP)
+        return -1;
+    mlp m;
+    int rc = mlp_build(rt, &m, h, stages, M_TRAIN);
+    n->g = m.g, n->x = m.x, n->y = m.y, n->loss = m.loss, n->train[0] = m.train;
+    n->n_train = 1;
+    n->n_vars = NVARS;
+    memcpy(n->vars, m.vars, sizeof m.vars);
+    memcpy(n->owner, m.owner, sizeof m.owner);
+    return rc;
+}
+
+/* One run of 'n' on step 'step''s batch of 'rows' rows (the same on every rank): fetches the
+ * loss; 'train' false: forward only. */
+static int net_step(wf_session *s, const net *n, int rows, int step, bool train, float *loss)
+{
+    static float xf[256 * IN];
+    static int32_t xi[256 * GPT_T], yi[256 * GPT_T];
+    wf_tensor *xt, *yt;
+    if (n->model == NET_GPT) {
+        for (int i = 0; i < rows * GPT_T; i++) { /* a stream with a pattern to learn */
+            xi[i] = (i * 5 + (i / GPT_T) * 3 + step * 7) % GPT_V;
+            yi[i] = (xi[i] * 3 + 1) % GPT_V;
+        }
+        xt = wf_tensor_from(WF_I32, WF_SHAPE(rows, GPT_T), xi);
+        yt = wf_tensor_from(WF_I32, WF_SHAPE(rows, GPT_T), yi);
+    } else {
+        tu_batch_of(step, rows, IN, OUT, xf, yi);
+        xt = wf_tensor_from(WF_F32,
+                            n->model == NET_CNN ? WF_SHAPE(rows, 1, 8, 8) : WF_SHAPE(rows, IN), xf);
+        yt = wf_tensor_from(WF_I32, WF_SHAPE(rows), yi);
+    }
+    wf_feed f[] = { { n->x, xt }, { n->y, yt } };
+    wf_tensor *out = NULL;
+    int rc = wf_session_run(s, f, 2, &n->loss, 1, &out, n->train, train ? n->n_train : 0);
+    wf_tensor_release(xt);
+    wf_tensor_release(yt);
+    if (rc == 0)
+        *loss = wf_tensor_data_f32(out)[0];
+    wf_tensor_release(out);
+    return rc;
+}
+
+static int64_t var_numel(const net *n, int k)
+{
+    return wf_shape_numel(wf_node_shape(n->vars[k]));
+}
+
 /* Trains 'a->steps' steps with 'st' (NULL: a plain session); 'stage' is this process's
- * stage (-1: all of them: a reference run). Fills the losses (on the last stage) and the
- * weights of the stage's variables. */
+ * stage (-1: all of them: a reference run). Fills the losses and the weights of the stage's
+ * variables. */
 static int train(wf_runtime *rt, const wf_strategy *st, const pp_arg *a, int stage,
                  wf_place_hints *h, pp_result *res)
 {
-    mlp m;
-    TU_CHECK(mlp_build(rt, &m, h, a->stages, M_TRAIN) == 0, "build: %s", wf_graph_errmsg(m.g));
+    net n;
+    TU_CHECK(net_build(rt, &n, a->model, h, a->stages) == 0, "build: %s", wf_graph_errmsg(n.g));
     wf_session *s = NULL;
-    TU_OK(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s));
-    float *x = malloc(sizeof(float) * (size_t)a->batch * IN);
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)a->batch);
-    TU_CHECK(x && y, "no memory");
+    TU_OK(wf_session_create(n.g, &(wf_session_opts){ .strategy = st }, &s));
+    TU_CHECK(a->batch <= 256, "batch %d", a->batch);
     res->steps = a->steps;
     for (int step = 0; step < a->steps; step++) {
-        int rc =
-            tu_step(s, m.x, m.y, IN, OUT, a->batch, step, m.loss, m.train, x, y, &res->loss[step]);
+        int rc = net_step(s, &n, a->batch, step, true, &res->loss[step]);
         TU_CHECK(rc == 0, "stage %d, step %d: %s: %s", stage, step, wf_err_name(rc),
                  wf_session_errmsg(s));
         if (step % 4 == 3) { /* a forward-only run between steps: no backward, no update */
-            rc = tu_step(s, m.x, m.y, IN, OUT, a->batch, 1000 + step, m.loss, NULL, x, y,
-                         &res->eval[step / 4]);
+            rc = net_step(s, &n, a->batch, 1000 + step, false, &res->eval[step / 4]);
             TU_CHECK(rc == 0, "stage %d, evaluation after step %d: %s: %s", stage, step,
                      wf_err_name(rc), wf_session_errmsg(s));
         }
     }
     size_t off = 0;
-    for (int k = 0; k < NVARS; k++) {
-        size_t n = (size_t)var_size(k);
-        if (stage < 0 || m.owner[k] == stage) {
+    for (int k = 0; k < n.n_vars; k++) {
+        size_t cnt = (size_t)var_numel(&n, k);
+        TU_CHECK(off + cnt <= MAXW, "more than %d weights", MAXW);
+        if (stage < 0 || n.owner[k] == stage) {
             wf_tensor *v = NULL;
-            TU_OK(wf_session_variable(s, m.vars[k], &v));
-            TU_OK(wf_tensor_read(v, WF_F32, res->w + off, n * sizeof(float)));
+            TU_OK(wf_session_variable(s, n.vars[k], &v));
+            TU_OK(wf_tensor_read(v, WF_F32, res->w + off, cnt * sizeof(float)));
             wf_tensor_release(v);
         }
-        off += n;
+        off += cnt;
     }
-    free(x);
-    free(y);
+    res->nw = (int)off;
     wf_session_destroy(s);
-    wf_graph_destroy(m.g);
+    wf_graph_destroy(n.g);
     return 0;
 }
 
@@ -198,10 +348,10 @@ TU_REGISTER(rank_train)
  * stage. */
 static void gather(const pp_arg *a, pp_result *out)
 {
-    mlp m;
+    net n;
     wf_runtime *rt = NULL;
     cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
-    cr_assert_eq(mlp_build(rt, &m, NULL, a->stages, M_TRAIN), 0);
+    cr_assert_eq(net_build(rt, &n, a->model, NULL, a->stages), 0);
     static pp_result part, losses[3];
     for (int r = 0; r < a->stages; r++) {
         char path[200];
@@ -213,33 +363,31 @@ static void gather(const pp_arg *a, pp_result *out)
         unlink(path);
         if (r == a->stages - 1) {
             out->steps = part.steps;
+            out->nw = part.nw;
             memcpy(out->loss, part.loss, sizeof out->loss);
             memcpy(out->eval, part.eval, sizeof out->eval);
         }
         losses[r] = part; /* every stage fetched the loss: the global value, the same bits */
         size_t off = 0;
-        for (int k = 0; k < NVARS; off += (size_t)var_size(k), k++)
-            if (m.owner[k] == r)
-                memcpy(out->w + off, part.w + off, sizeof(float) * (size_t)var_size(k));
+        for (int k = 0; k < n.n_vars; off += (size_t)var_numel(&n, k), k++)
+            if (n.owner[k] == r)
+                memcpy(out->w + off, part.w + off, sizeof(float) * (size_t)var_numel(&n, k));
     }
     for (int r = 0; r < a->stages; r++)
         cr_assert(!memcmp(losses[r].loss, out->loss, sizeof out->loss) &&
                       !memcmp(losses[r].eval, out->eval, sizeof out->eval),
                   "stage %d fetched other losses than the last stage", r);
-    wf_graph_destroy(m.g);
+    wf_graph_destroy(n.g);
     wf_runtime_destroy(rt);
 }
 
-static void run_pipeline(int stages, int micro, int schedule, int steps, int batch, pp_result *r)
+static void run_pipeline(const pp_arg *arg, pp_result *r)
 {
-    pp_arg a = { .mode = M_TRAIN,
-                 .stages = stages,
-                 .micro = micro,
-                 .schedule = schedule,
-                 .steps = steps,
-                 .batch = batch };
-    snprintf(a.path, sizeof a.path, "/tmp/weft-pipeline-%d-%d%d", (int)getpid(), stages, schedule);
-    tu_run t = { .size = stages,
+    pp_arg a = *arg;
+    a.mode = M_TRAIN;
+    snprintf(a.path, sizeof a.path, "/tmp/weft-pipeline-%d-%d%d%d", (int)getpid(), a.model,
+             a.stages, a.schedule);
+    tu_run t = { .size = a.stages,
                  .body = rank_train,
                  .arg = &a,
                  .arg_size = sizeof a,
@@ -247,23 +395,26 @@ static void run_pipeline(int stages, int micro, int schedule, int steps, int bat
                  .with_rt = true };
     uint64_t t0 = wf_test_now_ns();
     tu_start(&t);
-    cr_assert(tu_wait(&t), "%d stages did not finish in time", stages);
-    for (int i = 0; i < stages; i++)
+    cr_assert(tu_wait(&t), "%d stages did not finish in time", a.stages);
+    for (int i = 0; i < a.stages; i++)
         cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
-                  "rank %d of %d failed (status %d; its stderr says why)", i, stages, t.status[i]);
-    printf("pipeline %d stages, m = %d, %s: %d steps in %.2f s\n", stages, micro,
-           schedule == WF_SCHEDULE_1F1B ? "1f1b" : "gpipe", steps,
+                  "rank %d of %d failed (status %d; its stderr says why)", i, a.stages,
+                  t.status[i]);
+    static const char *const names[] = { "mlp", "cnn", "gpt" };
+    printf("pipeline %s, %d stages, m = %d, %s: %d steps in %.2f s\n", names[a.model], a.stages,
+           a.micro, a.schedule == WF_SCHEDULE_1F1B ? "1f1b" : "gpipe", a.steps,
            (double)(wf_test_now_ns() - t0) * 1e-9);
     gather(&a, r);
 }
 
 /* The same in this process: 'shards' shards of MultiWorkerMirrored without a communicator,
  * or (0) a plain session. */
-static void run_local(int shards, int steps, int batch, pp_result *r)
+static void run_local(const pp_arg *arg, int shards, pp_result *r)
 {
     wf_runtime *rt = NULL;
     cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 2 }), 0);
-    pp_arg a = { .stages = 1, .steps = steps, .batch = batch };
+    pp_arg a = *arg;
+    a.stages = 1;
     wf_strategy *st = NULL;
     if (shards)
         cr_assert_eq(wf_strategy_multiworker(NULL, &(wf_strategy_opts){ .shards = shards }, &st), 0,
@@ -282,7 +433,7 @@ static void assert_close(const pp_result *a, const pp_result *b, const char *wha
                   d / fabs((double)b->loss[s]));
     }
     double d2 = 0, n2 = 0, worst = 0;
-    for (int i = 0; i < NW; i++) {
+    for (int i = 0; i < a->nw; i++) {
         double d = fabs((double)a->w[i] - (double)b->w[i]);
         double scale = fabs((double)b->w[i]) > 1e-3 ? fabs((double)b->w[i]) : 1e-3;
         worst = d / scale > worst ? d / scale : worst;
@@ -297,26 +448,36 @@ static void assert_close(const pp_result *a, const pp_result *b, const char *wha
 
 static void assert_bitwise(const pp_result *a, const pp_result *b, const char *what)
 {
+    cr_assert(a->nw == b->nw && a->nw > 0, "%s: %d weights vs %d", what, a->nw, b->nw);
     for (int s = 0; s < a->steps; s++)
         cr_assert(!memcmp(&a->loss[s], &b->loss[s], sizeof(float)),
                   "%s: step %d: loss %.9g vs %.9g", what, s, a->loss[s], b->loss[s]);
     for (int k = 0; k < a->steps / 4; k++)
         cr_assert(!memcmp(&a->eval[k], &b->eval[k], sizeof(float)),
                   "%s: evaluation %d: loss %.9g vs %.9g", what, k, a->eval[k], b->eval[k]);
-    for (int i = 0; i < NW; i++)
+    for (int i = 0; i < a->nw; i++)
         cr_assert(!memcmp(&a->w[i], &b->w[i], sizeof(float)), "%s: weight %d: %.9g vs %.9g", what,
                   i, a->w[i], b->w[i]);
 }
 
-static void check_schedule(int stages, int schedule)
+/* 'model' in 'stages' stages, m = 4, 12 steps of 30 rows (micro-batches of 8, 8, 7 and 7):
+ * the bits of one process with 4 shards, and close to plain training. */
+static void check_model(int model, int stages, int schedule)
 {
     static pp_result pipe, local, plain;
-    int steps = 12, batch = 30; /* 30 rows: micro-batches of 8, 8, 7 and 7 */
-    run_pipeline(stages, 4, schedule, steps, batch, &pipe);
-    run_local(4, steps, batch, &local);
-    run_local(0, steps, batch, &plain);
+    pp_arg a = {
+        .model = model, .stages = stages, .micro = 4, .schedule = schedule, .steps = 12, .batch = 30
+    };
+    run_pipeline(&a, &pipe);
+    run_local(&a, 4, &local);
+    run_local(&a, 0, &plain);
     assert_bitwise(&pipe, &local, "pipeline vs one process with 4 shards");
     assert_close(&pipe, &plain, "pipeline vs plain training");
+}
+
+static void check_schedule(int stages, int schedule)
+{
+    check_model(NET_MLP, stages, schedule);
 }
 
 Test(transport_pipeline, two_stages_gpipe_train_the_bits_of_one_process_with_4_shards)
@@ -338,6 +499,38 @@ Test(transport_pipeline, three_stages_gpipe_train_the_bits_of_one_process_with_4
 {
     check_schedule(3, WF_SCHEDULE_GPIPE);
 }
+
+Test(transport_pipeline, a_cnn_in_two_stages_gpipe_trains_the_bits_of_4_shards)
+{
+    check_model(NET_CNN, 2, WF_SCHEDULE_GPIPE);
+}
+
+Test(transport_pipeline, a_cnn_in_two_stages_1f1b_trains_the_bits_of_4_shards)
+{
+    check_model(NET_CNN, 2, WF_SCHEDULE_1F1B);
+}
+
+Test(transport_pipeline, a_cnn_in_three_stages_1f1b_trains_the_bits_of_4_shards)
+{
+    check_model(NET_CNN, 3, WF_SCHEDULE_1F1B);
+}
+
+#ifdef WF_TEST_HAVE_GPT
+Test(transport_pipeline, the_gpt_in_two_stages_gpipe_trains_the_bits_of_4_shards)
+{
+    check_model(NET_GPT, 2, WF_SCHEDULE_GPIPE);
+}
+
+Test(transport_pipeline, the_gpt_in_two_stages_1f1b_trains_the_bits_of_4_shards)
+{
+    check_model(NET_GPT, 2, WF_SCHEDULE_1F1B);
+}
+
+Test(transport_pipeline, the_gpt_in_three_stages_1f1b_trains_the_bits_of_4_shards)
+{
+    check_model(NET_GPT, 3, WF_SCHEDULE_1F1B);
+}
+#endif
 
 /* The task spans of a Chrome trace whose node names have "/mb<k>": (k, start, end, is the
  * logits: the last of the forward). */
