@@ -591,7 +591,7 @@ static int plan_crossings(rw *w, const uint8_t *is_grad)
                          sv, desc, sx);
                 return fail_node(v, WF_EINVAL, why);
             }
-            if (w->kind[id] == K_GLOBAL && sv >= 0 && sx >= 0 &&
+            if (w->kind[id] == K_GLOBAL && (sv >= 0 || sv == WF__STAGE_ALL) && sx >= 0 &&
                 (w->kind[x->id] == K_GLOBAL || is_grad[x->id])) {
                 /* the step's value crosses once (a gradient after its reduction) */
                 if (wf_shape_numel(x->shape) < 0) {
@@ -600,7 +600,8 @@ static int plan_crossings(rw *w, const uint8_t *is_grad)
                              desc, sx);
                     return fail_node(v, WF_EINVAL, why);
                 }
-                w->gcross[x->id] |= 1ull << sv;
+                uint64_t every = w->o->stages >= 64 ? ~0ull : (1ull << w->o->stages) - 1;
+                w->gcross[x->id] |= sv >= 0 ? 1ull << sv : every & ~(1ull << sx);
                 continue;
             }
             if (w->kind[id] == K_GLOBAL || w->kind[x->id] == K_GLOBAL || sv < 0) {

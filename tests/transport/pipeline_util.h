@@ -36,8 +36,10 @@ enum { M_TRAIN, M_KILL, M_SHARED_VAR };
  * conv 4->8 + ReLU, linear 128->10 on 8x8 images: a layer per stage with 3 stages, conv1 and
  * the rest with 2) and the GPT of examples/train_gpt (2 blocks; block k on its stage, the
  * embeddings on stage 0, the head on the last; AdamW and Adam groups, gradients clipped by
- * their global norm across the stages). */
-enum { NET_MLP, NET_CNN, NET_GPT };
+ * their global norm across the stages). NET_MLP_SHARED is the MLP whose last layer also reads
+ * w1 (M_SHARED_VAR), NET_GPT_TIED the GPT whose head is the token table: a variable read on
+ * the first and the last stage. */
+enum { NET_MLP, NET_CNN, NET_GPT, NET_MLP_SHARED, NET_GPT_TIED };
 
 #define MAXW    16384 /* floats of every model's weights */
 #define MAXVARS 64
@@ -177,13 +179,19 @@ static int cnn_build(wf_runtime *rt, net *n, wf_place_hints *h, int stages)
 }
 
 #ifdef WF_TEST_HAVE_GPT
-static int gpt_net_build(wf_runtime *rt, net *n, wf_place_hints *h, int stages)
+static int gpt_net_build(wf_runtime *rt, net *n, wf_place_hints *h, int stages, bool tied)
 {
     wf_graph *g = n->g = wf_graph_create(rt, WF_STATIC);
     gpt_model m;
     char err[256];
     const gpt_config c = {
-        .vocab = GPT_V, .context = GPT_T, .d_model = 16, .heads = 2, .layers = 2, .seed = 3
+        .vocab = GPT_V,
+        .context = GPT_T,
+        .d_model = 16,
+        .heads = 2,
+        .layers = 2,
+        .tie_head = tied,
+        .seed = 3,
     };
     if (gpt_build(g, &c, &m, err, sizeof err) < 0 || m.n_params > MAXVARS)
         return -1;
@@ -217,13 +225,13 @@ static int net_build(wf_runtime *rt, net *n, int model, wf_place_hints *h, int s
     if (model == NET_CNN)
         return cnn_build(rt, n, h, stages);
 #ifdef WF_TEST_HAVE_GPT
-    if (model == NET_GPT)
-        return gpt_net_build(rt, n, h, stages);
+    if (model == NET_GPT || model == NET_GPT_TIED)
+        return gpt_net_build(rt, n, h, stages, model == NET_GPT_TIED);
 #endif
-    if (model != NET_MLP)
+    if (model != NET_MLP && model != NET_MLP_SHARED)
         return -1;
     mlp m;
-    int rc = mlp_build(rt, &m, h, stages, M_TRAIN);
+    int rc = mlp_build(rt, &m, h, stages, model == NET_MLP ? M_TRAIN : M_SHARED_VAR);
     n->g = m.g, n->x = m.x, n->y = m.y, n->loss = m.loss, n->train[0] = m.train;
     n->n_train = 1;
     n->n_vars = NVARS;
@@ -239,7 +247,7 @@ static int net_step(wf_session *s, const net *n, int rows, int step, bool train,
     static float xf[256 * IN];
     static int32_t xi[256 * GPT_T], yi[256 * GPT_T];
     wf_tensor *xt, *yt;
-    if (n->model == NET_GPT) {
+    if (n->model == NET_GPT || n->model == NET_GPT_TIED) {
         for (int i = 0; i < rows * GPT_T; i++) { /* a stream with a pattern to learn */
             xi[i] = (i * 5 + (i / GPT_T) * 3 + step * 7) % GPT_V;
             yi[i] = (xi[i] * 3 + 1) % GPT_V;
@@ -400,7 +408,8 @@ static void run_pipeline(const pp_arg *arg, pp_result *r)
         cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
                   "rank %d of %d failed (status %d; its stderr says why)", i, a.stages,
                   t.status[i]);
-    static const char *const names[] = { "mlp", "cnn", "gpt" };
+    static const char *const names[] = { "mlp", "cnn", "gpt", "mlp (w1 on two stages)",
+                                         "gpt (tied head)" };
     printf("pipeline %s, %d stages, m = %d, %s: %d steps in %.2f s\n", names[a.model], a.stages,
            a.micro, a.schedule == WF_SCHEDULE_1F1B ? "1f1b" : "gpipe", a.steps,
            (double)(wf_test_now_ns() - t0) * 1e-9);
@@ -424,7 +433,9 @@ static void run_local(const pp_arg *arg, int shards, pp_result *r)
     wf_runtime_destroy(rt);
 }
 
-static void assert_close(const pp_result *a, const pp_result *b, const char *what)
+/* Losses within 1e-6 relative; with 'weights', the final weights too (the norm of the
+ * difference). */
+static void assert_close(const pp_result *a, const pp_result *b, const char *what, bool weights)
 {
     for (int s = 0; s < a->steps; s++) {
         double d = fabs((double)a->loss[s] - (double)b->loss[s]);
@@ -442,7 +453,7 @@ static void assert_close(const pp_result *a, const pp_result *b, const char *wha
     }
     printf("%s: weights differ by %.3g (norm) relative, at most %.3g per element\n", what,
            sqrt(d2 / n2), worst);
-    cr_assert(sqrt(d2 / n2) <= 1e-6, "%s: the weights differ by %.3g relative", what,
+    cr_assert(!weights || sqrt(d2 / n2) <= 1e-6, "%s: the weights differ by %.3g relative", what,
               sqrt(d2 / n2));
 }
 
@@ -461,8 +472,8 @@ static void assert_bitwise(const pp_result *a, const pp_result *b, const char *w
 }
 
 /* The pipeline of 'a' against one process with as many shards as micro-batches (bit for bit)
- * and, with 'close', against plain training (within 1e-6). */
-static void check_run(const pp_arg *a, bool close)
+ * and, with 'close' (1: losses, 2: and weights), against plain training (within 1e-6). */
+static void check_run(const pp_arg *a, int close)
 {
     static pp_result pipe, local, plain;
     run_pipeline(a, &pipe);
@@ -470,7 +481,7 @@ static void check_run(const pp_arg *a, bool close)
     assert_bitwise(&pipe, &local, "pipeline vs one process with as many shards");
     if (close) {
         run_local(a, 0, &plain);
-        assert_close(&pipe, &plain, "pipeline vs plain training");
+        assert_close(&pipe, &plain, "pipeline vs plain training", close > 1);
     }
 }
 
@@ -481,7 +492,7 @@ static inline void check_model(int model, int stages, int schedule)
     pp_arg a = {
         .model = model, .stages = stages, .micro = 4, .schedule = schedule, .steps = 12, .batch = 30
     };
-    check_run(&a, true);
+    check_run(&a, 2);
 }
 
 #endif /* WF_TEST_PIPELINE_UTIL_H */

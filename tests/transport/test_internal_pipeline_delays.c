@@ -106,7 +106,7 @@ static void check_delayed(int model, int stages, int micro, int schedule)
                  .schedule = schedule,
                  .steps = MAXSTEP,
                  .batch = 30 };
-    check_run(&a, false);
+    check_run(&a, 0);
 }
 
 Test(transport_pipeline_delays, two_stages_gpipe_with_random_delays_train_the_same_bits)
