@@ -145,8 +145,9 @@ static const wf_shape *mb_shapes(rw *w, int64_t rows)
     return s;
 }
 
-/* Shard i's value of 'x' (another stage's) received here: one recv per (value, shard). Its
- * -1 dimensions are the shard's rows (the batch's). NULL on failure. */
+/* Shard i's value of 'x' (another stage's) received here: one recv per (value, shard), of
+ * x's shape for the shard's rows (mb_shapes(); a -1 inference left is taken as the rows).
+ * NULL on failure. */
 static wf_node *recv_of(rw *w, int i, const wf_node *x)
 {
     wf_node **slot = &w->recv[(size_t)i * w->n + x->id];
