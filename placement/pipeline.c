@@ -1,6 +1,6 @@
 /* placement/pipeline.c: the pipeline rewrite (placement/pipeline.h).
- * Owns: the stage of every node, the check that a variable an update changes is read on one
- *   stage only, this rank's compute order from the schedule, the orderings that make each
+ * Owns: the stage of every node (an update of a variable that several stages read on each of
+ *   them), this rank's compute order from the schedule, the orderings that make each
  *   micro-batch part (its forward or its backward nodes on this stage) wait for the part
  *   before it, and which sends a run needs (wf__pipeline_sends()).
  * Why the data-parallel rewrite does the copying: micro-batches are shards, and the step's
@@ -24,14 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(int code, const char *fmt, const char *a, int x, int y)
-{
-    return wf__err(code, fmt, a, x, y);
-}
-
 /* Stages of every node (see pipeline.h); kinds from wf__replicate_kinds(). A batch
  * placeholder is on the stage of its first reader (each rank is fed the whole batch, so
- * only the micro-batches another stage reads cross). */
+ * only the micro-batches another stage reads cross). A global node that is no update (what
+ * reads the reduced gradients: clipping by the global norm) is on the stage of its largest
+ * input (the later one of equal sizes): a gradient's square and its clipped value stay with
+ * the gradient, the sum of the squares and the scale go to the last stage, and only those
+ * scalars cross, once per step. */
 enum { PENDING = -3 };
 
 static int assign(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind, int *stage)
@@ -62,11 +61,18 @@ static int assign(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *
         } else if (v->grad_of >= 0 && v->grad_of < id && stage[v->grad_of] >= 0) {
             s = stage[v->grad_of];
         } else {
-            bool all_shared = true;
+            bool all_shared = true, by_size = kind[id] == WF__KIND_GLOBAL && !v->op->n_assign;
+            int64_t most = -1;
             for (int j = 0; j < v->n_inputs; j++) {
                 int sx = stage[v->inputs[j]->id];
+                int64_t nx = wf_shape_numel(v->inputs[j]->shape);
                 all_shared &= kind[v->inputs[j]->id] == WF__KIND_SHARED;
-                s = sx > s ? sx : s;
+                if (by_size && sx >= 0 && (nx > most || (nx == most && sx > s))) {
+                    most = nx; /* a step's value: with its largest input (see below) */
+                    s = sx;
+                } else if (!by_size) {
+                    s = sx > s ? sx : s;
+                }
             }
             if (kind[id] == WF__KIND_GLOBAL && all_shared)
                 s = WF__STAGE_ALL;
@@ -88,19 +94,22 @@ static int assign(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *
     return rc < 0 ? rc : 0;
 }
 
-/* A variable read on several stages must change only by updates on every stage (the step
- * counter): else the stages would read different values. */
-static int check_variables(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind,
-                           const int *stage)
+/* A variable read on several stages (a tied embedding: the token table read by the first
+ * stage's lookup and the last stage's head) is updated on every stage: each keeps a copy and
+ * applies the same update to it from the same gradient, which crosses once per step from the
+ * stage that reduces it (placement/replicate.c), so every copy keeps the same bits. An update
+ * whose variable only its own stage reads stays there. */
+static int spread_updates(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind,
+                          int *stage)
 {
-    int n = wf_graph_node_count(g), rc = 0;
+    int n = wf_graph_node_count(g);
     uint64_t *runs = calloc((size_t)(n ? n : 1), sizeof *runs);
     if (!runs)
         return wf__err(WF_ENOMEM, "pipeline rewrite: no memory");
     uint64_t every = o->stages >= 64 ? ~0ull : (1ull << o->stages) - 1;
     for (int id = n - 1; id >= 0; id--) {
         const wf_node *v = wf_graph_node(g, id);
-        if (kind[id] != WF__KIND_SHARED)
+        if (kind[id] != WF__KIND_SHARED && !v->op->n_assign)
             runs[id] = stage[id] == WF__STAGE_ALL ? every : 1ull << stage[id];
         for (int j = 0; j < v->n_inputs + v->n_control; j++) {
             const wf_node *x = j < v->n_inputs ? v->inputs[j] : v->control[j - v->n_inputs];
@@ -108,21 +117,14 @@ static int check_variables(const wf_graph *g, const wf__pipeline_opts *o, const 
                 runs[x->id] |= runs[id];
         }
     }
-    for (int id = 0; id < n && rc == 0; id++) {
+    for (int id = 0; id < n; id++) {
         const wf_node *u = wf_graph_node(g, id);
-        for (int j = 0; j < u->op->n_assign && rc == 0; j++) {
-            const wf_node *var = u->inputs[j];
-            uint64_t other = runs[var->id] & ~(stage[id] >= 0 ? 1ull << stage[id] : every);
-            if (stage[id] == WF__STAGE_ALL || !other)
-                continue;
-            rc = fail(WF_EINVAL,
-                      "pipeline: variable '%s' is read on stage %d and updated on stage %d "
-                      "only: put every node that reads it on one stage",
-                      var->name, __builtin_ctzll(other), stage[id]);
-        }
+        for (int j = 0; j < u->op->n_assign && stage[id] >= 0; j++)
+            if (runs[u->inputs[j]->id] & ~(1ull << stage[id]))
+                stage[id] = WF__STAGE_ALL;
     }
     free(runs);
-    return rc;
+    return 0;
 }
 
 /* backward[id]: a per-micro-batch node a gradient function made, or that reads one. */
@@ -247,7 +249,7 @@ int wf__pipeline(wf_graph *g, const wf__pipeline_opts *o, wf__replica_map *m)
         goto out;
     }
     if ((rc = wf__replicate_kinds(g, kind, is_grad, &ref)) < 0 ||
-        (rc = assign(g, o, kind, stage)) < 0 || (rc = check_variables(g, o, kind, stage)) < 0 ||
+        (rc = assign(g, o, kind, stage)) < 0 || (rc = spread_updates(g, o, kind, stage)) < 0 ||
         (rc = compute_order(o, order)) < 0)
         goto out;
     mark_backward(g, kind, backward);
@@ -313,10 +315,10 @@ int wf__pipeline_sends(const wf_graph *g, const wf__replica_map *m, wf_node *con
     for (int id = 0; id < n; id++) {
         const wf_node *v = wf_graph_node(g, id);
         int sv = m->stage[id];
-        for (int j = 0; mark[id] && sv >= 0 && j < v->n_inputs; j++) {
+        for (int j = 0; mark[id] && (sv >= 0 || sv == WF__STAGE_ALL) && j < v->n_inputs; j++) {
             int x = v->inputs[j]->id, sx = m->stage[x];
-            if (sx >= 0 && sx != sv)
-                need[x] |= 1ull << sv;
+            if (sx >= 0 && sx != sv) /* an update of every stage: each other stage reads it */
+                need[x] |= sv == WF__STAGE_ALL ? ~(1ull << sx) : 1ull << sv;
         }
     }
     for (int i = 0; i < m->n_sends; i++) {

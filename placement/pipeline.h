@@ -29,13 +29,15 @@ typedef struct wf__pipeline_opts {
 /* Rewrites 'g' (static, no error) for stage 'o->stage' and fills '*m' as wf__replicate()
  * does (m->sends: the sends each run must target). Stages: a node hinted to "rank:K/..." is
  * on stage K; a node a gradient function made is on the stage of the node it differentiates;
- * an update that reads only variables and constants (an optimizer's step counter) is on every
- * stage; a batch placeholder is on the stage of its first reader; any other node is on the
- * latest stage of its inputs (stage 0 without one);
+ * an update that reads only variables and constants (an optimizer's step counter), or whose
+ * variable several stages read (a tied embedding), is on every stage; a global node that is
+ * no update (clipping by the global norm) is on the stage of its largest input; a batch
+ * placeholder is on the stage of its first reader; any other node is on the latest stage of
+ * its inputs (stage 0 without one);
  * variables, constants and what reads only them are computed where they are read.
  * Returns 0, or WF_EINVAL (a bad option: named; a hint of a rank that does not exist: naming
- * the node and the device; a variable read on two stages that an update on one of them
- * changes: naming both; an update reading another stage's value), WF_ENOTFOUND (a hint's
+ * the node and the device; a node of every stage reading another stage's per-micro-batch
+ * value), WF_ENOTFOUND (a hint's
  * device), WF_ENOMEM, with the reason in wf_last_errmsg(). */
 int wf__pipeline(wf_graph *g, const wf__pipeline_opts *o, wf__replica_map *m);
 

@@ -83,6 +83,16 @@ typedef struct rw {
     uint64_t *cross;
     int *edge0, per_shard;
     wf_node **recv;
+    /* a pipeline's values of the step (a reduced gradient, a global node) that other stages'
+     * global nodes read: gcross[id] those stages, gedge0[id] the first of its edges (after
+     * every shard's), n_gcross the edges of them all, grecv[id] the recv here */
+    uint64_t *gcross;
+    int *gedge0, n_gcross;
+    wf_node **grecv;
+    /* a pipeline's shapes of every node for a micro-batch of sh_rows[k] rows (at most two
+     * sizes: B / m rounded down and up), for the recvs (mb_shape()) */
+    int64_t sh_rows[2];
+    wf_shape *sh[2];
     wf__replica_map *map;
 } rw;
 
@@ -102,8 +112,46 @@ static int p2p_edge(const rw *w, int i, int id, int dst)
     return w->o->p2p_edge_base + i * w->per_shard + w->edge0[id] + __builtin_popcountll(below);
 }
 
-/* Shard i's value of 'x' (another stage's) received here: one recv per (value, shard). Its
- * -1 dimensions are the shard's rows (the batch's). NULL on failure. */
+/* Every node's shape for a micro-batch of 'rows' rows (the batch placeholders' first
+ * dimension), by each op's inference over the user's graph (ids are in topological order);
+ * NULL on failure. Why: a value's -1 dimensions need not be the rows (a [B T, d] stream is
+ * B*T rows), and the recv's buffer is made before the value comes. */
+static const wf_shape *mb_shapes(rw *w, int64_t rows)
+{
+    for (int k = 0; k < 2; k++)
+        if (w->sh[k] && w->sh_rows[k] == rows)
+            return w->sh[k];
+    int k = w->sh[0] ? 1 : 0;
+    free(w->sh[k]);
+    wf_shape *s = w->sh[k] = malloc((size_t)(w->n ? w->n : 1) * sizeof *s);
+    if (!s)
+        return NULL;
+    w->sh_rows[k] = rows;
+    wf_dtype dts[16];
+    wf_shape shs[16];
+    for (int id = 0; id < w->n; id++) {
+        const wf_node *v = wf_graph_node(w->g, id);
+        s[id] = v->shape;
+        if (w->kind[id] != K_REPLICA || v->n_inputs > 16 || v->n_inputs == 0) {
+            if (is_batch(v))
+                s[id].dims[0] = rows;
+            continue;
+        }
+        for (int j = 0; j < v->n_inputs; j++) {
+            dts[j] = v->inputs[j]->dtype;
+            shs[j] = s[v->inputs[j]->id];
+        }
+        wf_dtype dt;
+        wf_shape out;
+        if (wf__op_infer(v, dts, shs, &dt, &out) == 0)
+            s[id] = out; /* else its own -1 dimensions: taken as the rows, below */
+    }
+    return s;
+}
+
+/* Shard i's value of 'x' (another stage's) received here: one recv per (value, shard), of
+ * x's shape for the shard's rows (mb_shapes(); a -1 inference left is taken as the rows).
+ * NULL on failure. */
 static wf_node *recv_of(rw *w, int i, const wf_node *x)
 {
     wf_node **slot = &w->recv[(size_t)i * w->n + x->id];
@@ -116,11 +164,42 @@ static wf_node *recv_of(rw *w, int i, const wf_node *x)
     a.edge = p2p_edge(w, i, x->id, w->o->stage);
     a.dtype = x->dtype;
     a.shape = x->shape;
+    const wf_shape *sh = wf_shape_numel(x->shape) < 0 ? mb_shapes(w, hi - lo) : NULL;
+    if (sh)
+        a.shape = sh[x->id];
     for (int d = 0; d < a.shape.rank; d++)
         if (a.shape.dims[d] < 0)
             a.shape.dims[d] = hi - lo;
     char name[256];
     snprintf(name, sizeof name, "%s/mb%d/recv", x->name, i);
+    *slot = wf__node_add_ex(w->g, &wf_op_recv, wf_graph_find(w->g, name) ? NULL : name, NULL, 0, &a,
+                            (wf_srcloc){ x->file, x->line });
+    return *slot;
+}
+
+/* The key edge of the step's value of node 'id' (a reduced gradient or a global node) to
+ * stage 'dst': after every shard's edges. */
+static int global_edge(const rw *w, int id, int dst)
+{
+    uint64_t below = dst ? w->gcross[id] & ((1ull << dst) - 1) : 0;
+    return w->o->p2p_edge_base + w->per_shard * w->o->shards + w->gedge0[id] +
+           __builtin_popcountll(below);
+}
+
+/* The step's value of 'x' (another stage's reduced gradient or global node) received here:
+ * one recv per value; NULL on failure. */
+static wf_node *recv_global(rw *w, const wf_node *x)
+{
+    wf_node **slot = &w->grecv[x->id];
+    if (*slot)
+        return *slot;
+    wf_attrs a = { 0 };
+    a.peer = w->o->stage_of[x->id];
+    a.edge = global_edge(w, x->id, w->o->stage);
+    a.dtype = x->dtype;
+    a.shape = x->shape;
+    char name[256];
+    snprintf(name, sizeof name, "%s/recv", x->name);
     *slot = wf__node_add_ex(w->g, &wf_op_recv, wf_graph_find(w->g, name) ? NULL : name, NULL, 0, &a,
                             (wf_srcloc){ x->file, x->line });
     return *slot;
@@ -165,6 +244,16 @@ static int send_to_readers(rw *w, int i, int id, wf_node *c)
     for (int dst = 0; dst < w->o->stages && rc == 0; dst++)
         if (w->cross[id] >> dst & 1)
             rc = add_send(w, c, id, dst, p2p_edge(w, i, id, dst), false);
+    return rc;
+}
+
+/* Sends the step's value 'c' of node 'id' to every other stage whose global nodes read it. */
+static int send_global(rw *w, int id, wf_node *c)
+{
+    int rc = 0;
+    for (int dst = 0; w->gcross && dst < w->o->stages && rc == 0; dst++)
+        if (w->gcross[id] >> dst & 1)
+            rc = add_send(w, c, id, dst, global_edge(w, id, dst), false);
     return rc;
 }
 
@@ -349,7 +438,7 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
     }
     /* Scalars the shards compute: global values for fetches. A pipeline's are sent from
      * their stage to every other one, so any rank can fetch them (edges after the shards'). */
-    int scalar = 0, scalar_base = o->p2p_edge_base + w->per_shard * o->shards;
+    int scalar = 0, scalar_base = o->p2p_edge_base + w->per_shard * o->shards + w->n_gcross;
     for (int id = 0; id < w->n && rc == 0; id++) {
         wf_node *n = wf_graph_node(w->g, id);
         if (w->kind[id] != K_REPLICA || is_grad[id] || n->shape.rank != 0 || n->dtype != WF_F32)
@@ -406,6 +495,11 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
 static int copy_globals(rw *w, const uint8_t *is_grad)
 {
     int rc = 0;
+    /* a pipeline's reduced gradients that another stage's global nodes read (clipping by the
+     * global norm): sent once per step */
+    for (int id = 0; w->gcross && id < w->n && rc == 0; id++)
+        if (is_grad[id] && local(w, id) && w->gcross[id])
+            rc = send_global(w, id, w->glob[id]);
     for (int id = 0; id < w->n && rc == 0; id++) {
         wf_node *n = wf_graph_node(w->g, id);
         if (w->kind[id] != K_GLOBAL || !local(w, id))
@@ -415,12 +509,15 @@ static int copy_globals(rw *w, const uint8_t *is_grad)
             return wf__err(WF_ENOMEM, "data-parallel rewrite: no memory");
         for (int k = 0; k < n->n_inputs; k++) {
             wf_node *x = n->inputs[k];
-            in[k] = w->kind[x->id] == K_SHARED ? x : w->glob[x->id];
-            if (!in[k])
+            in[k] = w->kind[x->id] == K_SHARED ? x
+                    : local(w, x->id)          ? w->glob[x->id]
+                                               : recv_global(w, x);
+            if (!in[k] && local(w, x->id))
                 rc = fail_node(n, WF_EINVAL,
                                "an update reads a per-replica value that is no "
                                "gradient");
-            (void)is_grad;
+            else if (!in[k])
+                rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
         }
         wf_node *c = NULL;
         if (rc == 0) {
@@ -443,6 +540,8 @@ static int copy_globals(rw *w, const uint8_t *is_grad)
         }
         free(in);
         w->glob[id] = c;
+        if (rc == 0 && w->gcross && w->gcross[id])
+            rc = send_global(w, id, c);
     }
     return rc;
 }
@@ -495,7 +594,7 @@ int wf__replicate_kinds(const wf_graph *g, uint8_t *kind, uint8_t *is_grad, wf_n
 
 /* A pipeline's edges across stages: which stages read each per-shard value, and the checks
  * that only such values cross (an update, and every control edge, stays on its stage). */
-static int plan_crossings(rw *w)
+static int plan_crossings(rw *w, const uint8_t *is_grad)
 {
     const int *st = w->o->stage_of;
     int total = 0;
@@ -521,6 +620,19 @@ static int plan_crossings(rw *w)
                          sv, desc, sx);
                 return fail_node(v, WF_EINVAL, why);
             }
+            if (w->kind[id] == K_GLOBAL && (sv >= 0 || sv == WF__STAGE_ALL) && sx >= 0 &&
+                (w->kind[x->id] == K_GLOBAL || is_grad[x->id])) {
+                /* the step's value crosses once (a gradient after its reduction) */
+                if (wf_shape_numel(x->shape) < 0) {
+                    snprintf(why, sizeof why,
+                             "on stage %d reads %s of stage %d, whose shape is not static", sv,
+                             desc, sx);
+                    return fail_node(v, WF_EINVAL, why);
+                }
+                uint64_t every = w->o->stages >= 64 ? ~0ull : (1ull << w->o->stages) - 1;
+                w->gcross[x->id] |= sv >= 0 ? 1ull << sv : every & ~(1ull << sx);
+                continue;
+            }
             if (w->kind[id] == K_GLOBAL || w->kind[x->id] == K_GLOBAL || sv < 0) {
                 snprintf(why, sizeof why,
                          "on stage %d reads %s of stage %d: an update and what it reads must be "
@@ -536,11 +648,15 @@ static int plan_crossings(rw *w)
         total += __builtin_popcountll(w->cross[id]);
     }
     w->per_shard = total;
-    if ((long long)total * w->o->shards + w->o->p2p_edge_base > w->o->edge_base)
+    for (int id = 0; id < w->n; id++) {
+        w->gedge0[id] = w->n_gcross;
+        w->n_gcross += __builtin_popcountll(w->gcross[id]);
+    }
+    if ((long long)total * w->o->shards + w->n_gcross + w->o->p2p_edge_base > w->o->edge_base)
         return wf__err(WF_EINVAL,
-                       "pipeline rewrite: %d values cross stages in each of %d micro-batches: "
-                       "more than the %d send/recv edges there are",
-                       total, w->o->shards, w->o->edge_base - w->o->p2p_edge_base);
+                       "pipeline rewrite: %d values cross stages in each of %d micro-batches "
+                       "and %d once per step: more than the %d send/recv edges there are",
+                       total, w->o->shards, w->n_gcross, w->o->edge_base - w->o->p2p_edge_base);
     return 0;
 }
 
@@ -582,15 +698,18 @@ int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
         w.cross = calloc(nn, sizeof *w.cross);
         w.edge0 = calloc(nn, sizeof *w.edge0);
         w.recv = calloc((size_t)w.b * nn, sizeof *w.recv);
+        w.gcross = calloc(nn, sizeof *w.gcross);
+        w.gedge0 = calloc(nn, sizeof *w.gedge0);
+        w.grecv = calloc(nn, sizeof *w.grecv);
     }
     if (!w.kind || !is_grad || !w.shard || !w.glob || !m->remap ||
-        (o->stage_of && (!w.cross || !w.edge0 || !w.recv))) {
+        (o->stage_of && (!w.cross || !w.edge0 || !w.recv || !w.gcross || !w.gedge0 || !w.grecv))) {
         rc = wf__err(WF_ENOMEM, "data-parallel rewrite: no memory for %d nodes", n);
         goto done;
     }
     if ((rc = wf__replicate_kinds(g, w.kind, is_grad, &w.ref)) < 0)
         goto done;
-    if (o->stage_of && (rc = plan_crossings(&w)) < 0)
+    if (o->stage_of && (rc = plan_crossings(&w, is_grad)) < 0)
         goto done;
     if ((rc = copy_shards(&w)) < 0 || (rc = reduce_all(&w, is_grad, m)) < 0 ||
         (rc = copy_globals(&w, is_grad)) < 0)
@@ -622,6 +741,11 @@ done:
     free(w.cross);
     free(w.edge0);
     free(w.recv);
+    free(w.gcross);
+    free(w.gedge0);
+    free(w.grecv);
+    free(w.sh[0]);
+    free(w.sh[1]);
     if (rc < 0)
         wf__replica_map_free(m);
     return rc;

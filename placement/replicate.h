@@ -35,10 +35,12 @@ typedef struct wf__replicate_opts {
     /* A pipeline (placement/pipeline.c; NULL 'stage_of': none): the stage of every user node
      * ('stage_of[id]': >= 0 a stage, WF__STAGE_ALL every stage, WF__STAGE_SHARED where it is
      * read); this rank runs only stage 'stage''s copies, and every per-shard value another
-     * stage reads crosses by a send here and a recv there (edges 'p2p_edge_base' + ...). */
+     * stage reads crosses by a send here and a recv there (edges 'p2p_edge_base' + ...), as
+     * does, once per step, a reduced gradient or global node that another stage's global
+     * node reads (clipping by the global norm; an update of every stage). */
     const int *stage_of;
     int stage, stages;
-    int64_t batch_rows; /* the global batch B: a recv's -1 dimensions are its shard's rows */
+    int64_t batch_rows; /* the global batch B: a recv has its value's shape for its shard's rows */
     int p2p_edge_base;
     /* The order the shards' copies are made in (NULL: shard by shard): 2 * shards parts, k
      * for shard k's forward nodes, -1 - k for its backward ones ('backward[id]' 1). */

@@ -152,10 +152,60 @@ static wf_node *attention(wf_graph *g, const gpt_model *m, wf_node *h, wf_node *
     return linear(g, y, p[2], p[3]);
 }
 
+int gpt_block_stage(int l, int layers, int stages)
+{
+    return (int)((int64_t)l * stages / layers);
+}
+
+int gpt_param_stage(const gpt_model *m, int i)
+{
+    int last = m->stages > 1 ? m->stages - 1 : 0;
+    if (i < 2 || m->stages < 2)
+        return 0;
+    if (i >= 2 + GPT_PARAMS_PER_LAYER * m->c.layers)
+        return last;
+    return gpt_block_stage((i - 2) / GPT_PARAMS_PER_LAYER, m->c.layers, m->stages);
+}
+
+int gpt_stage_scope(wf_graph *g, const gpt_model *m, int stage)
+{
+    if (!m->hints)
+        return 0;
+    if (stage < 0)
+        return wf_place_scope_end(m->hints, g);
+    char dev[32];
+    snprintf(dev, sizeof dev, "rank:%d/cpu:0", stage);
+    return wf_place_scope_begin(m->hints, g, dev);
+}
+
+/* The forward of gpt_logits() (its scopes opened and closed around it there). */
+static wf_node *logits_of(wf_graph *g, const gpt_model *m, wf_node *idx, bool training);
+
 wf_node *gpt_logits(wf_graph *g, const gpt_model *m, wf_node *idx, bool training)
 {
+    wf_node *out = logits_of(g, m, idx, training);
+    if (m->hints) { /* the scope still open (none when it failed before the first) */
+        int rc = wf_place_scope_end(m->hints, g);
+        if (rc < 0 && out)
+            return NULL;
+    }
+    return out;
+}
+
+/* Closes the open scope and opens the one of 'stage': -1 on failure. */
+static int next_scope(wf_graph *g, const gpt_model *m, int stage, bool first)
+{
+    if (!m->hints)
+        return 0;
+    if (!first && gpt_stage_scope(g, m, -1) < 0)
+        return -1;
+    return gpt_stage_scope(g, m, stage) < 0 ? -1 : 0;
+}
+
+static wf_node *logits_of(wf_graph *g, const gpt_model *m, wf_node *idx, bool training)
+{
     const gpt_config *c = &m->c;
-    if (!idx)
+    if (!idx || next_scope(g, m, 0, true) < 0)
         return NULL;
     /* [batch, t] with t <= context, the batch -1 where it is known only when fed (a
      * data-parallel strategy's shards); anything else fails below in the op that cannot take
@@ -175,6 +225,8 @@ wf_node *gpt_logits(wf_graph *g, const gpt_model *m, wf_node *idx, bool training
     wf_node *mask = causal_mask(g, t);
     for (int l = 0; l < c->layers; l++) {
         wf_node *const *p = &m->p[2 + GPT_PARAMS_PER_LAYER * l];
+        if (next_scope(g, m, gpt_param_stage(m, 2 + GPT_PARAMS_PER_LAYER * l), false) < 0)
+            return NULL;
         wf_node *h = wf_layer_norm(g, x, p[0], p[1], -1, 1e-5);
         h = attention(g, m, h, &p[2], mask, batch, t);
         x = wf_add(g, x, drop(g, m, h, training, 2 + 2 * (uint64_t)l));
@@ -183,6 +235,8 @@ wf_node *gpt_logits(wf_graph *g, const gpt_model *m, wf_node *idx, bool training
         x = wf_add(g, x, drop(g, m, h, training, 3 + 2 * (uint64_t)l));
     }
     int f = 2 + GPT_PARAMS_PER_LAYER * c->layers;
+    if (next_scope(g, m, gpt_param_stage(m, f), false) < 0)
+        return NULL;
     x = wf_layer_norm(g, x, m->p[f], m->p[f + 1], -1, 1e-5);
     wf_node *head = c->tie_head ? m->p[0] : m->p[f + 2];
     return wf_matmul_ex(g, x, head, false, true);

@@ -43,6 +43,11 @@ typedef struct gpt_model {
     int n_params;
     wf_node *p[GPT_MAX_PARAMS];
     bool decay[GPT_MAX_PARAMS]; /* a matrix (embeddings, linear weights): AdamW decays it */
+    /* A pipeline (set after gpt_build(); NULL: none): gpt_logits() puts its nodes in scopes
+     * of 'hints', the embeddings on stage 0, block l on stage gpt_block_stage(), the final
+     * layer norm and the head on the last stage. */
+    wf_place_hints *hints;
+    int stages;
 } gpt_model;
 
 /* How the step is trained (train_gpt's defaults: lr 3e-4, weight decay 0.1 on matrices,
@@ -70,6 +75,19 @@ int gpt_build(wf_graph *g, const gpt_config *c, gpt_model *m, char *err, size_t 
  * node, or NULL with the graph's error (a shape that does not fit names the op that failed
  * and the shapes). */
 wf_node *gpt_logits(wf_graph *g, const gpt_model *m, wf_node *idx, bool training);
+
+/* The pipeline stage of block 'l' of 'layers' over 'stages' stages: contiguous runs of
+ * blocks, as even as the counts allow (the embeddings go with block 0, the head with the
+ * last block's stage, the last one). */
+int gpt_block_stage(int l, int layers, int stages);
+
+/* The stage of parameter 'i' of 'm' (gpt_block_stage() of its block; the embeddings 0, the
+ * final layer norm and the head the last stage). */
+int gpt_param_stage(const gpt_model *m, int i);
+
+/* Opens (stage >= 0) or closes (stage < 0) the scope of 'stage' in m->hints; 0 without
+ * hints. Returns 0 or the hints' error (the message in wf_last_errmsg()). */
+int gpt_stage_scope(wf_graph *g, const gpt_model *m, int stage);
 
 /* The mean next-token cross-entropy of 'logits' (gpt_logits()) against 'targets' ([batch, t],
  * i32). Returns the scalar node, or NULL with the graph's error. */

@@ -49,8 +49,16 @@ typedef struct options {
     double lr, temperature;
     uint64_t seed;
     int threads;
-    const char *strategy; /* --strategy multiworker: data parallel over weft-run's ranks */
+    const char *strategy; /* --strategy multiworker: data parallel over weft-run's ranks;
+                             pipeline: the blocks split into stages, one per rank */
     int shards;           /* --shards: 0, one per rank */
+    bool pipeline;        /* --strategy pipeline */
+    int stages;           /* --stages P (0: the number of ranks) */
+    int micro_batches;    /* --micro-batches M (0: one) */
+    int schedule;         /* --schedule gpipe|1f1b: WF_SCHEDULE_* (1f1b) */
+    bool schedule_set;    /* --schedule given */
+    bool sample_any;      /* a pipeline's ranks gather the weights for rank 0's samples */
+    bool save_any;        /* ... and for its --save */
     bool quiet;
 } options;
 
@@ -164,6 +172,7 @@ typedef struct trainer {
     long start;            /* the step the optimizer's counter is at: 0, or the checkpoint's */
     wf_comm *comm;         /* --strategy: the ranks */
     wf_strategy *strategy; /* --strategy: NULL otherwise */
+    wf_place_hints *hints; /* --strategy pipeline: each block's stage */
 } trainer;
 
 static int build(trainer *t, char *err, size_t errlen)
@@ -178,11 +187,20 @@ static int build(trainer *t, char *err, size_t errlen)
     int rc = gpt_build(g, &o->model, &t->m, err, errlen);
     if (rc < 0)
         return rc;
+    t->m.hints = t->hints;
+    t->m.stages = t->hints ? wf_strategy_size(t->strategy) : 0;
     /* Under --strategy the batch is -1: the strategy gives each shard its rows of it. */
     int64_t rows = t->strategy ? -1 : b;
     t->x = wf_placeholder(g, "x", WF_I32, WF_SHAPE(rows, ctx));
     t->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(rows, ctx));
-    t->loss = gpt_loss(g, gpt_logits(g, &t->m, t->x, true), t->y);
+    wf_node *logits = gpt_logits(g, &t->m, t->x, true);
+    int last = t->m.stages > 1 ? t->m.stages - 1 : 0; /* the loss with the head */
+    if (gpt_stage_scope(g, &t->m, last) < 0 || !(t->loss = gpt_loss(g, logits, t->y)) ||
+        gpt_stage_scope(g, &t->m, -1) < 0) {
+        snprintf(err, errlen, "building the loss: %s",
+                 wf_graph_status(g) < 0 ? wf_graph_errmsg(g) : wf_last_errmsg());
+        return wf_graph_status(g) < 0 ? wf_graph_status(g) : WF_EINVAL;
+    }
     t->vocab = wf_variable(g, "train_gpt.vocab", WF_I32, WF_SHAPE(o->model.vocab), wf_init_zeros());
     int64_t warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
     gpt_train_opts to = {
@@ -197,10 +215,23 @@ static int build(trainer *t, char *err, size_t errlen)
      * ordered after the readers of its variable that exist when it is made, and a training
      * step must not wait for (nor need the feeds of) the sampling pass. With dropout,
      * evaluation needs a forward pass without it. */
-    t->eval_loss =
-        o->model.dropout > 0 ? gpt_loss(g, gpt_logits(g, &t->m, t->x, false), t->y) : t->loss;
+    if (o->model.dropout > 0) {
+        logits = gpt_logits(g, &t->m, t->x, false);
+        if (gpt_stage_scope(g, &t->m, last) < 0 || !(t->eval_loss = gpt_loss(g, logits, t->y)) ||
+            gpt_stage_scope(g, &t->m, -1) < 0) {
+            snprintf(err, errlen, "building the evaluation: %s",
+                     wf_graph_status(g) < 0 ? wf_graph_errmsg(g) : wf_last_errmsg());
+            return wf_graph_status(g) < 0 ? wf_graph_status(g) : WF_EINVAL;
+        }
+    } else {
+        t->eval_loss = t->loss;
+    }
+    /* the sampling pass reads a [1, context] input, no batch: a pipeline computes it on the
+     * rank that fetches it (rank 0), with the weights gather_stages() brings there */
+    t->m.hints = NULL;
     t->sample_x = wf_placeholder(g, "sample_x", WF_I32, WF_SHAPE(1, ctx));
     t->sample_logits = gpt_logits(g, &t->m, t->sample_x, false);
+    t->m.hints = t->hints;
     if (rc == 0)
         rc = wf_graph_status(g);
     if (rc == 0)
@@ -375,6 +406,13 @@ static void usage(FILE *f)
                "                       stays the global batch; rank 0 prints, logs and saves\n"
                "  --shards S           the batch's shards (default: one per rank): the same S\n"
                "                       trains the same bits on any number of ranks\n"
+               "  --strategy pipeline  the blocks split into stages, one per rank of weft-run -n\n"
+               "                       P: the embeddings and the first blocks on rank 0, the rest\n"
+               "                       and the head on the last rank (an even split of blocks)\n"
+               "  --stages P           its stages: the number of ranks (the default)\n"
+               "  --micro-batches M    the batch split into M micro-batches (1): trains the bits\n"
+               "                       of --strategy multiworker --shards M on one rank\n"
+               "  --schedule S         gpipe or 1f1b (the default)\n"
                "sampling:\n"
                "  --sample-every N     validation loss and a sample every N steps (200; 0: "
                "at the end only)\n"
@@ -425,11 +463,20 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (strcmp(a, "--log") == 0) {
             o->log = val;
         } else if (strcmp(a, "--strategy") == 0) {
-            if (strcmp(val, "multiworker") != 0) {
-                fprintf(stderr, "train_gpt: --strategy %s: expected multiworker\n", val);
+            if (strcmp(val, "multiworker") != 0 && strcmp(val, "pipeline") != 0) {
+                fprintf(stderr, "train_gpt: --strategy %s: expected multiworker or pipeline\n",
+                        val);
                 return -1;
             }
             o->strategy = val;
+            o->pipeline = strcmp(val, "pipeline") == 0;
+        } else if (strcmp(a, "--schedule") == 0) {
+            if (strcmp(val, "gpipe") != 0 && strcmp(val, "1f1b") != 0) {
+                fprintf(stderr, "train_gpt: --schedule %s: expected gpipe or 1f1b\n", val);
+                return -1;
+            }
+            o->schedule = strcmp(val, "gpipe") == 0 ? WF_SCHEDULE_GPIPE : WF_SCHEDULE_1F1B;
+            o->schedule_set = true;
         } else if (strcmp(a, "--lr") == 0 || strcmp(a, "--temperature") == 0 ||
                    strcmp(a, "--dropout") == 0) {
             char *end;
@@ -453,7 +500,8 @@ static int parse_args(int argc, char **argv, options *o)
                          { "--batch", 1, 1 << 16 },         { "--steps", 0, 1l << 40 },
                          { "--seed", 0, 1l << 62 },         { "--threads", 0, 1024 },
                          { "--sample-every", 0, 1l << 40 }, { "--sample-len", 1, 1 << 20 },
-                         { "--shards", 1, 1 << 16 } };
+                         { "--shards", 1, 1 << 16 },        { "--stages", 1, 64 },
+                         { "--micro-batches", 1, 64 } };
 
             size_t k = 0;
             while (k < sizeof ints / sizeof ints[0] && strcmp(a, ints[k].name) != 0)
@@ -469,10 +517,10 @@ static int parse_args(int argc, char **argv, options *o)
                         ints[k].lo, ints[k].hi);
                 return -1;
             }
-            long *longs[] = { NULL,           NULL, NULL,
-                              NULL,           NULL, &o->steps,
-                              NULL,           NULL, &o->sample_every,
-                              &o->sample_len, NULL };
+            long *longs[] = {
+                NULL,           NULL, NULL, NULL, NULL, &o->steps, NULL, NULL, &o->sample_every,
+                &o->sample_len, NULL, NULL, NULL
+            };
             int *ints_at[] = { &o->model.context,
                                &o->model.d_model,
                                &o->model.heads,
@@ -483,7 +531,9 @@ static int parse_args(int argc, char **argv, options *o)
                                &o->threads,
                                NULL,
                                NULL,
-                               &o->shards };
+                               &o->shards,
+                               &o->stages,
+                               &o->micro_batches };
             if (k == 6)
                 o->seed = (uint64_t)v;
             else if (longs[k])
@@ -492,10 +542,18 @@ static int parse_args(int argc, char **argv, options *o)
                 *ints_at[k] = (int)v;
         }
     }
-    if (o->shards && !o->strategy) {
-        fprintf(stderr, "train_gpt: --shards needs --strategy multiworker\n");
+    if (o->shards && (!o->strategy || o->pipeline)) {
+        fprintf(stderr, "train_gpt: --shards needs --strategy multiworker (a pipeline's are "
+                        "--micro-batches)\n");
         return -1;
     }
+    if ((o->stages || o->micro_batches || o->schedule_set) && !o->pipeline) {
+        fprintf(stderr,
+                "train_gpt: --stages, --micro-batches and --schedule need --strategy pipeline\n");
+        return -1;
+    }
+    if (!o->schedule_set)
+        o->schedule = WF_SCHEDULE_1F1B;
     o->model.seed = o->seed;
     return 0;
 }
@@ -509,6 +567,8 @@ static int quiet_other_ranks(options *o)
         fprintf(stderr, "train_gpt: --strategy: %s\n", wf_last_errmsg());
         return -1;
     }
+    o->sample_any = !o->quiet;
+    o->save_any = o->save != NULL;
     if (rank != 0) {
         o->quiet = true;
         o->log = o->save = NULL;
@@ -516,6 +576,52 @@ static int quiet_other_ranks(options *o)
             return -1;
     }
     return 0;
+}
+
+/* --strategy: multiworker, or a pipeline over the ranks (each block's stage in t->hints). */
+static int make_strategy(trainer *t, char *err, size_t errlen)
+{
+    const options *o = t->o;
+    if (!o->pipeline)
+        return wf_strategy_multiworker(t->comm, &(wf_strategy_opts){ .shards = o->shards },
+                                       &t->strategy);
+    int stages = o->stages ? o->stages : wf_comm_size(t->comm);
+    if (o->model.layers < stages - 1) {
+        snprintf(err, errlen,
+                 "--strategy pipeline: %d stages need at least %d blocks (--layers %d): the "
+                 "stages between the first and the last would be empty",
+                 stages, stages - 1, o->model.layers);
+        return WF_EINVAL;
+    }
+    int rc = wf_place_hints_create(&t->hints);
+    if (rc == 0)
+        rc = wf_strategy_pipeline(t->comm,
+                                  &(wf_pipeline_opts){ .stages = o->stages,
+                                                       .micro_batches = o->micro_batches,
+                                                       .schedule = o->schedule,
+                                                       .batch_rows = o->batch,
+                                                       .hints = t->hints },
+                                  &t->strategy);
+    return rc;
+}
+
+/* The stage of parameter 'name' of the model (wt_ranks_gather()). */
+static int param_stage(const char *name, void *ctx)
+{
+    const trainer *t = ctx;
+    for (int i = 0; i < t->m.n_params; i++)
+        if (strcmp(wf_node_name(t->m.p[i]), name) == 0)
+            return gpt_param_stage(&t->m, i);
+    return 0;
+}
+
+/* A pipeline, before rank 0 samples or saves: the other stages' weights (and optimizer
+ * state) to rank 0. Nothing otherwise. */
+static int gather(trainer *t, char *err, size_t errlen)
+{
+    if (!t->o->pipeline || wf_strategy_size(t->strategy) < 2)
+        return 0;
+    return wt_ranks_gather(t->comm, t->s, t->g, param_stage, t, err, errlen);
 }
 
 static double now_s(void)
@@ -588,9 +694,7 @@ int main(int argc, char **argv)
         snprintf(err, sizeof err, "runtime: %s", wf_last_errmsg());
     if (rc == 0 && o.strategy)
         rc = wt_ranks_comm(t.rt, &t.comm, err, sizeof err);
-    if (rc == 0 && o.strategy &&
-        (rc = wf_strategy_multiworker(t.comm, &(wf_strategy_opts){ .shards = o.shards },
-                                      &t.strategy)) < 0)
+    if (rc == 0 && o.strategy && (rc = make_strategy(&t, err, sizeof err)) < 0 && !err[0])
         snprintf(err, sizeof err, "--strategy: %s", wf_last_errmsg());
     if (rc == 0)
         rc = build(&t, err, sizeof err);
@@ -652,6 +756,8 @@ int main(int argc, char **argv)
             (rc = evaluate(&t, text.n_train, text.n, xb, yb, &val_loss, err, sizeof err)) == 0)
             snprintf(note + nl, sizeof note - (size_t)nl, "  val loss %.4f", val_loss);
         wt_progress_end_note(&bar, rc == 0 ? note : NULL);
+        if (rc == 0 && o.pipeline && o.sample_any)
+            rc = gather(&t, err, sizeof err);
         if (rc == 0 && !o.quiet)
             print_sample(&t, step, &sample_rng);
     }
@@ -668,8 +774,13 @@ int main(int argc, char **argv)
                "%.4f%s\n",
                done, secs, 1e3 * secs / (double)done, (double)done * (double)bn / secs, last_loss,
                val);
-    } else if (!o.quiet) {
-        print_sample(&t, t.start, &sample_rng);
+    } else if (o.sample_any || !o.pipeline) {
+        if ((rc = gather(&t, err, sizeof err)) == 0 && !o.quiet)
+            print_sample(&t, t.start, &sample_rng);
+    }
+    if (rc == 0 && o.pipeline && o.save_any && (rc = gather(&t, err, sizeof err)) < 0) {
+        fprintf(stderr, "train_gpt: --save: %s\n", err);
+        goto out_batch;
     }
     if (o.save) {
         if ((rc = wf_checkpoint_save(t.s, o.save)) < 0)
@@ -688,6 +799,7 @@ out:
     wf_session_destroy(t.s);
     wf_graph_destroy(t.g);
     wf_strategy_destroy(t.strategy);
+    wf_place_hints_destroy(t.hints);
     wf_comm_destroy(t.comm);
     wf_runtime_destroy(t.rt);
     free(text.tokens);

@@ -1,8 +1,10 @@
-/* examples/weft-train/ranks.c: joining weft-run's ranks for --strategy
- * (ranks.h). Public API only. */
+/* examples/weft-train/ranks.c: joining weft-run's ranks for --strategy, and gathering a
+ * pipeline's weights to rank 0 (ranks.h). Public API only. */
 #include "ranks.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 int wt_ranks_env_rank(void)
 {
@@ -25,4 +27,49 @@ int wt_ranks_comm(wf_runtime *rt, wf_comm **comm, char *err, size_t errlen)
         return rc;
     }
     return 0;
+}
+
+int wt_ranks_gather(wf_comm *comm, wf_session *s, const wf_graph *g, wt_stage_of_fn stage_of,
+                    void *ctx, char *err, size_t errlen)
+{
+    int rank = wf_comm_rank(comm), rc = 0;
+    for (int id = 0; id < wf_graph_node_count(g) && rc == 0; id++) {
+        wf_node *n = wf_graph_node(g, id);
+        if (strcmp(wf_node_op(n), "variable") != 0)
+            continue;
+        /* a parameter's optimizer state ("<param>/adamw/m") goes with its parameter */
+        char name[256];
+        snprintf(name, sizeof name, "%s", wf_node_name(n));
+        int owner = stage_of(name, ctx);
+        char *slash = strchr(name, '/');
+        if (owner == 0 && slash) {
+            *slash = 0;
+            owner = stage_of(name, ctx);
+        }
+        if (owner <= 0)
+            continue;
+        wf_tensor *v = NULL;
+        if ((rc = wf_session_variable(s, n, &v)) < 0) {
+            snprintf(err, errlen, "gathering the stages: %s", wf_session_errmsg(s));
+            break;
+        }
+        size_t bytes =
+            (size_t)wf_shape_numel(wf_tensor_shape(v)) * wf_dtype_size(wf_tensor_dtype(v));
+        void *buf = malloc(bytes ? bytes : 1);
+        rc = buf ? wf_tensor_read(v, wf_tensor_dtype(v), buf, bytes) : WF_ENOMEM;
+        if (rc == 0 && (rc = wf_comm_broadcast(comm, buf, bytes, owner)) < 0)
+            snprintf(err, errlen, "gathering the stages: %s from rank %d: %s", wf_node_name(n),
+                     owner, wf_last_errmsg());
+        if (rc == 0 && rank == 0) {
+            wf_tensor *nv = wf_tensor_from(wf_tensor_dtype(v), wf_tensor_shape(v), buf);
+            if (!nv || (rc = wf_session_assign(s, n, nv)) < 0)
+                snprintf(err, errlen, "gathering the stages: %s: %s", wf_node_name(n),
+                         nv ? wf_session_errmsg(s) : "out of memory");
+            rc = nv ? rc : WF_ENOMEM;
+            wf_tensor_release(nv);
+        }
+        free(buf);
+        wf_tensor_release(v);
+    }
+    return rc;
 }

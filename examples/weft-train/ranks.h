@@ -1,6 +1,7 @@
 /* examples/weft-train/ranks.h: joining weft-run's ranks for a tool's --strategy (weft-train,
- * train_gpt): the rank from the environment before anything is opened, and the communicator
- * once the runtime exists (each tool makes its own strategy over it).
+ * train_gpt): the rank from the environment before anything is opened, the communicator
+ * once the runtime exists (each tool makes its own strategy over it), and a pipeline's
+ * weights gathered to rank 0.
  * Not here: what a tool does on ranks other than 0 (each goes quiet in its own way). */
 #ifndef WT_RANKS_H
 #define WT_RANKS_H
@@ -17,5 +18,17 @@ int wt_ranks_env_rank(void);
  * On failure returns a negative WF_ error, '*comm' NULL, and the reason in 'err' (prefixed
  * "--strategy: "). */
 int wt_ranks_comm(wf_runtime *rt, wf_comm **comm, char *err, size_t errlen);
+
+/* The stage (rank) whose copy of the model parameter 'name' is current, for
+ * wt_ranks_gather(); 'ctx' is the caller's. */
+typedef int (*wt_stage_of_fn)(const char *name, void *ctx);
+
+/* A pipeline, before rank 0 saves or samples: each variable of 'g' whose stage_of() (by its
+ * name, or a parameter's name before '/' for its optimizer state) is another rank is current
+ * only there; that rank broadcasts it over 'comm' and rank 0 assigns it in 's'. Every rank
+ * calls this at the same point and walks the graph's variables in the same order.
+ * Returns 0 or a negative WF_ error with the reason in 'err'. */
+int wt_ranks_gather(wf_comm *comm, wf_session *s, const wf_graph *g, wt_stage_of_fn stage_of,
+                    void *ctx, char *err, size_t errlen);
 
 #endif /* WT_RANKS_H */

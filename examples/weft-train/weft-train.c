@@ -1238,50 +1238,24 @@ static int finish_plot(wt_plot *plot, const options *o, const trainer *t, long s
     return rc;
 }
 
+/* The stage of model parameter 'name' (wt_ranks_gather()): its layer's. */
+static int param_stage(const char *name, void *ctx)
+{
+    const trainer *t = ctx;
+    const model *m = t->m;
+    int stages = wf_strategy_size(t->strategy), layers = (m->cnn ? 2 : 0) + m->n_fc;
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->p[i].name, name) == 0)
+            return layer_stage(i / 2, layers, stages);
+    return 0;
+}
+
 /* --strategy pipeline, before rank 0 saves: each variable of a layer on another stage is
  * current only on that stage's rank, which broadcasts it, and rank 0 takes it (the optimizer
- * state "<param>/..." goes with its parameter; the step counters are current everywhere).
- * Every rank walks the graph's variables in the same order. */
+ * state "<param>/..." goes with its parameter; the step counters are current everywhere). */
 static int gather_stages(trainer *t, char *err, size_t errlen)
 {
-    const model *m = t->m;
-    int stages = wf_strategy_size(t->strategy), layers = (m->cnn ? 2 : 0) + m->n_fc, rc = 0;
-    for (int id = 0; id < wf_graph_node_count(t->g) && rc == 0; id++) {
-        wf_node *n = wf_graph_node(t->g, id);
-        if (strcmp(wf_node_op(n), "variable") != 0)
-            continue;
-        int owner = 0;
-        for (int i = 0; i < m->n_params; i++) {
-            size_t len = strlen(m->p[i].name);
-            const char *nm = wf_node_name(n);
-            if (!strncmp(nm, m->p[i].name, len) && (nm[len] == 0 || nm[len] == '/'))
-                owner = layer_stage(i / 2, layers, stages);
-        }
-        if (owner == 0)
-            continue;
-        wf_tensor *v = NULL;
-        if ((rc = wf_session_variable(t->s, n, &v)) < 0) {
-            snprintf(err, errlen, "--save: %s", wf_session_errmsg(t->s));
-            break;
-        }
-        size_t bytes =
-            (size_t)wf_shape_numel(wf_tensor_shape(v)) * wf_dtype_size(wf_tensor_dtype(v));
-        void *buf = malloc(bytes ? bytes : 1);
-        rc = buf ? wf_tensor_read(v, wf_tensor_dtype(v), buf, bytes) : WF_ENOMEM;
-        if (rc == 0 && (rc = wf_comm_broadcast(t->comm, buf, bytes, owner)) < 0)
-            snprintf(err, errlen, "--save: %s from rank %d: %s", wf_node_name(n), owner,
-                     wf_last_errmsg());
-        if (rc == 0 && t->rank == 0) {
-            wf_tensor *nv = wf_tensor_from(wf_tensor_dtype(v), wf_tensor_shape(v), buf);
-            if (!nv || (rc = wf_session_assign(t->s, n, nv)) < 0)
-                snprintf(err, errlen, "--save: %s: %s", wf_node_name(n), wf_session_errmsg(t->s));
-            rc = nv ? rc : WF_ENOMEM;
-            wf_tensor_release(nv);
-        }
-        free(buf);
-        wf_tensor_release(v);
-    }
-    return rc;
+    return wt_ranks_gather(t->comm, t->s, t->g, param_stage, t, err, errlen);
 }
 
 /* --strategy: the communicator of weft-run's ranks (WEFT_RANK, WEFT_SIZE, ... or Slurm's,

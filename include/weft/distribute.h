@@ -162,11 +162,16 @@ WF_API int wf_strategy_is_server(const wf_strategy *st);
  * every node gets a stage (a node hinted to "rank:K/cpu:0" by 'hints' is on stage K; a node
  * a gradient function made is on the stage of the node it differentiates; an update that
  * reads only variables and constants, such as an optimizer's step counter, runs on every
- * stage; a batch placeholder is on the stage of its first reader; any other node is on the
- * latest stage of its inputs, stage 0 without one), this rank keeps its stage's part, and
- * each micro-batch's value that another stage reads crosses by a send/recv pair of the graph
- * (a receive is posted when the run starts; no worker waits). A run sends only what the
- * other stages' parts of the same run need, so forward-only runs (an evaluation) send no
+ * stage, and so does the update of a variable that nodes of several stages read (a tied
+ * embedding: each stage keeps a copy and applies the same update to it); a node computed
+ * once per step from the gradients that is no update (clipping by the global norm) is on the
+ * stage of its largest input; a batch placeholder is on the stage of its first reader; any
+ * other node is on the latest stage of its inputs, stage 0 without one), this rank keeps its
+ * stage's part, and each micro-batch's value that another stage reads crosses by a send/recv
+ * pair of the graph (a receive is posted when the run starts; no worker waits), as does,
+ * once per step, a reduced gradient or a value computed from them that another stage's
+ * update or clipping reads (a gradient's squared norm, the clipping scale). A run sends only what
+ * the other stages' parts of the same run need, so forward-only runs (an evaluation) send no
  * gradients. The stage's work follows the schedule's action list (weft/placement.h: GPipe,
  * or 1F1B, which keeps at most p - k micro-batches' activations alive on stage k): each
  * micro-batch's forward or backward part waits for the part before it (orderings a run
@@ -179,8 +184,9 @@ WF_API int wf_strategy_is_server(const wf_strategy *st);
  * runs in the same order. Failures are as above: a dead stage, or one whose run fails, fails
  * the other ranks' runs with WF_EPEER naming it.
  * Limits: stages = the world size, 1 .. 64; m 1 .. 64; B >= m and the same in every run (a
- * receive's -1 dimensions are its micro-batch's rows); an update and what it reads on one
- * stage; no control edge across stages but an everywhere update's. */
+ * receive's shape is its value's for the micro-batch's rows, by each op's shape inference);
+ * an update of every stage runs on all of them, also on stages between that do not read its
+ * variable; no control edge across stages but an everywhere update's. */
 typedef struct wf_pipeline_opts {
     int stages;                         /* 0: the communicator's size; must equal it */
     int micro_batches;                  /* m; 0: 1 */

@@ -1,322 +1,26 @@
 /* tests/transport/test_pipeline.c: pipeline training (wf_strategy_pipeline(), weft/
- * distribute.h) on real processes: an MLP 64-32-32-10 with Adam split in 2 stages on 2 ranks
- * (and in 3 on 3), m = 4 micro-batches, GPipe and 1F1B, trains bit for bit as one process
+ * distribute.h) on real processes: an MLP 64-32-32-10 with Adam, a CNN (two convolutions and
+ * a linear layer) and the GPT of examples/train_gpt (2 blocks, AdamW, gradients clipped by
+ * their global norm across the stages), each split in 2 stages on 2 ranks (and in 3 on 3),
+ * m = 4 micro-batches, GPipe and 1F1B, trains bit for bit as one process
  * with the MultiWorkerMirrored strategy and 4 shards (per-step losses and the final weights'
  * bytes, and the losses of forward-only runs between steps, which send no gradients), and
  * within 1e-6 relative of plain single-process training; every stage fetches the loss (the
  * global value); the schedule's order shows in a trace (1F1B: micro-batch 0's forward and
- * backward before micro-batch 1's forward; GPipe: every forward first); bad options (more stages
- * than ranks, m < 1, a hint naming a rank that does not exist, a variable read on two stages)
- * fail at creation naming what is wrong; a killed stage fails the other's run within 2 s with
- * WF_EPEER naming it.
- * Ranks are processes on loopback (transport_util.h); each writes what it saw (its stage's
- * weights, and the losses every stage fetched, which are equal) to a file the test reads. The
- * reference runs (no communicator) run in the test's own process. */
-#include "strategy_util.h"
-#include "transport_util.h"
-
-#include <weft/placement.h>
-
-#include <fcntl.h>
-#include <math.h>
+ * backward before micro-batch 1's forward; GPipe: every forward first); a variable read on two
+ * stages (the MLP's w1 read again by its last layer, the GPT's tied head) is updated on both
+ * to the same bits; bad options (more stages than ranks, m < 1, a hint naming a rank that does
+ * not exist) fail at creation naming what is wrong; a killed stage fails the other's run within 2 s
+ * with WF_EPEER naming it. Ranks are processes on loopback (transport_util.h); each writes what it
+ * saw (its stage's weights, and the losses every stage fetched, which are equal) to a file the test
+ * reads. The reference runs (no communicator) run in the test's own process. */
+#include "pipeline_util.h"
 
 TestSuite(transport_pipeline, .timeout = WF_TEST_TIMEOUT(240), .fini = wf_test_fini);
 
-#define IN      64
-#define HID     32
-#define OUT     10
-#define NVARS   6
-#define MAXSTEP 32
-#define NW      (IN * HID + HID + HID * HID + HID + HID * OUT + OUT)
-
-enum { M_TRAIN, M_KILL, M_SHARED_VAR };
-
-typedef struct pp_arg {
-    int mode;
-    int stages, micro, schedule, steps, batch;
-    int ready_fd;   /* M_KILL: each rank writes a byte once its session is made */
-    char path[160]; /* rank r writes "<path>.<r>" */
-} pp_arg;
-
-typedef struct pp_result {
-    int steps;
-    float loss[MAXSTEP];
-    float eval[MAXSTEP]; /* after every 4th step: the loss of a forward-only run */
-    float w[NW];
-} pp_result;
-
-/* The global batch of step 's': the same on every rank. */
-static void batch_of(int s, int rows, float *x, int32_t *y)
-{
-    tu_batch_of(s, rows, IN, OUT, x, y);
-}
-
-typedef struct mlp {
-    wf_graph *g;
-    wf_node *x, *y, *loss, *train, *vars[NVARS];
-    int owner[NVARS]; /* the stage of each variable */
-} mlp;
-
-static int var_size(int k)
-{
-    static const int sz[NVARS] = { IN * HID, HID, HID * HID, HID, HID * OUT, OUT };
-    return sz[k];
-}
-
-/* Stage of layer 'l' (0, 1, 2) with 'stages' stages. */
-static int layer_stage(int l, int stages)
-{
-    return stages == 3 ? l : stages == 2 ? (l == 0 ? 0 : 1) : 0;
-}
-
-static int scope(wf_place_hints *h, const wf_graph *g, int stage)
-{
-    char dev[32];
-    snprintf(dev, sizeof dev, "rank:%d/cpu:0", stage);
-    return h ? wf_place_scope_begin(h, g, dev) : 0;
-}
-
-static int scope_end(wf_place_hints *h, const wf_graph *g)
-{
-    return h ? wf_place_scope_end(h, g) : 0;
-}
-
-/* The MLP; with 'h', each layer in a scope of its stage. M_SHARED_VAR: layer 2 also reads
- * layer 0's weight w1 (a variable read on two stages). */
-static int mlp_build(wf_runtime *rt, mlp *m, wf_place_hints *h, int stages, int mode)
-{
-    wf_graph *g = m->g = wf_graph_create(rt, WF_STATIC);
-    m->x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, IN));
-    m->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
-    static const int dims[4] = { IN, HID, HID, OUT };
-    for (int l = 0; l < 3; l++) {
-        char name[16];
-        snprintf(name, sizeof name, "w%d", l + 1);
-        m->vars[2 * l] = wf_variable(g, name, WF_F32, WF_SHAPE(dims[l], dims[l + 1]),
-                                     wf_init_glorot_uniform((uint64_t)l + 1));
-        snprintf(name, sizeof name, "b%d", l + 1);
-        m->vars[2 * l + 1] = wf_variable(g, name, WF_F32, WF_SHAPE(dims[l + 1]), wf_init_zeros());
-        m->owner[2 * l] = m->owner[2 * l + 1] = layer_stage(l, stages);
-    }
-    wf_node *a = m->x;
-    for (int l = 0; l < 3; l++) {
-        if (scope(h, g, layer_stage(l, stages)) < 0)
-            return -1;
-        a = wf_add(g, wf_matmul(g, a, m->vars[2 * l]), m->vars[2 * l + 1]);
-        if (l == 2 && mode == M_SHARED_VAR)
-            a = wf_add(g, a, wf_mul(g, wf_sum(g, m->vars[0]), wf_scalar(g, WF_F32, 1e-3)));
-        if (l < 2)
-            a = wf_relu(g, a);
-        else if (wf_node_set_name(a, "logits") < 0)
-            return -1;
-        else
-            m->loss = wf_mean(g, wf_softmax_cross_entropy(g, a, m->y));
-        if (scope_end(h, g) < 0)
-            return -1;
-    }
-    m->train = wf_minimize(g, wf_adam(1e-2), m->loss);
-    return m->train ? 0 : -1;
-}
-
-/* Trains 'a->steps' steps with 'st' (NULL: a plain session); 'stage' is this process's
- * stage (-1: all of them: a reference run). Fills the losses (on the last stage) and the
- * weights of the stage's variables. */
-static int train(wf_runtime *rt, const wf_strategy *st, const pp_arg *a, int stage,
-                 wf_place_hints *h, pp_result *res)
-{
-    mlp m;
-    TU_CHECK(mlp_build(rt, &m, h, a->stages, M_TRAIN) == 0, "build: %s", wf_graph_errmsg(m.g));
-    wf_session *s = NULL;
-    TU_OK(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s));
-    float *x = malloc(sizeof(float) * (size_t)a->batch * IN);
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)a->batch);
-    TU_CHECK(x && y, "no memory");
-    res->steps = a->steps;
-    for (int step = 0; step < a->steps; step++) {
-        int rc =
-            tu_step(s, m.x, m.y, IN, OUT, a->batch, step, m.loss, m.train, x, y, &res->loss[step]);
-        TU_CHECK(rc == 0, "stage %d, step %d: %s: %s", stage, step, wf_err_name(rc),
-                 wf_session_errmsg(s));
-        if (step % 4 == 3) { /* a forward-only run between steps: no backward, no update */
-            rc = tu_step(s, m.x, m.y, IN, OUT, a->batch, 1000 + step, m.loss, NULL, x, y,
-                         &res->eval[step / 4]);
-            TU_CHECK(rc == 0, "stage %d, evaluation after step %d: %s: %s", stage, step,
-                     wf_err_name(rc), wf_session_errmsg(s));
-        }
-    }
-    size_t off = 0;
-    for (int k = 0; k < NVARS; k++) {
-        size_t n = (size_t)var_size(k);
-        if (stage < 0 || m.owner[k] == stage) {
-            wf_tensor *v = NULL;
-            TU_OK(wf_session_variable(s, m.vars[k], &v));
-            TU_OK(wf_tensor_read(v, WF_F32, res->w + off, n * sizeof(float)));
-            wf_tensor_release(v);
-        }
-        off += n;
-    }
-    free(x);
-    free(y);
-    wf_session_destroy(s);
-    wf_graph_destroy(m.g);
-    return 0;
-}
-
-static int rank_train(wf_comm *c, int rank, int size, void *argp)
-{
-    (void)size;
-    const pp_arg *a = argp;
-    wf_place_hints *h = NULL;
-    TU_OK(wf_place_hints_create(&h));
-    wf_strategy *st = NULL;
-    TU_OK(wf_strategy_pipeline(c,
-                               &(wf_pipeline_opts){ .stages = a->stages,
-                                                    .micro_batches = a->micro,
-                                                    .schedule = a->schedule,
-                                                    .batch_rows = a->batch,
-                                                    .hints = h },
-                               &st));
-    pp_result *r = calloc(1, sizeof *r);
-    TU_CHECK(r, "no memory");
-    int rc = train(tu_rt, st, a, rank, h, r);
-    if (rc == 0) {
-        char path[200];
-        snprintf(path, sizeof path, "%s.%d", a->path, rank);
-        FILE *f = fopen(path, "wb");
-        TU_CHECK(f, "open %s", path);
-        TU_CHECK(fwrite(r, sizeof *r, 1, f) == 1, "write %s", path);
-        fclose(f);
-    }
-    free(r);
-    wf_strategy_destroy(st);
-    wf_place_hints_destroy(h);
-    return rc;
-}
-TU_REGISTER(rank_train)
-
-/* The stages' files into one result: the last stage's losses, each variable from its own
- * stage. */
-static void gather(const pp_arg *a, pp_result *out)
-{
-    mlp m;
-    wf_runtime *rt = NULL;
-    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
-    cr_assert_eq(mlp_build(rt, &m, NULL, a->stages, M_TRAIN), 0);
-    static pp_result part, losses[3];
-    for (int r = 0; r < a->stages; r++) {
-        char path[200];
-        snprintf(path, sizeof path, "%s.%d", a->path, r);
-        FILE *f = fopen(path, "rb");
-        cr_assert_not_null(f, "no result from rank %d", r);
-        cr_assert_eq(fread(&part, sizeof part, 1, f), 1);
-        fclose(f);
-        unlink(path);
-        if (r == a->stages - 1) {
-            out->steps = part.steps;
-            memcpy(out->loss, part.loss, sizeof out->loss);
-            memcpy(out->eval, part.eval, sizeof out->eval);
-        }
-        losses[r] = part; /* every stage fetched the loss: the global value, the same bits */
-        size_t off = 0;
-        for (int k = 0; k < NVARS; off += (size_t)var_size(k), k++)
-            if (m.owner[k] == r)
-                memcpy(out->w + off, part.w + off, sizeof(float) * (size_t)var_size(k));
-    }
-    for (int r = 0; r < a->stages; r++)
-        cr_assert(!memcmp(losses[r].loss, out->loss, sizeof out->loss) &&
-                      !memcmp(losses[r].eval, out->eval, sizeof out->eval),
-                  "stage %d fetched other losses than the last stage", r);
-    wf_graph_destroy(m.g);
-    wf_runtime_destroy(rt);
-}
-
-static void run_pipeline(int stages, int micro, int schedule, int steps, int batch, pp_result *r)
-{
-    pp_arg a = { .mode = M_TRAIN,
-                 .stages = stages,
-                 .micro = micro,
-                 .schedule = schedule,
-                 .steps = steps,
-                 .batch = batch };
-    snprintf(a.path, sizeof a.path, "/tmp/weft-pipeline-%d-%d%d", (int)getpid(), stages, schedule);
-    tu_run t = { .size = stages,
-                 .body = rank_train,
-                 .arg = &a,
-                 .arg_size = sizeof a,
-                 .timeout_s = WF_TEST_TIMEOUT(60),
-                 .with_rt = true };
-    uint64_t t0 = wf_test_now_ns();
-    tu_start(&t);
-    cr_assert(tu_wait(&t), "%d stages did not finish in time", stages);
-    for (int i = 0; i < stages; i++)
-        cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
-                  "rank %d of %d failed (status %d; its stderr says why)", i, stages, t.status[i]);
-    printf("pipeline %d stages, m = %d, %s: %d steps in %.2f s\n", stages, micro,
-           schedule == WF_SCHEDULE_1F1B ? "1f1b" : "gpipe", steps,
-           (double)(wf_test_now_ns() - t0) * 1e-9);
-    gather(&a, r);
-}
-
-/* The same in this process: 'shards' shards of MultiWorkerMirrored without a communicator,
- * or (0) a plain session. */
-static void run_local(int shards, int steps, int batch, pp_result *r)
-{
-    wf_runtime *rt = NULL;
-    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 2 }), 0);
-    pp_arg a = { .stages = 1, .steps = steps, .batch = batch };
-    wf_strategy *st = NULL;
-    if (shards)
-        cr_assert_eq(wf_strategy_multiworker(NULL, &(wf_strategy_opts){ .shards = shards }, &st), 0,
-                     "%s", wf_last_errmsg());
-    cr_assert_eq(train(rt, st, &a, -1, NULL, r), 0, "the local run failed");
-    wf_strategy_destroy(st);
-    wf_runtime_destroy(rt);
-}
-
-static void assert_close(const pp_result *a, const pp_result *b, const char *what)
-{
-    for (int s = 0; s < a->steps; s++) {
-        double d = fabs((double)a->loss[s] - (double)b->loss[s]);
-        cr_assert(d <= 1e-6 * fabs((double)b->loss[s]),
-                  "%s: step %d: loss %.9g vs %.9g (%.3g relative)", what, s, a->loss[s], b->loss[s],
-                  d / fabs((double)b->loss[s]));
-    }
-    double d2 = 0, n2 = 0, worst = 0;
-    for (int i = 0; i < NW; i++) {
-        double d = fabs((double)a->w[i] - (double)b->w[i]);
-        double scale = fabs((double)b->w[i]) > 1e-3 ? fabs((double)b->w[i]) : 1e-3;
-        worst = d / scale > worst ? d / scale : worst;
-        d2 += d * d;
-        n2 += (double)b->w[i] * b->w[i];
-    }
-    printf("%s: weights differ by %.3g (norm) relative, at most %.3g per element\n", what,
-           sqrt(d2 / n2), worst);
-    cr_assert(sqrt(d2 / n2) <= 1e-6, "%s: the weights differ by %.3g relative", what,
-              sqrt(d2 / n2));
-}
-
-static void assert_bitwise(const pp_result *a, const pp_result *b, const char *what)
-{
-    for (int s = 0; s < a->steps; s++)
-        cr_assert(!memcmp(&a->loss[s], &b->loss[s], sizeof(float)),
-                  "%s: step %d: loss %.9g vs %.9g", what, s, a->loss[s], b->loss[s]);
-    for (int k = 0; k < a->steps / 4; k++)
-        cr_assert(!memcmp(&a->eval[k], &b->eval[k], sizeof(float)),
-                  "%s: evaluation %d: loss %.9g vs %.9g", what, k, a->eval[k], b->eval[k]);
-    for (int i = 0; i < NW; i++)
-        cr_assert(!memcmp(&a->w[i], &b->w[i], sizeof(float)), "%s: weight %d: %.9g vs %.9g", what,
-                  i, a->w[i], b->w[i]);
-}
-
 static void check_schedule(int stages, int schedule)
 {
-    static pp_result pipe, local, plain;
-    int steps = 12, batch = 30; /* 30 rows: micro-batches of 8, 8, 7 and 7 */
-    run_pipeline(stages, 4, schedule, steps, batch, &pipe);
-    run_local(4, steps, batch, &local);
-    run_local(0, steps, batch, &plain);
-    assert_bitwise(&pipe, &local, "pipeline vs one process with 4 shards");
-    assert_close(&pipe, &plain, "pipeline vs plain training");
+    check_model(NET_MLP, stages, schedule);
 }
 
 Test(transport_pipeline, two_stages_gpipe_train_the_bits_of_one_process_with_4_shards)
@@ -338,6 +42,38 @@ Test(transport_pipeline, three_stages_gpipe_train_the_bits_of_one_process_with_4
 {
     check_schedule(3, WF_SCHEDULE_GPIPE);
 }
+
+Test(transport_pipeline, a_cnn_in_two_stages_gpipe_trains_the_bits_of_4_shards)
+{
+    check_model(NET_CNN, 2, WF_SCHEDULE_GPIPE);
+}
+
+Test(transport_pipeline, a_cnn_in_two_stages_1f1b_trains_the_bits_of_4_shards)
+{
+    check_model(NET_CNN, 2, WF_SCHEDULE_1F1B);
+}
+
+Test(transport_pipeline, a_cnn_in_three_stages_1f1b_trains_the_bits_of_4_shards)
+{
+    check_model(NET_CNN, 3, WF_SCHEDULE_1F1B);
+}
+
+#ifdef WF_TEST_HAVE_GPT
+Test(transport_pipeline, the_gpt_in_two_stages_gpipe_trains_the_bits_of_4_shards)
+{
+    check_model(NET_GPT, 2, WF_SCHEDULE_GPIPE);
+}
+
+Test(transport_pipeline, the_gpt_in_two_stages_1f1b_trains_the_bits_of_4_shards)
+{
+    check_model(NET_GPT, 2, WF_SCHEDULE_1F1B);
+}
+
+Test(transport_pipeline, the_gpt_in_three_stages_1f1b_trains_the_bits_of_4_shards)
+{
+    check_model(NET_GPT, 3, WF_SCHEDULE_1F1B);
+}
+#endif
 
 /* The task spans of a Chrome trace whose node names have "/mb<k>": (k, start, end, is the
  * logits: the last of the forward). */
@@ -526,33 +262,37 @@ Test(transport_pipeline, a_killed_stage_fails_the_others_run_within_2s_with_epee
     tu_kill_rank(&t, fds, 1, 3);
 }
 
-/* Both ranks fail session creation naming the variable read on two stages. */
-static int rank_shared_var(wf_comm *c, int rank, int size, void *argp)
+/* A variable read on two stages (w1, by layer 1 on stage 0 and by layer 3 on the last) is
+ * updated on both from the same gradient: the bits of one process with 4 shards. */
+Test(transport_pipeline, a_variable_read_on_two_stages_is_updated_on_both_to_the_same_bits)
 {
-    (void)size;
-    (void)argp;
-    pp_setup p;
-    int rc = setup_two(c, M_SHARED_VAR, &p);
-    TU_CHECK(rc == WF_EINVAL, "rank %d: creation gave %s", rank, wf_err_name(rc));
-    TU_CHECK(
-        strstr(wf_graph_errmsg(p.m.g), "variable 'w1' is read on stage 0 and updated on stage 1"),
-        "rank %d: %s", rank, wf_graph_errmsg(p.m.g));
-    setup_free(&p);
-    return 0;
+    check_model(NET_MLP_SHARED, 2, WF_SCHEDULE_1F1B);
+    check_model(NET_MLP_SHARED, 3, WF_SCHEDULE_GPIPE);
 }
-TU_REGISTER(rank_shared_var)
 
-Test(transport_pipeline, a_variable_read_on_two_stages_fails_creation_naming_it)
+#ifdef WF_TEST_HAVE_GPT
+/* The GPT's tied head: the token table is read by the lookup on stage 0 and by the head on
+ * the last stage; both keep it current. Against plain training the losses only: one process
+ * with 4 shards, which the pipeline equals bit for bit, ends 1.76e-6 (norm) from plain
+ * training's weights after 12 steps (1.22e-6 after 8): another summation order's drift,
+ * not the pipeline's. */
+static void check_tied(int stages, int schedule)
 {
-    tu_run t = {
-        .size = 2, .body = rank_shared_var, .timeout_s = WF_TEST_TIMEOUT(30), .with_rt = true
-    };
-    tu_start(&t);
-    cr_assert(tu_wait(&t), "the ranks did not finish in time");
-    for (int i = 0; i < 2; i++)
-        cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
-                  "rank %d failed (status %d; stderr says why)", i, t.status[i]);
+    pp_arg a = { .model = NET_GPT_TIED,
+                 .stages = stages,
+                 .micro = 4,
+                 .schedule = schedule,
+                 .steps = 12,
+                 .batch = 30 };
+    check_run(&a, 1);
 }
+
+Test(transport_pipeline, the_gpt_with_a_tied_head_trains_the_bits_of_4_shards)
+{
+    check_tied(2, WF_SCHEDULE_1F1B);
+    check_tied(3, WF_SCHEDULE_GPIPE);
+}
+#endif
 
 Test(transport_pipeline, bad_options_fail_naming_them)
 {
