@@ -8,7 +8,12 @@
  * backward before micro-batch 1's forward; GPipe: every forward first); bad options (more stages
  * than ranks, m < 1, a hint naming a rank that does not exist, a variable read on two stages)
  * fail at creation naming what is wrong; a killed stage fails the other's run within 2 s with
- * WF_EPEER naming it.
+ * WF_EPEER naming it. With placement auto (no hints) the planner's stages (2 stages 1F1B, 3
+ * GPipe) train the bits of the same stages given as node hints and of one process with 4
+ * shards, every rank reports the same stages, and the plan's text names each stage's device,
+ * its nodes and the bubble; the planner's errors at creation (memory caps too small: naming
+ * the device and bytes, or the node alone too big; a hint of a rank that does not exist) and
+ * its options without it are refused naming them.
  * Ranks are processes on loopback (transport_util.h); each writes what it saw (its stage's
  * weights, and the losses every stage fetched, which are equal) to a file the test reads. The
  * reference runs (no communicator) run in the test's own process. */
@@ -28,18 +33,24 @@ TestSuite(transport_pipeline, .timeout = WF_TEST_TIMEOUT(240), .fini = wf_test_f
 #define NVARS   6
 #define MAXSTEP 32
 #define NW      (IN * HID + HID + HID * HID + HID + HID * OUT + OUT)
+#define FWD     32 /* the forward's node ids are below this */
 
 enum { M_TRAIN, M_KILL, M_SHARED_VAR };
 
 typedef struct pp_arg {
     int mode;
     int stages, micro, schedule, steps, batch;
+    int placement; /* WF_PIPELINE_PLACE_AUTO: the planner's stages, no hints */
+    bool node_set; /* hints: node_st[id] (>= 0) for each forward op, after the scopes */
+    signed char node_st[FWD];
     int ready_fd;   /* M_KILL: each rank writes a byte once its session is made */
     char path[160]; /* rank r writes "<path>.<r>" */
 } pp_arg;
 
 typedef struct pp_result {
     int steps;
+    int owner[NVARS]; /* a pipeline's: each variable's stage (wf_session_pipeline_stage()) */
+    signed char node_st[FWD]; /* and each forward op's (ids up to the loss's; else -1) */
     float loss[MAXSTEP];
     float eval[MAXSTEP]; /* after every 4th step: the loss of a forward-only run */
     float w[NW];
@@ -126,6 +137,16 @@ static int train(wf_runtime *rt, const wf_strategy *st, const pp_arg *a, int sta
 {
     mlp m;
     TU_CHECK(mlp_build(rt, &m, h, a->stages, M_TRAIN) == 0, "build: %s", wf_graph_errmsg(m.g));
+    int loss_id = 0; /* the forward's last node */
+    while (wf_graph_node(m.g, loss_id) != m.loss)
+        loss_id++;
+    TU_CHECK(loss_id < FWD, "the loss is node %d", loss_id);
+    for (int id = 0; a->node_set && id <= loss_id; id++) { /* node hints win over scopes */
+        char dev[32];
+        snprintf(dev, sizeof dev, "rank:%d/cpu:0", a->node_st[id]);
+        if (a->node_st[id] >= 0)
+            TU_OK(wf_place_hint(h, wf_graph_node(m.g, id), dev));
+    }
     wf_session *s = NULL;
     TU_OK(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s));
     float *x = malloc(sizeof(float) * (size_t)a->batch * IN);
@@ -144,10 +165,37 @@ static int train(wf_runtime *rt, const wf_strategy *st, const pp_arg *a, int sta
                      wf_err_name(rc), wf_session_errmsg(s));
         }
     }
+    if (stage >= 0) /* where each variable is: the planner's, or the hints' */
+        for (int k = 0; k < NVARS; k++) {
+            res->owner[k] = wf_session_pipeline_stage(s, m.vars[k]);
+            TU_CHECK(res->owner[k] >= 0, "variable %d: stage %d: %s", k, res->owner[k],
+                     wf_last_errmsg());
+            TU_CHECK(a->placement == WF_PIPELINE_PLACE_AUTO || a->node_set ||
+                         res->owner[k] == m.owner[k],
+                     "variable %d is on stage %d, hinted to %d", k, res->owner[k], m.owner[k]);
+        }
+    for (int id = 0; stage >= 0 && id < FWD; id++) {
+        const wf_node *v = id <= loss_id ? wf_graph_node(m.g, id) : NULL;
+        bool op = v && wf_node_input_count(v) > 0; /* not a source */
+        res->node_st[id] = (signed char)(op ? wf_session_pipeline_stage(s, v) : -1);
+        TU_CHECK(!op || (res->node_st[id] >= 0 && res->node_st[id] < a->stages),
+                 "node %d: stage %d", id, res->node_st[id]);
+        TU_CHECK(!a->node_set || res->node_st[id] == a->node_st[id],
+                 "node %d is on stage %d, hinted to %d", id, res->node_st[id], a->node_st[id]);
+    }
+    const char *plan = wf_session_pipeline_plan(s);
+    TU_CHECK(!plan == (a->placement != WF_PIPELINE_PLACE_AUTO || stage < 0),
+             "the plan's text is %s", plan ? "there without the planner" : "missing");
+    if (plan && stage == 0) { /* for the test to print and check */
+        char path[200];
+        snprintf(path, sizeof path, "%s.plan", a->path);
+        FILE *f = fopen(path, "w");
+        TU_CHECK(f && fputs(plan, f) >= 0 && fclose(f) == 0, "write %s", path);
+    }
     size_t off = 0;
     for (int k = 0; k < NVARS; k++) {
         size_t n = (size_t)var_size(k);
-        if (stage < 0 || m.owner[k] == stage) {
+        if (stage < 0 || res->owner[k] == stage) {
             wf_tensor *v = NULL;
             TU_OK(wf_session_variable(s, m.vars[k], &v));
             TU_OK(wf_tensor_read(v, WF_F32, res->w + off, n * sizeof(float)));
@@ -167,14 +215,17 @@ static int rank_train(wf_comm *c, int rank, int size, void *argp)
     (void)size;
     const pp_arg *a = argp;
     wf_place_hints *h = NULL;
-    TU_OK(wf_place_hints_create(&h));
+    bool planner = a->placement == WF_PIPELINE_PLACE_AUTO;
+    if (!planner)
+        TU_OK(wf_place_hints_create(&h));
     wf_strategy *st = NULL;
     TU_OK(wf_strategy_pipeline(c,
                                &(wf_pipeline_opts){ .stages = a->stages,
                                                     .micro_batches = a->micro,
                                                     .schedule = a->schedule,
                                                     .batch_rows = a->batch,
-                                                    .hints = h },
+                                                    .hints = h,
+                                                    .placement = a->placement },
                                &st));
     pp_result *r = calloc(1, sizeof *r);
     TU_CHECK(r, "no memory");
@@ -217,9 +268,16 @@ static void gather(const pp_arg *a, pp_result *out)
             memcpy(out->eval, part.eval, sizeof out->eval);
         }
         losses[r] = part; /* every stage fetched the loss: the global value, the same bits */
+        if (r == 0) {
+            memcpy(out->owner, part.owner, sizeof out->owner);
+            memcpy(out->node_st, part.node_st, sizeof out->node_st);
+        }
+        cr_assert(!memcmp(out->owner, part.owner, sizeof out->owner) &&
+                      !memcmp(out->node_st, part.node_st, sizeof out->node_st),
+                  "rank %d puts the nodes on other stages than rank 0", r);
         size_t off = 0;
         for (int k = 0; k < NVARS; off += (size_t)var_size(k), k++)
-            if (m.owner[k] == r)
+            if (part.owner[k] == r)
                 memcpy(out->w + off, part.w + off, sizeof(float) * (size_t)var_size(k));
     }
     for (int r = 0; r < a->stages; r++)
@@ -230,19 +288,16 @@ static void gather(const pp_arg *a, pp_result *out)
     wf_runtime_destroy(rt);
 }
 
-static void run_pipeline(int stages, int micro, int schedule, int steps, int batch, pp_result *r)
+/* Runs 'a' (M_TRAIN) on a->stages ranks and gathers what they saw. */
+static void run_arg(pp_arg *a, pp_result *r)
 {
-    pp_arg a = { .mode = M_TRAIN,
-                 .stages = stages,
-                 .micro = micro,
-                 .schedule = schedule,
-                 .steps = steps,
-                 .batch = batch };
-    snprintf(a.path, sizeof a.path, "/tmp/weft-pipeline-%d-%d%d", (int)getpid(), stages, schedule);
+    int stages = a->stages, micro = a->micro, schedule = a->schedule, steps = a->steps;
+    snprintf(a->path, sizeof a->path, "/tmp/weft-pipeline-%d-%d%d%d", (int)getpid(), stages,
+             schedule, a->placement);
     tu_run t = { .size = stages,
                  .body = rank_train,
-                 .arg = &a,
-                 .arg_size = sizeof a,
+                 .arg = a,
+                 .arg_size = sizeof *a,
                  .timeout_s = WF_TEST_TIMEOUT(60),
                  .with_rt = true };
     uint64_t t0 = wf_test_now_ns();
@@ -251,10 +306,22 @@ static void run_pipeline(int stages, int micro, int schedule, int steps, int bat
     for (int i = 0; i < stages; i++)
         cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
                   "rank %d of %d failed (status %d; its stderr says why)", i, stages, t.status[i]);
-    printf("pipeline %d stages, m = %d, %s: %d steps in %.2f s\n", stages, micro,
-           schedule == WF_SCHEDULE_1F1B ? "1f1b" : "gpipe", steps,
+    printf("pipeline %d stages, m = %d, %s%s: %d steps in %.2f s\n", stages, micro,
+           schedule == WF_SCHEDULE_1F1B ? "1f1b" : "gpipe",
+           a->placement == WF_PIPELINE_PLACE_AUTO ? ", planner" : "", steps,
            (double)(wf_test_now_ns() - t0) * 1e-9);
-    gather(&a, r);
+    gather(a, r);
+}
+
+static void run_pipeline(int stages, int micro, int schedule, int steps, int batch, pp_result *r)
+{
+    pp_arg a = { .mode = M_TRAIN,
+                 .stages = stages,
+                 .micro = micro,
+                 .schedule = schedule,
+                 .steps = steps,
+                 .batch = batch };
+    run_arg(&a, r);
 }
 
 /* The same in this process: 'shards' shards of MultiWorkerMirrored without a communicator,
@@ -317,6 +384,70 @@ static void check_schedule(int stages, int schedule)
     run_local(0, steps, batch, &plain);
     assert_bitwise(&pipe, &local, "pipeline vs one process with 4 shards");
     assert_close(&pipe, &plain, "pipeline vs plain training");
+}
+
+/* The planner's stages (placement auto, no hints): the plan's text names every stage, the
+ * bubble and the nodes; the run trains the bits of the same stages given as hints, and of one
+ * process with 4 shards. */
+static void check_planner(int stages, int schedule)
+{
+    static pp_result planned, hinted, local;
+    int steps = 8, batch = 30;
+    pp_arg a = { .mode = M_TRAIN,
+                 .stages = stages,
+                 .micro = 4,
+                 .schedule = schedule,
+                 .steps = steps,
+                 .batch = batch,
+                 .placement = WF_PIPELINE_PLACE_AUTO };
+    run_arg(&a, &planned);
+    char path[200], text[4096] = "";
+    snprintf(path, sizeof path, "%s.plan", a.path);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "rank 0 wrote no plan");
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    text[len] = 0;
+    fclose(f);
+    unlink(path);
+    printf("%s", text);
+    for (int k = 0; k < stages; k++) {
+        char want[48];
+        snprintf(want, sizeof want, "stage %d on rank:%d/cpu:0", k, k);
+        cr_assert(strstr(text, want), "the plan does not say '%s':\n%s", want, text);
+        snprintf(want, sizeof want, "stage %d nodes: ", k);
+        cr_assert(strstr(text, want), "the plan does not list stage %d's nodes:\n%s", k, text);
+    }
+    cr_assert(strstr(text, "bubble") && strstr(text, "logits"), "%s", text);
+    /* The same stages as hints of every forward op (over the scopes of mlp_build()). */
+    pp_arg b = a;
+    b.placement = WF_PIPELINE_PLACE_HINTS;
+    b.node_set = true;
+    memcpy(b.node_st, planned.node_st, sizeof b.node_st);
+    bool used[3] = { false, false, false };
+    printf("planner: the forward ops' stages:");
+    for (int id = 0; id < FWD; id++) {
+        if (planned.node_st[id] >= 0)
+            used[planned.node_st[id]] = true;
+        if (planned.node_st[id] >= 0)
+            printf(" %d", planned.node_st[id]);
+    }
+    printf("\n");
+    for (int k = 0; k < stages; k++)
+        cr_assert(used[k], "the planner left stage %d without an op", k);
+    run_arg(&b, &hinted);
+    run_local(4, steps, batch, &local);
+    assert_bitwise(&planned, &hinted, "planner's stages vs the same stages as hints");
+    assert_bitwise(&planned, &local, "planner's stages vs one process with 4 shards");
+}
+
+Test(transport_pipeline, planner_stages_2_1f1b_train_the_bits_of_the_same_hints_and_4_shards)
+{
+    check_planner(2, WF_SCHEDULE_1F1B);
+}
+
+Test(transport_pipeline, planner_stages_3_gpipe_train_the_bits_of_the_same_hints_and_4_shards)
+{
+    check_planner(3, WF_SCHEDULE_GPIPE);
 }
 
 Test(transport_pipeline, two_stages_gpipe_train_the_bits_of_one_process_with_4_shards)
@@ -598,4 +729,75 @@ Test(transport_pipeline, bad_options_fail_naming_them)
     wf_strategy_destroy(st);
     wf_place_hints_destroy(h);
     wf_runtime_destroy(rt);
+}
+
+/* Creates a one-rank planner session of the MLP ('h': its layers' hints for 'stages' stages,
+ * or NULL) with memory cap 'cap'; returns wf_session_create()'s code, the message in 'msg'. */
+static int planner_session(wf_place_hints *h, int stages, double cap, char *msg, size_t size)
+{
+    wf_runtime *rt = NULL;
+    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
+    wf_strategy *st = NULL;
+    cr_assert_eq(wf_strategy_pipeline(NULL,
+                                      &(wf_pipeline_opts){ .micro_batches = 2,
+                                                           .batch_rows = 8,
+                                                           .hints = h,
+                                                           .placement = WF_PIPELINE_PLACE_AUTO,
+                                                           .mem_bytes = cap },
+                                      &st),
+                 0, "%s", wf_last_errmsg());
+    mlp m;
+    cr_assert_eq(mlp_build(rt, &m, h, stages, M_TRAIN), 0);
+    wf_session *s = NULL;
+    int rc = wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s);
+    snprintf(msg, size, "%s", rc < 0 ? wf_graph_errmsg(m.g) : "");
+    if (rc == 0) {
+        const char *plan = wf_session_pipeline_plan(s);
+        cr_assert(plan && strstr(plan, "stage 0 on rank:0/cpu:0"), "plan: %s", plan);
+        snprintf(msg, size, "%s", plan);
+        wf_session_destroy(s);
+    }
+    wf_graph_destroy(m.g);
+    wf_strategy_destroy(st);
+    wf_runtime_destroy(rt);
+    return rc;
+}
+
+Test(transport_pipeline, planner_errors_at_session_creation_name_the_device_and_bytes)
+{
+    char msg[4096];
+    /* The whole MLP with Adam's state needs about 55 kB on one stage: a cap of 30000 bytes
+     * holds each node but not all of them; one of 1000 not even the first weight. */
+    int rc = planner_session(NULL, 1, 30000, msg, sizeof msg);
+    cr_assert_eq(rc, WF_EINVAL, "a 30000-byte cap gave %s: %s", wf_err_name(rc), msg);
+    cr_assert(strstr(msg, "rank:0/cpu:0 with 30000 bytes") && strstr(msg, "memory cap"), "%s", msg);
+    printf("a 30000-byte cap: %s\n", msg);
+    rc = planner_session(NULL, 1, 1000, msg, sizeof msg);
+    cr_assert_eq(rc, WF_EINVAL, "a 1000-byte cap gave %s: %s", wf_err_name(rc), msg);
+    cr_assert(strstr(msg, "w1") && strstr(msg, "alone needs") && strstr(msg, "1000"), "%s", msg);
+    printf("a 1000-byte cap: %s\n", msg);
+    rc = planner_session(NULL, 1, 1e6, msg, sizeof msg); /* fits: the plan's text */
+    cr_assert_eq(rc, 0, "a 1 MB cap gave %s: %s", wf_err_name(rc), msg);
+    /* A hint naming rank 1 of a one-rank pipeline: the planner names node and device. */
+    wf_place_hints *h = NULL;
+    cr_assert_eq(wf_place_hints_create(&h), 0);
+    rc = planner_session(h, 2, 0, msg, sizeof msg);
+    cr_assert_eq(rc, WF_ENOTFOUND, "a hint of rank 1 gave %s: %s", wf_err_name(rc), msg);
+    cr_assert(strstr(msg, "rank:1/cpu:0") && strstr(msg, "matmul") &&
+                  strstr(msg, "rank 1 does not exist"),
+              "%s", msg);
+    printf("a hint of rank 1, placement auto: %s\n", msg);
+    wf_place_hints_destroy(h);
+    /* The planner's options without the planner, and an unknown placement. */
+    wf_strategy *st = NULL;
+    rc = wf_strategy_pipeline(NULL, &(wf_pipeline_opts){ .batch_rows = 8, .mem_bytes = 1e6 }, &st);
+    cr_assert_eq(rc, WF_EINVAL, "a cap with the hints' placement gave %s", wf_err_name(rc));
+    cr_assert(strstr(wf_last_errmsg(), "mem_bytes 1e+06"), "%s", wf_last_errmsg());
+    rc = wf_strategy_pipeline(NULL, &(wf_pipeline_opts){ .batch_rows = 8, .placement = 7 }, &st);
+    cr_assert_eq(rc, WF_EINVAL, "placement 7 gave %s", wf_err_name(rc));
+    cr_assert(strstr(wf_last_errmsg(), "placement is 7"), "%s", wf_last_errmsg());
+    rc = wf_strategy_pipeline(
+        NULL, &(wf_pipeline_opts){ .batch_rows = 8, .placement = 1, .mem_bytes = -1 }, &st);
+    cr_assert_eq(rc, WF_EINVAL, "a negative cap gave %s", wf_err_name(rc));
+    cr_assert_null(st);
 }
