@@ -2,6 +2,7 @@
  * pipeline's stages (stages.h). Public API only. */
 #include "stages.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int wt_place_file_read(const char *path, int ranks, wt_place_file *f, char *err, size_t errlen)
@@ -109,23 +110,53 @@ static bool crosses(const wf_node *u)
            strcmp(op, "constant") != 0;
 }
 
+typedef struct node_id {
+    const wf_node *n;
+    int id;
+} node_id;
+
+static int by_node(const void *a, const void *b)
+{
+    const wf_node *x = ((const node_id *)a)->n, *y = ((const node_id *)b)->n;
+    return x < y ? -1 : x > y;
+}
+
+/* The id of 'u' among the sorted 'ids' (inputs are always user nodes here). */
+static int id_of(const node_id *ids, int n, const wf_node *u)
+{
+    node_id key = { u, -1 };
+    const node_id *e = bsearch(&key, ids, (size_t)n, sizeof *ids, by_node);
+    return e ? e->id : -1;
+}
+
 int wt_stages_dot(const wf_session *s, const wf_graph *g, int n_user, int stages, FILE *f)
 {
-    if (wf_session_pipeline_stage(s, wf_graph_node(g, 0)) == WF_EINVAL)
+    if (n_user < 1 || wf_session_pipeline_stage(s, wf_graph_node(g, 0)) == WF_EINVAL)
         return WF_EINVAL;
-    int pairs = 0;
-    for (int id = 0; id < n_user; id++) { /* one pair per (value, reading stage) */
-        const wf_node *u = wf_graph_node(g, id);
-        int su = wf_session_pipeline_stage(s, u);
-        unsigned long long seen = 0;
-        for (int j = id + 1; su >= 0 && crosses(u) && j < n_user; j++) {
-            const wf_node *v = wf_graph_node(g, j);
-            int sv = wf_session_pipeline_stage(s, v);
-            for (int k = 0; k < wf_node_input_count(v) && sv >= 0 && sv != su; k++)
-                if (wf_node_input(v, k) == u && !(seen >> sv & 1)) {
-                    seen |= 1ull << sv;
-                    pairs++;
-                }
+    int *st = malloc(sizeof *st * (size_t)n_user);
+    node_id *ids = malloc(sizeof *ids * (size_t)n_user);
+    unsigned long long *to = calloc((size_t)n_user, sizeof *to); /* stages a value is sent to */
+    if (!st || !ids || !to) {
+        free(st);
+        free(ids);
+        free(to);
+        return WF_ENOMEM;
+    }
+    for (int id = 0; id < n_user; id++) {
+        ids[id] = (node_id){ wf_graph_node(g, id), id };
+        st[id] = wf_session_pipeline_stage(s, ids[id].n);
+    }
+    qsort(ids, (size_t)n_user, sizeof *ids, by_node);
+    int pairs = 0; /* one per (value, reading stage) */
+    for (int id = 0; id < n_user; id++) {
+        const wf_node *v = wf_graph_node(g, id);
+        for (int k = 0; k < wf_node_input_count(v); k++) {
+            int u = id_of(ids, n_user, wf_node_input(v, k));
+            if (u >= 0 && st[u] >= 0 && st[id] >= 0 && st[u] != st[id] &&
+                crosses(wf_node_input(v, k)) && !(to[u] >> st[id] & 1)) {
+                to[u] |= 1ull << st[id];
+                pairs++;
+            }
         }
     }
     fprintf(f,
@@ -140,7 +171,7 @@ int wt_stages_dot(const wf_session *s, const wf_graph *g, int n_user, int stages
             fprintf(f, "  subgraph cluster_all {\n    label=\"every stage\";\n");
         for (int id = 0; id < n_user; id++) {
             const wf_node *v = wf_graph_node(g, id);
-            if (wf_session_pipeline_stage(s, v) == k)
+            if (st[id] == k)
                 fprintf(f, "    n%d [label=\"%s\\n%s\"];\n", id, wf_node_name(v), wf_node_op(v));
         }
         if (k != -1)
@@ -148,19 +179,16 @@ int wt_stages_dot(const wf_session *s, const wf_graph *g, int n_user, int stages
     }
     for (int id = 0; id < n_user; id++) {
         const wf_node *v = wf_graph_node(g, id);
-        int sv = wf_session_pipeline_stage(s, v);
         for (int k = 0; k < wf_node_input_count(v); k++) {
-            const wf_node *u = wf_node_input(v, k);
-            int su = wf_session_pipeline_stage(s, u);
-            int uid = id - 1; /* inputs are made before their readers */
-            while (uid > 0 && wf_graph_node(g, uid) != u)
-                uid--;
-            if (su >= 0 && sv >= 0 && su != sv && crosses(u))
-                fprintf(f, "  n%d -> n%d [color=red, style=dashed, label=\"send/recv\"];\n", uid,
-                        id);
-            else
-                fprintf(f, "  n%d -> n%d;\n", uid, id);
+            int u = id_of(ids, n_user, wf_node_input(v, k));
+            bool cross = u >= 0 && st[u] >= 0 && st[id] >= 0 && st[u] != st[id] &&
+                         crosses(wf_node_input(v, k));
+            fprintf(f, "  n%d -> n%d%s;\n", u, id,
+                    cross ? " [color=red, style=dashed, label=\"send/recv\"]" : "");
         }
     }
+    free(st);
+    free(ids);
+    free(to);
     return fprintf(f, "}\n") < 0 ? WF_EIO : 0;
 }
