@@ -370,15 +370,16 @@ static int agree(wf_graph *g, const wf_strategy *st)
                 msg + len, sizeof msg - len,
                 "%srank %d's strategy options differ from rank 0's (shards %lld, "
                 "aggregation %lld, buckets %lld/%lld bytes, servers %lld, staleness %lld, "
-                "pipeline %lld, schedule %lld, batch rows %lld; rank 0: %lld, %lld, %lld/%lld, "
-                "%lld, %lld, %lld, %lld, %lld)",
+                "pipeline %lld, schedule %lld, batch rows %lld, placement %lld, memory cap %g; "
+                "rank 0: %lld, %lld, %lld/%lld, %lld, %lld, %lld, %lld, %lld, %lld, %g)",
                 len ? "; " : "", r, (long long)b->shards, (long long)b->aggregation,
                 (long long)b->first_bucket_bytes, (long long)b->bucket_bytes, (long long)b->servers,
                 (long long)b->staleness, (long long)b->pipeline, (long long)b->schedule,
-                (long long)b->batch_rows, (long long)a->shards, (long long)a->aggregation,
-                (long long)a->first_bucket_bytes, (long long)a->bucket_bytes, (long long)a->servers,
-                (long long)a->staleness, (long long)a->pipeline, (long long)a->schedule,
-                (long long)a->batch_rows);
+                (long long)b->batch_rows, (long long)b->placement, b->mem_bytes,
+                (long long)a->shards, (long long)a->aggregation, (long long)a->first_bucket_bytes,
+                (long long)a->bucket_bytes, (long long)a->servers, (long long)a->staleness,
+                (long long)a->pipeline, (long long)a->schedule, (long long)a->batch_rows,
+                (long long)a->placement, a->mem_bytes);
     }
     free(all);
     if (len)

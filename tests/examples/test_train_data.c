@@ -2,7 +2,8 @@
  * the bundled digits file, the CSV, MNIST IDX and .npy loaders on files written here (good
  * ones, gzip-compressed ones, and truncated or corrupt variants, each with the message it
  * must give), the split, normalisation and batches, and the progress bar's lines (on memory
- * streams, with a fake clock).
+ * streams, with a fake clock), and --placement FILE's reader (stages.h: entries, comments,
+ * and each bad line named by file and line number).
  * Not here: weft-train itself (examples/CMakeLists.txt runs it). */
 #include "wf_test.h"
 
@@ -13,6 +14,7 @@
 #include <unistd.h>
 #include <weft-train/data.h>
 #include <weft-train/progress.h>
+#include <weft-train/stages.h>
 #include <zlib.h>
 
 static char tmpdir[] = "/tmp/wt-data-XXXXXX";
@@ -756,4 +758,41 @@ Test(examples_train_data, progress_drops_the_bar_when_narrow_and_prints_nothing_
     cr_assert_str_eq(contents(f, &buf), "", "quiet prints nothing");
     fclose(f);
     free(buf);
+}
+
+/* wt_place_file_read() on 'text' for 'ranks' ranks: 'code', and 'want' in the message. */
+static void place_fails(const char *text, int ranks, int code, const char *want)
+{
+    static wt_place_file f;
+    const char *p = write_text("p.placement", text);
+    int rc = wt_place_file_read(p, ranks, &f, err, sizeof err);
+    cr_assert_eq(rc, code, "%s: gave %d: %s", text, rc, err);
+    cr_assert(strstr(err, "p.placement") && strstr(err, want), "'%s' lacks '%s'", err, want);
+    printf("%s\n", err);
+}
+
+Test(examples_train_data, placement_file_reads_entries_and_names_each_bad_line)
+{
+    static wt_place_file f;
+    const char *p =
+        write_text("ok.placement", "# the layers\n\nfc1 rank:0/cpu:0\n  fc2\trank:1/cpu:0\n"
+                                   "matmul_7 rank:1/cpu:0  # no: a third field\n");
+    cr_assert_eq(wt_place_file_read(p, 2, &f, err, sizeof err), WF_EINVAL);
+    cr_assert(strstr(err, "ok.placement:5: expected \"NAME DEVICE\""), "%s", err);
+    p = write_text("ok2.placement", "# the layers\n\nfc1 rank:0/cpu:0\n  fc2\trank:1/cpu:0\n");
+    cr_assert_eq(wt_place_file_read(p, 2, &f, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(f.n, 2);
+    cr_assert_str_eq(f.ent[1].name, "fc2");
+    cr_assert_str_eq(f.ent[1].device, "rank:1/cpu:0");
+    cr_assert_eq(f.ent[1].line, 4);
+    cr_assert_str_eq(wt_place_file_layer(&f, "fc2"), "rank:1/cpu:0");
+    cr_assert(f.ent[1].used && !f.ent[0].used);
+    cr_assert_null(wt_place_file_layer(&f, "fc3"));
+    place_fails("fc1 rank:0/cpu:0\nfc2\n", 2, WF_EINVAL, "p.placement:2: expected \"NAME DEVICE\"");
+    place_fails("fc1 rank:0/cpu:0\nfc2 rank:2/cpu:0\n", 2, WF_ENOTFOUND, "p.placement:2: fc2: ");
+    place_fails("fc1 rank:0/cpu:0\nfc2 rank:one\n", 2, WF_EINVAL, "p.placement:2: fc2: ");
+    place_fails("fc1 rank:0/cpu:0\nfc1 rank:1/cpu:0\n", 2, WF_EINVAL,
+                "p.placement:2: fc1 is placed already on line 1");
+    cr_assert_eq(wt_place_file_read(path_of("none.placement"), 2, &f, err, sizeof err), WF_EIO);
+    cr_assert(strstr(err, "cannot open it"), "%s", err);
 }
