@@ -185,7 +185,8 @@ WF_API int wf_strategy_is_server(const wf_strategy *st);
  * and 'mem_bytes' as each stage's cap, minimising the slowest stage (forward, backward
  * modelled as twice the forward, and transfers), keeping the hints the user gave; the
  * optimizer's state is counted as the bytes of the variables the forward does not read
- * over those it reads. The costs are the ops' priors, or the 'costs' table; the plan is a
+ * over those it reads. The costs are the ops' priors, or the 'costs' table (looked up at one
+ * micro-batch's shapes: the largest micro-batch's rows for the batch dimension); the plan is a
  * deterministic function of the graph and the options, so every rank makes the same one.
  * The backward, the updates and the rest then follow as above. wf_session_pipeline_plan()
  * gives its text. Creation fails with the planner's error: WF_EINVAL when no split fits the

@@ -13,7 +13,8 @@
  * shards, every rank reports the same stages, and the plan's text names each stage's device,
  * its nodes and the bubble; the planner's errors at creation (memory caps too small: naming
  * the device and bytes, or the node alone too big; a hint of a rank that does not exist) and
- * its options without it are refused naming them.
+ * its options without it are refused naming them; a measured cost table (one matmul at 1 s)
+ * moves the split to just before that matmul.
  * Ranks are processes on loopback (transport_util.h); each writes what it saw (its stage's
  * weights, and the losses every stage fetched, which are equal) to a file the test reads. The
  * reference runs (no communicator) run in the test's own process. */
@@ -40,8 +41,9 @@ enum { M_TRAIN, M_KILL, M_SHARED_VAR };
 typedef struct pp_arg {
     int mode;
     int stages, micro, schedule, steps, batch;
-    int placement; /* WF_PIPELINE_PLACE_AUTO: the planner's stages, no hints */
-    bool node_set; /* hints: node_st[id] (>= 0) for each forward op, after the scopes */
+    int placement;  /* WF_PIPELINE_PLACE_AUTO: the planner's stages, no hints */
+    bool node_set;  /* hints: node_st[id] (>= 0) for each forward op, after the scopes */
+    double heavy_s; /* > 0: a cost table gives the last layer's matmul these seconds */
     signed char node_st[FWD];
     int ready_fd;   /* M_KILL: each rank writes a byte once its session is made */
     char path[160]; /* rank r writes "<path>.<r>" */
@@ -218,6 +220,17 @@ static int rank_train(wf_comm *c, int rank, int size, void *argp)
     bool planner = a->placement == WF_PIPELINE_PLACE_AUTO;
     if (!planner)
         TU_OK(wf_place_hints_create(&h));
+    wf_cost_table *costs = NULL;
+    if (a->heavy_s > 0) { /* the signature of the copy the planner sees: one micro-batch's rows */
+        wf_graph *cg = wf_graph_create(tu_rt, WF_STATIC);
+        int64_t rows = (a->batch + a->micro - 1) / a->micro;
+        wf_node *mm = wf_matmul(cg, wf_placeholder(cg, "a", WF_F32, WF_SHAPE(rows, HID)),
+                                wf_variable(cg, "w", WF_F32, WF_SHAPE(HID, OUT), wf_init_zeros()));
+        TU_OK(wf_cost_table_create(&costs));
+        TU_CHECK(mm, "the costed matmul: %s", wf_graph_errmsg(cg));
+        TU_OK(wf_cost_table_put(costs, mm, WF_PLACE_CPU, a->heavy_s));
+        wf_graph_destroy(cg);
+    }
     wf_strategy *st = NULL;
     TU_OK(wf_strategy_pipeline(c,
                                &(wf_pipeline_opts){ .stages = a->stages,
@@ -225,7 +238,8 @@ static int rank_train(wf_comm *c, int rank, int size, void *argp)
                                                     .schedule = a->schedule,
                                                     .batch_rows = a->batch,
                                                     .hints = h,
-                                                    .placement = a->placement },
+                                                    .placement = a->placement,
+                                                    .costs = costs },
                                &st));
     pp_result *r = calloc(1, sizeof *r);
     TU_CHECK(r, "no memory");
@@ -241,6 +255,7 @@ static int rank_train(wf_comm *c, int rank, int size, void *argp)
     free(r);
     wf_strategy_destroy(st);
     wf_place_hints_destroy(h);
+    wf_cost_table_destroy(costs);
     return rc;
 }
 TU_REGISTER(rank_train)
@@ -800,4 +815,43 @@ Test(transport_pipeline, planner_errors_at_session_creation_name_the_device_and_
         NULL, &(wf_pipeline_opts){ .batch_rows = 8, .placement = 1, .mem_bytes = -1 }, &st);
     cr_assert_eq(rc, WF_EINVAL, "a negative cap gave %s", wf_err_name(rc));
     cr_assert_null(st);
+}
+
+/* A measured cost (the table's, not the prior) moves the split: with the last layer's matmul
+ * at 1 s per micro-batch, the planner puts it and what follows on stage 1 and every op before
+ * it on stage 0 (anything more on stage 1 would make the slowest stage slower); the run still
+ * trains the bits of one process with 4 shards. */
+Test(transport_pipeline, planner_follows_a_measured_cost_table)
+{
+    static pp_result planned, local;
+    pp_arg a = { .mode = M_TRAIN,
+                 .stages = 2,
+                 .micro = 4,
+                 .schedule = WF_SCHEDULE_1F1B,
+                 .steps = 4,
+                 .batch = 30,
+                 .placement = WF_PIPELINE_PLACE_AUTO,
+                 .heavy_s = 1.0 };
+    run_arg(&a, &planned);
+    char path[200];
+    snprintf(path, sizeof path, "%s.plan", a.path);
+    unlink(path);
+    wf_runtime *rt = NULL;
+    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
+    mlp m;
+    cr_assert_eq(mlp_build(rt, &m, NULL, 2, M_TRAIN), 0);
+    int heavy = -1, matmuls = 0;
+    for (int id = 0; id < FWD && heavy < 0; id++)
+        if (strcmp(wf_node_op(wf_graph_node(m.g, id)), "matmul") == 0 && ++matmuls == 3)
+            heavy = id;
+    cr_assert_geq(heavy, 0, "no third matmul");
+    for (int id = 0; id < FWD; id++)
+        if (planned.node_st[id] >= 0)
+            cr_assert_eq(planned.node_st[id], id < heavy ? 0 : 1,
+                         "node %d (%s) is on stage %d; the costed matmul is node %d", id,
+                         wf_node_name(wf_graph_node(m.g, id)), planned.node_st[id], heavy);
+    wf_graph_destroy(m.g);
+    wf_runtime_destroy(rt);
+    run_local(4, a.steps, a.batch, &local);
+    assert_bitwise(&planned, &local, "planner's stages from measured costs vs 4 shards");
 }
