@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define WF_PLACE_MAX_DEVICES 256
 
@@ -61,6 +62,12 @@ int wf__place_hint_device(const wf_place_hints *h, const wf_cluster *c, const wf
 /* The transfer time of 'bytes' over the link a -> b: 0 for no bytes or a == b, else
  * latency + bytes / bandwidth. */
 double wf__place_xfer_seconds(const wf_cluster *c, int a, int b, double bytes);
+
+/* Copies source 'n' (a placeholder, variable or constant) into 'h' with its name and source
+ * location: a placeholder's first dimension -1 becomes 'rows' when rows > 0; a variable gets
+ * 'n's value when 'value' (else only its initializer). Returns the copy, or NULL with the
+ * error in 'h'. */
+wf_node *wf__place_copy_source(wf_graph *h, const wf_node *n, int64_t rows, bool value);
 
 /* The bytes of a node's value (-1 dimensions count as 1). */
 double wf__place_value_bytes(const wf_node *n);

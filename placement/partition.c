@@ -120,15 +120,18 @@ static wf_node *pair(wf_partition *p, const wf_node *u, int ru, int r, bool toke
     return v;
 }
 
-/* Copies source 'n' into 'h'. */
-static wf_node *copy_source(wf_graph *h, const wf_node *n)
+wf_node *wf__place_copy_source(wf_graph *h, const wf_node *n, int64_t rows, bool value)
 {
     wf_set_source_location(n->file, n->line);
-    if (n->op == &wf_op_placeholder)
-        return (wf_placeholder)(h, n->name, n->attrs->dtype, n->attrs->shape);
+    if (n->op == &wf_op_placeholder) {
+        wf_shape sh = n->attrs->shape;
+        if (rows > 0 && sh.rank > 0 && sh.dims[0] < 0)
+            sh.dims[0] = rows;
+        return (wf_placeholder)(h, n->name, n->attrs->dtype, sh);
+    }
     if (n->op == &wf_op_variable) {
         wf_node *v = (wf_variable)(h, n->name, n->attrs->dtype, n->attrs->shape, n->attrs->init);
-        if (v && n->value && wf_variable_set(v, n->value) < 0)
+        if (v && value && n->value && wf_variable_set(v, n->value) < 0)
             return NULL;
         return v;
     }
@@ -220,7 +223,7 @@ int wf_partition_create(const wf_graph *g, const wf_cluster *c, const int *devic
         wf_node *x = NULL;
         if (rc == 0) {
             if (n->op->flags & WF_OP_SOURCE)
-                x = copy_source(h, n);
+                x = wf__place_copy_source(h, n, 0, true);
             else
                 x = wf__node_add_ex(h, n->op, n->name, in, n->n_inputs, n->attrs,
                                     (wf_srcloc){ n->file, n->line });

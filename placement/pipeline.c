@@ -1,6 +1,7 @@
 /* placement/pipeline.c: the pipeline rewrite (placement/pipeline.h).
- * Owns: the stage of every node (an update of a variable that several stages read on each of
- *   them), this rank's compute order from the schedule, the orderings that make each
+ * Owns: the stage of every node (the forward's from the hints, or from the planner:
+ *   pipeline_plan.c; an update of a variable that several stages read on each of them),
+ *   this rank's compute order from the schedule, the orderings that make each
  *   micro-batch part (its forward or its backward nodes on this stage) wait for the part
  *   before it, and which sends a run needs (wf__pipeline_sends()).
  * Why the data-parallel rewrite does the copying: micro-batches are shards, and the step's
@@ -33,7 +34,8 @@
  * scalars cross, once per step. */
 enum { PENDING = -3 };
 
-static int assign(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind, int *stage)
+static int assign(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind,
+                  const int *pin, int *stage)
 {
     wf_cluster *c = NULL;
     int rc = wf_cluster_create(&c);
@@ -51,7 +53,9 @@ static int assign(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *
             stage[id] = PENDING;
             continue;
         }
-        int h = kind[id] == WF__KIND_REPLICA ? wf__place_hint_device(o->hints, c, v) : -1;
+        int h = kind[id] != WF__KIND_REPLICA ? -1
+                : pin                        ? pin[id] /* the planner's: device k is rank k */
+                                             : wf__place_hint_device(o->hints, c, v);
         if (h < -1) {
             rc = h;
             break;
@@ -243,16 +247,19 @@ int wf__pipeline(wf_graph *g, const wf__pipeline_opts *o, wf__replica_map *m)
     uint8_t *kind = calloc(nn, 1), *backward = calloc(nn, 1), *is_grad = calloc(nn, 1);
     int *stage = calloc(nn, sizeof *stage);
     int *order = calloc((size_t)2 * (size_t)o->micro_batches, sizeof *order);
+    int *pin = o->planner ? calloc(nn, sizeof *pin) : NULL;
     wf_node *ref = NULL;
-    if (!kind || !backward || !is_grad || !stage || !order) {
+    if (!kind || !backward || !is_grad || !stage || !order || (o->planner && !pin)) {
         rc = wf__err(WF_ENOMEM, "pipeline rewrite: no memory for %d nodes", n);
         goto out;
     }
-    if ((rc = wf__replicate_kinds(g, kind, is_grad, &ref)) < 0 ||
-        (rc = assign(g, o, kind, stage)) < 0 || (rc = spread_updates(g, o, kind, stage)) < 0 ||
-        (rc = compute_order(o, order)) < 0)
+    if ((rc = wf__replicate_kinds(g, kind, is_grad, &ref)) < 0)
         goto out;
     mark_backward(g, kind, backward);
+    if ((pin && (rc = wf__pipeline_plan(g, o, kind, backward, pin, o->plan_text)) < 0) ||
+        (rc = assign(g, o, kind, pin, stage)) < 0 || (rc = spread_updates(g, o, kind, stage)) < 0 ||
+        (rc = compute_order(o, order)) < 0)
+        goto out;
     wf__replicate_opts ro = { .rank = 0,
                               .size = 1,
                               .shards = o->micro_batches,
@@ -277,6 +284,7 @@ out:
     free(is_grad);
     free(stage);
     free(order);
+    free(pin);
     return rc;
 }
 

@@ -5,7 +5,8 @@
  *   data-parallel one (replicate.h) with micro-batches for shards, on one rank's share of
  *   the stages: every node gets a stage, this rank keeps its stage's copies, values of a
  *   micro-batch that another stage reads cross by send/recv nodes, and the schedule's order
- *   (GPipe or 1F1B) becomes orderings between the micro-batches' parts (m->order).
+ *   (GPipe or 1F1B) becomes orderings between the micro-batches' parts (m->order). With
+ *   placement auto the forward nodes' stages are the planner's (wf__pipeline_plan()).
  * Not here: the strategy object and the session's side (runtime/strategy.c), send/recv's
  *   kernels (transport/). */
 #ifndef WF_PLACEMENT_PIPELINE_H
@@ -24,7 +25,22 @@ typedef struct wf__pipeline_opts {
     int aggregation;             /* WF__AGG_* (core/op.h) */
     size_t bucket_bytes, first_bucket_bytes;
     int edge_base; /* the first key edge dp_reduce nodes use; send/recv use 0 .. edge_base-1 */
+    /* The planner's stages (placement/pipeline_plan.c): */
+    bool planner;               /* the forward nodes' stages from the planner, not the hints */
+    double mem_bytes;           /* planner: each stage's memory cap (0: none) */
+    const wf_cost_table *costs; /* planner: measured seconds (NULL: the priors) */
+    char **plan_text;           /* planner, may be NULL: the plan's text (malloc'd) goes here */
 } wf__pipeline_opts;
+
+/* The planner's stages of the forward nodes of 'g' (kinds from wf__replicate_kinds(),
+ * 'backward' the nodes a gradient made or that read one): 'pin[id]' the stage of every
+ * forward op, -1 for the rest; with 'text', the plan's text (malloc'd; the caller frees it).
+ * The user's hints are kept (the planner places the rest). Returns 0, or the planner's error
+ * (a hint's rank that does not exist: WF_ENOTFOUND; no split within the memory caps: naming
+ * the stage's device and the bytes: WF_EINVAL) or WF_ENOMEM, with the reason in
+ * wf_last_errmsg(). */
+int wf__pipeline_plan(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind,
+                      const uint8_t *backward, int *pin, char **text);
 
 /* Rewrites 'g' (static, no error) for stage 'o->stage' and fills '*m' as wf__replicate()
  * does (m->sends: the sends each run must target). Stages: a node hinted to "rank:K/..." is

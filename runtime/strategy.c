@@ -43,6 +43,7 @@ struct wf_strategy {
 struct wf__dp {
     const wf_strategy *st;
     wf__replica_map map;
+    char *plan_text; /* a pipeline's plan with placement auto, or NULL */
 };
 
 int wf__strategy_check(const char *fn, const wf__strategy_replicas *r, int n, int *shards,
@@ -129,6 +130,17 @@ int wf_strategy_pipeline(wf_comm *comm, const wf_pipeline_opts *opts, wf_strateg
                        p.batch_rows, p.micro_batches);
     if (p.aggregation < WF_AGG_MEAN || p.aggregation > WF_AGG_SHARD_MEAN)
         return wf__err(WF_EINVAL, "wf_strategy_pipeline: unknown aggregation %d", p.aggregation);
+    if (p.placement != WF_PIPELINE_PLACE_HINTS && p.placement != WF_PIPELINE_PLACE_AUTO)
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_pipeline: placement is %d (WF_PIPELINE_PLACE_HINTS or "
+                       "WF_PIPELINE_PLACE_AUTO)",
+                       p.placement);
+    if (!(p.mem_bytes >= 0) || p.mem_bytes > 1e18 ||
+        (p.placement != WF_PIPELINE_PLACE_AUTO && (p.mem_bytes || p.costs)))
+        return wf__err(WF_EINVAL,
+                       "wf_strategy_pipeline: mem_bytes %g, costs %s: a memory cap (>= 0) and "
+                       "costs are the planner's (placement WF_PIPELINE_PLACE_AUTO)",
+                       p.mem_bytes, p.costs ? "set" : "NULL");
     wf_strategy *st = calloc(1, sizeof *st);
     if (!st)
         return wf__err(WF_ENOMEM, "wf_strategy_pipeline: no memory");
@@ -292,6 +304,8 @@ typedef struct agreement {
     int64_t shards, aggregation, bucket_bytes, first_bucket_bytes;
     int64_t servers, staleness;
     int64_t pipeline, schedule, batch_rows; /* a pipeline's */
+    int64_t placement;
+    double mem_bytes;
 } agreement;
 
 static uint64_t graph_hash(const wf_graph *g)
@@ -326,7 +340,9 @@ static int agree(wf_graph *g, const wf_strategy *st)
                      .staleness = st->staleness,
                      .pipeline = st->pipeline,
                      .schedule = st->p.schedule,
-                     .batch_rows = st->p.batch_rows };
+                     .batch_rows = st->p.batch_rows,
+                     .placement = st->p.placement,
+                     .mem_bytes = st->p.mem_bytes };
     agreement *all = calloc((size_t)st->size, sizeof *all);
     if (!all)
         return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory");
@@ -354,15 +370,16 @@ static int agree(wf_graph *g, const wf_strategy *st)
                 msg + len, sizeof msg - len,
                 "%srank %d's strategy options differ from rank 0's (shards %lld, "
                 "aggregation %lld, buckets %lld/%lld bytes, servers %lld, staleness %lld, "
-                "pipeline %lld, schedule %lld, batch rows %lld; rank 0: %lld, %lld, %lld/%lld, "
-                "%lld, %lld, %lld, %lld, %lld)",
+                "pipeline %lld, schedule %lld, batch rows %lld, placement %lld, memory cap %g; "
+                "rank 0: %lld, %lld, %lld/%lld, %lld, %lld, %lld, %lld, %lld, %lld, %g)",
                 len ? "; " : "", r, (long long)b->shards, (long long)b->aggregation,
                 (long long)b->first_bucket_bytes, (long long)b->bucket_bytes, (long long)b->servers,
                 (long long)b->staleness, (long long)b->pipeline, (long long)b->schedule,
-                (long long)b->batch_rows, (long long)a->shards, (long long)a->aggregation,
-                (long long)a->first_bucket_bytes, (long long)a->bucket_bytes, (long long)a->servers,
-                (long long)a->staleness, (long long)a->pipeline, (long long)a->schedule,
-                (long long)a->batch_rows);
+                (long long)b->batch_rows, (long long)b->placement, b->mem_bytes,
+                (long long)a->shards, (long long)a->aggregation, (long long)a->first_bucket_bytes,
+                (long long)a->bucket_bytes, (long long)a->servers, (long long)a->staleness,
+                (long long)a->pipeline, (long long)a->schedule, (long long)a->batch_rows,
+                (long long)a->placement, a->mem_bytes);
     }
     free(all);
     if (len)
@@ -420,7 +437,11 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *devi
                              .aggregation = st->o.aggregation,
                              .bucket_bytes = st->o.bucket_bytes,
                              .first_bucket_bytes = st->o.first_bucket_bytes,
-                             .edge_base = EDGE_BASE };
+                             .edge_base = EDGE_BASE,
+                             .planner = st->p.placement == WF_PIPELINE_PLACE_AUTO,
+                             .mem_bytes = st->p.mem_bytes,
+                             .costs = st->p.costs,
+                             .plan_text = &dp->plan_text };
     if (st->servers)
         rc = wf__ps_prepare(g, st->rank, st->size, &st->o, st->servers, EDGE_BASE, &dp->map);
     else if (st->pipeline)
@@ -430,6 +451,7 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *devi
     if (rc < 0) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", wf_last_errmsg());
+        free(dp->plan_text);
         free(dp);
         return wf__graph_fail(g, rc, "wf_session_create: %s", why);
     }
@@ -611,5 +633,29 @@ void wf__dp_free(struct wf__dp *dp)
     if (!dp)
         return;
     wf__replica_map_free(&dp->map);
+    free(dp->plan_text);
     free(dp);
+}
+
+const char *wf_session_pipeline_plan(const wf_session *s)
+{
+    return s && s->dp ? s->dp->plan_text : NULL;
+}
+
+int wf_session_pipeline_stage(const wf_session *s, const wf_node *n)
+{
+    if (!s || !n || !s->dp || !s->dp->st->pipeline || n->graph != s->g || n->id >= s->dp->map.n)
+        return wf__err(WF_EINVAL, "wf_session_pipeline_stage: NULL, a node of another graph, or "
+                                  "a session without a pipeline strategy");
+    const wf__replica_map *m = &s->dp->map;
+    if (m->stage[n->id] != WF__STAGE_SHARED)
+        return m->stage[n->id] == WF__STAGE_ALL ? -2 : m->stage[n->id];
+    int lowest = -1; /* computed where it is read: the lowest stage of a reader */
+    for (int id = n->id + 1; id < m->n; id++) {
+        const wf_node *v = wf_graph_node(s->g, id);
+        for (int j = 0; j < v->n_inputs && m->stage[id] >= 0; j++)
+            if (v->inputs[j] == n && (lowest < 0 || m->stage[id] < lowest))
+                lowest = m->stage[id];
+    }
+    return lowest;
 }

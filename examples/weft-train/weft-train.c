@@ -9,7 +9,10 @@
  *   weft-train --plot curves.svg                loss and accuracy per step and evaluation
  *   weft-run -n 2 weft-train --strategy pipeline --stages 2 --micro-batches 8
  *                                               the layers split into 2 stages, one per rank,
- *                                               8 micro-batches per step (GPipe or 1F1B)
+ *                                               8 micro-batches per step (GPipe or 1F1B);
+ *                                               --placement auto: the planner's stages (it
+ *                                               prints its plan), --placement FILE: lines
+ *                                               "fc1 rank:0/cpu:0" (stages.h)
  *   weft-train --checkpoint-every 100 --checkpoint-dir ckpt --resume
  *                                               a checkpoint every 100 steps (written in the
  *                                               background, the newest 3 kept); after a crash
@@ -43,6 +46,7 @@
 #include "progress.h"
 #include "ranks.h"
 #include "resume.h"
+#include "stages.h"
 
 #include <weft/weft.h>
 
@@ -95,12 +99,14 @@ typedef struct options {
     int ps_ranks;           /* --strategy ps --ps-ranks K: ranks 0 .. K-1 are servers */
     int staleness;          /* --staleness s (0: synchronous) */
     bool staleness_set;
-    bool pipeline;     /* --strategy pipeline */
-    int stages;        /* --stages P (0: the number of ranks) */
-    int micro_batches; /* --micro-batches M (0: 1) */
-    int schedule;      /* --schedule gpipe|1f1b (WF_SCHEDULE_*) */
-    bool save_any;     /* --save on any rank (a pipeline's ranks send rank 0 weights) */
-    bool schedule_set; /* --schedule given */
+    bool pipeline;         /* --strategy pipeline */
+    int stages;            /* --stages P (0: the number of ranks) */
+    int micro_batches;     /* --micro-batches M (0: 1) */
+    int schedule;          /* --schedule gpipe|1f1b (WF_SCHEDULE_*) */
+    bool save_any;         /* --save on any rank (a pipeline's ranks send rank 0 weights) */
+    bool schedule_set;     /* --schedule given */
+    const char *placement; /* --placement auto (the planner) or FILE (stages.h); NULL: the
+                              layers split evenly */
 } options;
 
 /* The rank that prints, logs and saves: 0, or under --strategy ps the first worker (a
@@ -199,19 +205,34 @@ static int layer_stage(int j, int n, int stages)
     return (int)((int64_t)j * stages / n);
 }
 
-/* Opens the scope of layer 'j''s stage in 'h' (NULL: no pipeline). */
-static int stage_scope(wf_place_hints *h, const wf_graph *g, const model *m, int j, int stages)
+/* Layer 'j''s name ("fc1", "conv2": its weight's name without ".weight"). */
+static void layer_name(const model *m, int j, char *buf, size_t size)
+{
+    snprintf(buf, size, "%.*s", (int)strcspn(m->p[2 * j].name, "."), m->p[2 * j].name);
+}
+
+/* Opens the scope of layer 'j''s stage in 'h' (NULL: no pipeline): the even split, or with
+ * 'pf' (--placement FILE) the file's device of the layer (none: no scope). Returns 1 when a
+ * scope is open, 0 when not, or an error. */
+static int stage_scope(wf_place_hints *h, wt_place_file *pf, const wf_graph *g, const model *m,
+                       int j, int stages)
 {
     if (!h)
         return 0;
-    char dev[32];
+    char dev[32], name[32];
+    layer_name(m, j, name, sizeof name);
+    const char *d = pf ? wt_place_file_layer(pf, name) : dev;
     snprintf(dev, sizeof dev, "rank:%d/cpu:0", layer_stage(j, (m->cnn ? 2 : 0) + m->n_fc, stages));
-    return wf_place_scope_begin(h, g, dev);
+    if (!d)
+        return 0;
+    int rc = wf_place_scope_begin(h, g, d);
+    return rc < 0 ? rc : 1;
 }
 
-/* The logits; with 'h' (a pipeline of 'stages'), each layer's nodes hinted to its stage. */
+/* The logits; with 'h' (a pipeline of 'stages'), each layer's nodes hinted to its stage (by
+ * 'pf' when given). */
 static wf_node *forward(wf_graph *g, const model *m, wf_node *const *v, wf_node *x,
-                        wf_place_hints *h, int stages)
+                        wf_place_hints *h, wt_place_file *pf, int stages)
 {
     int k = 0, j = 0;
     wf_node *a = x;
@@ -219,25 +240,27 @@ static wf_node *forward(wf_graph *g, const model *m, wf_node *const *v, wf_node 
         const wf_conv2d_opts same = { .padding = { 1, 1, 1, 1 } };
         const wf_pool2d_opts pool = { .window = { 2, 2 } };
         for (int i = 0; i < 2; i++, k += 2, j++) {
-            if (stage_scope(h, g, m, j, stages) < 0)
+            int sc = stage_scope(h, pf, g, m, j, stages);
+            if (sc < 0)
                 return NULL;
             wf_node *b = wf_reshape(g, v[k + 1], WF_SHAPE(m->conv_c[i], 1, 1));
             a = wf_relu(g, wf_add(g, wf_conv2d(g, a, v[k], &same), b));
             if (i == 0 || m->pool2)
                 a = wf_max_pool2d(g, a, &pool);
-            if (h && wf_place_scope_end(h, g) < 0)
+            if (sc && wf_place_scope_end(h, g) < 0)
                 return NULL;
         }
     }
     for (int i = 0; i < m->n_fc; i++, k += 2, j++) {
-        if (stage_scope(h, g, m, j, stages) < 0)
+        int sc = stage_scope(h, pf, g, m, j, stages);
+        if (sc < 0)
             return NULL;
         if (i == 0) /* flatten to [B, features]: -1 keeps the batch open */
             a = wf_reshape(g, a, WF_SHAPE(-1, m->p[k].shape.dims[1]));
         a = wf_add(g, wf_matmul_ex(g, a, v[k], false, true), v[k + 1]);
         if (i + 1 < m->n_fc)
             a = wf_relu(g, a);
-        if (h && wf_place_scope_end(h, g) < 0)
+        if (sc && wf_place_scope_end(h, g) < 0)
             return NULL;
     }
     return a;
@@ -291,7 +314,9 @@ typedef struct trainer {
     wf_optimizer opt;
     wf_comm *comm;         /* --strategy: the ranks (weft-run's environment) */
     wf_strategy *strategy; /* --strategy: NULL otherwise */
-    wf_place_hints *hints; /* --strategy pipeline: each layer's stage */
+    wf_place_hints *hints; /* --strategy pipeline: each layer's stage (NULL: --placement auto) */
+    wt_place_file *pfile;  /* --placement FILE */
+    int n_user;            /* the graph's nodes before the session's rewrite */
     int rank;              /* 0 without --strategy; only rank 0 prints, logs and saves */
     /* static mode */
     wf_graph *g;
@@ -322,11 +347,23 @@ static int trainer_static(trainer *t, char *err, size_t errlen)
     t->y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
     for (int i = 0; i < m->n_params; i++)
         v[i] = wf_variable(g, m->p[i].name, WF_F32, m->p[i].shape, m->p[i].init);
-    wf_node *logits = forward(g, m, v, t->x, t->hints, wf_strategy_size(t->strategy));
+    wf_node *logits = forward(g, m, v, t->x, t->hints, t->pfile, wf_strategy_size(t->strategy));
     t->loss = wf_mean(g, wf_softmax_cross_entropy(g, logits, t->y));
     t->correct = count_correct(g, logits, t->y);
     t->train = wf_minimize(g, t->opt, t->loss);
     int rc = wf_graph_status(g);
+    if (rc == 0 && t->pfile) { /* the file's node entries, over the layers' scopes */
+        char layers[256] = "";
+        for (int j = 0; j < (m->cnn ? 2 : 0) + m->n_fc; j++) {
+            char name[32];
+            layer_name(m, j, name, sizeof name);
+            snprintf(layers + strlen(layers), sizeof layers - strlen(layers), "%s%s", j ? ", " : "",
+                     name);
+        }
+        if ((rc = wt_place_file_hint_nodes(t->pfile, g, t->hints, layers, err, errlen)) < 0)
+            return rc;
+    }
+    t->n_user = wf_graph_node_count(g);
     if (rc == 0)
         rc = wf_session_create(
             g,
@@ -337,6 +374,9 @@ static int trainer_static(trainer *t, char *err, size_t errlen)
         snprintf(err, errlen, "building the model: %s", wf_graph_errmsg(g));
         return rc;
     }
+    const char *plan = wf_session_pipeline_plan(t->s); /* --placement auto */
+    if (plan && t->rank == 0 && !t->o->quiet)
+        printf("weft-train: %s", plan);
     if (t->o->init &&
         (rc = wf_checkpoint_load(t->s, t->o->init, WF_CHECKPOINT_ALLOW_MISSING)) < 0) {
         snprintf(err, errlen, "--init: %s", wf_session_errmsg(t->s));
@@ -451,7 +491,7 @@ static int train_step(trainer *t, wf_tensor *x, wf_tensor *y, double *loss, doub
         return WF_ENOMEM;
     }
     wf_node *xs = wf_constant(g, x), *ys = wf_constant(g, y);
-    wf_node *logits = forward(g, t->m, v, xs, NULL, 1);
+    wf_node *logits = forward(g, t->m, v, xs, NULL, NULL, 1);
     wf_node *l = wf_mean(g, wf_softmax_cross_entropy(g, logits, ys));
     wf_node *c = count_correct(g, logits, ys);
     wf_node *step = l && c ? wf_minimize(g, t->opt, l) : NULL;
@@ -508,7 +548,7 @@ static int evaluate(trainer *t, const wt_dataset *ds, double *loss, double *acc,
                 rc = WF_ENOMEM;
             } else {
                 wf_node *xs = wf_constant(g, x), *ys = wf_constant(g, y);
-                wf_node *logits = forward(g, t->m, v, xs, NULL, 1);
+                wf_node *logits = forward(g, t->m, v, xs, NULL, NULL, 1);
                 wf_node *l = wf_mean(g, wf_softmax_cross_entropy(g, logits, ys));
                 wf_node *c = count_correct(g, logits, ys);
                 if ((rc = wf_graph_status(g)) < 0) {
@@ -906,6 +946,12 @@ static void usage(FILE *f)
             "  --micro-batches M        micro-batches per step (default 1; at most 64, --batch)\n"
             "  --schedule gpipe|1f1b    their order (default 1f1b: at most P micro-batches of\n"
             "                           activations alive)\n"
+            "  --placement auto|FILE    the stages: auto, the planner's (it prints its plan:\n"
+            "                           nodes, predicted times, bubble, memory per stage); FILE,\n"
+            "                           lines \"NAME rank:K/cpu:0\" (NAME a layer, fc1 ..,\n"
+            "                           conv1 .., or a node's name; '#' comments); default:\n"
+            "                           the layers split evenly. With --dump-graph, FILE.dot\n"
+            "                           draws the stages and their send/recv pairs\n"
             "  --quiet                  only the final line\n"
             "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
             "(not the checkpoint); the exit status is then 130.\n");
@@ -1042,6 +1088,9 @@ static int parse_args(int argc, char **argv, options *o)
             NEED(1);
             if (parse_count(a, argv[++i], 64, a[2] == 's' ? &o->stages : &o->micro_batches) < 0)
                 return -1;
+        } else if (strcmp(a, "--placement") == 0) {
+            NEED(1);
+            o->placement = argv[++i];
         } else if (strcmp(a, "--schedule") == 0) {
             NEED(1);
             const char *v = argv[++i];
@@ -1143,9 +1192,9 @@ static int parse_args(int argc, char **argv, options *o)
                         "which do not save it: no --checkpoint-every or --resume\n");
         return -1;
     }
-    if ((o->stages || o->micro_batches || o->schedule_set) && !o->pipeline) {
-        fprintf(stderr, "weft-train: --stages, --micro-batches and --schedule need --strategy "
-                        "pipeline\n");
+    if ((o->stages || o->micro_batches || o->schedule_set || o->placement) && !o->pipeline) {
+        fprintf(stderr, "weft-train: --stages, --micro-batches, --schedule and --placement need "
+                        "--strategy pipeline\n");
         return -1;
     }
     if (o->pipeline && (o->ckpt_every || o->resume)) {
@@ -1238,15 +1287,19 @@ static int finish_plot(wt_plot *plot, const options *o, const trainer *t, long s
     return rc;
 }
 
-/* The stage of model parameter 'name' (wt_ranks_gather()): its layer's. */
+/* The stage of variable 'name' (wt_ranks_gather()): the session's (the planner's or the
+ * --placement file's, wf_session_pipeline_stage(): the lowest stage reading it); 0 for what
+ * every stage keeps current (the step counters). */
 static int param_stage(const char *name, void *ctx)
 {
     const trainer *t = ctx;
-    const model *m = t->m;
-    int stages = wf_strategy_size(t->strategy), layers = (m->cnn ? 2 : 0) + m->n_fc;
-    for (int i = 0; i < m->n_params; i++)
-        if (strcmp(m->p[i].name, name) == 0)
-            return layer_stage(i / 2, layers, stages);
+    for (int id = 0; id < t->n_user; id++) {
+        wf_node *n = wf_graph_node(t->g, id);
+        if (strcmp(wf_node_op(n), "variable") == 0 && strcmp(wf_node_name(n), name) == 0) {
+            int st = wf_session_pipeline_stage(t->s, n);
+            return st > 0 ? st : 0;
+        }
+    }
     return 0;
 }
 
@@ -1285,18 +1338,30 @@ static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
     if ((rc = wt_ranks_comm(t->rt, &t->comm, err, errlen)) < 0)
         return rc;
     t->rank = wf_comm_rank(t->comm);
-    if (o->pipeline && (rc = wf_place_hints_create(&t->hints)) < 0) {
+    bool planner = o->placement && strcmp(o->placement, "auto") == 0;
+    if (o->pipeline && !planner && (rc = wf_place_hints_create(&t->hints)) < 0) {
         snprintf(err, errlen, "--strategy: %s", wf_last_errmsg());
         return rc;
     }
+    if (o->pipeline && o->placement && !planner) {
+        if (!(t->pfile = malloc(sizeof *t->pfile))) {
+            snprintf(err, errlen, "--placement: no memory");
+            return WF_ENOMEM;
+        }
+        int ranks = o->stages ? o->stages : wf_comm_size(t->comm);
+        if ((rc = wt_place_file_read(o->placement, ranks, t->pfile, err, errlen)) < 0)
+            return rc;
+    }
     if (o->pipeline)
-        rc = wf_strategy_pipeline(t->comm,
-                                  &(wf_pipeline_opts){ .stages = o->stages,
-                                                       .micro_batches = o->micro_batches,
-                                                       .schedule = o->schedule,
-                                                       .batch_rows = o->batch,
-                                                       .hints = t->hints },
-                                  &t->strategy);
+        rc = wf_strategy_pipeline(
+            t->comm,
+            &(wf_pipeline_opts){ .stages = o->stages,
+                                 .micro_batches = o->micro_batches,
+                                 .schedule = o->schedule,
+                                 .batch_rows = o->batch,
+                                 .hints = t->hints,
+                                 .placement = planner ? WF_PIPELINE_PLACE_AUTO : 0 },
+            &t->strategy);
     else if (o->ps_ranks)
         rc = wf_strategy_ps(
             t->comm,
@@ -1564,7 +1629,9 @@ int main(int argc, char **argv)
     if (o.dump_graph && rc == 0) { /* the plan of a training step, after the passes */
         FILE *df = t.s ? fopen(o.dump_graph, "w") : NULL;
         wf_node *fetch[2] = { t.loss, t.correct };
-        int dr = df ? wf_session_dump(t.s, fetch, 2, &t.train, 1, df, WF_DUMP_DOT) : WF_EIO;
+        int dr = !df          ? WF_EIO
+                 : o.pipeline ? wt_stages_dot(t.s, t.g, t.n_user, wf_strategy_size(t.strategy), df)
+                              : wf_session_dump(t.s, fetch, 2, &t.train, 1, df, WF_DUMP_DOT);
         if (df && fclose(df) != 0 && dr == 0)
             dr = WF_EIO;
         if (dr < 0) {
@@ -1595,6 +1662,7 @@ out:
     wf_graph_destroy(t.g);
     wf_strategy_destroy(t.strategy);
     wf_place_hints_destroy(t.hints);
+    free(t.pfile);
     wf_comm_destroy(t.comm);
     wf_runtime_destroy(t.rt);
     wt_dataset_free(&all);

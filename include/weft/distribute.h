@@ -47,6 +47,7 @@ extern "C" {
 #endif
 
 typedef struct wf_strategy wf_strategy; /* opaque */
+typedef struct wf_session wf_session;   /* weft/runtime.h */
 
 /* How the shards' values combine into the global one. */
 typedef enum wf_aggregation {
@@ -183,6 +184,20 @@ WF_API int wf_strategy_is_server(const wf_strategy *st);
  * (wf_session_variable() on another rank gives its initial value). Every rank makes the same
  * runs in the same order. Failures are as above: a dead stage, or one whose run fails, fails
  * the other ranks' runs with WF_EPEER naming it.
+ * Placement auto (wf_pipeline_opts.placement): at wf_session_create() the planner splits
+ * the forward part of the graph (the nodes no gradient function made, at the rows of one
+ * micro-batch) into the stages, one CPU per rank with the default links (20 us, 1e9 B/s)
+ * and 'mem_bytes' as each stage's cap, minimising the slowest stage (forward, backward
+ * modelled as twice the forward, and transfers), keeping the hints the user gave; the
+ * optimizer's state is counted as the bytes of the variables the forward does not read
+ * over those it reads. The costs are the ops' priors, or the 'costs' table (looked up at one
+ * micro-batch's shapes: the largest micro-batch's rows for the batch dimension); the plan is a
+ * deterministic function of the graph and the options, so every rank makes the same one.
+ * The backward, the updates and the rest then follow as above. wf_session_pipeline_plan()
+ * gives its text. Creation fails with the planner's error: WF_EINVAL when no split fits the
+ * caps (naming the device and the bytes), WF_ENOTFOUND for a hint of a rank that does not
+ * exist (naming the node and the device).
+ * Micro-batches: GPipe and 1F1B run any m >= 1, also m below the stages (the bubble grows).
  * Limits: stages = the world size, 1 .. 64; m 1 .. 64; B >= m and the same in every run (a
  * receive's shape is its value's for the micro-batch's rows, by each op's shape inference);
  * an update of every stage runs on all of them, also on stages between that do not read its
@@ -196,7 +211,18 @@ typedef struct wf_pipeline_opts {
                                            NULL: every node on stage 0. Borrowed until
                                            wf_session_create() returns */
     int aggregation;                    /* wf_aggregation; 0: WF_AGG_MEAN */
+    int placement;                      /* WF_PIPELINE_PLACE_HINTS (0) or _AUTO (1) */
+    double mem_bytes;                   /* _AUTO: each stage's memory cap in bytes (0: none) */
+    const struct wf_cost_table *costs;  /* _AUTO: measured op seconds (weft/placement.h), the
+                                           same table on every rank (e.g. rank 0's, sent to
+                                           all); NULL: the ops' priors. Borrowed as 'hints' */
 } wf_pipeline_opts;
+
+/* Where a pipeline's forward nodes go (wf_pipeline_opts.placement). */
+enum {
+    WF_PIPELINE_PLACE_HINTS = 0, /* the hints' stages; other nodes follow their inputs */
+    WF_PIPELINE_PLACE_AUTO = 1   /* the planner's (wf_plan_create(), weft/placement.h) */
+};
 
 /* Makes a pipeline strategy over 'comm' (NULL: this process alone, one stage).
  * Returns 0, WF_EINVAL (NULL out; stages other than the world size: the message gives both;
@@ -204,6 +230,19 @@ typedef struct wf_pipeline_opts {
  * WF_ENOMEM. Ownership and threads: as wf_strategy_multiworker(). */
 WF_API WF_NODISCARD int wf_strategy_pipeline(wf_comm *comm, const wf_pipeline_opts *opts,
                                              wf_strategy **out);
+
+/* The text of a pipeline session's plan (placement auto): the planner's lines (per stage
+ * its device, op count, first and last op, predicted seconds per micro-batch, memory; then
+ * the step time and the bubble), then each stage's nodes by name. NULL when the session has
+ * none (another strategy, or the hints' placement). Ownership: borrowed from 's' until it is
+ * destroyed. */
+WF_API const char *wf_session_pipeline_plan(const wf_session *s);
+
+/* The stage of user node 'n' in a pipeline session: >= 0 its stage (a variable, constant or
+ * what reads only them: the lowest stage that reads it; -1 when nothing on a stage does), -2
+ * for a node that runs on every stage (an optimizer's step counter). Returns WF_EINVAL for
+ * NULL, a node of another graph or a session without a pipeline. */
+WF_API int wf_session_pipeline_stage(const wf_session *s, const wf_node *n);
 
 /* This process's rank and the world size of a strategy (0 and 1 without a communicator,
  * and for Mirrored), or WF_EINVAL for NULL. */

@@ -2,7 +2,8 @@
  * the bundled digits file, the CSV, MNIST IDX and .npy loaders on files written here (good
  * ones, gzip-compressed ones, and truncated or corrupt variants, each with the message it
  * must give), the split, normalisation and batches, and the progress bar's lines (on memory
- * streams, with a fake clock).
+ * streams, with a fake clock), and --placement FILE's reader (stages.h: entries, comments,
+ * and each bad line named by file and line number; node entries as hints the planner keeps).
  * Not here: weft-train itself (examples/CMakeLists.txt runs it). */
 #include "wf_test.h"
 
@@ -13,6 +14,7 @@
 #include <unistd.h>
 #include <weft-train/data.h>
 #include <weft-train/progress.h>
+#include <weft-train/stages.h>
 #include <zlib.h>
 
 static char tmpdir[] = "/tmp/wt-data-XXXXXX";
@@ -756,4 +758,86 @@ Test(examples_train_data, progress_drops_the_bar_when_narrow_and_prints_nothing_
     cr_assert_str_eq(contents(f, &buf), "", "quiet prints nothing");
     fclose(f);
     free(buf);
+}
+
+/* wt_place_file_read() on 'text' for 'ranks' ranks: 'code', and 'want' in the message. */
+static void place_fails(const char *text, int ranks, int code, const char *want)
+{
+    static wt_place_file f;
+    const char *p = write_text("p.placement", text);
+    int rc = wt_place_file_read(p, ranks, &f, err, sizeof err);
+    cr_assert_eq(rc, code, "%s: gave %d: %s", text, rc, err);
+    cr_assert(strstr(err, "p.placement") && strstr(err, want), "'%s' lacks '%s'", err, want);
+    printf("%s\n", err);
+}
+
+Test(examples_train_data, placement_file_reads_entries_and_names_each_bad_line)
+{
+    static wt_place_file f;
+    const char *p =
+        write_text("ok.placement", "# the layers\n\nfc1 rank:0/cpu:0\n  fc2\trank:1/cpu:0\n"
+                                   "matmul_7 rank:1/cpu:0  # no: a third field\n");
+    cr_assert_eq(wt_place_file_read(p, 2, &f, err, sizeof err), WF_EINVAL);
+    cr_assert(strstr(err, "ok.placement:5: expected \"NAME DEVICE\""), "%s", err);
+    p = write_text("ok2.placement", "# the layers\n\nfc1 rank:0/cpu:0\n  fc2\trank:1/cpu:0\n");
+    cr_assert_eq(wt_place_file_read(p, 2, &f, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(f.n, 2);
+    cr_assert_str_eq(f.ent[1].name, "fc2");
+    cr_assert_str_eq(f.ent[1].device, "rank:1/cpu:0");
+    cr_assert_eq(f.ent[1].line, 4);
+    cr_assert_str_eq(wt_place_file_layer(&f, "fc2"), "rank:1/cpu:0");
+    cr_assert(f.ent[1].used && !f.ent[0].used);
+    cr_assert_null(wt_place_file_layer(&f, "fc3"));
+    place_fails("fc1 rank:0/cpu:0\nfc2\n", 2, WF_EINVAL, "p.placement:2: expected \"NAME DEVICE\"");
+    place_fails("fc1 rank:0/cpu:0\nfc2 rank:2/cpu:0\n", 2, WF_ENOTFOUND, "p.placement:2: fc2: ");
+    place_fails("fc1 rank:0/cpu:0\nfc2 rank:one\n", 2, WF_EINVAL, "p.placement:2: fc2: ");
+    place_fails("fc1 rank:0/cpu:0\nfc1 rank:1/cpu:0\n", 2, WF_EINVAL,
+                "p.placement:2: fc1 is placed already on line 1");
+    cr_assert_eq(wt_place_file_read(path_of("none.placement"), 2, &f, err, sizeof err), WF_EIO);
+    cr_assert(strstr(err, "cannot open it"), "%s", err);
+}
+
+/* Node entries become hints the planner keeps: "r1" and "mm2" on rank 1 of a chain
+ * mm1 -> r1 -> mm2 (mm1 then on rank 0: stages are not empty); a layer entry a layer took is
+ * not looked up as a node; a name no node has fails naming the line. */
+Test(examples_train_data, placement_file_node_entries_are_hints)
+{
+    static wt_place_file f;
+    const char *p =
+        write_text("n.placement", "fc1 rank:0/cpu:0\nr1 rank:1/cpu:0\nmm2 rank:1/cpu:0\n");
+    cr_assert_eq(wt_place_file_read(p, 2, &f, err, sizeof err), 0, "%s", err);
+    cr_assert_not_null(wt_place_file_layer(&f, "fc1")); /* a layer's: no node is named fc1 */
+    wf_runtime *rt = NULL;
+    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *w = wf_variable(g, "w", WF_F32, WF_SHAPE(8, 8), wf_init_zeros());
+    wf_node *mm1 = wf_matmul(g, wf_placeholder(g, "x", WF_F32, WF_SHAPE(4, 8)), w);
+    wf_node *r1 = wf_relu(g, mm1), *mm2 = wf_matmul(g, r1, w);
+    cr_assert(mm2 && wf_node_set_name(r1, "r1") == 0 && wf_node_set_name(mm2, "mm2") == 0);
+    wf_place_hints *h = NULL;
+    cr_assert_eq(wf_place_hints_create(&h), 0);
+    cr_assert_eq(wt_place_file_hint_nodes(&f, g, h, "fc1", err, sizeof err), 0, "%s", err);
+    wf_cluster *c = NULL;
+    cr_assert_eq(wf_cluster_create(&c), 0);
+    for (int r = 0; r < 2; r++)
+        cr_assert_geq(
+            wf_cluster_add_device(c, &(wf_cluster_device){ .rank = r, .kind = WF_PLACE_CPU }), 0);
+    wf_plan *plan = NULL;
+    cr_assert_eq(wf_plan_create(g, c, &(wf_plan_opts){ .hints = h, .backward_factor = -1 }, &plan),
+                 0, "%s", wf_last_errmsg());
+    cr_assert_eq(wf_plan_node_stage(plan, mm1), 0);
+    cr_assert_eq(wf_plan_node_stage(plan, r1), 1);
+    cr_assert_eq(wf_plan_node_stage(plan, mm2), 1);
+    wf_plan_destroy(plan);
+    p = write_text("m.placement", "fc1 rank:0/cpu:0\nfc2 rank:1/cpu:0\n\nr9 rank:1/cpu:0\n");
+    cr_assert_eq(wt_place_file_read(p, 2, &f, err, sizeof err), 0, "%s", err);
+    cr_assert_not_null(wt_place_file_layer(&f, "fc1"));
+    cr_assert_not_null(wt_place_file_layer(&f, "fc2"));
+    cr_assert_eq(wt_place_file_hint_nodes(&f, g, h, "fc1, fc2", err, sizeof err), WF_ENOTFOUND);
+    cr_assert(strstr(err, "m.placement:4: no layer or node is named 'r9' (the layers: fc1, fc2"),
+              "%s", err);
+    wf_cluster_destroy(c);
+    wf_place_hints_destroy(h);
+    wf_graph_destroy(g);
+    wf_runtime_destroy(rt);
 }
