@@ -463,3 +463,60 @@ Test(sched_taskgraph, a_graph_can_run_again_once_its_run_was_waited_for)
     dag_free(d);
     wf_runtime_destroy(rt);
 }
+
+/* ---- Edges in order of their source, and memory a graph gives back ------------------- */
+
+/* Edges added in order of their source are the successor array as they are: this chain
+ * (with every tenth node also after the node two back, so that some nodes have one
+ * predecessor and some two) grows past the edge array's first capacities between runs,
+ * which moves the successors the compiled graph points at. */
+Test(sched_taskgraph, a_chain_added_in_source_order_and_grown_between_runs_runs_in_order)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    uint64_t rng = 0x5eed000c;
+    dag *d = dag_new(rt, 5000);
+    int sizes[] = { 300, 1000, 5000 };
+    for (int s = 0; s < 3; s++) {
+        int from = d->n;
+        dag_add(d, sizes[s] - from, &rng, 50);
+        for (int i = from; i < sizes[s]; i++) {
+            if (i == 0)
+                continue;
+            if (i % 10 == 0 && i >= 2)
+                dag_edge(d, i - 2, i);
+            dag_edge(d, i - 1, i);
+        }
+        dag_run_and_check(d, 3);
+    }
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+/* Graphs built one after another reuse the blocks the last one gave back, which hold that
+ * graph's old nodes and counters: each new graph must still run each node once, in order.
+ * The last graph is destroyed after its runtime (its blocks have a cache to go back to:
+ * AddressSanitizer checks it). */
+Test(sched_taskgraph, graphs_built_on_reused_memory_run_correctly_and_may_outlive_the_runtime)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    int n = (int)wf_test_scaled(200000, 50000);
+    dag *last = NULL;
+    for (int r = 0; r < 3; r++) {
+        uint64_t rng = 0x5eed000d + (uint64_t)r;
+        dag *d = dag_new(rt, n);
+        dag_add(d, n, &rng, 0);
+        /* Layers of 100: each node after 1 to 3 nodes of the layer before, sources random. */
+        for (int i = 100; i < n; i++) {
+            int base = (i / 100 - 1) * 100, k = 1 + (i + r) % 3;
+            int start = (int)wf_test_rand_below(&rng, 100);
+            for (int j = 0; j < k; j++) /* distinct: 37 * j mod 100 differ for j < 3 */
+                dag_edge(d, base + (start + 37 * j) % 100, i);
+        }
+        dag_run_and_check(d, 2);
+        if (last)
+            dag_free(last);
+        last = d;
+    }
+    wf_runtime_destroy(rt);
+    dag_free(last);
+}
