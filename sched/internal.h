@@ -66,10 +66,11 @@ typedef struct wf__task {
         wf__group *grp; /* plain and range tasks; NULL for actor turns */
 
         struct {
-            /* graph nodes (taskgraph.c states their invariants): the predecessors not yet
-             * finished in this run, and the arrivals of a node that finishes later. In the
-             * node's own line, so releasing a successor touches one line, not three. */
-            _Atomic int32_t pending, later;
+            /* graph nodes (taskgraph.c states the invariant): the arrivals of a node that
+             * finishes later, and (compiled) the end of its successors in the CSR array,
+             * so that finishing a node reads only its own line, not the next node's. */
+            _Atomic int32_t later;
+            int32_t end;
         } gn;
     };
 
