@@ -271,6 +271,50 @@ int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name
     return g->n++;
 }
 
+/* Makes room for 'more' edges; 'what' names the caller in the message. */
+static int reserve_edges(wf_taskgraph *g, int64_t more, const char *what)
+{
+    if (g->nedges + more <= g->capedges)
+        return 0;
+    int64_t cap = g->capedges ? g->capedges * 2 : 256;
+    while (cap < g->nedges + more)
+        cap *= 2;
+    size_t used = (size_t)g->nedges * sizeof(int), old = (size_t)g->capedges * sizeof(int),
+           want = (size_t)cap * sizeof(int);
+    int *s = wf__blocks_get(g->mem, want), *d = wf__blocks_get(g->mem, want);
+    if (!s || !d) {
+        wf__blocks_put(g->mem, s, want);
+        wf__blocks_put(g->mem, d, want);
+        return gerr(g, WF_ENOMEM, "%s: no memory for %lld edges", what, (long long)cap);
+    }
+    if (g->succ == g->edst) /* compiled on these: the successors move with them */
+        g->succ = d;
+    if (used) {
+        memcpy(s, g->esrc, used);
+        memcpy(d, g->edst, used);
+    }
+    wf__blocks_put(g->mem, g->esrc, old);
+    wf__blocks_put(g->mem, g->edst, old);
+    g->esrc = s;
+    g->edst = d;
+    g->capedges = cap;
+    return 0;
+}
+
+/* Adds the edge before -> after (valid ids, room reserved, the graph decompiled). */
+static inline void add_edge(wf_taskgraph *g, int before, wf__task *a, int after)
+{
+    node(g, before)->succ_off++;
+    if (a->npred++ == 0)
+        g->nroots--;
+    g->nback += before > after;
+    if (g->nedges && before < g->esrc[g->nedges - 1])
+        g->by_src = false;
+    g->esrc[g->nedges] = before;
+    g->edst[g->nedges] = after;
+    g->nedges++;
+}
+
 int wf_taskgraph_precede(wf_taskgraph *g, int before, int after)
 {
     if (!g)
@@ -283,42 +327,41 @@ int wf_taskgraph_precede(wf_taskgraph *g, int before, int after)
                     before, node(g, before)->name ? node(g, before)->name : "(unnamed)");
     if (atomic_load_explicit(&g->running, memory_order_acquire))
         return gerr(g, WF_EBUSY, "wf_taskgraph_precede: the graph is running");
-    if (g->nedges == g->capedges) {
-        int64_t cap = g->capedges ? g->capedges * 2 : 256;
-        size_t used = (size_t)g->nedges * sizeof(int), old = (size_t)g->capedges * sizeof(int),
-               want = (size_t)cap * sizeof(int);
-        int *s = wf__blocks_get(g->mem, want), *d = wf__blocks_get(g->mem, want);
-        if (!s || !d) {
-            wf__blocks_put(g->mem, s, want);
-            wf__blocks_put(g->mem, d, want);
-            return gerr(g, WF_ENOMEM, "wf_taskgraph_precede: no memory for %lld edges",
-                        (long long)cap);
-        }
-        if (g->succ == g->edst) /* compiled on these: the successors move with them */
-            g->succ = d;
-        if (used) {
-            memcpy(s, g->esrc, used);
-            memcpy(d, g->edst, used);
-        }
-        wf__blocks_put(g->mem, g->esrc, old);
-        wf__blocks_put(g->mem, g->edst, old);
-        g->esrc = s;
-        g->edst = d;
-        g->capedges = cap;
-    }
+    int rc = reserve_edges(g, 1, "wf_taskgraph_precede");
+    if (rc < 0)
+        return rc;
     decompile(g);
-    wf__task *a = node(g, after);
-    node(g, before)->succ_off++;
-    if (a->npred++ == 0)
-        g->nroots--;
-    g->nback += before > after;
-    if (g->nedges && before < g->esrc[g->nedges - 1])
-        g->by_src = false;
-    g->esrc[g->nedges] = before;
-    g->edst[g->nedges] = after;
-    g->nedges++;
+    add_edge(g, before, node(g, after), after);
     g->dirty = true;
     return 0;
+}
+
+int wf_taskgraph_add_after(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name,
+                           const int *preds, int npred)
+{
+    if (!g)
+        return wf__err(WF_EINVAL, "wf_taskgraph_add_after: g is NULL");
+    if (npred < 0 || (npred > 0 && !preds))
+        return gerr(g, WF_EINVAL, "wf_taskgraph_add_after: node '%s': %d predecessors at %p",
+                    name ? name : "(unnamed)", npred, (const void *)preds);
+    for (int k = 0; k < npred; k++)
+        if (preds[k] < 0 || preds[k] >= g->n)
+            return gerr(g, WF_EINVAL,
+                        "wf_taskgraph_add_after: node '%s': predecessor %d is node %d; ids "
+                        "must be in [0, %d)",
+                        name ? name : "(unnamed)", k, preds[k], g->n);
+    if (!atomic_load_explicit(&g->running, memory_order_acquire)) {
+        int rc = reserve_edges(g, npred, "wf_taskgraph_add_after");
+        if (rc < 0)
+            return rc;
+    }
+    int id = wf_taskgraph_add(g, fn, arg, name); /* checks fn and running; decompiles */
+    if (id < 0)
+        return id;
+    wf__task *a = node(g, id);
+    for (int k = 0; k < npred; k++)
+        add_edge(g, preds[k], a, id);
+    return id;
 }
 
 /* Names a node on a cycle: after Kahn's algorithm, every node left has a predecessor left,
