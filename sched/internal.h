@@ -57,10 +57,23 @@
 enum { WF__TK_PLAIN, WF__TK_GRAPH, WF__TK_ACTOR, WF__TK_RANGE };
 
 typedef struct wf__group wf__group;
+typedef struct wf__blocks wf__blocks; /* blocks.c */
 
 typedef struct wf__task {
     struct wf__task *next; /* free list or inbox link */
-    wf__group *grp;        /* NULL for actor turns */
+
+    union {
+        wf__group *grp; /* plain and range tasks; NULL for actor turns */
+
+        struct {
+            /* graph nodes (taskgraph.c states the invariant): the arrivals of a node that
+             * finishes later, and (compiled) the end of its successors in the CSR array,
+             * so that finishing a node reads only its own line, not the next node's. */
+            _Atomic int32_t later;
+            int32_t end;
+        } gn;
+    };
+
     const char *name;
     void *owner; /* the taskgraph, actor or parallel_for of this task */
 
@@ -223,6 +236,7 @@ struct wf_runtime {
     size_t trace_cap;
     uint64_t t_start;
     _Atomic uint32_t graph_ids; /* task graphs created: a graph's id in traces (from 1) */
+    wf__blocks *blocks;         /* large blocks that graphs gave back (blocks.c) */
     /* Two-phase event count. */
     _Alignas(WF_CACHELINE) _Atomic uint32_t epoch;
     _Atomic int32_t n_sleeping;
@@ -351,6 +365,19 @@ void wf__poll_stop(wf_runtime *rt);
 
 /* pfor.c */
 void wf__range_run(wf__worker *w, wf__task *t);
+
+/* blocks.c: the runtime's cache of large blocks for task graphs (reference counted: the
+ * runtime and each graph hold one). wf__blocks_get() returns a block of at least 'bytes'
+ * (64-byte aligned, not zeroed) or NULL; wf__blocks_put() takes back one of 'bytes' bytes
+ * (as asked for when it was got; NULL is a no-op); wf__blocks_grow() moves the first 'used'
+ * bytes of 'p' (of 'old_bytes') into a new block of 'new_bytes' and gives 'p' back, or
+ * returns NULL and leaves 'p' as it was. */
+wf__blocks *wf__blocks_new(void);
+wf__blocks *wf__blocks_retain(wf__blocks *c);
+void wf__blocks_release(wf__blocks *c);
+void *wf__blocks_get(wf__blocks *c, size_t bytes);
+void wf__blocks_put(wf__blocks *c, void *p, size_t bytes);
+void *wf__blocks_grow(wf__blocks *c, void *p, size_t used, size_t old_bytes, size_t new_bytes);
 
 /* taskgraph.c */
 void wf__graph_run_node(wf__worker *w, wf__task *t);

@@ -35,6 +35,7 @@ static void destroy_parts(wf_runtime *rt)
     free(rt->nodes);
     free(rt->numa_dist);
     wf__pool_destroy(rt);
+    wf__blocks_release(rt->blocks);
     pthread_mutex_destroy(&rt->pool_mu);
     pthread_mutex_destroy(&rt->poll_mu);
     if (rt->topo)
@@ -78,7 +79,8 @@ int wf_runtime_create(wf_runtime **out, const wf_runtime_opts *opts)
         goto fail;
     rc = WF_ENOMEM;
     rt->nodes = calloc((size_t)rt->nnuma, sizeof *rt->nodes);
-    if (!rt->nodes) {
+    rt->blocks = wf__blocks_new();
+    if (!rt->nodes || !rt->blocks) {
         wf__err(rc, "wf_runtime_create: no memory");
         goto fail;
     }

@@ -1,61 +1,66 @@
 /* sched/taskgraph.c: task graphs built once and run many times.
  * Owns: the nodes (one embedded task each, so a run allocates nothing), the edge list,
- * and the compiled form: successors as CSR arrays, initial pending counts, the roots.
- * Invariant: between runs, pending[i] == npred of node i: a node's counter is reset to its
+ * and the compiled form: successors as CSR arrays, the counters, the roots. Large arrays
+ * come from the runtime's block cache (blocks.c), so a graph built after another one of its
+ * size faults in no fresh pages.
+ * Counters: 'cnt[i]' holds node i's pending count and its number of predecessors, 8 bytes
+ * a node, apart from the nodes: releasing a successor touches this compact array only, not
+ * the successor's 64-byte task line (in a DAG run those lines are in random order, and each
+ * first touch was a miss to memory: 170 ns of each node's 250 ns of overhead on 1 worker).
+ * Invariant: between runs, cnt[i].pending == cnt[i].npred: the counter is reset to its
  * initial value by the worker that sees it reach zero, which is after its last decrement of
- * this run and before the run ends.
+ * this run and before the run ends. A node with one predecessor never uses its counter: it
+ * is ready when that predecessor ends.
+ * Edges added in order of their source (a chain, or any graph built successor by successor)
+ * are the CSR successor array already: compiling then only computes offsets.
  * A graph whose edges all go from a lower to a higher id (nodes added in a topological
  * order, the usual case) is acyclic by construction; only other graphs pay for a check.
  * Running: a worker that finishes a node decrements its successors; of those that become
  * ready it keeps the first for itself (no deque round trip along a chain) and pushes the
- * rest (with one worker from the last, so that its own pops take them in list order). Finished
- * nodes are counted locally and given to the group in one subtraction when the worker's run of
- * inline successors ends. Later completion: a node whose function returns WF_TASK_LATER finishes
- * when two things have happened, in either order: its function returned, and
- * wf_taskgraph_complete() was called for it. Each adds one to 'later[i]'; the one that sees 1 (the
- * second) finishes the node with the completion's result ('later_rc[i]') and resets 'later[i]' to
- * 0, so the invariant on 'pending' holds for 'later' too. The first one touches nothing of the node
- * afterwards: the graph may be finished and waited for by then. Not here: how tasks are scheduled
- * (worker.c). */
+ * rest (with one worker from the last, so that its own pops take them in list order).
+ * Finished nodes are counted locally and given to the group in one subtraction when
+ * the worker's run of inline successors ends.
+ * Later completion: a node whose function returns WF_TASK_LATER finishes when two things
+ *   have happened, in either order: its function returned, and wf_taskgraph_complete() was
+ *   called for it. Each adds one to the node's 'gn.later'; the one that sees 1 (the second)
+ *   finishes the node with the completion's result ('later_rc[i]') and resets 'gn.later' to
+ *   0, so the invariant on the counters holds for 'gn.later' too. The first one touches
+ *   nothing of the node afterwards: the graph may be finished and waited for by then.
+ * Not here: how tasks are scheduled (worker.c). */
 #include "internal.h"
 #include "probes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 /* Nodes live in chunks that never move, so adding nodes copies nothing: chunk k holds
- * CHUNK << k nodes. Large arrays ask for transparent huge pages: on these VMs a 4 KiB page
- * fault costs ~2.5 us, and faulting in a million nodes dominated building the graph. */
+ * CHUNK << k nodes. Large blocks come from the runtime's cache and ask for transparent huge
+ * pages (blocks.c): on these VMs a 4 KiB page fault costs ~2.5 us. */
 #define CHUNK_LOG 12
 #define CHUNK     (1 << CHUNK_LOG)
-#define HUGE_MIN  ((size_t)4 << 20)
-
-static void advise_huge(void *p, size_t bytes)
-{
-    if (bytes < HUGE_MIN)
-        return;
-    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
-    uintptr_t b = ((uintptr_t)p + bytes) & ~(uintptr_t)4095;
-    if (b > a)
-        madvise((void *)a, b - a, MADV_HUGEPAGE);
-}
 
 struct wf_taskgraph {
     wf_runtime *rt;
+    wf__blocks *mem;   /* the runtime's block cache (a reference of its own) */
     wf__task **chunks; /* one task per node; fn, arg and name live there */
     int n, nchunks, capchunks;
-    int (*edges)[2];
+    int *esrc, *edst; /* edge e: esrc[e] -> edst[e], in the order added */
     int64_t nedges, capedges;
+    bool by_src; /* esrc is non-decreasing: edst is the CSR successor array as it is */
     /* compiled */
     bool dirty;
-    int64_t nback; /* edges from a higher id to a lower one */
-    int *succ, *roots;
-    int nroots;    /* nodes without predecessors, counted as edges are added */
-    bool compiled; /* succ_off holds CSR offsets; otherwise it holds out-degrees */
-    _Atomic int32_t *pending;
-    _Atomic int32_t *later;    /* per node: arrivals of a WF_TASK_LATER node (see above) */
+    int64_t nback;     /* edges from a higher id to a lower one */
+    int *succ, *roots; /* 'succ' is 'edst' itself when 'by_src' (then not freed apart) */
+    int nroots;        /* nodes without predecessors, counted as edges are added */
+    bool compiled;     /* succ_off holds CSR offsets; otherwise it holds out-degrees */
+    size_t succ_bytes, later_bytes, cnt_bytes;
+
+    struct gcnt {
+        _Atomic int32_t pending;
+        int32_t npred;
+    } * cnt; /* per node: see the file's header */
+
     _Atomic int32_t *later_rc; /* per node: the result given to wf_taskgraph_complete() */
     /* tracing: the graph's id, its runs so far, the op kind of each node (wf_taskgraph_set_kind,
      * 'nkinds' entries) and, when the runtime traces (compile_trace()), per node in this run:
@@ -105,9 +110,12 @@ int wf_taskgraph_create(wf_runtime *rt, wf_taskgraph **out)
     if (!g)
         return wf__err(WF_ENOMEM, "wf_taskgraph_create: no memory");
     g->rt = rt;
+    g->mem = wf__blocks_retain(rt->blocks);
     g->dirty = true;
+    g->by_src = true;
     g->id = atomic_fetch_add_explicit(&rt->graph_ids, 1, memory_order_relaxed) + 1;
     if (wf_group_init(&g->own, rt) < 0) {
+        wf__blocks_release(g->mem);
         free(g);
         return WF_EINVAL;
     }
@@ -117,11 +125,12 @@ int wf_taskgraph_create(wf_runtime *rt, wf_taskgraph **out)
 
 static void free_compiled(wf_taskgraph *g)
 {
-    free(g->succ);
+    if (g->succ != g->edst)
+        wf__blocks_put(g->mem, g->succ, g->succ_bytes);
     free(g->roots);
-    free((void *)g->pending);
-    free((void *)g->later);
-    free((void *)g->later_rc);
+    wf__blocks_put(g->mem, (void *)g->later_rc, g->later_bytes);
+    wf__blocks_put(g->mem, g->cnt, g->cnt_bytes);
+    g->cnt = NULL;
     free(g->ready_by);
     free(g->crit);
     free(g->pred_off);
@@ -132,7 +141,12 @@ static void free_compiled(wf_taskgraph *g)
     g->pred_off = NULL;
     g->work = g->work_in = NULL;
     g->succ = g->roots = NULL;
-    g->pending = g->later = g->later_rc = NULL;
+    g->later_rc = NULL;
+}
+
+static size_t chunk_bytes(int k)
+{
+    return ((size_t)CHUNK << k) * sizeof(wf__task);
 }
 
 void wf_taskgraph_destroy(wf_taskgraph *g)
@@ -141,11 +155,13 @@ void wf_taskgraph_destroy(wf_taskgraph *g)
         return;
     free_compiled(g);
     for (int c = 0; c < g->nchunks; c++)
-        free(g->chunks[c]);
+        wf__blocks_put(g->mem, g->chunks[c], chunk_bytes(c));
     free(g->chunks);
-    free(g->edges);
+    wf__blocks_put(g->mem, g->esrc, (size_t)g->capedges * sizeof *g->esrc);
+    wf__blocks_put(g->mem, g->edst, (size_t)g->capedges * sizeof *g->edst);
     free(g->kinds);
     wf_group_deinit(&g->own);
+    wf__blocks_release(g->mem);
     free(g);
 }
 
@@ -198,7 +214,7 @@ const char *wf_taskgraph_errmsg(const wf_taskgraph *g)
 
 static inline int succ_end(const wf_taskgraph *g, int i)
 {
-    return i + 1 < g->n ? node(g, i + 1)->succ_off : (int)g->nedges;
+    return node(g, i)->gn.end;
 }
 
 /* Turns CSR offsets back into out-degrees before the graph changes (ascending, so node
@@ -232,11 +248,9 @@ int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name
             g->chunks = c;
             g->capchunks = cap;
         }
-        size_t bytes = ((size_t)CHUNK << g->nchunks) * sizeof(wf__task);
-        wf__task *c = aligned_alloc(WF_CACHELINE, bytes);
+        wf__task *c = wf__blocks_get(g->mem, chunk_bytes(g->nchunks));
         if (!c)
             return gerr(g, WF_ENOMEM, "wf_taskgraph_add: no memory for node %d", g->n);
-        advise_huge(c, bytes);
         g->chunks[g->nchunks++] = c;
     }
     decompile(g);
@@ -245,7 +259,8 @@ int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name
     t->succ_off = 0;
     g->nroots++;
     t->next = NULL;
-    t->grp = NULL;
+    atomic_init(&t->gn.later, 0);
+    t->gn.end = 0;
     t->kind = WF__TK_GRAPH;
     t->owner = g;
     t->node = (uint32_t)g->n;
@@ -255,6 +270,50 @@ int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name
     atomic_init(&t->cancel, 0);
     g->dirty = true;
     return g->n++;
+}
+
+/* Makes room for 'more' edges; 'what' names the caller in the message. */
+static int reserve_edges(wf_taskgraph *g, int64_t more, const char *what)
+{
+    if (g->nedges + more <= g->capedges)
+        return 0;
+    int64_t cap = g->capedges ? g->capedges * 2 : 256;
+    while (cap < g->nedges + more)
+        cap *= 2;
+    size_t used = (size_t)g->nedges * sizeof(int), old = (size_t)g->capedges * sizeof(int),
+           want = (size_t)cap * sizeof(int);
+    int *s = wf__blocks_get(g->mem, want), *d = wf__blocks_get(g->mem, want);
+    if (!s || !d) {
+        wf__blocks_put(g->mem, s, want);
+        wf__blocks_put(g->mem, d, want);
+        return gerr(g, WF_ENOMEM, "%s: no memory for %lld edges", what, (long long)cap);
+    }
+    if (g->succ == g->edst) /* compiled on these: the successors move with them */
+        g->succ = d;
+    if (used) {
+        memcpy(s, g->esrc, used);
+        memcpy(d, g->edst, used);
+    }
+    wf__blocks_put(g->mem, g->esrc, old);
+    wf__blocks_put(g->mem, g->edst, old);
+    g->esrc = s;
+    g->edst = d;
+    g->capedges = cap;
+    return 0;
+}
+
+/* Adds the edge before -> after (valid ids, room reserved, the graph decompiled). */
+static inline void add_edge(wf_taskgraph *g, int before, wf__task *a, int after)
+{
+    node(g, before)->succ_off++;
+    if (a->npred++ == 0)
+        g->nroots--;
+    g->nback += before > after;
+    if (g->nedges && before < g->esrc[g->nedges - 1])
+        g->by_src = false;
+    g->esrc[g->nedges] = before;
+    g->edst[g->nedges] = after;
+    g->nedges++;
 }
 
 int wf_taskgraph_precede(wf_taskgraph *g, int before, int after)
@@ -269,26 +328,41 @@ int wf_taskgraph_precede(wf_taskgraph *g, int before, int after)
                     before, node(g, before)->name ? node(g, before)->name : "(unnamed)");
     if (atomic_load_explicit(&g->running, memory_order_acquire))
         return gerr(g, WF_EBUSY, "wf_taskgraph_precede: the graph is running");
-    if (g->nedges == g->capedges) {
-        int64_t cap = g->capedges ? g->capedges * 2 : 256;
-        int(*e)[2] = realloc(g->edges, (size_t)cap * sizeof *e);
-        if (!e)
-            return gerr(g, WF_ENOMEM, "wf_taskgraph_precede: no memory for %lld edges",
-                        (long long)cap);
-        g->edges = e;
-        g->capedges = cap;
-        advise_huge(e, (size_t)cap * sizeof *e);
-    }
+    int rc = reserve_edges(g, 1, "wf_taskgraph_precede");
+    if (rc < 0)
+        return rc;
     decompile(g);
-    node(g, before)->succ_off++;
-    if (node(g, after)->npred++ == 0)
-        g->nroots--;
-    g->nback += before > after;
-    g->edges[g->nedges][0] = before;
-    g->edges[g->nedges][1] = after;
-    g->nedges++;
+    add_edge(g, before, node(g, after), after);
     g->dirty = true;
     return 0;
+}
+
+int wf_taskgraph_add_after(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name,
+                           const int *preds, int npred)
+{
+    if (!g)
+        return wf__err(WF_EINVAL, "wf_taskgraph_add_after: g is NULL");
+    if (npred < 0 || (npred > 0 && !preds))
+        return gerr(g, WF_EINVAL, "wf_taskgraph_add_after: node '%s': %d predecessors at %p",
+                    name ? name : "(unnamed)", npred, (const void *)preds);
+    for (int k = 0; k < npred; k++)
+        if (preds[k] < 0 || preds[k] >= g->n)
+            return gerr(g, WF_EINVAL,
+                        "wf_taskgraph_add_after: node '%s': predecessor %d is node %d; ids "
+                        "must be in [0, %d)",
+                        name ? name : "(unnamed)", k, preds[k], g->n);
+    if (!atomic_load_explicit(&g->running, memory_order_acquire)) {
+        int rc = reserve_edges(g, npred, "wf_taskgraph_add_after");
+        if (rc < 0)
+            return rc;
+    }
+    int id = wf_taskgraph_add(g, fn, arg, name); /* checks fn and running; decompiles */
+    if (id < 0)
+        return id;
+    wf__task *a = node(g, id);
+    for (int k = 0; k < npred; k++)
+        add_edge(g, preds[k], a, id);
+    return id;
 }
 
 /* Names a node on a cycle: after Kahn's algorithm, every node left has a predecessor left,
@@ -305,8 +379,8 @@ static int report_cycle(wf_taskgraph *g, const int *left)
             start = i;
     }
     for (int64_t e = 0; e < g->nedges; e++)
-        if (left[g->edges[e][0]] && left[g->edges[e][1]])
-            pred[g->edges[e][1]] = g->edges[e][0];
+        if (left[g->esrc[e]] && left[g->edst[e]])
+            pred[g->edst[e]] = g->esrc[e];
     int v = start;
     for (int i = 0; i < g->n && pred[v] >= 0; i++)
         v = pred[v];
@@ -316,7 +390,8 @@ static int report_cycle(wf_taskgraph *g, const int *left)
                 name ? name : "(unnamed)");
 }
 
-/* Kahn's algorithm, with 'pending' as the in-degrees left. Returns 0 or the cycle's error. */
+/* Kahn's algorithm, with the counters' 'pending' as the in-degrees left. Returns 0 or the
+ * cycle's error. */
 static int check_acyclic(wf_taskgraph *g)
 {
     int n = g->n, head = 0, tail = g->nroots;
@@ -331,17 +406,18 @@ static int check_acyclic(wf_taskgraph *g)
     while (head < tail) {
         int v = queue[head++];
         for (int k = node(g, v)->succ_off; k < succ_end(g, v); k++)
-            if (atomic_fetch_sub_explicit(&g->pending[g->succ[k]], 1, memory_order_relaxed) == 1)
+            if (atomic_fetch_sub_explicit(&g->cnt[g->succ[k]].pending, 1, memory_order_relaxed) ==
+                1)
                 queue[tail++] = g->succ[k];
     }
     int rc = 0;
     if (tail < n) {
         for (int i = 0; i < n; i++)
-            left[i] = atomic_load_explicit(&g->pending[i], memory_order_relaxed) > 0;
+            left[i] = atomic_load_explicit(&g->cnt[i].pending, memory_order_relaxed) > 0;
         rc = report_cycle(g, left);
     }
     for (int i = 0; i < n; i++)
-        atomic_store_explicit(&g->pending[i], node(g, i)->npred, memory_order_relaxed);
+        atomic_store_explicit(&g->cnt[i].pending, g->cnt[i].npred, memory_order_relaxed);
     free(queue);
     free(left);
     return rc;
@@ -370,49 +446,52 @@ static int compile_trace(wf_taskgraph *g)
         return WF_ENOMEM;
     memcpy(cur, g->pred_off, (size_t)g->n * sizeof *cur);
     for (int64_t e = 0; e < g->nedges; e++)
-        g->pred[cur[g->edges[e][1]]++] = g->edges[e][0];
+        g->pred[cur[g->edst[e]]++] = g->esrc[e];
     free(cur);
     return 0;
 }
 
-/* One pass over the nodes (offsets, pending counts, roots) and one over the edges (a
- * counting sort by source): the in- and out-degrees were counted as edges were added. */
+/* One pass over the nodes (offsets, roots) and, unless the edges came in order of their
+ * source, one over the edges (a counting sort by source): the in- and out-degrees were
+ * counted as edges were added. */
 static int compile(wf_taskgraph *g)
 {
     free_compiled(g);
     int n = g->n;
-    size_t m = (size_t)g->nedges;
-    g->succ = malloc((m ? m : 1) * sizeof *g->succ);
-    g->pending = malloc((size_t)(n ? n : 1) * sizeof *g->pending);
+    size_t m = (size_t)g->nedges, cur_bytes = (size_t)(n ? n : 1) * sizeof(int);
+    g->succ_bytes = (m ? m : 1) * sizeof *g->succ;
+    g->later_bytes = (size_t)(n ? n : 1) * sizeof *g->later_rc;
+    g->cnt_bytes = (size_t)(n ? n : 1) * sizeof *g->cnt;
+    g->cnt = wf__blocks_get(g->mem, g->cnt_bytes);
+    g->succ = g->by_src && m ? g->edst : wf__blocks_get(g->mem, g->succ_bytes);
     g->roots = malloc((size_t)(g->nroots ? g->nroots : 1) * sizeof *g->roots);
-    g->later = calloc((size_t)(n ? n : 1), sizeof *g->later);
-    g->later_rc = calloc((size_t)(n ? n : 1), sizeof *g->later_rc);
-    int *cur = malloc((size_t)(n ? n : 1) * sizeof *cur);
-    if (!g->succ || !g->pending || !g->roots || !g->later || !g->later_rc || !cur ||
+    g->later_rc = wf__blocks_get(g->mem, g->later_bytes); /* written before it is read */
+    int *cur = g->succ == g->edst ? NULL : wf__blocks_get(g->mem, cur_bytes);
+    if (!g->succ || !g->roots || !g->later_rc || !g->cnt || (g->succ != g->edst && !cur) ||
         (g->rt->trace_cap && compile_trace(g) < 0)) {
-        free(cur);
+        wf__blocks_put(g->mem, cur, cur_bytes);
         free_compiled(g);
         return gerr(g, WF_ENOMEM, "wf_taskgraph: no memory to compile %d nodes", n);
     }
-    advise_huge(g->succ, m * sizeof *g->succ);
-    advise_huge((void *)g->pending, (size_t)n * sizeof *g->pending);
-    advise_huge(cur, (size_t)n * sizeof *cur);
     int sum = 0, nroots = 0;
     for (int i = 0; i < n; i++) {
         wf__task *t = node(g, i);
         int outdeg = t->succ_off;
         t->succ_off = sum;
-        cur[i] = sum;
+        if (cur)
+            cur[i] = sum;
         sum += outdeg;
-        atomic_init(&g->pending[i], t->npred);
-        atomic_init(&t->cancel, 0);
+        t->gn.end = sum;
+        atomic_init(&g->cnt[i].pending, t->npred);
+        g->cnt[i].npred = t->npred;
         if (!t->npred)
             g->roots[nroots++] = i;
     }
     WF_ASSERT(nroots == g->nroots && (size_t)sum == m);
-    for (size_t e = 0; e < m; e++)
-        g->succ[cur[g->edges[e][0]]++] = g->edges[e][1];
-    free(cur);
+    if (cur)
+        for (size_t e = 0; e < m; e++)
+            g->succ[cur[g->esrc[e]]++] = g->edst[e];
+    wf__blocks_put(g->mem, cur, cur_bytes);
     /* From here until the next change, succ_off holds offsets, not out-degrees. */
     g->compiled = true;
     if (g->nback) {
@@ -480,7 +559,8 @@ int wf_taskgraph_run(wf_taskgraph *g)
 }
 
 /* Node 's' became ready when predecessor 'by' ended: its critical predecessor is the one
- * with the most work before it. The last decrement of pending[s] (acq_rel) orders every
+ * with the most work before it. The last decrement of its counter (acq_rel; or, for one
+ * predecessor, that predecessor's own thread) orders every
  * predecessor's write of its 'work' before these reads. */
 static void trace_ready(wf_taskgraph *g, int s, int32_t by)
 {
@@ -502,13 +582,18 @@ static void trace_ready(wf_taskgraph *g, int s, int32_t by)
  * when that was the last, else NULL. */
 static wf__task *release_one(wf_taskgraph *g, const wf__task *t, int s, bool skip)
 {
-    wf__task *st = node(g, s);
+    wf__task *st = node(g, s); /* its address only: the line is read when it runs */
     if (WF_UNLIKELY(skip))
         atomic_store_explicit(&st->cancel, 1, memory_order_relaxed);
-    if (atomic_fetch_sub_explicit(&g->pending[s], 1, memory_order_acq_rel) != 1)
+    /* A single predecessor needs no counter: 't' ending makes 's' ready. */
+    struct gcnt *cnt = g->cnt;
+    int32_t np = cnt[s].npred;
+    if (np != 1 && atomic_fetch_sub_explicit(&cnt[s].pending, 1, memory_order_acq_rel) != 1)
         return NULL;
-    atomic_store_explicit(&g->pending[s], st->npred, memory_order_relaxed);
-    if (g->ready_by) /* traced: 's' is ours now, and every predecessor's 'work' seen */
+    if (np != 1)
+        atomic_store_explicit(&cnt[s].pending, np, memory_order_relaxed);
+    __builtin_prefetch(st); /* it runs soon, here or on a thief */
+    if (g->ready_by)        /* traced: 's' is ours now, and every predecessor's 'work' seen */
         trace_ready(g, s, (int32_t)t->node);
     return st;
 }
@@ -526,7 +611,7 @@ static wf__task *release_successors(wf_taskgraph *g, wf__worker *w, const wf__ta
      * boosted before its reduction) pushed early ran only after the whole rest of backward
      * had been pushed over it: dp_bench's first bucket started as backward ended. */
     if (w && w->rt->nw == 1) {
-        for (int k = succ_end(g, (int)t->node) - 1; k >= t->succ_off; k--)
+        for (int k = t->gn.end - 1; k >= t->succ_off; k--)
             if ((st = release_one(g, t, succ[k], skip))) {
                 if (keep)
                     wf__push_local(w, keep);
@@ -534,7 +619,7 @@ static wf__task *release_successors(wf_taskgraph *g, wf__worker *w, const wf__ta
             }
         return keep;
     }
-    for (int k = t->succ_off, end = succ_end(g, (int)t->node); k < end; k++) {
+    for (int k = t->succ_off, end = t->gn.end; k < end; k++) {
         if (!(st = release_one(g, t, succ[k], skip)))
             continue;
         if (!keep && w)
@@ -551,15 +636,16 @@ int wf_taskgraph_complete(wf_taskgraph *g, int i, int rc)
 {
     if (!g)
         return wf__err(WF_EINVAL, "wf_taskgraph_complete: g is NULL");
-    if (i < 0 || i >= g->n || !atomic_load_explicit(&g->running, memory_order_acquire) || !g->later)
+    if (i < 0 || i >= g->n || !atomic_load_explicit(&g->running, memory_order_acquire) ||
+        !g->later_rc)
         return wf__err(
             WF_EINVAL, "wf_taskgraph_complete: node %d of a graph of %d nodes%s", i, g->n,
             atomic_load_explicit(&g->running, memory_order_acquire) ? "" : " that is not running");
-    atomic_store_explicit(&g->later_rc[i], rc, memory_order_relaxed);
-    if (atomic_fetch_add_explicit(&g->later[i], 1, memory_order_acq_rel) == 0)
-        return 0; /* the function has not returned yet: its worker finishes the node */
-    atomic_store_explicit(&g->later[i], 0, memory_order_relaxed);
     wf__task *t = node(g, i);
+    atomic_store_explicit(&g->later_rc[i], rc, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&t->gn.later, 1, memory_order_acq_rel) == 0)
+        return 0; /* the function has not returned yet: its worker finishes the node */
+    atomic_store_explicit(&t->gn.later, 0, memory_order_relaxed);
     wf__group *grp = g->grp;
     wf__worker *w = wf__worker_of(g->rt);
     bool skip = rc < 0;
@@ -610,9 +696,9 @@ void wf__graph_run_node(wf__worker *w, wf__task *t)
         }
         WF__INC(w, tasks_run, 1);
         if (WF_UNLIKELY(rc == WF_TASK_LATER)) {
-            if (atomic_fetch_add_explicit(&g->later[i], 1, memory_order_acq_rel) == 0)
+            if (atomic_fetch_add_explicit(&t->gn.later, 1, memory_order_acq_rel) == 0)
                 break; /* wf_taskgraph_complete() finishes it; 't' is not ours any more */
-            atomic_store_explicit(&g->later[i], 0, memory_order_relaxed);
+            atomic_store_explicit(&t->gn.later, 0, memory_order_relaxed);
             rc = atomic_load_explicit(&g->later_rc[i], memory_order_relaxed);
             if (rc < 0) {
                 wf__group_fail(grp, NULL, t->name, rc);

@@ -177,6 +177,16 @@ WF_API WF_NODISCARD int wf_taskgraph_set_kind(wf_taskgraph *g, int id, const cha
  * A cycle is reported by the next run. */
 WF_API WF_NODISCARD int wf_taskgraph_precede(wf_taskgraph *g, int before, int after);
 
+/* Adds a node that runs 'fn(arg)' after each of the 'npred' nodes 'preds' (ids of nodes
+ * already added; 'preds' may be NULL when 'npred' is 0): wf_taskgraph_add() and one
+ * wf_taskgraph_precede() per predecessor in one call, which checks and grows the graph once
+ * instead of once per edge. 'name' (may be NULL) must outlive the graph; 'preds' is not kept.
+ * Returns the node's id (>= 0), WF_EINVAL (NULL fn, npred < 0, NULL preds with npred > 0,
+ * an unknown predecessor), WF_EBUSY or WF_ENOMEM; on an error no node and no edge is added.
+ * The message is in wf_taskgraph_errmsg(). */
+WF_API WF_NODISCARD int wf_taskgraph_add_after(wf_taskgraph *g, wf_task_fn fn, void *arg,
+                                               const char *name, const int *preds, int npred);
+
 /* Starts one run of every node of 'g' as tasks of group 'grp': each node runs once, after
  * all its predecessors. Wait with wf_group_wait(grp); a failing node cancels its
  * descendants and its error is the group's. The first run after a change checks the graph.

@@ -4,7 +4,8 @@
  * pre-built chain of chain_replay, and the trace file written after the first case.
  * Invariant: every task is a real weft task: fib spawns both calls (one task per call, as
  * the peers do), and the graph cases build a wf_taskgraph inside the timed run (and free
- * it in cleanup(), outside it). Node ids count up from 0, so DAG node i is graph node i.
+ * it in cleanup(), outside it), each node with its predecessors in one
+ * wf_taskgraph_add_after() call. Node ids count up from 0, so DAG node i is graph node i.
  * Not here: the per-node work (workloads.h), timing and output (sched_bench.c). */
 #include "impl.h"
 
@@ -138,9 +139,9 @@ static int chain_build(weft_ctx *c, int64_t n, wf_taskgraph **out)
     if (rc < 0)
         return fail("chain: wf_taskgraph_create", rc, wf_last_errmsg());
     for (int64_t i = 0; i < n; i++) {
-        int id = wf_taskgraph_add(g, chain_task, c, "chain");
+        int prev = (int)i - 1;
 
-        rc = id < 0 ? id : i > 0 ? wf_taskgraph_precede(g, id - 1, id) : 0;
+        rc = wf_taskgraph_add_after(g, chain_task, c, "chain", &prev, i > 0);
         if (rc < 0) {
             fail("chain: build", rc, wf_taskgraph_errmsg(g));
             wf_taskgraph_destroy(g);
@@ -192,13 +193,13 @@ static int dag_once(weft_ctx *c, const sb_inputs *in)
         return fail("dag: wf_taskgraph_create", rc, wf_last_errmsg());
     c->built = g;
     for (int64_t i = 0; i < d->n && rc >= 0; i++) {
-        int id;
+        int preds[SB_DAG_PREDS];
+        int np = i >= d->width ? SB_DAG_PREDS : 0;
 
+        for (int k = 0; k < np; k++)
+            preds[k] = (int)d->pred[SB_DAG_PREDS * i + k];
         args[i] = (dag_arg){ &c->dag, i };
-        rc = id = wf_taskgraph_add(g, dag_task, &args[i], "dag");
-        if (id >= 0 && i >= d->width)
-            for (int k = 0; k < SB_DAG_PREDS && rc >= 0; k++)
-                rc = wf_taskgraph_precede(g, (int)d->pred[SB_DAG_PREDS * i + k], id);
+        rc = wf_taskgraph_add_after(g, dag_task, &args[i], "dag", preds, np);
     }
     if (rc < 0)
         return fail("dag: build", rc, wf_taskgraph_errmsg(g));

@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 
 #include <stdlib.h>
+#include <string.h>
 
 TestSuite(sched_taskgraph, .fini = wf_test_fini, .timeout = WF_TEST_TIMEOUT(120));
 
@@ -78,17 +79,23 @@ static void dag_add(dag *d, int count, uint64_t *rng, uint32_t max_work)
     }
 }
 
-static void dag_edge(dag *d, int before, int after)
+/* Records an edge the graph has, for dag_check(). */
+static void dag_note_edge(dag *d, int before, int after)
 {
-    int rc = wf_taskgraph_precede(d->g, before, after);
-    cr_assert_eq(rc, 0, "precede(%d, %d): %s: %s", before, after, wf_err_name(rc),
-                 wf_taskgraph_errmsg(d->g));
     if (d->n_edges == d->cap_edges) {
         d->cap_edges = d->cap_edges ? 2 * d->cap_edges : 1024;
         d->edges = realloc(d->edges, (size_t)d->cap_edges * sizeof *d->edges);
         cr_assert_not_null(d->edges);
     }
     d->edges[d->n_edges++] = (edge){ before, after };
+}
+
+static void dag_edge(dag *d, int before, int after)
+{
+    int rc = wf_taskgraph_precede(d->g, before, after);
+    cr_assert_eq(rc, 0, "precede(%d, %d): %s: %s", before, after, wf_err_name(rc),
+                 wf_taskgraph_errmsg(d->g));
+    dag_note_edge(d, before, after);
 }
 
 /* dag_edge() unless the edge exists: whether a duplicate edge is allowed is not promised. */
@@ -506,5 +513,132 @@ Test(sched_taskgraph, one_worker_runs_ready_successors_in_their_list_order)
             cr_assert_eq(at[i], i, "run %d: node %d ran %d-th", run, i, at[i]);
     }
     wf_taskgraph_destroy(g);
+    wf_runtime_destroy(rt);
+}
+
+/* ---- Edges in order of their source, and memory a graph gives back ------------------- */
+
+/* Edges added in order of their source are the successor array as they are: this chain
+ * (with every tenth node also after the node two back, so that some nodes have one
+ * predecessor and some two) grows past the edge array's first capacities between runs,
+ * which moves the successors the compiled graph points at. */
+Test(sched_taskgraph, a_chain_added_in_source_order_and_grown_between_runs_runs_in_order)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    uint64_t rng = 0x5eed000c;
+    dag *d = dag_new(rt, 5000);
+    int sizes[] = { 300, 1000, 5000 };
+    for (int s = 0; s < 3; s++) {
+        int from = d->n;
+        dag_add(d, sizes[s] - from, &rng, 50);
+        for (int i = from; i < sizes[s]; i++) {
+            if (i == 0)
+                continue;
+            if (i % 10 == 0 && i >= 2)
+                dag_edge(d, i - 2, i);
+            dag_edge(d, i - 1, i);
+        }
+        dag_run_and_check(d, 3);
+    }
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+/* Graphs built one after another reuse the blocks the last one gave back, which hold that
+ * graph's old nodes and counters: each new graph must still run each node once, in order.
+ * The last graph is destroyed after its runtime (its blocks have a cache to go back to:
+ * AddressSanitizer checks it). */
+Test(sched_taskgraph, graphs_built_on_reused_memory_run_correctly_and_may_outlive_the_runtime)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    int n = (int)wf_test_scaled(200000, 50000);
+    dag *last = NULL;
+    for (int r = 0; r < 3; r++) {
+        uint64_t rng = 0x5eed000d + (uint64_t)r;
+        dag *d = dag_new(rt, n);
+        dag_add(d, n, &rng, 0);
+        /* Layers of 100: each node after 1 to 3 nodes of the layer before, sources random. */
+        for (int i = 100; i < n; i++) {
+            int base = (i / 100 - 1) * 100, k = 1 + (i + r) % 3;
+            int start = (int)wf_test_rand_below(&rng, 100);
+            for (int j = 0; j < k; j++) /* distinct: 37 * j mod 100 differ for j < 3 */
+                dag_edge(d, base + (start + 37 * j) % 100, i);
+        }
+        dag_run_and_check(d, 2);
+        if (last)
+            dag_free(last);
+        last = d;
+    }
+    wf_runtime_destroy(rt);
+    dag_free(last);
+}
+
+/* ---- wf_taskgraph_add_after: a node and its predecessors in one call ------------------ */
+
+/* A layered random DAG built with one wf_taskgraph_add_after() per node (1 to 4
+ * predecessors drawn from the layer before, as sched_bench's DAG) runs like one built with
+ * wf_taskgraph_add() and wf_taskgraph_precede(): each node once, after its predecessors. */
+Test(sched_taskgraph, a_dag_built_with_add_after_runs_each_node_once_after_its_preds)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    int width = 50, n = (int)wf_test_scaled(20000, 5000);
+    uint64_t rng = 0x5eed000e;
+    dag *d = dag_new(rt, n);
+    for (int i = 0; i < n; i++) {
+        int preds[4], np = 0;
+        if (i >= width) {
+            int base = (i / width - 1) * width, want = 1 + (int)wf_test_rand_below(&rng, 4);
+            int start = (int)wf_test_rand_below(&rng, (uint64_t)width);
+            for (int k = 0; k < want; k++) /* distinct: 13 * k mod 50 differ for k < 4 */
+                preds[np++] = base + (start + 13 * k) % width;
+        }
+        dnode *x = &d->nodes[i];
+        x->d = d;
+        x->id = i;
+        x->work = (uint32_t)wf_test_rand_below(&rng, 100);
+        int id = wf_taskgraph_add_after(d->g, dnode_fn, x, "dag_node", preds, np);
+        cr_assert_eq(id, i, "add_after returned %d for node #%d: %s", id, i,
+                     wf_taskgraph_errmsg(d->g));
+        d->n++;
+        for (int k = 0; k < np; k++)
+            dag_note_edge(d, preds[k], i);
+    }
+    dag_run_and_check(d, 5);
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+/* Bad arguments add nothing: no node, and the graph still runs what it had. */
+Test(sched_taskgraph, add_after_with_a_bad_predecessor_adds_nothing_and_says_why)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1 });
+    dag *d = dag_new(rt, 3);
+    uint64_t rng = 1;
+    dag_add(d, 2, &rng, 0);
+    int unknown[2] = { 0, 2 }, negative[1] = { -1 };
+    int rc = wf_taskgraph_add_after(d->g, dnode_fn, &d->nodes[2], "late", unknown, 2);
+    cr_assert_eq(rc, WF_EINVAL, "an unknown predecessor: %s", wf_err_name(rc));
+    cr_assert(strstr(wf_taskgraph_errmsg(d->g), "predecessor 1 is node 2") != NULL, "%s",
+              wf_taskgraph_errmsg(d->g));
+    cr_assert(strstr(wf_taskgraph_errmsg(d->g), "'late'") != NULL, "%s", wf_taskgraph_errmsg(d->g));
+    rc = wf_taskgraph_add_after(d->g, dnode_fn, &d->nodes[2], "late", negative, 1);
+    cr_assert_eq(rc, WF_EINVAL, "a negative predecessor: %s", wf_err_name(rc));
+    rc = wf_taskgraph_add_after(d->g, dnode_fn, &d->nodes[2], "late", NULL, 1);
+    cr_assert_eq(rc, WF_EINVAL, "NULL preds: %s", wf_err_name(rc));
+    rc = wf_taskgraph_add_after(d->g, dnode_fn, &d->nodes[2], "late", unknown, -1);
+    cr_assert_eq(rc, WF_EINVAL, "npred -1: %s", wf_err_name(rc));
+    rc = wf_taskgraph_add_after(d->g, NULL, &d->nodes[2], "late", unknown, 1);
+    cr_assert_eq(rc, WF_EINVAL, "a NULL function: %s", wf_err_name(rc));
+    cr_assert_eq(wf_taskgraph_add_after(NULL, dnode_fn, NULL, "late", NULL, 0), WF_EINVAL);
+    cr_assert_eq(wf_taskgraph_node_count(d->g), 2);
+    dag_edge(d, 0, 1);
+    dag_run_and_check(d, 2);
+    /* A good call after the bad ones: node 2 after node 0. */
+    d->nodes[2] = (dnode){ .d = d, .id = 2 };
+    cr_assert_eq(wf_taskgraph_add_after(d->g, dnode_fn, &d->nodes[2], "late", unknown, 1), 2);
+    d->n = 3;
+    dag_note_edge(d, 0, 2);
+    dag_run_and_check(d, 2);
+    dag_free(d);
     wf_runtime_destroy(rt);
 }
