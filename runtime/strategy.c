@@ -43,6 +43,7 @@ struct wf_strategy {
 struct wf__dp {
     const wf_strategy *st;
     wf__replica_map map;
+    struct wf__ps_run *ps; /* asynchronous parameter servers (runtime/strategy_ps.c) */
 };
 
 int wf__strategy_check(const char *fn, const wf__strategy_replicas *r, int n, int *shards,
@@ -422,7 +423,8 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *devi
                              .first_bucket_bytes = st->o.first_bucket_bytes,
                              .edge_base = EDGE_BASE };
     if (st->servers)
-        rc = wf__ps_prepare(g, st->rank, st->size, &st->o, st->servers, EDGE_BASE, &dp->map);
+        rc = wf__ps_prepare(g, st->comm, &st->o, st->servers, st->staleness, EDGE_BASE, &dp->map,
+                            &dp->ps);
     else if (st->pipeline)
         rc = wf__pipeline(g, &po, &dp->map);
     else
@@ -454,6 +456,8 @@ int wf__dp_start(wf_session *s)
      * only (runtime/strategy_ps.c). */
     wf_comm *c = s->dp->st->pipeline ? NULL : wf__dp_comm(s->dp);
     int rc = wf__transport_register_coll_kernels(s->kernels, s->dp->st->servers ? NULL : c);
+    if (rc == 0)
+        rc = wf__ps_start(s, s->dp->ps);
     if (rc < 0 || !c)
         return rc;
     /* One broadcast of every variable packed together: a collective per variable would
@@ -611,5 +615,11 @@ void wf__dp_free(struct wf__dp *dp)
     if (!dp)
         return;
     wf__replica_map_free(&dp->map);
+    wf__ps_free(dp->ps);
     free(dp);
+}
+
+struct wf__ps_run *wf__dp_ps(const struct wf__dp *dp)
+{
+    return dp ? dp->ps : NULL;
 }
