@@ -185,7 +185,7 @@ static int worker(ps *p, wf__replica_map *m)
         return rc;
     /* 'after': what every pull's write waits for (every read of this step is behind a push
      * or a scalar); 'steps': the writes, then the token of the step. */
-    wf_node **after = malloc((size_t)(n ? n : 1) * sizeof *after);
+    wf_node **after = malloc((size_t)(n ? n : 1) * (size_t)(K + 1) * sizeof *after);
     wf_node **steps = malloc((size_t)(n + K + 1) * sizeof *steps);
     int n_after = 0, n_steps = 0;
     if (!after || !steps) {
@@ -207,9 +207,22 @@ static int worker(ps *p, wf__replica_map *m)
                 break;
             }
             int first = wf_graph_node_count(p->g);
-            for (int q = 0; q < K && rc == 0; q++)
-                if (!(wf_send)(p->g, part, q, p->edge[id]))
+            for (int q = 0; q < K && rc == 0; q++) {
+                wf_node *snd = (wf_send)(p->g, part, q, p->edge[id]);
+                if (!snd)
                     rc = graph_rc(p->g);
+                else if (o->staleness > 0) /* pushed with the step's gradients only */
+                    after[n_after++] = snd;
+            }
+            if (rc == 0 && o->staleness > 0) {
+                /* Asynchronous: no global value exists; the worker's own rows' estimate of
+                 * it (its partial times W), computed here, so an evaluation run transfers
+                 * nothing. */
+                wf_node *w = (wf_scalar)(p->g, WF_F32, (double)W);
+                if (!(m->remap[id] = w ? (wf_mul)(p->g, part, w) : NULL))
+                    rc = graph_rc(p->g);
+                continue;
+            }
             wf_node *r = rc == 0 ? (wf_recv)(p->g, WF_F32, part->shape, 0, p->res_edge[id]) : NULL;
             for (int q = 0; r && q < K; q++) /* the sends are nodes first .. first + K - 1 */
                 if (wf__node_add_control(r, wf_graph_node(p->g, first + q)) < 0)
@@ -382,7 +395,6 @@ void wf__ps_async_free(wf__ps_async *a)
     free(a->grad_edge);
     free(a->grad_in);
     free(a->scalar_edge);
-    free(a->scalar_res);
     free(a->scalar_in);
     free(a->pull_edge);
     free(a->pull_var);
@@ -412,14 +424,13 @@ static int server_async(ps *p, wf__replica_map *m)
     a->grad_edge = malloc(c * sizeof *a->grad_edge);
     a->grad_in = malloc(c * sizeof *a->grad_in);
     a->scalar_edge = malloc(c * sizeof *a->scalar_edge);
-    a->scalar_res = malloc(c * sizeof *a->scalar_res);
     a->scalar_in = malloc(c * sizeof *a->scalar_in);
     a->pull_edge = malloc(c * sizeof *a->pull_edge);
     a->pull_var = malloc(c * sizeof *a->pull_var);
     a->hdr_edge = p->hdr_edge;
     int n_steps = 0;
     if (!m->remap || !glob || !steps || !a->grad_edge || !a->grad_in || !a->scalar_edge ||
-        !a->scalar_res || !a->scalar_in || !a->pull_edge || !a->pull_var) {
+        !a->scalar_in || !a->pull_edge || !a->pull_var) {
         rc = wf__err(WF_ENOMEM, "parameter-server rewrite: no memory");
         goto done;
     }
@@ -436,7 +447,6 @@ static int server_async(ps *p, wf__replica_map *m)
             if (!(glob[id] = m->remap[id] = stand_in(p, v, "scalar")))
                 rc = graph_rc(p->g);
             a->scalar_edge[a->n_scalars] = p->edge[id];
-            a->scalar_res[a->n_scalars] = p->res_edge[id];
             a->scalar_in[a->n_scalars++] = glob[id];
         } else if (p->kind[id] == WF__KIND_GLOBAL) {
             wf_node *cp = server_copy(p, v, glob, &rc);

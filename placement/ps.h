@@ -26,9 +26,9 @@ typedef struct wf__ps_async {
     int n_grads;         /* gradients this server holds */
     int *grad_edge;      /* their push edges */
     wf_node **grad_in;   /* the placeholders the loop feeds with a worker's push */
-    int n_scalars;       /* scalars (a loss) every worker pushes to every server */
+    int n_scalars;       /* scalars (a loss) every worker pushes to every server with its
+                            gradients */
     int *scalar_edge;    /* their push edges */
-    int *scalar_res;     /* their result edges (server 0 replies the worker's own value) */
     wf_node **scalar_in; /* the placeholders a run's fetch of the scalar reads */
     int n_pulls;         /* variables this server updates and sends back */
     int *pull_edge;      /* their pull edges */

@@ -357,7 +357,7 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
     if (rc == 0 && (n_extra = wf__dp_extra_targets(s, req, (int)n_all, m + n_all)) < 0)
         rc = n_extra;
     if (rc == 0 && wf__ps_serves(wf__dp_ps(s->dp)))
-        rc = wf__ps_serve(s, wf__dp_ps(s->dp), m, n_fetches, outs); /* its feeds are ignored */
+        rc = wf__ps_serve(s, wf__dp_ps(s->dp), m, n_fetches, outs, m + n_fetches, n_targets);
     else if (rc == 0)
         rc = run(s, feeds, n_feeds, m, n_fetches, outs, m + n_fetches, n_targets + n_extra);
     free(m);

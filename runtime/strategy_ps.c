@@ -79,8 +79,7 @@ int wf_strategy_is_server(const wf_strategy *st)
  *   worker's partial gradients times W, or times 1 under WF_AGG_SUM: the worker's own
  *   gradient when W divides the batch), then sends each reply the bound allows: a snapshot
  *   of the server's variables, the header [version, min clock, the worker's clock, the
- *   staleness of the push just applied (the updates applied since the worker's copy)] and,
- *   from server 0, the worker's own scalars (its loss, scaled as the gradients). A run
+ *   staleness of the push just applied (the updates applied since the worker's copy)]. A run
  *   returns once it has applied W pushes (so every rank still makes the same number of
  *   runs) and its sends have finished; its fetched scalars are the mean over those pushes.
  *   No worker thread of the runtime waits: the loop runs on the caller's thread, and the
@@ -110,6 +109,8 @@ struct wf__ps_run {
     int sending;       /* replies' sends in flight */
     srv_worker *w;
     int64_t version;
+    double *scal; /* server: the scalars' sums over the last training run's pushes */
+    bool trained; /* a training run has finished */
     wf_ps_stats st;
     int64_t hdr[WF_COMM_MAX_RANKS][4]; /* worker: the last header of each server */
 };
@@ -133,6 +134,7 @@ static void ps_unref(struct wf__ps_run *ps)
         free(ps->w[w].in);
     }
     free(ps->w);
+    free(ps->scal);
     wf__ps_async_free(&ps->a);
     pthread_mutex_destroy(&ps->mu);
     pthread_cond_destroy(&ps->cv);
@@ -250,8 +252,6 @@ static int send_reply(wf_session *s, struct wf__ps_run *ps, int w)
     if (rc == 0)
         rc = post(ps, false, peer, a->hdr_edge, step, ht, -1);
     wf_tensor_release(ht);
-    for (int j = 0; j < a->n_scalars && rc == 0 && ps->rank == 0; j++)
-        rc = post(ps, false, peer, a->scalar_res[j], step, sw->in[a->n_grads + j], -1);
     if (sw->clock - min_clock(ps) > ps->st.max_lag)
         ps->st.max_lag = sw->clock - min_clock(ps);
     sw->reply_due = false;
@@ -304,20 +304,21 @@ static bool sends_done(const struct wf__ps_run *ps, int *which)
     return ps->sending == 0;
 }
 
-/* Applies worker w's push: its gradients scaled into the worker's own, one run of 'tok'. */
-static int apply(wf_session *s, struct wf__ps_run *ps, int w, double *scal)
+/* Applies worker w's push: its gradients scaled into the worker's own, one run of 'tok';
+ * its scalars (times W: the worker's estimate of the global value) added to 'ps->scal'. */
+static int apply(wf_session *s, struct wf__ps_run *ps, int w)
 {
     srv_worker *sw = &ps->w[w];
     const wf__ps_async *a = &ps->a;
-    float f = ps->agg == WF_AGG_SUM ? 1.0f : (float)ps->W;
     int n = a->n_grads + a->n_scalars;
     for (int i = 0; i < n; i++) {
+        float f = ps->agg == WF_AGG_SUM && i < a->n_grads ? 1.0f : (float)ps->W;
         float *d = (float *)sw->in[i]->data;
         for (int64_t k = 0; k < sw->in[i]->numel; k++)
             d[k] *= f;
     }
     for (int j = 0; j < a->n_scalars; j++)
-        scal[j] += ((const float *)sw->in[a->n_grads + j]->data)[0];
+        ps->scal[j] += ((const float *)sw->in[a->n_grads + j]->data)[0];
     wf_feed stack[16],
         *feeds = a->n_grads <= 16 ? stack : malloc((size_t)a->n_grads * sizeof *feeds);
     if (!feeds)
@@ -339,16 +340,11 @@ static int apply(wf_session *s, struct wf__ps_run *ps, int w, double *scal)
     return 0;
 }
 
-int wf__ps_serve(wf_session *s, struct wf__ps_run *ps, wf_node *const *fetches, int n_fetches,
-                 wf_tensor **outs)
+/* One training run of the server: W pushes applied, the replies the bound allows sent. */
+static int serve_pushes(wf_session *s, struct wf__ps_run *ps)
 {
-    const wf__ps_async *a = &ps->a;
-    double stack[16],
-        *scal = a->n_scalars <= 16 ? stack : calloc((size_t)a->n_scalars, sizeof *scal);
-    if (!scal)
-        return wf__session_fail(s, WF_ENOMEM, "wf_session_run: no memory");
-    memset(scal, 0, sizeof(double) * (size_t)(a->n_scalars <= 16 ? 16 : a->n_scalars));
     int rc = 0;
+    memset(ps->scal, 0, sizeof *ps->scal * (size_t)ps->a.n_scalars);
     for (int done = 0; done < ps->W && rc == 0;) {
         for (int w = 0; w < ps->W && rc == 0; w++)
             if (!ps->w[w].posted && !ps->w[w].reply_due)
@@ -359,9 +355,9 @@ int wf__ps_serve(wf_session *s, struct wf__ps_run *ps, wf_node *const *fetches, 
             rc = wait_for(ps, push_ready, &w);
             pthread_mutex_unlock(&ps->mu);
         }
-        if (rc == 0 && (rc = apply(s, ps, w, scal)) == 0)
+        if (rc == 0 && (rc = apply(s, ps, w)) == 0)
             done++;
-        /* Every reply the bound allows, the least clocks first. */
+        /* Every reply the bound allows. */
         int64_t m = rc == 0 ? min_clock(ps) : 0;
         for (int v = 0; v < ps->W && rc == 0; v++) {
             if (!ps->w[v].reply_due)
@@ -379,38 +375,46 @@ int wf__ps_serve(wf_session *s, struct wf__ps_run *ps, wf_node *const *fetches, 
         rc = wait_for(ps, sends_done, NULL);
         pthread_mutex_unlock(&ps->mu);
     }
+    ps->trained |= rc == 0;
     ps->st.clock = ps->st.version = ps->version;
     ps->st.min_clock = min_clock(ps);
-    if (rc < 0) {
-        if (scal != stack)
-            free(scal);
+    return rc;
+}
+
+int wf__ps_serve(wf_session *s, struct wf__ps_run *ps, wf_node *const *fetches, int n_fetches,
+                 wf_tensor **outs, wf_node *const *targets, int n_targets)
+{
+    const wf__ps_async *a = &ps->a;
+    bool train = false;
+    for (int i = 0; i < n_targets; i++)
+        train |= targets[i] == a->tok;
+    for (int i = 0; i < n_fetches; i++)
+        if (fetches[i] == a->tok)
+            return wf__session_fail(s, WF_EINVAL,
+                                    "wf_session_run: fetch %d: an asynchronous server's run "
+                                    "applies the updates itself; fetch scalars or variables",
+                                    i);
+    int rc = train ? serve_pushes(s, ps) : 0;
+    if (rc < 0)
         return wf__session_fail(s, rc, "wf_session_run: parameter server %d: %s", ps->rank,
                                 wf_last_errmsg());
-    }
-    /* The fetches: each scalar the mean of this run's pushes. */
+    /* The fetches: each scalar the mean over this run's pushes; in a run that does not
+     * update (an evaluation, which the workers compute alone), the last training run's. */
     wf_feed fstack[16],
         *feeds = a->n_scalars <= 16 ? fstack : malloc((size_t)a->n_scalars * sizeof *feeds);
     for (int j = 0; feeds && j < a->n_scalars; j++) {
-        float v = (float)(scal[j] / ps->W);
+        float v = ps->trained ? (float)(ps->scal[j] / ps->W) : 0.0f;
         feeds[j] =
             (wf_feed){ a->scalar_in[j], wf_tensor_from(WF_F32, (wf_shape){ .rank = 0 }, &v) };
     }
     if (!feeds)
         rc = wf__session_fail(s, WF_ENOMEM, "wf_session_run: no memory");
-    for (int i = 0; i < n_fetches && rc == 0; i++)
-        if (fetches[i] == a->tok)
-            rc = wf__session_fail(s, WF_EINVAL,
-                                  "wf_session_run: fetch %d: an asynchronous server's run applies "
-                                  "the updates itself; fetch scalars or variables",
-                                  i);
     if (rc == 0 && n_fetches)
         rc = wf__session_run_plain(s, feeds, a->n_scalars, fetches, n_fetches, outs, NULL, 0);
     for (int j = 0; feeds && j < a->n_scalars; j++)
         wf_tensor_release(feeds[j].value);
     if (feeds != fstack)
         free(feeds);
-    if (scal != stack)
-        free(scal);
     return rc;
 }
 
@@ -443,6 +447,14 @@ int wf__ps_start(wf_session *s, struct wf__ps_run *ps)
 bool wf__ps_serves(const struct wf__ps_run *ps)
 {
     return ps && ps->rank < ps->K;
+}
+
+void wf__ps_plan_local(wf__plan *p)
+{
+    for (int i = 0; i < p->n; i++)
+        if (p->nodes[i]->op == &wf_op_send || p->nodes[i]->op == &wf_op_recv)
+            return;
+    p->transfers = false;
 }
 
 void wf__ps_free(struct wf__ps_run *ps)
@@ -510,7 +522,7 @@ int wf__ps_prepare(wf_graph *g, wf_comm *comm, const wf_strategy_opts *o, int se
             if (!(ps->w[w].in =
                       calloc((size_t)(ps->a.n_grads + ps->a.n_scalars) + 1, sizeof *ps->w[w].in)))
                 rc = wf__err(WF_ENOMEM, "parameter servers: no memory");
-        if (!ps->w)
+        if (!ps->w || !(ps->scal = calloc((size_t)ps->a.n_scalars + 1, sizeof *ps->scal)))
             rc = wf__err(WF_ENOMEM, "parameter servers: no memory");
     }
     if (rc < 0) {

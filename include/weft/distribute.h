@@ -164,14 +164,17 @@ WF_API int wf_strategy_is_server(const wf_strategy *st);
  *   worker's steps below c - s (c - m <= s, m the min clock when the copy was sent). A worker
  *   that gets ahead waits: its server holds its reply (the run pends on the receive, on the
  *   network's actor: no worker thread of the runtime blocks) until the slowest catches up.
- * A worker's run: computes on its copy, pushes, and returns once every server's reply (the
- *   updated variables, and its own scalars from server 0: a fetched loss is the worker's
- *   own, not the global one) is in. A server's run is a loop of the library on the caller's
- *   thread: it applies W pushes (from any workers, the earliest first), sends each reply the
- *   bound allows, and returns once its sends are done; a fetched scalar is the mean over the
- *   pushes it applied, a fetched variable its value; the feeds are ignored. Every rank makes
- *   the same number of runs, each a training step (a worker's run that fetches a scalar
- *   without the updates would push no gradient: not supported).
+ * A worker's training run (one that targets the updates): computes on its copy, pushes its
+ *   gradients and scalars, and returns once every server's reply (the updated variables and
+ *   a header) is in. No global value exists: a fetched scalar is the worker's own rows'
+ *   estimate of it (its partial times W: the mean over its rows of a mean loss when W
+ *   divides the batch, W times its rows' count of a wf_sum), and a run that does not update
+ *   (an evaluation) computes it alone, with no transfer. A server's training run is a loop of
+ *   the library on the caller's thread: it applies W pushes (from any workers, the earliest
+ *   first), sends each reply the bound allows, and returns once its sends are done; a
+ *   fetched scalar is the mean of those pushes' scalars; the feeds are ignored. A server's
+ *   run that does not update does nothing but give the last training run's scalars. Every
+ *   rank makes the same number of training runs.
  * Failures are the synchronous mode's: a dead server or worker fails the other ranks' runs
  *   with WF_EPEER naming it within the communicator's detection time. */
 typedef struct wf_ps_stats {
