@@ -131,6 +131,16 @@ static int plan(ps *p)
     }
     free(upd);
     free(load);
+    for (int id = 0; id < n && rc == 0 && p->a; id++) {
+        const wf_node *u = wf_graph_node(p->g, id);
+        if (p->kind[id] != WF__KIND_GLOBAL || u->op->n_assign < 1)
+            continue;
+        for (int k = 0; k < u->op->n_assign; k++) {
+            int *vo = &p->a->var_owner[u->inputs[k]->id];
+            if (u->inputs[k]->op == &wf_op_variable && (*vo < 0 || p->owner[id] >= 0))
+                *vo = p->owner[id] >= 0 ? p->owner[id] : 0;
+        }
+    }
     int e = o->edge_base;
     for (int pass = 0; pass < 4 && rc == 0; pass++)
         for (int id = 0; id < n; id++) {
@@ -392,6 +402,7 @@ void wf__ps_async_free(wf__ps_async *a)
 {
     if (!a)
         return;
+    free(a->var_owner);
     free(a->grad_edge);
     free(a->grad_in);
     free(a->scalar_edge);
@@ -498,7 +509,11 @@ int wf__ps_rewrite(wf_graph *g, const wf__ps_opts *o, wf__replica_map *m, wf__ps
     p.edge = malloc(c * sizeof *p.edge);
     p.res_edge = malloc(c * sizeof *p.res_edge);
     wf_node *ref;
-    if (!p.kind || !p.is_grad || !p.scalar || !p.owner || !p.edge || !p.res_edge) {
+    if (a && (a->var_owner = malloc(c * sizeof *a->var_owner)))
+        for (int id = 0; id < n; id++)
+            a->var_owner[id] = -1;
+    if (!p.kind || !p.is_grad || !p.scalar || !p.owner || !p.edge || !p.res_edge ||
+        (a && !a->var_owner)) {
         rc = wf__err(WF_ENOMEM, "parameter-server rewrite: no memory for %d nodes", n);
         goto done;
     }

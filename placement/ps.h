@@ -18,10 +18,14 @@ typedef struct wf__ps_opts {
                         transfers of its side: runtime/strategy_ps.c) */
 } wf__ps_opts;
 
-/* What an asynchronous server's loop needs of the rewrite (wf__ps_rewrite() fills it on a
- * server when o->staleness > 0; zero otherwise): the edges the workers' nodes use, and the
- * server graph's nodes the loop feeds, reads or targets. */
+/* What the session needs of the rewrite beside the map: on every rank, the server whose
+ * updates write each variable (for gathering the servers' state); on an asynchronous server
+ * (o->staleness > 0), the edges the workers' nodes use and the server graph's nodes its loop
+ * feeds, reads or targets (zero otherwise). */
 typedef struct wf__ps_async {
+    int *var_owner;      /* per user node: the server rank whose updates write it (a
+                            variable or an optimizer slot; 0 for what every server updates,
+                            such as the step counter), -1: not written by an update */
     int hdr_edge;        /* each reply's header (i64 [4]: runtime/strategy_ps.c) */
     int n_grads;         /* gradients this server holds */
     int *grad_edge;      /* their push edges */
@@ -41,7 +45,7 @@ void wf__ps_async_free(wf__ps_async *a);
 
 /* Rewrites 'g' (static, no error) for rank o->rank and fills '*m' as wf__replicate() does
  * (the caller frees m->remap with free()); m->n_buckets counts the gradients pushed; '*a'
- * (see wf__ps_async; NULL only with o->staleness 0) as said there.
+ * (see wf__ps_async; NULL: not wanted, only with o->staleness 0) as said there.
  * Returns 0, WF_EINVAL (bad options; no batch; an update that reads gradients of two
  * servers, or a per-replica value that is not an update; more transfers than key edges:
  * the message names the node), WF_ENOMEM, or the error of a node it could not add. */

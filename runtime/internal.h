@@ -293,7 +293,7 @@ int wf__ps_serve(wf_session *s, struct wf__ps_run *ps, wf_node *const *fetches, 
 void wf__ps_free(struct wf__ps_run *ps);
 /* An asynchronous worker's plan with no send or recv (an evaluation: its dp_reduce sums its
  * own shards) is no transferring run: its servers count only the training runs' steps. */
-void wf__ps_plan_local(wf__plan *p);
+void wf__ps_plan_local(const struct wf__ps_run *ps, wf__plan *p);
 /* strategy.c: the asynchronous parameter servers' state of 'dp', or NULL. */
 struct wf__ps_run *wf__dp_ps(const struct wf__dp *dp);
 /* session.c: a run of the rewritten graph's own nodes, with no strategy's mapping. */

@@ -556,8 +556,7 @@ int wf__dp_plan_order(wf__plan *p)
 {
     const wf_session *s = p->sess;
     const wf__replica_map *m = &s->dp->map;
-    if (s->dp->ps) /* an asynchronous worker's local run does not shift the servers' keys */
-        wf__ps_plan_local(p);
+    wf__ps_plan_local(s->dp->ps, p); /* an asynchronous worker's local run: no shift of keys */
     if (!m->n_order)
         return 0;
     /* A part's sink that this plan does not run (a loss nobody fetches) stands for its

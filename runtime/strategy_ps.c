@@ -98,6 +98,7 @@ typedef struct srv_worker {
 
 struct wf__ps_run {
     int rank, size, K, W, s, agg;
+    int n_user; /* the user's nodes (a.var_owner's entries) */
     wf_comm *comm;
     wf__ps_async a;
     pthread_mutex_t mu;
@@ -439,18 +440,20 @@ static int note_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *co
 
 int wf__ps_start(wf_session *s, struct wf__ps_run *ps)
 {
-    if (!ps || ps->rank < ps->K)
+    if (!ps || ps->s == 0 || ps->rank < ps->K)
         return 0;
     return wf__kernels_register(s->kernels, &wf_op_ps_note, WF_KERNEL_CPU, note_kernel, NULL, ps);
 }
 
 bool wf__ps_serves(const struct wf__ps_run *ps)
 {
-    return ps && ps->rank < ps->K;
+    return ps && ps->s > 0 && ps->rank < ps->K;
 }
 
-void wf__ps_plan_local(wf__plan *p)
+void wf__ps_plan_local(const struct wf__ps_run *ps, wf__plan *p)
 {
+    if (!ps || ps->s == 0)
+        return;
     for (int i = 0; i < p->n; i++)
         if (p->nodes[i]->op == &wf_op_send || p->nodes[i]->op == &wf_op_recv)
             return;
@@ -468,7 +471,7 @@ int wf_session_ps_stats(wf_session *s, wf_ps_stats *out)
     if (!s || !out)
         return wf__err(WF_EINVAL, "wf_session_ps_stats: %s is NULL", s ? "out" : "session");
     struct wf__ps_run *ps = wf__dp_ps(s->dp);
-    if (!ps)
+    if (!ps || ps->s == 0)
         return wf__session_fail(s, WF_EINVAL,
                                 "wf_session_ps_stats: the session has no asynchronous "
                                 "parameter-server strategy (staleness > 0)");
@@ -500,8 +503,6 @@ int wf__ps_prepare(wf_graph *g, wf_comm *comm, const wf_strategy_opts *o, int se
                        .aggregation = o->aggregation,
                        .edge_base = edge_base,
                        .staleness = staleness };
-    if (staleness == 0)
-        return wf__ps_rewrite(g, &po, map, NULL);
     struct wf__ps_run *ps = calloc(1, sizeof *ps);
     if (!ps)
         return wf__err(WF_ENOMEM, "parameter servers: no memory");
@@ -516,7 +517,8 @@ int wf__ps_prepare(wf_graph *g, wf_comm *comm, const wf_strategy_opts *o, int se
     pthread_mutex_init(&ps->mu, NULL);
     pthread_cond_init(&ps->cv, NULL);
     int rc = wf__ps_rewrite(g, &po, map, &ps->a);
-    if (rc == 0 && rank < servers) {
+    ps->n_user = map->n;
+    if (rc == 0 && rank < servers && staleness > 0) {
         ps->w = calloc((size_t)ps->W, sizeof *ps->w);
         for (int w = 0; ps->w && w < ps->W && rc == 0; w++)
             if (!(ps->w[w].in =
@@ -530,5 +532,43 @@ int wf__ps_prepare(wf_graph *g, wf_comm *comm, const wf_strategy_opts *o, int se
         return rc;
     }
     *out = ps;
+    return 0;
+}
+
+int wf_session_ps_sync(wf_session *s)
+{
+    if (!s)
+        return wf__err(WF_EINVAL, "wf_session_ps_sync: session is NULL");
+    struct wf__ps_run *ps = wf__dp_ps(s->dp);
+    if (!ps)
+        return wf__session_fail(s, WF_EINVAL,
+                                "wf_session_ps_sync: the session has no parameter-server "
+                                "strategy");
+    /* Every rank walks the user's variables in node order, so the broadcasts pair up. */
+    int rc = 0;
+    for (int id = 0; id < ps->n_user && rc == 0; id++) {
+        int root = ps->a.var_owner[id];
+        if (root < 0)
+            continue;
+        wf_node *var = wf_graph_node(s->g, id);
+        wf_tensor *t = wf__tensor_alloc(var->dtype, var->shape), *v = NULL;
+        size_t bytes = t ? (size_t)t->numel * wf_dtype_size(t->dtype) : 0;
+        if (!t)
+            rc = wf__err(WF_ENOMEM, "no memory for %s", var->name);
+        if (rc == 0 && ps->rank == root && (rc = wf_session_variable(s, var, &v)) == 0)
+            rc = wf_tensor_read(v, var->dtype, (void *)t->data, bytes);
+        wf_tensor_release(v);
+        if (rc == 0 && (rc = wf_comm_broadcast(ps->comm, (void *)t->data, bytes, root)) < 0)
+            rc = wf__err(rc, "broadcasting '%s' from server %d: %s", var->name, root,
+                         wf_last_errmsg());
+        if (rc == 0 && ps->rank != root)
+            rc = wf_session_assign(s, var, t);
+        wf_tensor_release(t);
+    }
+    if (rc < 0) {
+        char why[WF_ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", wf_last_errmsg());
+        return wf__session_fail(s, rc, "wf_session_ps_sync: %s", why);
+    }
     return 0;
 }

@@ -196,6 +196,19 @@ typedef struct wf_ps_stats {
 struct wf_session;
 WF_API WF_NODISCARD int wf_session_ps_stats(struct wf_session *s, wf_ps_stats *out);
 
+/* Gathers the servers' state into every rank's session (parameter servers, either mode):
+ * each variable an update writes (the model's weights, the optimizer's slots, the step
+ * counter) gets the value of the server whose updates write it (server 0 for what every
+ * server updates), by one broadcast each, so that any rank then holds the whole training
+ * state: a checkpoint written from it (wf_checkpointer_save(), wf_session_save()) holds the
+ * variables and the servers' optimizer slots, and restoring that file on every rank
+ * (wf_checkpoint_restore()) resumes the run: synchronously, bit for bit as one never stopped.
+ * Collective: every rank calls it at the same point, between runs (after the same number of
+ * training runs: in asynchronous mode every push is then applied).
+ * Returns 0, WF_EINVAL (NULL; no parameter-server strategy), or the communicator's failure
+ * (WF_EPEER naming the rank). Threads: the thread that runs the session's runs. */
+WF_API WF_NODISCARD int wf_session_ps_sync(struct wf_session *s);
+
 /* Pipeline parallelism (wf_strategy_pipeline()): one model split into stages, stage k on
  * rank k, each step's global batch (B rows, fed whole on every rank, as above) split into m
  * micro-batches that flow through the stages. At wf_session_create() the graph is rewritten
