@@ -143,7 +143,7 @@ typedef struct wf_ps_opts {
  * a gradient must be an update; a worker's optimizer slots and step counter stay at their
  * initial values, and so does a server's copy of a variable another server holds: a worker
  * has every variable's value after each step, each server its own variables' optimizer
- * state (no call yet gathers the servers' state into one checkpoint).
+ * state (wf_session_ps_sync() gathers it on every rank, for a checkpoint).
  * Returns 0, WF_EINVAL (NULL out, opts or comm, K < 1 or K >= N, negative staleness, bad
  * shards or aggregation: the message names the values) or WF_ENOMEM.
  * Ownership: the caller owns '*out' (wf_strategy_destroy()); 'comm' is borrowed and must

@@ -5,6 +5,10 @@
  * and follow the single-process run (losses within 1e-6 relative); a server's run needs no
  * batch and fetches the same global loss; a killed server, and a killed worker, fail every
  * other rank's run within 2 s with WF_EPEER naming it; bad options are refused.
+ * Asynchronous servers (staleness s = 1, 2; 1 server + 2 workers): with one worker slowed,
+ * the SSP bound holds on every step of both workers while the fast one waits for the slow
+ * one; on the bundled digits the server's final weights reach the synchronous run's test
+ * accuracy within 1 point; a killed server or worker fails the others within 2 s.
  * Ranks are processes on loopback (transport_util.h); the first worker writes its losses and
  * weights to a file, server 0 its losses to another. The single-process reference runs in the
  * test's own process. */
@@ -265,6 +269,15 @@ Test(transport_ps, one_server_three_workers_with_an_uneven_batch_equal_multiwork
     check_against(&ps, srv, &mw, &plain, "1 server + 3 workers");
 }
 
+/* 1 server with staleness s: the strategy, the MLP and its session. */
+static int ps_session(wf_comm *c, int staleness, wf_strategy **st, net *m, wf_session **s)
+{
+    TU_OK(wf_strategy_ps(c, &(wf_ps_opts){ .servers = 1, .staleness = staleness }, st));
+    TU_CHECK(net_build(tu_rt, m) == 0, "build: %s", wf_graph_errmsg(m->g));
+    TU_OK(wf_session_create(m->g, &(wf_session_opts){ .strategy = *st }, s));
+    return 0;
+}
+
 /* 1 server + 2 workers; every rank makes its session, then the test kills 'victim': every
  * other rank's run fails within 2 s with WF_EPEER naming it. */
 static int rank_kill(wf_comm *c, int rank, int size, void *argp)
@@ -272,11 +285,9 @@ static int rank_kill(wf_comm *c, int rank, int size, void *argp)
     (void)size;
     const ps_arg *a = argp;
     wf_strategy *st = NULL;
-    TU_OK(wf_strategy_ps(c, &(wf_ps_opts){ .servers = 1, .staleness = a->staleness }, &st));
-    net m;
-    TU_CHECK(net_build(tu_rt, &m) == 0, "build: %s", wf_graph_errmsg(m.g));
     wf_session *s = NULL;
-    TU_OK(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s));
+    net m;
+    TU_OK(ps_session(c, a->staleness, &st, &m, &s));
     float loss;
     TU_OK(step_once(s, &m, 0, true, &loss, NULL)); /* one good step first */
     TU_CHECK(write(a->ready_fd, "r", 1) == 1, "ready");
@@ -337,7 +348,8 @@ Test(transport_ps, asynchronous_a_killed_worker_fails_the_server_and_the_other_w
     run_kill(2, 1);
 }
 
-/* Bad options, on 2 ranks: K >= N, K < 1, negative staleness. */
+/* Bad options, on 2 ranks: K >= N, K < 1, negative staleness; the statistics and the gather
+ * of a session without parameter servers. */
 static int rank_bad_opts(wf_comm *c, int rank, int size, void *argp)
 {
     (void)rank;
@@ -384,6 +396,25 @@ Test(transport_ps, bad_options_give_einval_naming_the_values)
     cr_assert(strstr(wf_last_errmsg(), "comm is NULL"), "%s", wf_last_errmsg());
     cr_assert_null(st);
     cr_assert_eq(wf_strategy_is_server(NULL), WF_EINVAL);
+    wf_ps_stats ps_st;
+    cr_assert_eq(wf_session_ps_stats(NULL, &ps_st), WF_EINVAL);
+    cr_assert_eq(wf_session_ps_sync(NULL), WF_EINVAL);
+    /* a session without parameter servers: no statistics, nothing to gather */
+    wf_runtime *rt = NULL;
+    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
+    net m;
+    cr_assert_eq(net_build(rt, &m), 0);
+    wf_session *s = NULL;
+    cr_assert_eq(wf_session_create(m.g, NULL, &s), 0);
+    cr_assert_eq(wf_session_ps_stats(s, &ps_st), WF_EINVAL);
+    cr_assert(strstr(wf_session_errmsg(s), "no asynchronous parameter-server"), "%s",
+              wf_session_errmsg(s));
+    cr_assert_eq(wf_session_ps_sync(s), WF_EINVAL);
+    cr_assert(strstr(wf_session_errmsg(s), "no parameter-server strategy"), "%s",
+              wf_session_errmsg(s));
+    wf_session_destroy(s);
+    wf_graph_destroy(m.g);
+    wf_runtime_destroy(rt);
 }
 
 /* ---- Asynchronous servers (staleness s > 0) -------------------------------------------
@@ -433,11 +464,9 @@ static int rank_async(wf_comm *c, int rank, int size, void *argp)
     (void)size;
     const async_arg *a = argp;
     wf_strategy *st = NULL;
-    TU_OK(wf_strategy_ps(c, &(wf_ps_opts){ .servers = 1, .staleness = a->staleness }, &st));
-    net m;
-    TU_CHECK(net_build(tu_rt, &m) == 0, "build: %s", wf_graph_errmsg(m.g));
     wf_session *s = NULL;
-    TU_OK(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s));
+    net m;
+    TU_OK(ps_session(c, a->staleness, &st, &m, &s));
     async_result *r = calloc(1, sizeof *r);
     float *x = malloc(sizeof(float) * ABATCH * IN);
     int32_t *y = malloc(sizeof(int32_t) * ABATCH);
