@@ -1,14 +1,15 @@
 /* runtime/strategy_ps.c: the parameter-server strategy (wf_strategy_ps(), weft/distribute.h).
- * Owns: its options' checks, the role of a rank (wf_strategy_is_server()), and the call of the
- *   rewrite (placement/ps.h) for the session (runtime/strategy.c calls wf__ps_prepare()).
- * How a step runs: every rank's wf_session_run() is one step. A worker's run computes its
- *   shards' gradients, pushes them and pulls the updated variables before it returns; a
- *   server's run receives one step of every worker's gradients, applies its updates and sends
- *   the variables back, so a server needs no batch (feeds it gets are ignored) but makes the
- *   same runs, with the same fetches and targets, as the workers. The rest (the agreement of
- *   the ranks, the broadcast of the variables, failing the communicator when a run fails by
- *   itself) is MultiWorkerMirrored's (runtime/strategy.c).
- * Not here: the rewrite (placement/ps.c), the transfers (transport/). */
+ * Owns: its options' checks, the role of a rank (wf_strategy_is_server()), the call of the
+ *   rewrite (placement/ps.h) for the session (runtime/strategy.c calls wf__ps_prepare()), the
+ *   asynchronous mode's server loop and statistics (wf_session_ps_stats(), below), and the
+ *   gather of the servers' state (wf_session_ps_sync()).
+ * How a synchronous step runs: every rank's wf_session_run() is one step. A worker's run computes
+ * its shards' gradients, pushes them and pulls the updated variables before it returns; a server's
+ * run receives one step of every worker's gradients, applies its updates and sends the variables
+ * back, so a server needs no batch (feeds it gets are ignored) but makes the same runs, with the
+ * same fetches and targets, as the workers. The rest (the agreement of the ranks, the broadcast of
+ * the variables, failing the communicator when a run fails by itself) is MultiWorkerMirrored's
+ * (runtime/strategy.c). Not here: the rewrite (placement/ps.c), the transfers (transport/). */
 #include "../core/op.h"
 #include "../core/tensor.h"
 #include "../placement/ps.h"
@@ -253,8 +254,10 @@ static int send_reply(wf_session *s, struct wf__ps_run *ps, int w)
     if (rc == 0)
         rc = post(ps, false, peer, a->hdr_edge, step, ht, -1);
     wf_tensor_release(ht);
+    pthread_mutex_lock(&ps->mu); /* 'st' may be read meanwhile (wf_session_ps_stats()) */
     if (sw->clock - min_clock(ps) > ps->st.max_lag)
         ps->st.max_lag = sw->clock - min_clock(ps);
+    pthread_mutex_unlock(&ps->mu);
     sw->reply_due = false;
     sw->base = ps->version;
     return rc;
@@ -332,8 +335,10 @@ static int apply(wf_session *s, struct wf__ps_run *ps, int w)
     if (rc < 0)
         return rc;
     sw->staleness = ps->version - sw->base;
+    pthread_mutex_lock(&ps->mu);
     if (sw->staleness > ps->st.max_staleness)
         ps->st.max_staleness = sw->staleness;
+    pthread_mutex_unlock(&ps->mu);
     ps->version++;
     sw->clock++;
     sw->posted = 0;
@@ -364,8 +369,9 @@ static int serve_pushes(wf_session *s, struct wf__ps_run *ps)
             if (!ps->w[v].reply_due)
                 continue;
             if (ps->w[v].clock - m > ps->s) {
-                if (v == w)
-                    ps->st.held++;
+                pthread_mutex_lock(&ps->mu);
+                ps->st.held += v == w;
+                pthread_mutex_unlock(&ps->mu);
                 continue;
             }
             rc = send_reply(s, ps, v);
@@ -377,8 +383,10 @@ static int serve_pushes(wf_session *s, struct wf__ps_run *ps)
         pthread_mutex_unlock(&ps->mu);
     }
     ps->trained |= rc == 0;
+    pthread_mutex_lock(&ps->mu);
     ps->st.clock = ps->st.version = ps->version;
     ps->st.min_clock = min_clock(ps);
+    pthread_mutex_unlock(&ps->mu);
     return rc;
 }
 
