@@ -290,6 +290,11 @@ static int rank_kill(wf_comm *c, int rank, int size, void *argp)
     TU_OK(ps_session(c, a->staleness, &st, &m, &s));
     float loss;
     TU_OK(step_once(s, &m, 0, true, &loss, NULL)); /* one good step first */
+    /* Asynchronous: a fast worker could otherwise push its step 1 before the other's step 0
+     * and fill the server's first run, leaving the other's step 0 to a run the victim never
+     * makes (never ready). After one run everywhere every push is applied. */
+    if (a->staleness > 0)
+        TU_OK(wf_session_ps_sync(s));
     TU_CHECK(write(a->ready_fd, "r", 1) == 1, "ready");
     if (rank == a->victim)
         for (;;) /* until the test kills this rank, never running */
