@@ -107,7 +107,7 @@ const wf_op_def wf_op_variable = {
 static const wf_op_def *const builtins[] = { &wf_op_placeholder, &wf_op_constant,  &wf_op_variable,
                                              &wf_op_send,        &wf_op_recv,      &wf_op_copy,
                                              &wf_op_shard_rows,  &wf_op_dp_reduce, &wf_op_ps_assign,
-                                             &wf_op_ps_join,     &wf_op_dp_grad };
+                                             &wf_op_ps_join,     &wf_op_dp_grad,   &wf_op_ps_note };
 
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
 

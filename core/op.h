@@ -323,6 +323,9 @@ extern const wf_op_def wf_op_dp_grad;
  *     it, or a token for a rank's whole step). */
 extern const wf_op_def wf_op_ps_assign;
 extern const wf_op_def wf_op_ps_join;
+/* ps_note (asynchronous parameter servers): input a server's reply header (i64 [4]); its
+ * value is the header's; the kernel the runtime registers also records it. */
+extern const wf_op_def wf_op_ps_note;
 
 /* Aggregations of dp_reduce (attrs.axis); equal to wf_aggregation (weft/distribute.h):
  * MEAN weights shard k by its rows over the batch's (n_k / B: the mean over the global

@@ -1,8 +1,10 @@
-/* core/op_ps.c: the two ops the parameter-server rewrite inserts (core/op.h): ps_assign,
+/* core/op_ps.c: the three ops the parameter-server rewrite inserts (core/op.h): ps_assign,
  * which writes a value a worker pulled from its server into the worker's copy of a variable,
- * and ps_join, input 0's value once every other input exists (a scalar that must come after
- *   the sends that carry it, or a token that stands for the whole step of a rank).
- * Owns: their defs (arity, inference, flags) and CPU kernels (two copies).
+ * ps_join, input 0's value once every other input exists (a scalar that must come after
+ *   the sends that carry it, or a token that stands for the whole step of a rank), and
+ *   ps_note, an asynchronous server's reply header on a worker (the runtime's kernel records
+ *   it).
+ * Owns: their defs (arity, inference, flags) and CPU kernels (copies).
  * Why here: the rewrite (placement/ps.c) may use only core and ops, and neither op needs more
  *   than memcpy; the transfers around them are plain send and recv nodes (core/op_comm.c).
  * Not here: the rewrite (placement/ps.c), the transfers (transport/p2p_ops.c). */
@@ -74,6 +76,29 @@ static int ps_join_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor 
     }
     return wf_tensor_read(in[0], in[0]->dtype, (*out)->data, bytes);
 }
+
+static int infer_ps_note(wf_node *n, char *err, size_t errlen)
+{
+    const wf_node *x = n->inputs[0];
+    if (x->dtype != WF_I64 || x->shape.rank != 1 || x->shape.dims[0] != 4) {
+        snprintf(err, errlen, "ps_note reads an i64 [4] header, not '%s'", x->name);
+        return WF_ESHAPE;
+    }
+    n->dtype = WF_I64;
+    n->shape = x->shape;
+    return 0;
+}
+
+/* The default kernel passes the header on; the runtime registers one that also records it
+ * (runtime/strategy_ps.c). */
+const wf_op_def wf_op_ps_note = {
+    .name = "ps_note",
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = infer_ps_note,
+    .kernel = { [WF_KERNEL_CPU] = ps_join_kernel },
+    .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD,
+};
 
 const wf_op_def wf_op_ps_join = {
     .name = "ps_join",

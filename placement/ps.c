@@ -33,6 +33,7 @@
 
 #include <weft/ops.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,8 @@ typedef struct ps {
                       update (var), -1 */
     int *res_edge; /* per scalar node: the result edge */
     bool *scalar;  /* per node: a scalar the replicas compute */
+    int hdr_edge;  /* asynchronous: the edge of the servers' reply headers */
+    wf__ps_async *a;
 } ps;
 
 static int fail_node(const wf_node *n, int code, const char *what)
@@ -128,6 +131,16 @@ static int plan(ps *p)
     }
     free(upd);
     free(load);
+    for (int id = 0; id < n && rc == 0 && p->a; id++) {
+        const wf_node *u = wf_graph_node(p->g, id);
+        if (p->kind[id] != WF__KIND_GLOBAL || u->op->n_assign < 1)
+            continue;
+        for (int k = 0; k < u->op->n_assign; k++) {
+            int *vo = &p->a->var_owner[u->inputs[k]->id];
+            if (u->inputs[k]->op == &wf_op_variable && (*vo < 0 || p->owner[id] >= 0))
+                *vo = p->owner[id] >= 0 ? p->owner[id] : 0;
+        }
+    }
     int e = o->edge_base;
     for (int pass = 0; pass < 4 && rc == 0; pass++)
         for (int id = 0; id < n; id++) {
@@ -143,6 +156,9 @@ static int plan(ps *p)
                                  "more gradients, scalars and variables than key "
                                  "edges (16384)");
         }
+    if (rc == 0 && o->staleness > 0 && (p->hdr_edge = e++) >= (1 << 15))
+        rc = wf__err(WF_EINVAL, "parameter-server rewrite: no key edge left for the replies' "
+                                "headers (16384 edges)");
     return rc;
 }
 
@@ -179,8 +195,8 @@ static int worker(ps *p, wf__replica_map *m)
         return rc;
     /* 'after': what every pull's write waits for (every read of this step is behind a push
      * or a scalar); 'steps': the writes, then the token of the step. */
-    wf_node **after = malloc((size_t)(n ? n : 1) * sizeof *after);
-    wf_node **steps = malloc((size_t)(n + 1) * sizeof *steps);
+    wf_node **after = malloc((size_t)(n ? n : 1) * (size_t)(K + 1) * sizeof *after);
+    wf_node **steps = malloc((size_t)(n + K + 1) * sizeof *steps);
     int n_after = 0, n_steps = 0;
     if (!after || !steps) {
         free(after);
@@ -201,9 +217,22 @@ static int worker(ps *p, wf__replica_map *m)
                 break;
             }
             int first = wf_graph_node_count(p->g);
-            for (int q = 0; q < K && rc == 0; q++)
-                if (!(wf_send)(p->g, part, q, p->edge[id]))
+            for (int q = 0; q < K && rc == 0; q++) {
+                wf_node *snd = (wf_send)(p->g, part, q, p->edge[id]);
+                if (!snd)
                     rc = graph_rc(p->g);
+                else if (o->staleness > 0) /* pushed with the step's gradients only */
+                    after[n_after++] = snd;
+            }
+            if (rc == 0 && o->staleness > 0) {
+                /* Asynchronous: no global value exists; the worker's own rows' estimate of
+                 * it (its partial times W), computed here, so an evaluation run transfers
+                 * nothing. */
+                wf_node *w = (wf_scalar)(p->g, WF_F32, (double)W);
+                if (!(m->remap[id] = w ? (wf_mul)(p->g, part, w) : NULL))
+                    rc = graph_rc(p->g);
+                continue;
+            }
             wf_node *r = rc == 0 ? (wf_recv)(p->g, WF_F32, part->shape, 0, p->res_edge[id]) : NULL;
             for (int q = 0; r && q < K; q++) /* the sends are nodes first .. first + K - 1 */
                 if (wf__node_add_control(r, wf_graph_node(p->g, first + q)) < 0)
@@ -230,6 +259,16 @@ static int worker(ps *p, wf__replica_map *m)
         if (!a)
             rc = graph_rc(p->g);
         steps[n_steps++] = a;
+    }
+    /* Asynchronous: each server's reply starts with its header (its version and clocks),
+     * which ps_note records for the session (wf_session_ps_stats()). */
+    for (int q = 0; q < K && rc == 0 && o->staleness > 0; q++) {
+        wf_node *r = (wf_recv)(p->g, WF_I64, WF_SHAPE(4), q, p->hdr_edge);
+        wf_node *nt =
+            r ? wf__node_add_ex(p->g, &wf_op_ps_note, NULL, &r, 1, NULL, (wf_srcloc){ 0 }) : NULL;
+        if (!nt)
+            rc = graph_rc(p->g);
+        steps[n_steps++] = nt;
     }
     if (rc == 0 && n_steps == 0)
         rc = wf__err(WF_EINVAL, "parameter-server rewrite: no update reads a gradient: nothing "
@@ -359,9 +398,101 @@ done:
     return rc;
 }
 
-int wf__ps_rewrite(wf_graph *g, const wf__ps_opts *o, wf__replica_map *m)
+void wf__ps_async_free(wf__ps_async *a)
+{
+    if (!a)
+        return;
+    free(a->var_owner);
+    free(a->grad_edge);
+    free(a->grad_in);
+    free(a->scalar_edge);
+    free(a->scalar_in);
+    free(a->pull_edge);
+    free(a->pull_var);
+    memset(a, 0, sizeof *a);
+}
+
+/* A placeholder that stands for user node 'v' (a gradient or a scalar) on an asynchronous
+ * server: the loop feeds it. */
+static wf_node *stand_in(ps *p, const wf_node *v, const char *what)
+{
+    char name[64];
+    snprintf(name, sizeof name, "ps/%s:%d", what, v->id);
+    return (wf_placeholder)(p->g, name, WF_F32, v->shape);
+}
+
+/* An asynchronous server: no transfer nodes (its loop posts them, runtime/strategy_ps.c);
+ * each owned gradient and each scalar is a placeholder the loop feeds, and 'tok' runs every
+ * update of this server once. */
+static int server_async(ps *p, wf__replica_map *m)
+{
+    int n = p->n, me = p->o->rank, rc = 0;
+    wf__ps_async *a = p->a;
+    size_t c = (size_t)(n ? n : 1);
+    m->remap = calloc(c, sizeof *m->remap);
+    wf_node **glob = calloc(c, sizeof *glob);
+    wf_node **steps = malloc(c * sizeof *steps);
+    a->grad_edge = malloc(c * sizeof *a->grad_edge);
+    a->grad_in = malloc(c * sizeof *a->grad_in);
+    a->scalar_edge = malloc(c * sizeof *a->scalar_edge);
+    a->scalar_in = malloc(c * sizeof *a->scalar_in);
+    a->pull_edge = malloc(c * sizeof *a->pull_edge);
+    a->pull_var = malloc(c * sizeof *a->pull_var);
+    a->hdr_edge = p->hdr_edge;
+    int n_steps = 0;
+    if (!m->remap || !glob || !steps || !a->grad_edge || !a->grad_in || !a->scalar_edge ||
+        !a->scalar_in || !a->pull_edge || !a->pull_var) {
+        rc = wf__err(WF_ENOMEM, "parameter-server rewrite: no memory");
+        goto done;
+    }
+    for (int id = 0; id < n && rc == 0; id++) {
+        wf_node *v = wf_graph_node(p->g, id);
+        if (p->kind[id] == WF__KIND_SHARED) {
+            m->remap[id] = v;
+        } else if (p->is_grad[id] && p->owner[id] == me) {
+            if (!(glob[id] = stand_in(p, v, "grad")))
+                rc = graph_rc(p->g);
+            a->grad_edge[a->n_grads] = p->edge[id];
+            a->grad_in[a->n_grads++] = glob[id];
+        } else if (p->scalar[id]) {
+            if (!(glob[id] = m->remap[id] = stand_in(p, v, "scalar")))
+                rc = graph_rc(p->g);
+            a->scalar_edge[a->n_scalars] = p->edge[id];
+            a->scalar_in[a->n_scalars++] = glob[id];
+        } else if (p->kind[id] == WF__KIND_GLOBAL) {
+            wf_node *cp = server_copy(p, v, glob, &rc);
+            if (!(glob[id] = cp))
+                continue;
+            steps[n_steps++] = cp;
+            if (p->owner[id] >= 0) {
+                a->pull_edge[a->n_pulls] = p->edge[id];
+                a->pull_var[a->n_pulls++] = v->inputs[0];
+            }
+        }
+    }
+    if (rc == 0 && a->n_pulls == 0)
+        rc = wf__err(WF_EINVAL,
+                     "parameter-server rewrite: server %d holds no variable (fewer updates than "
+                     "servers?)",
+                     me);
+    if (rc == 0 && !(a->tok = join(p, steps, n_steps)))
+        rc = graph_rc(p->g);
+    for (int id = 0; id < n && rc == 0; id++)
+        if (p->kind[id] == WF__KIND_GLOBAL)
+            m->remap[id] = a->tok;
+done:
+    free(glob);
+    free(steps);
+    return rc;
+}
+
+int wf__ps_rewrite(wf_graph *g, const wf__ps_opts *o, wf__replica_map *m, wf__ps_async *a)
 {
     memset(m, 0, sizeof *m);
+    if (a)
+        memset(a, 0, sizeof *a);
+    if (o && o->staleness > 0 && !a)
+        return wf__err(WF_EINVAL, "parameter-server rewrite: asynchronous without a plan");
     if (!g || !o || o->servers < 1 || o->servers >= o->size || o->rank < 0 || o->rank >= o->size ||
         o->shards < 1 || o->shards % (o->size - o->servers))
         return wf__err(WF_EINVAL, "parameter-server rewrite: bad options");
@@ -369,7 +500,7 @@ int wf__ps_rewrite(wf_graph *g, const wf__ps_opts *o, wf__replica_map *m)
         return wf__err(WF_EINVAL, "parameter-server rewrite: the graph is eager; a strategy "
                                   "rewrites static graphs");
     int n = wf_graph_node_count(g), rc;
-    ps p = { .g = g, .o = o, .n = n };
+    ps p = { .g = g, .o = o, .n = n, .a = a };
     size_t c = (size_t)(n ? n : 1);
     p.kind = calloc(c, 1);
     p.is_grad = calloc(c, 1);
@@ -378,7 +509,11 @@ int wf__ps_rewrite(wf_graph *g, const wf__ps_opts *o, wf__replica_map *m)
     p.edge = malloc(c * sizeof *p.edge);
     p.res_edge = malloc(c * sizeof *p.res_edge);
     wf_node *ref;
-    if (!p.kind || !p.is_grad || !p.scalar || !p.owner || !p.edge || !p.res_edge) {
+    if (a && (a->var_owner = malloc(c * sizeof *a->var_owner)))
+        for (int id = 0; id < n; id++)
+            a->var_owner[id] = -1;
+    if (!p.kind || !p.is_grad || !p.scalar || !p.owner || !p.edge || !p.res_edge ||
+        (a && !a->var_owner)) {
         rc = wf__err(WF_ENOMEM, "parameter-server rewrite: no memory for %d nodes", n);
         goto done;
     }
@@ -386,7 +521,9 @@ int wf__ps_rewrite(wf_graph *g, const wf__ps_opts *o, wf__replica_map *m)
         p.owner[id] = p.edge[id] = p.res_edge[id] = -1;
     if ((rc = wf__replicate_kinds(g, p.kind, p.is_grad, &ref)) < 0 || (rc = plan(&p)) < 0)
         goto done;
-    rc = o->rank < o->servers ? server(&p, m) : worker(&p, m);
+    rc = o->rank >= o->servers ? worker(&p, m)
+         : o->staleness > 0    ? server_async(&p, m)
+                               : server(&p, m);
     if (rc == 0) {
         m->n = n;
         m->n_local = o->rank < o->servers ? 0 : o->shards / (o->size - o->servers);
@@ -401,7 +538,9 @@ done:
     free(p.owner);
     free(p.edge);
     free(p.res_edge);
-    if (rc < 0)
+    if (rc < 0) {
         wf__replica_map_free(m);
+        wf__ps_async_free(a);
+    }
     return rc;
 }

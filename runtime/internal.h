@@ -275,11 +275,30 @@ typedef struct wf__strategy_replicas {
 int wf__strategy_check(const char *fn, const wf__strategy_replicas *r, int n, int *shards,
                        int aggregation);
 
-/* strategy_ps.c: the parameter-server rewrite of 'g' for this rank (placement/ps.h), its
- * message on wf_last_errmsg(). */
+/* strategy_ps.c: the parameter-server rewrite of 'g' for this rank of 'comm'
+ * (placement/ps.h), its message on wf_last_errmsg(); with staleness > 0 also the state of
+ * the asynchronous mode into '*out' (wf__ps_free()), else NULL. */
 struct wf__replica_map;
-int wf__ps_prepare(wf_graph *g, int rank, int size, const wf_strategy_opts *o, int servers,
-                   int edge_base, struct wf__replica_map *map);
+struct wf__ps_run;
+int wf__ps_prepare(wf_graph *g, wf_comm *comm, const wf_strategy_opts *o, int servers,
+                   int staleness, int edge_base, struct wf__replica_map *map,
+                   struct wf__ps_run **out);
+/* Registers a worker's ps_note kernel (records the servers' headers); 0 on a server. */
+int wf__ps_start(wf_session *s, struct wf__ps_run *ps);
+/* Whether this rank is an asynchronous server (its runs are wf__ps_serve()). */
+bool wf__ps_serves(const struct wf__ps_run *ps);
+/* An asynchronous server's run: the loop of strategy_ps.c, then the (mapped) fetches. */
+int wf__ps_serve(wf_session *s, struct wf__ps_run *ps, wf_node *const *fetches, int n_fetches,
+                 wf_tensor **outs, wf_node *const *targets, int n_targets);
+void wf__ps_free(struct wf__ps_run *ps);
+/* An asynchronous worker's plan with no send or recv (an evaluation: its dp_reduce sums its
+ * own shards) is no transferring run: its servers count only the training runs' steps. */
+void wf__ps_plan_local(const struct wf__ps_run *ps, wf__plan *p);
+/* strategy.c: the asynchronous parameter servers' state of 'dp', or NULL. */
+struct wf__ps_run *wf__dp_ps(const struct wf__dp *dp);
+/* session.c: a run of the rewritten graph's own nodes, with no strategy's mapping. */
+int wf__session_run_plain(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches,
+                          int n_fetches, wf_tensor **outs, wf_node *const *targets, int n_targets);
 
 /* session.c */
 

@@ -356,7 +356,9 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
     int n_extra = 0;
     if (rc == 0 && (n_extra = wf__dp_extra_targets(s, req, (int)n_all, m + n_all)) < 0)
         rc = n_extra;
-    if (rc == 0)
+    if (rc == 0 && wf__ps_serves(wf__dp_ps(s->dp)))
+        rc = wf__ps_serve(s, wf__dp_ps(s->dp), m, n_fetches, outs, m + n_fetches, n_targets);
+    else if (rc == 0)
         rc = run(s, feeds, n_feeds, m, n_fetches, outs, m + n_fetches, n_targets + n_extra);
     free(m);
     /* This rank will not join this step's reductions: the others would wait for them until
@@ -364,6 +366,12 @@ int wf_session_run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *co
     if (rc < 0)
         wf__dp_fail_comm(wf__dp_comm(s->dp), rc, wf_session_errmsg(s));
     return rc;
+}
+
+int wf__session_run_plain(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches,
+                          int n_fetches, wf_tensor **outs, wf_node *const *targets, int n_targets)
+{
+    return run(s, feeds, n_feeds, fetches, n_fetches, outs, targets, n_targets);
 }
 
 static int run(wf_session *s, const wf_feed *feeds, int n_feeds, wf_node *const *fetches,

@@ -43,7 +43,8 @@ struct wf_strategy {
 struct wf__dp {
     const wf_strategy *st;
     wf__replica_map map;
-    char *plan_text; /* a pipeline's plan with placement auto, or NULL */
+    char *plan_text;       /* a pipeline's plan with placement auto, or NULL */
+    struct wf__ps_run *ps; /* asynchronous parameter servers (runtime/strategy_ps.c) */
 };
 
 int wf__strategy_check(const char *fn, const wf__strategy_replicas *r, int n, int *shards,
@@ -443,7 +444,8 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *devi
                              .costs = st->p.costs,
                              .plan_text = &dp->plan_text };
     if (st->servers)
-        rc = wf__ps_prepare(g, st->rank, st->size, &st->o, st->servers, EDGE_BASE, &dp->map);
+        rc = wf__ps_prepare(g, st->comm, &st->o, st->servers, st->staleness, EDGE_BASE, &dp->map,
+                            &dp->ps);
     else if (st->pipeline)
         rc = wf__pipeline(g, &po, &dp->map);
     else
@@ -476,6 +478,8 @@ int wf__dp_start(wf_session *s)
      * only (runtime/strategy_ps.c). */
     wf_comm *c = s->dp->st->pipeline ? NULL : wf__dp_comm(s->dp);
     int rc = wf__transport_register_coll_kernels(s->kernels, s->dp->st->servers ? NULL : c);
+    if (rc == 0)
+        rc = wf__ps_start(s, s->dp->ps);
     if (rc < 0 || !c)
         return rc;
     /* One broadcast of every variable packed together: a collective per variable would
@@ -574,6 +578,7 @@ int wf__dp_plan_order(wf__plan *p)
 {
     const wf_session *s = p->sess;
     const wf__replica_map *m = &s->dp->map;
+    wf__ps_plan_local(s->dp->ps, p); /* an asynchronous worker's local run: no shift of keys */
     if (!m->n_order)
         return 0;
     /* A part's sink that this plan does not run (a loss nobody fetches) stands for its
@@ -633,6 +638,7 @@ void wf__dp_free(struct wf__dp *dp)
     if (!dp)
         return;
     wf__replica_map_free(&dp->map);
+    wf__ps_free(dp->ps);
     free(dp->plan_text);
     free(dp);
 }
@@ -658,4 +664,9 @@ int wf_session_pipeline_stage(const wf_session *s, const wf_node *n)
                 lowest = m->stage[id];
     }
     return lowest;
+}
+
+struct wf__ps_run *wf__dp_ps(const struct wf__dp *dp)
+{
+    return dp ? dp->ps : NULL;
 }

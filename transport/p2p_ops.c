@@ -34,16 +34,19 @@ typedef struct wire_hdr {
     int64_t dims[WF_MAX_RANK];
 } wire_hdr;
 
-static uint64_t key_of(const wf_kernel_ctx *ctx, const wf_node *n, int part)
+static uint64_t key_of(uint64_t step, int edge, int part)
 {
-    return WF__POST_KEY_GRAPH | ((ctx->xfer_step & 0x7fffffu) << 16) |
-           ((uint64_t)(n->attrs->edge & 0x7fff) << 1) | (uint64_t)part;
+    return WF__POST_KEY_GRAPH | ((step & 0x7fffffu) << 16) | ((uint64_t)(edge & 0x7fff) << 1) |
+           (uint64_t)part;
 }
 
-/* One node's two transfers; the second to finish completes the node. */
+/* One value's two transfers; the second to finish completes the node (or the caller's). */
 typedef struct xfer {
     wf_comm *c;
-    const wf_node *n;
+    int peer, edge;
+    wf_dtype dtype; /* recv: what the receiver expects */
+    wf_shape shape;
+    const char *name; /* borrowed: the node's, or the caller's (for the flight record) */
     void (*complete)(void *token, int rc);
     void *token;
     wf_tensor *keep; /* send: the value sent (a reference until both are done) */
@@ -63,24 +66,23 @@ static void type_str(wf_dtype dt, wf_shape s, char *buf, size_t size)
 /* The recv's check of what came against its node; 0 or WF_ESHAPE with both types. */
 static int check_hdr(xfer *x)
 {
-    const wf_node *n = x->n;
     const wire_hdr *h = &x->hdr;
     char want[200], got[200];
-    type_str(n->dtype, n->shape, want, sizeof want);
+    type_str(x->dtype, x->shape, want, sizeof want);
     if (h->magic != HDR_MAGIC || h->rank < 0 || h->rank > WF_MAX_RANK ||
         !wf_dtype_size((wf_dtype)h->dtype))
         return wf__err(WF_EFORMAT,
                        "rank %d expected %s from rank %d, which sent a malformed "
                        "header",
-                       wf_comm_rank(x->c), want, n->attrs->peer);
+                       wf_comm_rank(x->c), want, x->peer);
     wf_shape s = { .rank = h->rank };
     for (int i = 0; i < h->rank; i++)
         s.dims[i] = h->dims[i];
-    if ((wf_dtype)h->dtype == n->dtype && wf_shape_equal(s, n->shape))
+    if ((wf_dtype)h->dtype == x->dtype && wf_shape_equal(s, x->shape))
         return 0;
     type_str((wf_dtype)h->dtype, s, got, sizeof got);
     return wf__err(WF_ESHAPE, "rank %d expected %s from rank %d, which sent %s", wf_comm_rank(x->c),
-                   want, n->attrs->peer, got);
+                   want, x->peer, got);
 }
 
 /* A transfer of 'x' is done (on the transport's actor). The header's failure (or its
@@ -120,40 +122,51 @@ static void data_done(void *arg, int rc)
 
 /* Starts 'x''s two transfers; on failure of the first post nothing runs, of the second the
  * first one's completion finishes the node with the error. */
-static int start(xfer *x, bool is_recv, void *data, size_t bytes, const wf_kernel_ctx *ctx)
+static int start(xfer *x, bool is_recv, void *data, size_t bytes, uint64_t step)
 {
-    const wf_node *n = x->n;
-    int peer = n->attrs->peer;
+    int peer = x->peer;
     atomic_init(&x->left, 2);
-    x->ticket = wf__flight_node(x->c, is_recv ? WF__K_RECV : WF__K_SEND, key_of(ctx, n, 1), bytes,
-                                bytes, peer, n->name, (int)n->attrs->edge, ctx->xfer_step);
-    int rc = is_recv ? wf__comm_post_recv(x->c, peer, key_of(ctx, n, 0), &x->hdr, sizeof x->hdr,
-                                          hdr_done, x)
-                     : wf__comm_post_send(x->c, peer, key_of(ctx, n, 0), &x->hdr, sizeof x->hdr,
-                                          hdr_done, x);
+    x->ticket = wf__flight_node(x->c, is_recv ? WF__K_RECV : WF__K_SEND, key_of(step, x->edge, 1),
+                                bytes, bytes, peer, x->name, x->edge, step);
+    int rc = is_recv ? wf__comm_post_recv(x->c, peer, key_of(step, x->edge, 0), &x->hdr,
+                                          sizeof x->hdr, hdr_done, x)
+                     : wf__comm_post_send(x->c, peer, key_of(step, x->edge, 0), &x->hdr,
+                                          sizeof x->hdr, hdr_done, x);
     if (rc < 0) {
         wf__flight_set(x->c, x->ticket, WF__FS_FAILED, rc);
         wf_tensor_release(x->keep);
         free(x);
         return rc;
     }
-    rc = is_recv ? wf__comm_post_recv(x->c, peer, key_of(ctx, n, 1), data, bytes, data_done, x)
-                 : wf__comm_post_send(x->c, peer, key_of(ctx, n, 1), data, bytes, data_done, x);
+    rc = is_recv
+             ? wf__comm_post_recv(x->c, peer, key_of(step, x->edge, 1), data, bytes, data_done, x)
+             : wf__comm_post_send(x->c, peer, key_of(step, x->edge, 1), data, bytes, data_done, x);
     if (rc < 0)
         data_done(x, rc); /* the node completes (failed) once the header's transfer ends */
     return WF_KERNEL_PENDING;
 }
 
-static xfer *xfer_new(const wf_kernel_ctx *ctx, const wf_node *n)
+static xfer *xfer_new(wf_comm *c, int peer, int edge, const char *name, wf__post_fn complete,
+                      void *token)
 {
     xfer *x = calloc(1, sizeof *x);
     if (!x)
         return NULL;
-    x->c = ctx->data;
-    x->n = n;
-    x->complete = ctx->complete;
-    x->token = ctx->token;
+    x->c = c;
+    x->peer = peer;
+    x->edge = edge;
+    x->name = name;
+    x->complete = complete;
+    x->token = token;
     return x;
+}
+
+/* The header of a sent value 't'. */
+static void set_hdr(xfer *x, const wf_tensor *t)
+{
+    x->hdr = (wire_hdr){ .magic = HDR_MAGIC, .dtype = (int32_t)t->dtype, .rank = t->shape.rank };
+    for (int i = 0; i < t->shape.rank; i++)
+        x->hdr.dims[i] = t->shape.dims[i];
 }
 
 static int check_ctx(const wf_kernel_ctx *ctx, const wf_node *n)
@@ -191,17 +204,16 @@ static int send_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *co
             return rc;
         }
     }
-    xfer *x = xfer_new(ctx, n);
+    xfer *x = xfer_new(ctx->data, n->attrs->peer, (int)n->attrs->edge, n->name, ctx->complete,
+                       ctx->token);
     if (!x) {
         wf_tensor_release(keep);
         return wf__err(WF_ENOMEM, "no memory for a transfer");
     }
     x->keep = keep;
-    x->hdr = (wire_hdr){ .magic = HDR_MAGIC, .dtype = (int32_t)t->dtype, .rank = t->shape.rank };
-    for (int i = 0; i < t->shape.rank; i++)
-        x->hdr.dims[i] = t->shape.dims[i];
+    set_hdr(x, t);
     memset((void *)(*out)->data, 0, wf_dtype_size((*out)->dtype)); /* the token: 0 */
-    return start(x, false, (void *)keep->data, bytes, ctx);
+    return start(x, false, (void *)keep->data, bytes, ctx->xfer_step);
 }
 
 static int recv_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
@@ -211,11 +223,36 @@ static int recv_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *co
     int rc = check_ctx(ctx, n);
     if (rc < 0)
         return rc;
-    xfer *x = xfer_new(ctx, n);
+    xfer *x = xfer_new(ctx->data, n->attrs->peer, (int)n->attrs->edge, n->name, ctx->complete,
+                       ctx->token);
     if (!x)
         return wf__err(WF_ENOMEM, "no memory for a transfer");
+    x->dtype = n->dtype;
+    x->shape = n->shape;
     wf_tensor *o = *out;
-    return start(x, true, (void *)o->data, (size_t)o->numel * wf_dtype_size(o->dtype), ctx);
+    return start(x, true, (void *)o->data, (size_t)o->numel * wf_dtype_size(o->dtype),
+                 ctx->xfer_step);
+}
+
+int wf__p2p_post(wf_comm *c, bool is_recv, int peer, int edge, uint64_t step, wf_tensor *t,
+                 const char *name, wf__post_fn done, void *arg)
+{
+    if (!c || !t || !done || !t->contiguous || peer < 0 || peer >= wf_comm_size(c) ||
+        peer == wf_comm_rank(c) || edge < 0 || edge >= (1 << 15))
+        return wf__err(WF_EINVAL, "wf__p2p_post: bad arguments (peer %d, edge %d)", peer, edge);
+    xfer *x = xfer_new(c, peer, edge, name, done, arg);
+    if (!x)
+        return wf__err(WF_ENOMEM, "no memory for a transfer");
+    size_t bytes = (size_t)t->numel * wf_dtype_size(t->dtype);
+    if (is_recv) {
+        x->dtype = t->dtype;
+        x->shape = t->shape;
+    } else {
+        x->keep = wf_tensor_retain(t);
+        set_hdr(x, t);
+    }
+    int rc = start(x, is_recv, (void *)t->data, bytes, step);
+    return rc == WF_KERNEL_PENDING ? 0 : rc;
 }
 
 int wf__transport_register_kernels(wf__kernels *r, wf_comm *c)

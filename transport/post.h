@@ -1,7 +1,8 @@
 /* transport/post.h: posted point-to-point transfers, completed through the transport's actor
  * (a module interface for runtime/: not installed, not internal.h).
  * Owns: wf__comm_post_send() / wf__comm_post_recv(), and the registration of the kernels of
- *   core's send and recv ops (wf__transport_register_kernels(), transport/p2p_ops.c).
+ *   core's send and recv ops (wf__transport_register_kernels(), transport/p2p_ops.c), and the
+ *   post of one value in their wire form from a loop of the library (wf__p2p_post()).
  * How a posted transfer goes (the network is an actor of the scheduler: docs/architecture.md): the
  * post is a message to the comm's actor ("weft-ucx"), whose handler hands it to UCX; the UCX
  *   worker's event fd is watched for the actor by the scheduler's poll loop, so when the
@@ -22,6 +23,7 @@
 
 #include <weft/transport.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +46,17 @@ int wf__comm_post_send(wf_comm *c, int peer, uint64_t key, const void *buf, size
                        wf__post_fn done, void *arg);
 int wf__comm_post_recv(wf_comm *c, int peer, uint64_t key, void *buf, size_t bytes,
                        wf__post_fn done, void *arg);
+
+/* Posts one value in the wire form of core's send and recv nodes (transport/p2p_ops.c), as a
+ * node with edge 'edge' (below 2^15) does in the run whose wf_kernel_ctx.xfer_step is 'step':
+ * a send of 't' (contiguous; retained until done) or a receive into 't' (contiguous, of the
+ * dtype and shape expected: another fails 'done' with WF_ESHAPE naming both ranks and
+ * types). For a loop of the library that speaks to a peer's graph (runtime/strategy_ps.c's
+ * asynchronous server). 'name' (borrowed until done) names it in the flight record.
+ * Returns 0 ('done(arg, rc)' then runs exactly once, on the comm's actor), WF_EINVAL, the
+ * comm's failure or WF_ENOMEM (then 'done' never runs). Threads: any. */
+int wf__p2p_post(wf_comm *c, bool is_recv, int peer, int edge, uint64_t step, wf_tensor *t,
+                 const char *name, wf__post_fn done, void *arg);
 
 /* Registers into 'r' the CPU kernels of core's send and recv ops (core/op.h) for
  * communicator 'c', which the kernels use (it must outlive every plan of the registry's

@@ -626,6 +626,15 @@ static int run_identity(const options *o, const trainer *t, const wt_dataset *tr
     return bad ? WF_ENOMEM : 0;
 }
 
+/* --strategy ps: every rank gets the servers' variables and optimizer state (a collective). */
+static int ps_gather(trainer *t, char *err, size_t errlen)
+{
+    int rc = wf_session_ps_sync(t->s);
+    if (rc < 0)
+        snprintf(err, errlen, "gathering the servers' state: %s", wf_session_errmsg(t->s));
+    return rc;
+}
+
 /* Hands the snapshot of 'step' (steps done) to the checkpointer. */
 static int checkpoint_now(trainer *t, wf_checkpointer *c, long step, const char *runid,
                           int64_t per_epoch, int64_t n_train, char *err, size_t errlen)
@@ -878,83 +887,86 @@ static int resume(trainer *t, const char *runid, int64_t per_epoch, int64_t n_tr
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: weft-train [options]\n"
-            "data (default: the bundled 8x8 handwritten digits):\n"
-            "  --data-csv FILE          features then label per line (.gz read as gzip)\n"
-            "  --data-idx IMAGES LABELS MNIST IDX files (raw or .gz)\n"
-            "  --data-npy X.npy Y.npy   float32 [N, ...] features, int32/int64 [N] labels\n"
-            "  --test-fraction F        the last F of the rows are the test set (0.2)\n"
-            "  --split-seed S           draw the test set at random with seed S instead\n"
-            "  --no-normalize           keep the features as read (default: standardise)\n"
-            "model and training:\n"
-            "  --model mlp|cnn          (mlp)\n"
-            "  --hidden N[,N...]        mlp hidden layer sizes (128)\n"
-            "  --optimizer sgd|momentum|adam|adamw|rmsprop|adagrad   (adam)\n"
-            "  --lr LR                  (adam 1e-3; sgd 0.05; momentum 0.02; ...)\n"
-            "  --batch B                (32)\n"
-            "  --epochs E | --steps S   (15 epochs)\n"
-            "  --seed S                 initial weights and shuffling (1)\n"
-            "  --no-shuffle             batch t is rows [tB, (t+1)B) in file order\n"
-            "  --threads N              weft workers (default: one per core)\n"
-            "  --eager                  eager execution (a graph per step) instead of a session\n"
-            "  --mixed-bf16             mixed precision: matmuls and convolutions in bf16, with\n"
-            "                           f32 master weights (WF_SESSION_MIXED_BF16)\n"
-            "files:\n"
-            "  --init FILE.safetensors  start from these weights (PyTorch names: fc1.weight ...)\n"
-            "  --save FILE.safetensors  write the weights and optimizer state at the end\n"
-            "  --log FILE.jsonl         one JSON object per step, and per evaluation\n"
-            "  --plot FILE.svg          loss and accuracy per step (train) and per evaluation\n"
-            "                           (test) as an SVG picture; open it in a browser\n"
-            "  --trace FILE.json        a Perfetto/chrome://tracing trace of the scheduler;\n"
-            "                           weft-trace FILE.json summarises it (time per op,\n"
-            "                           critical path, idle and steals; --svg: a timeline)\n"
-            "  --dump-graph FILE.dot    the training step after the compile passes, as Graphviz\n"
-            "                           DOT (render: dot -Tsvg FILE.dot > graph.svg)\n"
-            "  --checkpoint-every K     a checkpoint every K steps into --checkpoint-dir, written\n"
-            "                           in the background (weights, optimizer state, data\n"
-            "                           position, options)\n"
-            "  --checkpoint-dir D       the folder of the checkpoints (made if missing)\n"
-            "  --keep N                 keep the newest N checkpoints (3)\n"
-            "  --resume                 go on from the newest complete checkpoint of D (none:\n"
-            "                           start at step 0); refused if the options differ.\n"
-            "                           Under --strategy every rank loads rank 0's newest\n"
-            "                           (rank 0 writes them; give all ranks the same D)\n"
-            "  --strategy multiworker   data parallel over the ranks of weft-run -n N: --batch\n"
-            "                           is the global batch; only rank 0 prints, logs and saves\n"
-            "  --shards S               its shards (default: the number of ranks); any number of\n"
-            "                           ranks dividing S trains the same bits\n"
-            "  --strategy mirrored      data parallel over devices of this process: one replica\n"
-            "                           per device, gradients summed on the host, the bits of\n"
-            "                           one process with the same --shards (default: devices)\n"
-            "  --devices N              mirrored's devices: the first N GPUs, or, with fewer\n"
-            "                           GPUs than N, N simulated devices (CPU kernels on memory\n"
-            "                           of their own: a check, not a speed-up)\n"
-            "  --strategy ps --ps-ranks K\n"
-            "                           parameter servers: ranks 0 .. K-1 hold the variables and\n"
-            "                           the optimizer state, the others train (shards: the\n"
-            "                           workers); rank K prints, logs and saves the weights (not\n"
-            "                           the optimizer state: no --checkpoint-every, --resume)\n"
-            "  --staleness s            0 (the default): synchronous, the bits of multiworker\n"
-            "                           over the workers\n"
-            "  --strategy pipeline      the layers split into stages, one per rank of weft-run\n"
-            "                           -n N, each step's batch into micro-batches: the bits of\n"
-            "                           multiworker with as many shards on one rank; epochs drop\n"
-            "                           the last partial batch, evaluations the rows past the\n"
-            "                           last whole batch; no --checkpoint-every / --resume yet\n"
-            "  --stages P               its stages: the number of ranks (the default)\n"
-            "  --micro-batches M        micro-batches per step (default 1; at most 64, --batch)\n"
-            "  --schedule gpipe|1f1b    their order (default 1f1b: at most P micro-batches of\n"
-            "                           activations alive)\n"
-            "  --placement auto|FILE    the stages: auto, the planner's (it prints its plan:\n"
-            "                           nodes, predicted times, bubble, memory per stage); FILE,\n"
-            "                           lines \"NAME rank:K/cpu:0\" (NAME a layer, fc1 ..,\n"
-            "                           conv1 .., or a node's name; '#' comments); default:\n"
-            "                           the layers split evenly. With --dump-graph, FILE.dot\n"
-            "                           draws the stages and their send/recv pairs\n"
-            "  --quiet                  only the final line\n"
-            "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
-            "(not the checkpoint); the exit status is then 130.\n");
+    fprintf(
+        f, "usage: weft-train [options]\n"
+           "data (default: the bundled 8x8 handwritten digits):\n"
+           "  --data-csv FILE          features then label per line (.gz read as gzip)\n"
+           "  --data-idx IMAGES LABELS MNIST IDX files (raw or .gz)\n"
+           "  --data-npy X.npy Y.npy   float32 [N, ...] features, int32/int64 [N] labels\n"
+           "  --test-fraction F        the last F of the rows are the test set (0.2)\n"
+           "  --split-seed S           draw the test set at random with seed S instead\n"
+           "  --no-normalize           keep the features as read (default: standardise)\n"
+           "model and training:\n"
+           "  --model mlp|cnn          (mlp)\n"
+           "  --hidden N[,N...]        mlp hidden layer sizes (128)\n"
+           "  --optimizer sgd|momentum|adam|adamw|rmsprop|adagrad   (adam)\n"
+           "  --lr LR                  (adam 1e-3; sgd 0.05; momentum 0.02; ...)\n"
+           "  --batch B                (32)\n"
+           "  --epochs E | --steps S   (15 epochs)\n"
+           "  --seed S                 initial weights and shuffling (1)\n"
+           "  --no-shuffle             batch t is rows [tB, (t+1)B) in file order\n"
+           "  --threads N              weft workers (default: one per core)\n"
+           "  --eager                  eager execution (a graph per step) instead of a session\n"
+           "  --mixed-bf16             mixed precision: matmuls and convolutions in bf16, with\n"
+           "                           f32 master weights (WF_SESSION_MIXED_BF16)\n"
+           "files:\n"
+           "  --init FILE.safetensors  start from these weights (PyTorch names: fc1.weight ...)\n"
+           "  --save FILE.safetensors  write the weights and optimizer state at the end\n"
+           "  --log FILE.jsonl         one JSON object per step, and per evaluation\n"
+           "  --plot FILE.svg          loss and accuracy per step (train) and per evaluation\n"
+           "                           (test) as an SVG picture; open it in a browser\n"
+           "  --trace FILE.json        a Perfetto/chrome://tracing trace of the scheduler;\n"
+           "                           weft-trace FILE.json summarises it (time per op,\n"
+           "                           critical path, idle and steals; --svg: a timeline)\n"
+           "  --dump-graph FILE.dot    the training step after the compile passes, as Graphviz\n"
+           "                           DOT (render: dot -Tsvg FILE.dot > graph.svg)\n"
+           "  --checkpoint-every K     a checkpoint every K steps into --checkpoint-dir, written\n"
+           "                           in the background (weights, optimizer state, data\n"
+           "                           position, options)\n"
+           "  --checkpoint-dir D       the folder of the checkpoints (made if missing)\n"
+           "  --keep N                 keep the newest N checkpoints (3)\n"
+           "  --resume                 go on from the newest complete checkpoint of D (none:\n"
+           "                           start at step 0); refused if the options differ.\n"
+           "                           Under --strategy every rank loads rank 0's newest\n"
+           "                           (rank 0 writes them; give all ranks the same D)\n"
+           "  --strategy multiworker   data parallel over the ranks of weft-run -n N: --batch\n"
+           "                           is the global batch; only rank 0 prints, logs and saves\n"
+           "  --shards S               its shards (default: the number of ranks); any number of\n"
+           "                           ranks dividing S trains the same bits\n"
+           "  --strategy mirrored      data parallel over devices of this process: one replica\n"
+           "                           per device, gradients summed on the host, the bits of\n"
+           "                           one process with the same --shards (default: devices)\n"
+           "  --devices N              mirrored's devices: the first N GPUs, or, with fewer\n"
+           "                           GPUs than N, N simulated devices (CPU kernels on memory\n"
+           "                           of their own: a check, not a speed-up)\n"
+           "  --strategy ps --ps-ranks K\n"
+           "                           parameter servers: ranks 0 .. K-1 hold the variables and\n"
+           "                           the optimizer state, the others train (shards: the\n"
+           "                           workers); rank K prints, logs and saves, rank 0 writes the\n"
+           "                           checkpoints (each gathers the servers' optimizer state)\n"
+           "  --staleness s            0 (the default): synchronous, the bits of multiworker\n"
+           "                           over the workers; s > 0: asynchronous, each push applied\n"
+           "                           as it arrives, no worker more than s steps ahead of the\n"
+           "                           slowest (rank K's losses and test accuracy are its own\n"
+           "                           rows' estimates)\n"
+           "  --strategy pipeline      the layers split into stages, one per rank of weft-run\n"
+           "                           -n N, each step's batch into micro-batches: the bits of\n"
+           "                           multiworker with as many shards on one rank; epochs drop\n"
+           "                           the last partial batch, evaluations the rows past the\n"
+           "                           last whole batch; no --checkpoint-every / --resume yet\n"
+           "  --stages P               its stages: the number of ranks (the default)\n"
+           "  --micro-batches M        micro-batches per step (default 1; at most 64, --batch)\n"
+           "  --schedule gpipe|1f1b    their order (default 1f1b: at most P micro-batches of\n"
+           "                           activations alive)\n"
+           "  --placement auto|FILE    the stages: auto, the planner's (it prints its plan:\n"
+           "                           nodes, predicted times, bubble, memory per stage); FILE,\n"
+           "                           lines \"NAME rank:K/cpu:0\" (NAME a layer, fc1 ..,\n"
+           "                           conv1 .., or a node's name; '#' comments); default:\n"
+           "                           the layers split evenly. With --dump-graph, FILE.dot\n"
+           "                           draws the stages and their send/recv pairs\n"
+           "  --quiet                  only the final line\n"
+           "Ctrl-C stops after the current step and writes the log, plot and trace so far\n"
+           "(not the checkpoint); the exit status is then 130.\n");
 }
 
 static int parse_hidden(const char *s, options *o)
@@ -1185,11 +1197,6 @@ static int parse_args(int argc, char **argv, options *o)
     }
     if (ps && !o->ps_ranks) {
         fprintf(stderr, "weft-train: --strategy ps needs --ps-ranks K (the server ranks)\n");
-        return -1;
-    }
-    if (ps && (o->ckpt_every || o->resume)) {
-        fprintf(stderr, "weft-train: --strategy ps: the optimizer state lives on the servers, "
-                        "which do not save it: no --checkpoint-every or --resume\n");
         return -1;
     }
     if ((o->stages || o->micro_batches || o->schedule_set || o->placement) && !o->pipeline) {
@@ -1565,6 +1572,10 @@ int main(int argc, char **argv)
                 break;
             }
             wt_progress_update(&bar, seen, lsum / (double)seen, right / (double)seen);
+            /* --strategy ps: every rank gathers the servers' state, which rank 0 saves */
+            if (o.ps_ranks && o.ckpt_every && (step + 1) % o.ckpt_every == 0 &&
+                (rc = ps_gather(&t, err, sizeof err)) < 0)
+                break;
             if (ckpt && (step + 1) % o.ckpt_every == 0 &&
                 (rc = checkpoint_now(&t, ckpt, step + 1, runid, per_epoch, train.n, err,
                                      sizeof err)) < 0) {
@@ -1611,9 +1622,11 @@ int main(int argc, char **argv)
                step0 ? ", resumed at a checkpoint" : "", 100 * test_acc, test_loss);
     if (o.pipeline && o.save_any && !interrupted && (rc = gather_stages(&t, err, sizeof err)) < 0)
         fprintf(stderr, "weft-train: %s\n", err);
+    if (o.ps_ranks && o.save_any && !interrupted && rc == 0 &&
+        (rc = ps_gather(&t, err, sizeof err)) < 0)
+        fprintf(stderr, "weft-train: %s\n", err);
     if (rc == 0 && o.save && !interrupted && (rc = save(&t, o.save, err, sizeof err)) == 0)
-        printf("weft-train: saved %s (safetensors: weights%s)\n", o.save,
-               o.ps_ranks ? "; the optimizer state is the servers'" : " and optimizer state");
+        printf("weft-train: saved %s (safetensors: weights and optimizer state)\n", o.save);
     if (o.trace) {
         int ev = wf_runtime_trace_write(t.rt, o.trace);
         if (ev < 0) {

@@ -119,7 +119,7 @@ WF_API int wf_strategy_device_count(const wf_strategy *st);
 typedef struct wf_ps_opts {
     int servers;     /* K: ranks 0 .. K-1 are servers, the others workers; 1 <= K < N, required */
     int staleness;   /* s: 0: synchronous (each server sums one step of every worker before it
-                        updates). Only 0 is implemented: s > 0 is WF_ENOSYS */
+                        updates); s > 0: asynchronous with the staleness bound s (below) */
     int shards;      /* S; 0: the number of workers N - K */
     int aggregation; /* wf_aggregation; 0: WF_AGG_MEAN */
 } wf_ps_opts;
@@ -144,10 +144,9 @@ typedef struct wf_ps_opts {
  * a gradient must be an update; a worker's optimizer slots and step counter stay at their
  * initial values, and so does a server's copy of a variable another server holds: a worker
  * has every variable's value after each step, each server its own variables' optimizer
- * state (no call yet gathers the servers' state into one checkpoint).
+ * state (wf_session_ps_sync() gathers it on every rank, for a checkpoint).
  * Returns 0, WF_EINVAL (NULL out, opts or comm, K < 1 or K >= N, negative staleness, bad
- * shards or aggregation: the message names the values), WF_ENOSYS (staleness > 0) or
- * WF_ENOMEM.
+ * shards or aggregation: the message names the values) or WF_ENOMEM.
  * Ownership: the caller owns '*out' (wf_strategy_destroy()); 'comm' is borrowed and must
  * outlive every session made with the strategy; 'opts' is copied. Threads: any. */
 WF_API WF_NODISCARD int wf_strategy_ps(wf_comm *comm, const wf_ps_opts *opts, wf_strategy **out);
@@ -155,6 +154,61 @@ WF_API WF_NODISCARD int wf_strategy_ps(wf_comm *comm, const wf_ps_opts *opts, wf
 /* 1 if this rank is a parameter server of 'st', 0 if not (a worker, or another strategy),
  * WF_EINVAL for NULL. */
 WF_API int wf_strategy_is_server(const wf_strategy *st);
+
+/* Asynchronous parameter servers (staleness s > 0, stale-synchronous parallel: SSP).
+ * Versions and clocks: a server's version is its count of applied updates; worker w's clock
+ *   is its count of steps (runs) whose push the server has applied; the min clock m is the
+ *   least clock over the workers. Each worker's push is applied by its servers as it arrives
+ *   (one update per push, in arrival order, with the worker's own gradient: its partial times
+ *   W, times 1 under WF_AGG_SUM, which is the mean over its rows when W divides the batch).
+ * The bound: a worker computes its step c on a copy that holds every update of every
+ *   worker's steps below c - s (c - m <= s, m the min clock when the copy was sent). A worker
+ *   that gets ahead waits: its server holds its reply (the run pends on the receive, on the
+ *   network's actor: no worker thread of the runtime blocks) until the slowest catches up.
+ * A worker's training run (one that targets the updates): computes on its copy, pushes its
+ *   gradients and scalars, and returns once every server's reply (the updated variables and
+ *   a header) is in. No global value exists: a fetched scalar is the worker's own rows'
+ *   estimate of it (its partial times W: the mean over its rows of a mean loss when W
+ *   divides the batch, W times its rows' count of a wf_sum), and a run that does not update
+ *   (an evaluation) computes it alone, with no transfer. A server's training run is a loop of
+ *   the library on the caller's thread: it applies W pushes (from any workers, the earliest
+ *   first), sends each reply the bound allows, and returns once its sends are done; a
+ *   fetched scalar is the mean of those pushes' scalars; the feeds are ignored. A server's
+ *   run that does not update does nothing but give the last training run's scalars. Every
+ *   rank makes the same number of training runs.
+ * Failures are the synchronous mode's: a dead server or worker fails the other ranks' runs
+ *   with WF_EPEER naming it within the communicator's detection time. */
+typedef struct wf_ps_stats {
+    long long clock;         /* worker: its clock; server: its version (updates applied) */
+    long long min_clock;     /* the min clock in the worker's copy (the least over its
+                                servers) / now on the server */
+    long long version;       /* worker: its copy's version (summed over the servers);
+                                server: = clock */
+    long long max_lag;       /* the most c - m over the copies so far (<= s: the bound) */
+    long long max_staleness; /* the most updates applied between a gradient's copy and its
+                                own update */
+    long long held;          /* server: replies the bound held back (a fast worker waited);
+                                worker: 0 */
+} wf_ps_stats;
+
+/* What this rank's asynchronous parameter-server session has seen so far. Returns 0, or
+ * WF_EINVAL (NULL; a session without an asynchronous parameter-server strategy).
+ * Threads: any, also while a run is under way. */
+struct wf_session;
+WF_API WF_NODISCARD int wf_session_ps_stats(struct wf_session *s, wf_ps_stats *out);
+
+/* Gathers the servers' state into every rank's session (parameter servers, either mode):
+ * each variable an update writes (the model's weights, the optimizer's slots, the step
+ * counter) gets the value of the server whose updates write it (server 0 for what every
+ * server updates), by one broadcast each, so that any rank then holds the whole training
+ * state: a checkpoint written from it (wf_checkpointer_save(), wf_session_save()) holds the
+ * variables and the servers' optimizer slots, and restoring that file on every rank
+ * (wf_checkpoint_restore()) resumes the run: synchronously, bit for bit as one never stopped.
+ * Collective: every rank calls it at the same point, between runs (after the same number of
+ * training runs: in asynchronous mode every push is then applied).
+ * Returns 0, WF_EINVAL (NULL; no parameter-server strategy), or the communicator's failure
+ * (WF_EPEER naming the rank). Threads: the thread that runs the session's runs. */
+WF_API WF_NODISCARD int wf_session_ps_sync(struct wf_session *s);
 
 /* Pipeline parallelism (wf_strategy_pipeline()): one model split into stages, stage k on
  * rank k, each step's global batch (B rows, fed whole on every rank, as above) split into m

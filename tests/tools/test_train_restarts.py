@@ -17,6 +17,10 @@ tests/CMakeLists.txt).
              loss B logged (steps redone after a restart included) must equal A's of that
              step. 3 ranks do not divide the batch of 32 (shards of 11, 11 and 10 rows).
              single: one process without --strategy under 'weft-run -n 1 --restarts 5'.
+             ps: parameter servers, 2 servers + 1 worker ('--strategy ps --ps-ranks 2'): each
+             checkpoint gathers the two servers' shares of the weights and Adam moments to
+             rank 0 (wf_session_ps_sync), every rank restores it; the worker (rank 2) prints,
+             logs and saves.
   wrong      that the comparison catches a wrong resume: 2 ranks train 2K steps with
              checkpoints, then a copy of the newest checkpoint is made one step newer (the
              data position and step one ahead, the values unchanged: a resume whose data
@@ -103,7 +107,7 @@ def reference(wr, wt, tmp, n, opts=OPTS, steps=STEPS):
     return a_file, losses(a_log), float(m.group(2)) / int(m.group(1)), r.wall
 
 
-def mode_kills(wr, wt, tmp, n, opts=OPTS, steps=STEPS):
+def mode_kills(wr, wt, tmp, n, opts=OPTS, steps=STEPS, writer=0):
     a_file, a_losses, step_s, a_wall = reference(wr, wt, tmp, n, opts, steps)
     d = os.path.join(tmp, "ckpt")
     b_file, b_log = os.path.join(tmp, "b.safetensors"), os.path.join(tmp, "b.jsonl")
@@ -164,7 +168,7 @@ def mode_kills(wr, wt, tmp, n, opts=OPTS, steps=STEPS):
           f"weft-run's restart lines {restarts} do not name the kills {kills}")
     on_all = f" on all {n} ranks" if n > 1 else "\n"
     resumed = [int(s) for s in re.findall(
-        rf"\[0\] weft-train: resuming from \S+ \(step (\d+)\){on_all}", text)]
+        rf"\[{writer}\] weft-train: resuming from \S+ \(step (\d+)\){on_all}", text)]
     check(len(resumed) == KILLS and "no checkpoint in" in text,
           f"expected a fresh start then {KILLS} resumes ({on_all.strip()}), saw {resumed}")
     for (rank, pid, newest), st in zip(kills, resumed):
@@ -270,7 +274,8 @@ def mode_disagree(wr, wt, tmp):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("single", "ranks2", "ranks3", "wrong", "disagree"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("single", "ranks2", "ranks3", "ps", "wrong",
+                                                 "disagree"):
         print(__doc__)
         sys.exit(2)
     mode, wr, wt = sys.argv[1:]
@@ -286,6 +291,9 @@ def main():
             mode_disagree(wr, wt, tmp)
         elif mode == "single":  # the options but --strategy
             mode_kills(wr, wt, tmp, 1, OPTS[:OPTS.index("--strategy")], STEPS_SINGLE)
+        elif mode == "ps":  # 2 servers + 1 worker
+            opts = OPTS[:OPTS.index("--strategy")] + ["--strategy", "ps", "--ps-ranks", "2"]
+            mode_kills(wr, wt, tmp, 3, opts, writer=2)
         else:
             mode_kills(wr, wt, tmp, int(mode[-1]))
 
