@@ -2,7 +2,10 @@
  * test_internal_pipeline_delays.c with random delays in its kernels): the models (an MLP, a
  * CNN, examples/train_gpt's GPT when WF_TEST_HAVE_GPT), training one on a pipeline's ranks
  * or in this process (with MultiWorkerMirrored shards, or plain), gathering the stages'
- * results, and comparing them bit for bit or within 1e-6.
+ * results, and comparing them bit for bit or within 1e-6. A pipeline's ranks place the net by
+ * the hints of its layers' scopes (and per node, 'node_set'), or by the planner (placement
+ * auto, optionally with a measured cost table); each reports every variable's and forward
+ * op's stage, and the planner's rank 0 the plan's text.
  * pp_session_hook, when set (before the ranks start: a constructor), runs on each pipeline
  * rank's session after its creation, before its first run, and once more (with NULL) after
  * its last run.
@@ -45,16 +48,23 @@ enum { NET_MLP, NET_CNN, NET_GPT, NET_MLP_SHARED, NET_GPT_TIED };
 #define MAXVARS 64
 #define GPT_V   16
 #define GPT_T   8
+#define FWD     32 /* the MLP's forward: its node ids are below this */
 
 typedef struct pp_arg {
     int mode, model;
     int stages, micro, schedule, steps, batch;
+    int placement;  /* WF_PIPELINE_PLACE_AUTO: the planner's stages, no hints */
+    bool node_set;  /* hints: node_st[id] (>= 0) for each forward op, after the scopes */
+    double heavy_s; /* > 0: a cost table gives the MLP's last matmul these seconds */
+    signed char node_st[FWD];
     int ready_fd;   /* M_KILL: each rank writes a byte once its session is made */
-    char path[160]; /* rank r writes "<path>.<r>" */
+    char path[160]; /* rank r writes "<path>.<r>" (and rank 0 of the planner "<path>.plan") */
 } pp_arg;
 
 typedef struct pp_result {
     int steps, nw;
+    int owner[MAXVARS]; /* a pipeline's: each variable's stage (wf_session_pipeline_stage()) */
+    signed char node_st[FWD]; /* and each forward op's (ids up to the loss's, below FWD; else -1) */
     float loss[MAXSTEP];
     float eval[MAXSTEP]; /* after every 4th step: the loss of a forward-only run */
     float w[MAXW];
@@ -276,6 +286,44 @@ static int64_t var_numel(const net *n, int k)
     return wf_shape_numel(wf_node_shape(n->vars[k]));
 }
 
+/* Pipeline rank 'stage''s session 's' of 'n': where each variable and each forward op up to
+ * the loss (node 'loss_id') is, into 'res' (checked against the hints, the net's owners when
+ * only scopes placed them); with the planner, rank 0 writes the plan's text to "<path>.plan". */
+static int report_stages(const wf_session *s, const net *n, const pp_arg *a, int loss_id, int stage,
+                         pp_result *res)
+{
+    for (int k = 0; k < n->n_vars; k++) {
+        res->owner[k] = wf_session_pipeline_stage(s, n->vars[k]);
+        TU_CHECK(res->owner[k] >= 0, "variable %d: stage %d: %s", k, res->owner[k],
+                 wf_last_errmsg());
+        TU_CHECK(a->placement == WF_PIPELINE_PLACE_AUTO || a->node_set ||
+                     res->owner[k] == n->owner[k],
+                 "variable %d is on stage %d, hinted to %d", k, res->owner[k], n->owner[k]);
+    }
+    for (int id = 0; id < FWD; id++) {
+        const wf_node *v = id <= loss_id ? wf_graph_node(n->g, id) : NULL;
+        bool op = v && wf_node_input_count(v) > 0; /* not a source */
+        res->node_st[id] = (signed char)(op ? wf_session_pipeline_stage(s, v) : -1);
+        /* the plain MLP's ops each on a stage (the shared MLP's sum of w1, read only from a
+         * variable and on no stage itself, reports -1) */
+        TU_CHECK(!op || n->model != NET_MLP ||
+                     (res->node_st[id] >= 0 && res->node_st[id] < a->stages),
+                 "node %d: stage %d", id, res->node_st[id]);
+        TU_CHECK(!a->node_set || res->node_st[id] == a->node_st[id],
+                 "node %d is on stage %d, hinted to %d", id, res->node_st[id], a->node_st[id]);
+    }
+    const char *plan = wf_session_pipeline_plan(s);
+    TU_CHECK(!plan == (a->placement != WF_PIPELINE_PLACE_AUTO), "the plan's text is %s",
+             plan ? "there without the planner" : "missing");
+    if (plan && stage == 0) { /* for the test to print and check */
+        char path[200];
+        snprintf(path, sizeof path, "%s.plan", a->path);
+        FILE *f = fopen(path, "w");
+        TU_CHECK(f && fputs(plan, f) >= 0 && fclose(f) == 0, "write %s", path);
+    }
+    return 0;
+}
+
 /* Trains 'a->steps' steps with 'st' (NULL: a plain session); 'stage' is this process's
  * stage (-1: all of them: a reference run). Fills the losses and the weights of the stage's
  * variables. */
@@ -284,6 +332,17 @@ static int train(wf_runtime *rt, const wf_strategy *st, const pp_arg *a, int sta
 {
     net n;
     TU_CHECK(net_build(rt, &n, a->model, h, a->stages) == 0, "build: %s", wf_graph_errmsg(n.g));
+    int loss_id = 0; /* the forward's last node */
+    while (wf_graph_node(n.g, loss_id) && wf_graph_node(n.g, loss_id) != n.loss)
+        loss_id++;
+    TU_CHECK(loss_id < FWD || (!a->node_set && a->placement != WF_PIPELINE_PLACE_AUTO),
+             "the loss is node %d", loss_id);
+    for (int id = 0; a->node_set && h && id <= loss_id; id++) { /* node hints win over scopes */
+        char dev[32];
+        snprintf(dev, sizeof dev, "rank:%d/cpu:0", a->node_st[id]);
+        if (a->node_st[id] >= 0)
+            TU_OK(wf_place_hint(h, wf_graph_node(n.g, id), dev));
+    }
     wf_session *s = NULL;
     TU_OK(wf_session_create(n.g, &(wf_session_opts){ .strategy = st }, &s));
     TU_CHECK(a->batch <= 256, "batch %d", a->batch);
@@ -300,11 +359,15 @@ static int train(wf_runtime *rt, const wf_strategy *st, const pp_arg *a, int sta
                      wf_err_name(rc), wf_session_errmsg(s));
         }
     }
+    if (stage >= 0)
+        TU_CHECK(report_stages(s, &n, a, loss_id, stage, res) == 0, "stage %d's stages", stage);
+    else
+        TU_CHECK(!wf_session_pipeline_plan(s), "a plan's text without a pipeline");
     size_t off = 0;
     for (int k = 0; k < n.n_vars; k++) {
         size_t cnt = (size_t)var_numel(&n, k);
         TU_CHECK(off + cnt <= MAXW, "more than %d weights", MAXW);
-        if (stage < 0 || n.owner[k] == stage) {
+        if (stage < 0 || res->owner[k] == stage) {
             wf_tensor *v = NULL;
             TU_OK(wf_session_variable(s, n.vars[k], &v));
             TU_OK(wf_tensor_read(v, WF_F32, res->w + off, cnt * sizeof(float)));
@@ -325,14 +388,28 @@ static int rank_train(wf_comm *c, int rank, int size, void *argp)
     (void)size;
     const pp_arg *a = argp;
     wf_place_hints *h = NULL;
-    TU_OK(wf_place_hints_create(&h));
+    if (a->placement != WF_PIPELINE_PLACE_AUTO)
+        TU_OK(wf_place_hints_create(&h));
+    wf_cost_table *costs = NULL;
+    if (a->heavy_s > 0) { /* the signature of the copy the planner sees: one micro-batch's rows */
+        wf_graph *cg = wf_graph_create(tu_rt, WF_STATIC);
+        int64_t rows = (a->batch + a->micro - 1) / a->micro;
+        wf_node *mm = wf_matmul(cg, wf_placeholder(cg, "a", WF_F32, WF_SHAPE(rows, HID)),
+                                wf_variable(cg, "w", WF_F32, WF_SHAPE(HID, OUT), wf_init_zeros()));
+        TU_OK(wf_cost_table_create(&costs));
+        TU_CHECK(mm, "the costed matmul: %s", wf_graph_errmsg(cg));
+        TU_OK(wf_cost_table_put(costs, mm, WF_PLACE_CPU, a->heavy_s));
+        wf_graph_destroy(cg);
+    }
     wf_strategy *st = NULL;
     TU_OK(wf_strategy_pipeline(c,
                                &(wf_pipeline_opts){ .stages = a->stages,
                                                     .micro_batches = a->micro,
                                                     .schedule = a->schedule,
                                                     .batch_rows = a->batch,
-                                                    .hints = h },
+                                                    .hints = h,
+                                                    .placement = a->placement,
+                                                    .costs = costs },
                                &st));
     pp_result *r = calloc(1, sizeof *r);
     TU_CHECK(r, "no memory");
@@ -348,12 +425,13 @@ static int rank_train(wf_comm *c, int rank, int size, void *argp)
     free(r);
     wf_strategy_destroy(st);
     wf_place_hints_destroy(h);
+    wf_cost_table_destroy(costs);
     return rc;
 }
 TU_REGISTER(rank_train)
 
-/* The stages' files into one result: the last stage's losses, each variable from its own
- * stage. */
+/* The stages' files into one result: the last stage's losses, each variable from the stage
+ * that reports it (every rank reports the same stages). */
 static void gather(const pp_arg *a, pp_result *out)
 {
     net n;
@@ -376,9 +454,16 @@ static void gather(const pp_arg *a, pp_result *out)
             memcpy(out->eval, part.eval, sizeof out->eval);
         }
         losses[r] = part; /* every stage fetched the loss: the global value, the same bits */
+        if (r == 0) {
+            memcpy(out->owner, part.owner, sizeof out->owner);
+            memcpy(out->node_st, part.node_st, sizeof out->node_st);
+        }
+        cr_assert(!memcmp(out->owner, part.owner, sizeof out->owner) &&
+                      !memcmp(out->node_st, part.node_st, sizeof out->node_st),
+                  "rank %d puts the nodes on other stages than rank 0", r);
         size_t off = 0;
         for (int k = 0; k < n.n_vars; off += (size_t)var_numel(&n, k), k++)
-            if (n.owner[k] == r)
+            if (part.owner[k] == r)
                 memcpy(out->w + off, part.w + off, sizeof(float) * (size_t)var_numel(&n, k));
     }
     for (int r = 0; r < a->stages; r++)
@@ -389,15 +474,17 @@ static void gather(const pp_arg *a, pp_result *out)
     wf_runtime_destroy(rt);
 }
 
-static void run_pipeline(const pp_arg *arg, pp_result *r)
+/* Runs 'arg' (as M_TRAIN) on its stages' ranks and gathers what they saw; 'arg->path' is
+ * set to the files' prefix. */
+static void run_pipeline(pp_arg *arg, pp_result *r)
 {
-    pp_arg a = *arg;
-    a.mode = M_TRAIN;
-    snprintf(a.path, sizeof a.path, "/tmp/weft-pipeline-%d-%d%d%d", (int)getpid(), a.model,
-             a.stages, a.schedule);
+    arg->mode = M_TRAIN;
+    snprintf(arg->path, sizeof arg->path, "/tmp/weft-pipeline-%d-%d%d%d%d", (int)getpid(),
+             arg->model, arg->stages, arg->schedule, arg->placement);
+    const pp_arg a = *arg;
     tu_run t = { .size = a.stages,
                  .body = rank_train,
-                 .arg = &a,
+                 .arg = arg,
                  .arg_size = sizeof a,
                  .timeout_s = WF_TEST_TIMEOUT(60),
                  .with_rt = true };
@@ -410,8 +497,9 @@ static void run_pipeline(const pp_arg *arg, pp_result *r)
                   t.status[i]);
     static const char *const names[] = { "mlp", "cnn", "gpt", "mlp (w1 on two stages)",
                                          "gpt (tied head)" };
-    printf("pipeline %s, %d stages, m = %d, %s: %d steps in %.2f s\n", names[a.model], a.stages,
-           a.micro, a.schedule == WF_SCHEDULE_1F1B ? "1f1b" : "gpipe", a.steps,
+    printf("pipeline %s, %d stages, m = %d, %s%s: %d steps in %.2f s\n", names[a.model], a.stages,
+           a.micro, a.schedule == WF_SCHEDULE_1F1B ? "1f1b" : "gpipe",
+           a.placement == WF_PIPELINE_PLACE_AUTO ? ", planner" : "", a.steps,
            (double)(wf_test_now_ns() - t0) * 1e-9);
     gather(&a, r);
 }
@@ -424,6 +512,7 @@ static void run_local(const pp_arg *arg, int shards, pp_result *r)
     cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 2 }), 0);
     pp_arg a = *arg;
     a.stages = 1;
+    a.placement = WF_PIPELINE_PLACE_HINTS, a.node_set = false, a.heavy_s = 0; /* no pipeline */
     wf_strategy *st = NULL;
     if (shards)
         cr_assert_eq(wf_strategy_multiworker(NULL, &(wf_strategy_opts){ .shards = shards }, &st), 0,
@@ -476,7 +565,8 @@ static void assert_bitwise(const pp_result *a, const pp_result *b, const char *w
 static void check_run(const pp_arg *a, int close)
 {
     static pp_result pipe, local, plain;
-    run_pipeline(a, &pipe);
+    pp_arg p = *a;
+    run_pipeline(&p, &pipe);
     run_local(a, a->micro, &local);
     assert_bitwise(&pipe, &local, "pipeline vs one process with as many shards");
     if (close) {
