@@ -26,8 +26,12 @@
  * then adds the copies: the shard's rows and the variables to the device, the gradients back to the
  * host, where the dp_reduce nodes and the updates run. Why the tree lives in dp_reduce and not in
  * add nodes: the same code sums a rank's own shards and the ranks' partial sums, so the bits cannot
- * depend on the world size. Not here: the kernels (core/op_dist.c, transport/coll_ops.c), runtime
- * wiring. */
+ * depend on the world size. In place over 3 or more local shards (a pipeline's micro-batches,
+ * a rank's several shards) each inner sum of that tree is a dp_reduce node of its own
+ * (tree_node()), which runs once both halves exist: the shards' gradients are summed as they
+ * finish, about log2(b) partial sums stay alive instead of all b, and the sum after the last
+ * backward is one addition, not b - 1; the additions, and so the bits, are those of one node. Not
+ * here: the kernels (core/op_dist.c, transport/coll_ops.c), runtime wiring. */
 #include "replicate.h"
 
 #include "../core/error.h"
@@ -46,12 +50,18 @@ static bool is_batch(const wf_node *n)
     return n->op == &wf_op_placeholder && n->shape.rank >= 1 && n->shape.dims[0] < 0;
 }
 
-/* The dp_reduce node of 'vals' (b per value) and its attributes; NULL on failure. */
+/* The dp_reduce node of 'vals' (b per value) and its attributes, with [lo, hi) (hi > lo) a
+ * node of the fixed tree over the local shards (core/op.h); NULL on failure. */
 static wf_node *reduce_node(wf_graph *g, const wf__replicate_opts *o, int b, wf_node **ins,
-                            int n_ins, int edge, const char *name, bool inplace)
+                            int n_ins, int edge, const char *name, bool inplace, int lo, int hi)
 {
     wf_attrs a = { 0 };
     a.keepdims = inplace;
+    if (hi > lo) {
+        a.begin[1] = lo;
+        a.end[1] = hi;
+        a.step[1] = 1;
+    }
     a.begin[0] = (int64_t)o->rank * b;
     a.end[0] = o->shards;
     a.step[0] = b;
@@ -356,6 +366,34 @@ static int copy_shards(rw *w)
     return rc;
 }
 
+/* The node of the fixed tree over local shards [lo, hi) (hi - lo >= 2) of bucket 'members'
+ * (n_mem gradients), reduced in place: its halves' nodes first (a one-shard half is the shard's
+ * own value), so each runs once both halves exist and the shards' gradients are summed as they
+ * finish, not all kept until the last. Only the node over every local shard exchanges; it is
+ * named 'name'. NULL on failure. */
+static wf_node *tree_node(rw *w, const int *members, int n_mem, int lo, int hi, const char *name)
+{
+    int mid = wf__dp_tree_split(lo, hi), k = 0;
+    wf_node *halves[2] = { mid - lo > 1 ? tree_node(w, members, n_mem, lo, mid, NULL) : NULL,
+                           hi - mid > 1 ? tree_node(w, members, n_mem, mid, hi, NULL) : NULL };
+    if ((mid - lo > 1 && !halves[0]) || (hi - mid > 1 && !halves[1]))
+        return NULL;
+    wf_node **ins = malloc((size_t)(3 + 2 * n_mem) * sizeof *ins);
+    if (!ins)
+        return NULL;
+    ins[k++] = w->ref;
+    for (int j = 0; j < n_mem; j++) {
+        ins[k++] = w->shard[lo * w->n + members[j]];
+        ins[k++] = w->shard[mid * w->n + members[j]];
+    }
+    for (int h = 0; h < 2; h++)
+        if (halves[h])
+            ins[k++] = halves[h];
+    wf_node *t = reduce_node(w->g, w->o, w->b, ins, k, w->edge, name, true, lo, hi);
+    free(ins);
+    return t;
+}
+
 /* Buckets of the gradients ('is_grad'), then the scalars. */
 static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
 {
@@ -406,7 +444,10 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
                     ins[k++] = w->shard[i * w->n + members[j]];
             char name[64];
             snprintf(name, sizeof name, "dp_bucket_%d", m->n_buckets);
-            wf_node *f = reduce_node(w->g, o, b, ins, k, w->edge, name, inplace);
+            /* in place over 3 or more local shards: the tree as nodes (tree_node()) */
+            wf_node *f = inplace && b > 2
+                             ? tree_node(w, members, n_mem, 0, b, name)
+                             : reduce_node(w->g, o, b, ins, k, w->edge, name, inplace, 0, 0);
             w->edge += 2;
             int64_t off = 0;
             for (int j = 0; f && j < n_mem; j++) {
@@ -476,7 +517,7 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
             so.aggregation = WF__AGG_SUM;
         else if (n->op == &wf_op_mean)
             so.aggregation = WF__AGG_MEAN;
-        wf_node *f = reduce_node(w->g, &so, b, ins, k, w->edge, NULL, false);
+        wf_node *f = reduce_node(w->g, &so, b, ins, k, w->edge, NULL, false, 0, 0);
         w->edge += 2;
         wf_node *s = f ? (wf_reshape)(w->g, f, n->shape) : NULL;
         if (!s)
