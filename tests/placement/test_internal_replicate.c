@@ -5,6 +5,8 @@
  *   reductions, the updates and the user's own nodes carry none (the host), and an f64
  *   replica node stays on the host; without 'shard_device' no node is placed. A bucket that
  *   only its dp_reduce reads is reduced in place (dp_grad nodes); others keep the flat value.
+ *   A pipeline's micro-batch gradients are summed by the fixed tree's nodes, each made after
+ *   the backward parts it sums and ordered before the next micro-batch's gradient.
  * Internal: calls placement/replicate.h. */
 #include "../../core/graph.h"
 #include "../../placement/replicate.h"
