@@ -316,6 +316,18 @@ extern const wf_op_def wf_op_dp_reduce;
  * the reduction is done (WF_OP_INPLACE: over x's bytes when the planner allows, else a copy). */
 extern const wf_op_def wf_op_dp_grad;
 
+/* dp_reduce as one node of the fixed tree over a rank's b local shards (in place, attrs.step[1]
+ * 1): it sums local shards [begin[1], end[1]) and splits them at wf__dp_tree_split(); inputs
+ * ref, then per tensor two values (the tensors of local shards lo and split, where the halves'
+ * sums lie: a one-shard half is that shard's value, scaled by its weight here), then the token of
+ * each half that is itself a tree node. The sum ends in shard lo's tensor; only the node over
+ * every local shard ([0, b)) talks to the other ranks. So a rank's shards are summed as they
+ * finish (a node runs once both halves exist), the bits those of one dp_reduce over them. */
+int wf__dp_tree_split(int lo, int hi);
+
+/* The count of tensors dp_reduce node 'n' reduces (either form). */
+int wf__dp_reduce_values(const wf_node *n);
+
 /* The ops of the parameter-server rewrite (core/op_ps.c; placement/ps.c inserts them):
  *   ps_assign: inputs a variable and a value of its dtype and shape (what the worker pulled);
  *     writes the value into the variable (n_assign 1). ps_join: inputs x and any others; its

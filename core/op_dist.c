@@ -11,8 +11,9 @@
  * Attributes: shard_rows: begin[0] the shard k, end[0] the shard count S. dp_reduce: begin[0]
  *   the first local shard k0, end[0] the shard count S, step[0] the local shard count b,
  *   axis the aggregation (WF__AGG_*, core/op.h), edge the first of the two key edges the bucket
- * uses. Not here: the rewrite (placement/), the kernel of dp_reduce and its wire form
- *   (transport/coll_ops.c). */
+ * uses; a tree node (in place) also begin[1] .. end[1] its range of local shards, step[1] 1. Not
+ * here: the rewrite (placement/), the kernel of dp_reduce and its wire form (transport/coll_ops.c).
+ */
 #include "error.h"
 #include "graph.h"
 #include "internal.h"
@@ -100,6 +101,56 @@ const wf_op_def wf_op_shard_rows = {
     .flags = WF_OP_NO_GRAD,
 };
 
+int wf__dp_tree_split(int lo, int hi)
+{
+    int p = 1;
+    while (p * 2 < hi - lo)
+        p *= 2;
+    return lo + p;
+}
+
+int wf__dp_reduce_values(const wf_node *n)
+{
+    const wf_attrs *a = n->attrs;
+    if (a->step[1] != 1)
+        return a->step[0] > 0 ? (n->n_inputs - 1) / (int)a->step[0] : 0;
+    int lo = (int)a->begin[1], hi = (int)a->end[1], m = wf__dp_tree_split(lo, hi);
+    int tokens = (m - lo > 1) + (hi - m > 1);
+    return (n->n_inputs - 1 - tokens) / 2;
+}
+
+/* A tree node's checks (attrs.step[1] 1): its range, in place, and 2 values per tensor (the
+ * leaves' tensors where the two halves' sums lie) then a token per half that is no leaf. */
+static int infer_dp_tree(wf_node *n, char *err, size_t errlen)
+{
+    const wf_attrs *a = n->attrs;
+    int64_t lo = a->begin[1], hi = a->end[1], b = a->step[0];
+    if (!a->keepdims || lo < 0 || hi > b || hi - lo < 2) {
+        snprintf(err, errlen,
+                 "tree range %lld .. %lld of %lld local shards (in place) is no subtree",
+                 (long long)lo, (long long)hi, (long long)b);
+        return WF_EINVAL;
+    }
+    int m = wf__dp_tree_split((int)lo, (int)hi), tokens = (m - lo > 1) + (hi - m > 1);
+    int vals = n->n_inputs - 1 - tokens;
+    if (vals < 2 || vals % 2) {
+        snprintf(err, errlen, "%d inputs for a tree node of %d tokens", n->n_inputs, tokens);
+        return WF_EINVAL;
+    }
+    for (int j = 1; j <= vals; j += 2) {
+        const wf_node *v = n->inputs[j], *u = n->inputs[j + 1];
+        if (v->dtype != WF_F32 || wf_shape_numel(v->shape) < 0 || u->dtype != v->dtype ||
+            !wf_shape_equal(u->shape, v->shape)) {
+            snprintf(err, errlen, "values '%s' and '%s' are not both f32 of one static shape",
+                     v->name, u->name);
+            return WF_ESHAPE;
+        }
+    }
+    n->dtype = WF_F32;
+    n->shape = (wf_shape){ .rank = 0 };
+    return 0;
+}
+
 static int infer_dp_reduce(wf_node *n, char *err, size_t errlen)
 {
     const wf_attrs *a = n->attrs;
@@ -118,6 +169,8 @@ static int infer_dp_reduce(wf_node *n, char *err, size_t errlen)
                  (int)a->edge + 1);
         return WF_EINVAL;
     }
+    if (a->step[1] == 1)
+        return infer_dp_tree(n, err, errlen);
     int m = n->n_inputs - 1;
     if (m < 1 || m % b) {
         snprintf(err, errlen, "%d values for %lld local shards", m, (long long)b);

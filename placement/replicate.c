@@ -26,8 +26,12 @@
  * then adds the copies: the shard's rows and the variables to the device, the gradients back to the
  * host, where the dp_reduce nodes and the updates run. Why the tree lives in dp_reduce and not in
  * add nodes: the same code sums a rank's own shards and the ranks' partial sums, so the bits cannot
- * depend on the world size. Not here: the kernels (core/op_dist.c, transport/coll_ops.c), runtime
- * wiring. */
+ * depend on the world size. In place over 3 or more local shards (a pipeline's micro-batches,
+ * a rank's several shards) each inner sum of that tree is a dp_reduce node of its own
+ * (tree_node()), which runs once both halves exist: the shards' gradients are summed as they
+ * finish, about log2(b) partial sums stay alive instead of all b, and the sum after the last
+ * backward is one addition, not b - 1; the additions, and so the bits, are those of one node. Not
+ * here: the kernels (core/op_dist.c, transport/coll_ops.c), runtime wiring. */
 #include "replicate.h"
 
 #include "../core/error.h"
@@ -46,12 +50,18 @@ static bool is_batch(const wf_node *n)
     return n->op == &wf_op_placeholder && n->shape.rank >= 1 && n->shape.dims[0] < 0;
 }
 
-/* The dp_reduce node of 'vals' (b per value) and its attributes; NULL on failure. */
+/* The dp_reduce node of 'vals' (b per value) and its attributes, with [lo, hi) (hi > lo) a
+ * node of the fixed tree over the local shards (core/op.h); NULL on failure. */
 static wf_node *reduce_node(wf_graph *g, const wf__replicate_opts *o, int b, wf_node **ins,
-                            int n_ins, int edge, const char *name, bool inplace)
+                            int n_ins, int edge, const char *name, bool inplace, int lo, int hi)
 {
     wf_attrs a = { 0 };
     a.keepdims = inplace;
+    if (hi > lo) {
+        a.begin[1] = lo;
+        a.end[1] = hi;
+        a.step[1] = 1;
+    }
     a.begin[0] = (int64_t)o->rank * b;
     a.end[0] = o->shards;
     a.step[0] = b;
@@ -94,6 +104,12 @@ typedef struct rw {
     int64_t sh_rows[2];
     wf_shape *sh[2];
     wf__replica_map *map;
+    /* own[id]: gradient id may be reduced in place (reduce_all()); a pipeline's gradients summed
+     * as the micro-batches' backward parts are made (grow_trees()): tgi[id] their index (-1:
+     * none), tcache[(tgi * (b + 1) + lo) * (b + 1) + hi] the tree node over [lo, hi) */
+    uint8_t *own;
+    int *tgi;
+    wf_node **tcache;
 } rw;
 
 /* Whether node 'id' runs on this rank (always, without a pipeline). */
@@ -284,6 +300,127 @@ static int shard_device_of(const rw *w, int i, const wf_node *c)
     return id;
 }
 
+/* The node of the fixed tree over local shards [lo, hi) (hi - lo >= 2) of bucket 'members'
+ * (n_mem gradients), reduced in place, over its halves' nodes 'halves' (NULL: a one-shard half,
+ * the shard's own value); named 'name'. NULL on failure. */
+static wf_node *tree_one(rw *w, const int *members, int n_mem, int lo, int hi,
+                         wf_node *const *halves, const char *name)
+{
+    int mid = wf__dp_tree_split(lo, hi), k = 0;
+    wf_node **ins = malloc((size_t)(3 + 2 * n_mem) * sizeof *ins);
+    if (!ins)
+        return NULL;
+    ins[k++] = w->ref;
+    for (int j = 0; j < n_mem; j++) {
+        ins[k++] = w->shard[lo * w->n + members[j]];
+        ins[k++] = w->shard[mid * w->n + members[j]];
+    }
+    for (int h = 0; h < 2; h++)
+        if (halves[h])
+            ins[k++] = halves[h];
+    wf_node *t = reduce_node(w->g, w->o, w->b, ins, k, w->edge, name, true, lo, hi);
+    free(ins);
+    return t;
+}
+
+/* The whole tree over [lo, hi), its halves' nodes first, so each runs once both halves exist
+ * and the shards' gradients are summed as they finish, not all kept until the last; only the
+ * node over every local shard exchanges. NULL on failure. */
+static wf_node *tree_node(rw *w, const int *members, int n_mem, int lo, int hi, const char *name)
+{
+    int mid = wf__dp_tree_split(lo, hi);
+    wf_node *halves[2] = { mid - lo > 1 ? tree_node(w, members, n_mem, lo, mid, NULL) : NULL,
+                           hi - mid > 1 ? tree_node(w, members, n_mem, mid, hi, NULL) : NULL };
+    if ((mid - lo > 1 && !halves[0]) || (hi - mid > 1 && !halves[1]))
+        return NULL;
+    return tree_one(w, members, n_mem, lo, hi, halves, name);
+}
+
+static wf_node **tslot(const rw *w, int id, int lo, int hi)
+{
+    return &w->tcache[((size_t)w->tgi[id] * (size_t)(w->b + 1) + (size_t)lo) * (size_t)(w->b + 1) +
+                      (size_t)hi];
+}
+
+/* A pipeline's tree of gradient 'id' over [lo, hi): makes the nodes that end at or before
+ * local shard 'upto' (whose shards' backward parts exist) and are not made yet. */
+static int grow_tree(rw *w, int id, int lo, int hi, int upto)
+{
+    if (hi - lo < 2)
+        return 0;
+    int mid = wf__dp_tree_split(lo, hi), rc;
+    if ((rc = grow_tree(w, id, lo, mid, upto)) < 0 || (rc = grow_tree(w, id, mid, hi, upto)) < 0)
+        return rc;
+    if (hi > upto || *tslot(w, id, lo, hi))
+        return 0;
+    wf_node *halves[2] = { mid - lo > 1 ? *tslot(w, id, lo, mid) : NULL,
+                           hi - mid > 1 ? *tslot(w, id, mid, hi) : NULL };
+    if (!(*tslot(w, id, lo, hi) = tree_one(w, &id, 1, lo, hi, halves, NULL)))
+        return wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+    return 0;
+}
+
+/* After local shard i's backward part: the tree nodes of every such gradient that end there. */
+static int grow_trees(rw *w, int i)
+{
+    int rc = 0;
+    for (int id = 0; w->tgi && id < w->n && rc == 0; id++)
+        if (w->tgi[id] >= 0)
+            rc = grow_tree(w, id, 0, w->b, i + 1);
+    return rc;
+}
+
+/* Shard i's copy 'c' of such a gradient is written after the tree nodes that end at shard i
+ * (they read the bytes it may then take: the memory plan sees the order); 0 or an error. */
+static int after_trees(rw *w, int i, int id, wf_node *c)
+{
+    for (int lo = 0; w->tgi && w->tgi[id] >= 0 && lo + 1 < i; lo++) {
+        wf_node *t = *tslot(w, id, lo, i);
+        if (t && wf__node_add_control(c, t) < 0)
+            return wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+    }
+    return 0;
+}
+
+/* Which gradients may be reduced in place (over their shards' own tensors: no copy into a
+ * flat bucket and back): those whose dp_reduce is the only reader of their shards' copies (no
+ * replica node reads them, no other stage receives them, and no device copy stands between:
+ * Mirrored's placement adds those after the rewrite). A pipeline whose schedule makes the
+ * backward parts in micro-batch order sums those of 3 or more micro-batches as each part is
+ * made (grow_trees()); 0 or WF_ENOMEM. */
+static int plan_inplace(rw *w, const uint8_t *is_grad)
+{
+    size_t nn = (size_t)(w->n ? w->n : 1);
+    if (!(w->own = malloc(nn)))
+        return wf__err(WF_ENOMEM, "data-parallel rewrite: no memory");
+    for (int id = 0; id < w->n; id++)
+        w->own[id] = !w->o->shard_device && !(w->cross && w->cross[id]);
+    for (int id = 0; id < w->n; id++) {
+        const wf_node *v = wf_graph_node(w->g, id);
+        if (w->kind[id] != K_REPLICA)
+            continue;
+        for (int j = 0; j < v->n_inputs; j++)
+            w->own[v->inputs[j]->id] = 0;
+        for (int j = 0; j < v->n_control; j++)
+            w->own[v->control[j]->id] = 0;
+    }
+    const int *order = w->o->order;
+    if (!order || w->b < 3)
+        return 0;
+    for (int p = 0, next = 0; p < 2 * w->b; p++)
+        if (order[p] < 0 && -1 - order[p] != next++)
+            return 0; /* backward parts out of micro-batch order: the trees come at the end */
+    int n_t = 0;
+    if (!(w->tgi = malloc(nn * sizeof *w->tgi)))
+        return wf__err(WF_ENOMEM, "data-parallel rewrite: no memory");
+    for (int id = 0; id < w->n; id++)
+        w->tgi[id] = is_grad[id] && local(w, id) && w->own[id] ? n_t++ : -1;
+    size_t cells = (size_t)n_t * (size_t)(w->b + 1) * (size_t)(w->b + 1);
+    if (!(w->tcache = calloc(cells ? cells : 1, sizeof *w->tcache)))
+        return wf__err(WF_ENOMEM, "data-parallel rewrite: no memory for the gradients' trees");
+    return 0;
+}
+
 static int copy_shards(rw *w)
 {
     wf_node *stack_in[16], **in = stack_in;
@@ -293,7 +430,7 @@ static int copy_shards(rw *w)
      * part before it and a control edge can order them (placement/pipeline.c). */
     const int *order = w->o->order;
     int n_parts = order ? 2 * w->b : w->b;
-    for (int p = 0; p < n_parts && rc == 0; p++)
+    for (int p = 0; p < n_parts && rc == 0; p++) {
         for (int id = 0; id < w->n && rc == 0; id++) {
             int i = order ? (order[p] >= 0 ? order[p] : -1 - order[p]) : p;
             wf_node *n = wf_graph_node(w->g, id);
@@ -350,7 +487,12 @@ static int copy_shards(rw *w)
             w->shard[i * w->n + id] = c;
             if (c && w->cross && w->cross[id])
                 rc = send_to_readers(w, i, id, c);
+            if (c && rc == 0)
+                rc = after_trees(w, i, id, c);
         }
+        if (rc == 0 && order && order[p] < 0)
+            rc = grow_trees(w, -1 - order[p]);
+    }
     if (in != stack_in)
         free(in);
     return rc;
@@ -364,33 +506,27 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
     int max_in = 1 + b * w->n;
     wf_node **ins = malloc((size_t)max_in * sizeof *ins);
     int *members = malloc((size_t)(w->n ? w->n : 1) * sizeof *members);
-    uint8_t *own = malloc((size_t)(w->n ? w->n : 1));
-    if (!ins || !members || !own) {
+    const uint8_t *own = w->own;
+    if (!ins || !members) {
         free(ins);
         free(members);
-        free(own);
         return wf__err(WF_ENOMEM, "data-parallel rewrite: no memory");
     }
-    /* A gradient is reduced in place (over its shards' own tensors: no copy into a flat bucket
-     * and back) when the dp_reduce is the only reader of its shards' copies: no replica node
-     * reads it, no other stage receives it, and no device copy stands between (Mirrored's
-     * placement adds those after the rewrite). */
-    for (int id = 0; id < w->n; id++)
-        own[id] = !o->shard_device && !(w->cross && w->cross[id]);
-    for (int id = 0; id < w->n; id++) {
-        const wf_node *v = wf_graph_node(w->g, id);
-        if (w->kind[id] != K_REPLICA)
+    /* a pipeline's gradients whose trees were made with the copies (grow_trees()) */
+    for (int id = 0; w->tgi && id < w->n && rc == 0; id++) {
+        if (w->tgi[id] < 0)
             continue;
-        for (int j = 0; j < v->n_inputs; j++)
-            own[v->inputs[j]->id] = 0;
-        for (int j = 0; j < v->n_control; j++)
-            own[v->control[j]->id] = 0;
+        wf_node *two[2] = { w->shard[id], *tslot(w, id, 0, b) };
+        if (!two[1] || !(w->glob[id] = wf__node_add_ex(w->g, &wf_op_dp_grad, NULL, two, 2,
+                                                       &(wf_attrs){ 0 }, (wf_srcloc){ 0 })))
+            rc = wf_graph_status(w->g) < 0 ? wf_graph_status(w->g) : WF_ENOMEM;
+        m->n_grads++;
     }
     int n_mem = 0;
     bool inplace = true; /* every member of the open bucket may be reduced in place */
     size_t bytes = 0, limit = o->first_bucket_bytes;
     for (int id = 0; id <= w->n && rc == 0; id++) {
-        bool g = id < w->n && is_grad[id] && local(w, id);
+        bool g = id < w->n && is_grad[id] && local(w, id) && !(w->tgi && w->tgi[id] >= 0);
         size_t gb = g ? (size_t)wf_shape_numel(wf_graph_node(w->g, id)->shape) * 4 : 0;
         bool close = n_mem > 0 && (id == w->n || bytes + gb > limit);
         if (close) {
@@ -406,7 +542,10 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
                     ins[k++] = w->shard[i * w->n + members[j]];
             char name[64];
             snprintf(name, sizeof name, "dp_bucket_%d", m->n_buckets);
-            wf_node *f = reduce_node(w->g, o, b, ins, k, w->edge, name, inplace);
+            /* in place over 3 or more local shards: the tree as nodes (tree_node()) */
+            wf_node *f = inplace && b > 2
+                             ? tree_node(w, members, n_mem, 0, b, name)
+                             : reduce_node(w->g, o, b, ins, k, w->edge, name, inplace, 0, 0);
             w->edge += 2;
             int64_t off = 0;
             for (int j = 0; f && j < n_mem; j++) {
@@ -476,7 +615,7 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
             so.aggregation = WF__AGG_SUM;
         else if (n->op == &wf_op_mean)
             so.aggregation = WF__AGG_MEAN;
-        wf_node *f = reduce_node(w->g, &so, b, ins, k, w->edge, NULL, false);
+        wf_node *f = reduce_node(w->g, &so, b, ins, k, w->edge, NULL, false, 0, 0);
         w->edge += 2;
         wf_node *s = f ? (wf_reshape)(w->g, f, n->shape) : NULL;
         if (!s)
@@ -488,7 +627,6 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
     }
     free(ins);
     free(members);
-    free(own);
     return rc;
 }
 
@@ -711,8 +849,8 @@ int wf__replicate(wf_graph *g, const wf__replicate_opts *o, wf__replica_map *m)
         goto done;
     if (o->stage_of && (rc = plan_crossings(&w, is_grad)) < 0)
         goto done;
-    if ((rc = copy_shards(&w)) < 0 || (rc = reduce_all(&w, is_grad, m)) < 0 ||
-        (rc = copy_globals(&w, is_grad)) < 0)
+    if ((rc = plan_inplace(&w, is_grad)) < 0 || (rc = copy_shards(&w)) < 0 ||
+        (rc = reduce_all(&w, is_grad, m)) < 0 || (rc = copy_globals(&w, is_grad)) < 0)
         goto done;
     for (int id = 0; id < n; id++) {
         if (w.kind[id] == K_SHARED)
@@ -746,6 +884,9 @@ done:
     free(w.grecv);
     free(w.sh[0]);
     free(w.sh[1]);
+    free(w.own);
+    free(w.tgi);
+    free(w.tcache);
     if (rc < 0)
         wf__replica_map_free(m);
     return rc;

@@ -2,7 +2,9 @@
  *   deterministic reduction of one gradient bucket over every shard of every rank.
  * Owns: the local part (each local shard's values scaled by its weight and summed in the
  *   fixed tree, packed into the node's flat output, or in place: over the first local shard's
- *   tensors, attrs.keepdims, core/op.h), the exchange between ranks, its wire form and keys.
+ *   tensors, attrs.keepdims, core/op.h; or one node of that tree, attrs.step[1]: the sum of
+ *   its two halves, which exchanges only at the node over every local shard), the exchange
+ *   between ranks, its wire form and keys.
  * Values: a flat index space cut into segments (the flat output: one; in place: one per
  *   reduced tensor). On one host each header carries the sender's segment addresses and every
  *   read goes segment by segment, so in place nothing is copied but what crosses between the
@@ -68,10 +70,7 @@ typedef struct dp_hdr {
 
 static int pow2_below(int n)
 {
-    int p = 1;
-    while (p * 2 < n)
-        p *= 2;
-    return p;
+    return wf__dp_tree_split(0, n);
 }
 
 void wf__dp_tree_sum(float **p, int lo, int hi, int unit, size_t len)
@@ -444,7 +443,23 @@ static int local_sum_inplace(const wf_node *n, wf_tensor *const *in)
         if (!in[v]->contiguous)
             return wf__err(WF_EINVAL, "value '%s' is not contiguous: it cannot be reduced in place",
                            n->inputs[v]->name);
-    int m = (n->n_inputs - 1) / b;
+    int m = wf__dp_reduce_values(n);
+    if (n->attrs->step[1] == 1) { /* one node of the tree: its two halves' sums */
+        int lo = (int)n->attrs->begin[1], hi = (int)n->attrs->end[1];
+        int mid = wf__dp_tree_split(lo, hi);
+        for (int j = 0; j < m; j++) {
+            size_t len = (size_t)in[1 + 2 * j]->numel;
+            float *restrict x = (float *)in[1 + 2 * j]->data;
+            float *restrict y = (float *)in[2 + 2 * j]->data;
+            if (mid - lo == 1)
+                scale(x, len, w[lo]);
+            if (hi - mid == 1)
+                scale(y, len, w[mid]);
+            for (size_t e = 0; e < len; e++)
+                x[e] += y[e];
+        }
+        return 0;
+    }
     for (int j = 0; j < m; j++) {
         size_t len = (size_t)in[1 + j * b]->numel;
         for (int i = 0; i < b; i++) {
@@ -459,13 +474,15 @@ static int local_sum_inplace(const wf_node *n, wf_tensor *const *in)
 static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
                             wf_tensor **out)
 {
-    bool inplace = n->attrs->keepdims;
-    int b = (int)n->attrs->step[0], m = (n->n_inputs - 1) / b;
+    bool inplace = n->attrs->keepdims, tree = n->attrs->step[1] == 1;
+    int b = (int)n->attrs->step[0], m = wf__dp_reduce_values(n);
+    int stride = tree ? 2 : b; /* value j's first local shard: input 1 + j * stride */
     int rc = inplace ? local_sum_inplace(n, in) : local_sum(n, in, (float *)(*out)->data);
     wf_comm *c = ctx->data;
     if (inplace && rc == 0)
         *(float *)(*out)->data = 0.0f; /* the token */
-    if (rc < 0 || !c || wf_comm_size(c) == 1)
+    /* a tree node below the top one sums a part of this rank's shards: no exchange */
+    if (rc < 0 || !c || wf_comm_size(c) == 1 || (tree && n->attrs->end[1] - n->attrs->begin[1] < b))
         return rc;
     if (!ctx->complete)
         return wf__err(WF_ENOSYS, "dp_reduce runs only in a session's run (it finishes later)");
@@ -490,7 +507,7 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         x->sg.n = nseg;
         x->sg.off[0] = 0;
         for (int s = 0; s < nseg; s++) {
-            const wf_tensor *t = inplace ? in[1 + s * b] : *out;
+            const wf_tensor *t = inplace ? in[1 + s * stride] : *out;
             x->sg.seg[s] = (float *)t->data;
             x->sg.off[s + 1] = x->sg.off[s] + (size_t)t->numel;
         }

@@ -13,8 +13,14 @@ split into m micro-batches of B/m rows; the loss is the mean over the batch (eac
 micro-batch's mean over m). It times each step after a warm-up (a barrier first; a step lasts
 as long as its slower stage) and prints one JSON line from stage 0: the median step seconds,
 the peak RSS of the larger stage and the first step's loss.
-Usage: pipeline_bench_torch.py --micro-batches M [--batch B] [--width W] [--steps S]
-                               [--warmup N] [--port P] [--timeout T]
+With --model gpt: perf/pipeline_bench's GPT instead (examples/train_gpt's model in PyTorch,
+imported from examples/train_gpt/torch_compare.py: 4 blocks of d_model 128, 4 heads, context 64,
+vocabulary 65, an untied head, AdamW lr 3e-4 with weight decay 0.1 on matrices only), stage 0
+the embeddings and blocks 0-1, stage 1 blocks 2-3, ln_f, the head and the loss; the activation
+that crosses is the residual stream [B/m, T, d]. Its batch is pipeline_bench's fill_gpt(): a
+64-bit LCG from seed 11, token (state >> 33) mod 65, each target the next token of the stream.
+Usage: pipeline_bench_torch.py --micro-batches M [--model mlp|gpt] [--batch B] [--width W]
+                               [--steps S] [--warmup N] [--port P] [--timeout T]
 Launching, deadlines and retries are dp_bench_ddp.py's (launch()): it never hangs.
 """
 import argparse
@@ -39,6 +45,48 @@ def lcg_batch(batch, width):
     return xs, [(i * 7) % CLASSES for i in range(batch)]
 
 
+GPT_T, GPT_D, GPT_HEADS, GPT_VOCAB, GPT_LAYERS = 64, 128, 4, 65, 4
+
+
+def gpt_batch(batch):
+    """pipeline_bench's fill_gpt(): inputs and next-token targets of one LCG stream."""
+    seed, mask, stream = 11, (1 << 64) - 1, []
+    for _ in range(batch * GPT_T + 1):
+        seed = (seed * 6364136223846793005 + 1442695040888963407) & mask
+        stream.append((seed >> 33) % GPT_VOCAB)
+    return stream[:-1], stream[1:]
+
+
+def gpt_stage(rank, nn, torch):
+    """Stage 'rank' of the GPT (torch_compare.py's modules): a module from tokens (stage 0) or
+    the residual stream (stage 1) to the stream (stage 0) or the logits (stage 1)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "examples", "train_gpt"))
+    from torch_compare import GPT  # noqa: E402
+
+    full = GPT(GPT_VOCAB, GPT_T, GPT_D, GPT_HEADS, GPT_LAYERS, False)
+    tr, half = full.transformer, GPT_LAYERS // 2
+
+    class Stage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            if rank == 0:
+                self.wte, self.wpe = tr["wte"], tr["wpe"]
+                self.h = nn.ModuleList(tr["h"][:half])
+            else:
+                self.h = nn.ModuleList(tr["h"][half:])
+                self.ln_f, self.lm_head = tr["ln_f"], full.lm_head
+
+        def forward(self, x):
+            if rank == 0:
+                x = self.wte(x) + self.wpe(torch.arange(x.size(1)))
+            for b in self.h:
+                x = b(x)
+            return x if rank == 0 else self.lm_head(self.ln_f(x))
+
+    return Stage()
+
+
 def rank_main(rank, args, q):
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
@@ -56,7 +104,17 @@ def rank_main(rank, args, q):
     torch.manual_seed(1 + rank)
     w, m = args.width, args.micro_batches
     rows = args.batch // m
-    if rank == 0:
+    gpt = args.model == "gpt"
+    if gpt:
+        stage = gpt_stage(rank, nn, torch)
+        xs, ys = gpt_batch(args.batch)
+        t = torch.tensor(xs if rank == 0 else ys, dtype=torch.int64).reshape(args.batch, GPT_T)
+        micro = list(t.split(rows))
+        decay = [p for p in stage.parameters() if p.dim() >= 2]
+        rest = [p for p in stage.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                 {"params": rest, "weight_decay": 0.0}], lr=3e-4)
+    elif rank == 0:
         stage = nn.Sequential(nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU())
         xs, _ = lcg_batch(args.batch, w)
         x = torch.tensor(xs, dtype=torch.float32).reshape(args.batch, w)
@@ -66,7 +124,9 @@ def rank_main(rank, args, q):
                               nn.Linear(w, CLASSES))
         _, ys = lcg_batch(args.batch, 0)
         micro = list(torch.tensor(ys, dtype=torch.int64).split(rows))
-    opt = torch.optim.Adam(stage.parameters(), lr=1e-3)
+    if not gpt:
+        opt = torch.optim.Adam(stage.parameters(), lr=1e-3)
+    act_shape = (rows, GPT_T, GPT_D) if gpt else (rows, w)
     times, loss0 = [], None
     for s in range(args.warmup + args.steps):
         dist.barrier()
@@ -85,10 +145,13 @@ def rank_main(rank, args, q):
         else:
             ins, losses = [], []
             for ym in micro:
-                a = torch.empty(rows, w)
+                a = torch.empty(*act_shape)
                 dist.recv(a, 0)
                 a.requires_grad_(True)
-                losses.append(nn.functional.cross_entropy(stage(a), ym) / m)
+                out = stage(a)
+                if gpt:
+                    out, ym = out.reshape(-1, GPT_VOCAB), ym.reshape(-1)
+                losses.append(nn.functional.cross_entropy(out, ym) / m)
                 ins.append(a)
             for a, loss in zip(ins, losses):
                 loss.backward()
@@ -112,6 +175,7 @@ def rank_main(rank, args, q):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--micro-batches", type=int, default=8)
+    ap.add_argument("--model", choices=("mlp", "gpt"), default="mlp")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=20)

@@ -5,6 +5,8 @@
  *   reductions, the updates and the user's own nodes carry none (the host), and an f64
  *   replica node stays on the host; without 'shard_device' no node is placed. A bucket that
  *   only its dp_reduce reads is reduced in place (dp_grad nodes); others keep the flat value.
+ *   A pipeline's micro-batch gradients are summed by the fixed tree's nodes, each made after
+ *   the backward parts it sums and ordered before the next micro-batch's gradient.
  * Internal: calls placement/replicate.h. */
 #include "../../core/graph.h"
 #include "../../placement/replicate.h"
@@ -200,4 +202,85 @@ Test(placement_internal_replicate, a_gradient_something_else_reads_keeps_the_fla
         free(map.remap);
         wf_graph_destroy(m.g);
     }
+}
+
+/* A pipeline of one stage, 5 micro-batches made in GPipe's order (every forward part, then the
+ * backward parts in micro-batch order): the one gradient's fixed tree over the micro-batches
+ * is 4 dp_reduce nodes of [lo, hi) split at the largest power of two below the count (0..2,
+ * 2..4, 0..4, 0..5), each made right after micro-batch hi - 1's backward part, and micro-batch
+ * i's gradient copy is ordered after the nodes ending at i (so its bytes may be those the
+ * sums freed); the update reads a dp_grad of the node over every micro-batch. */
+Test(placement_internal_replicate, a_pipeline_sums_the_micro_batches_gradients_as_they_finish)
+{
+    net m = build();
+
+    enum { B = 5 };
+
+    int fwd_end = m.loss->id; /* the user's nodes after the loss are the backward part's */
+    int *stage_of = calloc((size_t)m.n, sizeof *stage_of);
+    uint8_t *backward = calloc((size_t)m.n, 1);
+    int order[2 * B];
+    for (int i = 0; i < B; i++) {
+        order[i] = i;
+        order[B + i] = -1 - i;
+    }
+    const wf_node *grad = NULL;
+    for (int id = 0; id < m.n; id++) {
+        backward[id] = id > fwd_end;
+        if (wf_graph_node(m.g, id)->is_gradient)
+            grad = wf_graph_node(m.g, id);
+    }
+    cr_assert_not_null(grad);
+    wf__replicate_opts o = { .size = 1,
+                             .shards = B,
+                             .bucket_bytes = 1 << 20,
+                             .first_bucket_bytes = 1 << 20,
+                             .edge_base = 16384,
+                             .p2p_edge_base = 0,
+                             .stage_of = stage_of,
+                             .stages = 1,
+                             .batch_rows = 20,
+                             .order = order,
+                             .backward = backward };
+    wf__replica_map map;
+    int rc = wf__replicate(m.g, &o, &map);
+    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_last_errmsg());
+    const wf_node *shard[B] = { 0 }, *tree[B + 1][B + 1] = { { 0 } }, *top = NULL;
+    int n_tree = 0, total = wf_graph_node_count(m.g);
+    for (int i = 0; i < B; i++)
+        shard[i] = map.shard[i * m.n + grad->id];
+    for (int id = m.n; id < total; id++) {
+        const wf_node *n = wf_graph_node(m.g, id);
+        if (n->op != &wf_op_dp_reduce || n->attrs->step[1] != 1)
+            continue;
+        int lo = (int)n->attrs->begin[1], hi = (int)n->attrs->end[1];
+        cr_assert(lo >= 0 && hi <= B && hi - lo >= 2, "tree node over %d .. %d", lo, hi);
+        tree[lo][hi] = n;
+        n_tree++;
+        cr_assert_eq(n->inputs[1], shard[lo], "node %d..%d does not sum into shard %d", lo, hi, lo);
+        if (hi < B)
+            cr_assert_lt(n->id, shard[hi]->id, "node %d..%d made after shard %d's gradient", lo, hi,
+                         hi);
+        if (hi == B && lo == 0)
+            top = n;
+    }
+    cr_assert_eq(n_tree, 4, "%d tree nodes for 5 micro-batches", n_tree);
+    cr_assert(tree[0][2] && tree[2][4] && tree[0][4] && top,
+              "not the fixed tree 0..2 2..4 0..4 0..5");
+    for (int i = 2; i < B; i++)
+        for (int lo = 0; lo + 1 < i; lo++) {
+            if (!tree[lo][i])
+                continue;
+            bool after = false;
+            for (int k = 0; k < shard[i]->n_control; k++)
+                after |= shard[i]->control[k] == tree[lo][i];
+            cr_assert(after, "shard %d's gradient is not ordered after node %d..%d", i, lo, i);
+        }
+    const wf_node *g = map.remap[grad->id];
+    cr_assert(g && g->op == &wf_op_dp_grad && g->inputs[1] == top,
+              "the global gradient is no dp_grad of the node over every micro-batch");
+    wf__replica_map_free(&map);
+    free(stage_of);
+    free(backward);
+    wf_graph_destroy(m.g);
 }

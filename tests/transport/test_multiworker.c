@@ -2,7 +2,8 @@
  * (weft/distribute.h) on real processes: an MLP trained on 2 and 3 ranks follows the
  * single-process run on the same global batch (per-step losses within 1e-6 relative), and is
  * bit for bit the single-process run with the same shards (losses and the saved weights);
- * 1 x 4, 2 x 2 and 4 x 1 (ranks x shards) give the same weight bytes after 50 steps; 3 ranks
+ * 1 x 4, 2 x 2 and 4 x 1 (ranks x shards) give the same weight bytes after 50 steps, and so
+ * do 1 x 3 and 3 x 1, 1 x 6 and 3 x 2 after 20 (a rank's own shards summed by tree nodes); 3 ranks
  * of one weft worker each with a 4096-wide MLP give the bits of one process with 3 shards; the
  * reductions over TCP (through UCX) and on one host (memory reads) give the same bits; ranks
  * with different graphs or options fail session creation naming the ranks; ranks fed
@@ -574,6 +575,20 @@ Test(transport_multiworker, ranks_by_shards_1x4_2x2_4x1_train_bitwise_alike)
     run_ranks(4, 4, 50, 30, &r4);
     assert_bitwise(&r2, &r1, "2 x 2 vs 1 x 4");
     assert_bitwise(&r4, &r1, "4 x 1 vs 1 x 4");
+}
+
+/* A rank's own shards summed by the tree's nodes as they finish (placement/replicate.c: 3 or
+ * more local shards, shard counts that are no power of two: a one-shard half at the top) give
+ * the bits of the same tree split over ranks, where each rank has 1 or 2 shards. */
+Test(transport_multiworker, ranks_by_shards_1x3_3x1_and_1x6_3x2_train_bitwise_alike)
+{
+    static mw_result l3, r3, l6, r6;
+    run_local(3, 20, 30, &l3);
+    run_ranks(3, 3, 20, 30, &r3);
+    assert_bitwise(&r3, &l3, "3 x 1 vs 1 x 3");
+    run_local(6, 20, 30, &l6);
+    run_ranks(3, 6, 20, 30, &r6);
+    assert_bitwise(&r6, &l6, "3 x 2 vs 1 x 6");
 }
 
 static void run_bad(int mode)
