@@ -191,10 +191,11 @@ typedef struct wf_ps_stats {
                                 worker: 0 */
 } wf_ps_stats;
 
+struct wf_session;
+
 /* What this rank's asynchronous parameter-server session has seen so far. Returns 0, or
  * WF_EINVAL (NULL; a session without an asynchronous parameter-server strategy).
  * Threads: any, also while a run is under way. */
-struct wf_session;
 WF_API WF_NODISCARD int wf_session_ps_stats(struct wf_session *s, wf_ps_stats *out);
 
 /* Gathers the servers' state into every rank's session (parameter servers, either mode):
