@@ -17,7 +17,7 @@
  * order, the usual case) is acyclic by construction; only other graphs pay for a check.
  * Running: a worker that finishes a node decrements its successors; of those that become
  * ready it keeps the first for itself (no deque round trip along a chain) and pushes the
- * rest (with one worker from the last, so that its own pops take them in list order).
+ * rest from the last, so that its own pops take them in list order.
  * Finished nodes are counted locally and given to the group in one subtraction when
  * the worker's run of inline successors ends.
  * Later completion: a node whose function returns WF_TASK_LATER finishes when two things
@@ -605,30 +605,24 @@ static wf__task *release_successors(wf_taskgraph *g, wf__worker *w, const wf__ta
 {
     const int *succ = g->succ;
     wf__task *keep = NULL, *st;
-    /* One worker: nobody steals, and the owner pops its own pushes last first, so the ready
-     * successors go in from the last of the list: it runs them in the list's order (exec.c
-     * sorts them by priority). In list order, a bucket's last gradient (a tiny bias sum,
-     * boosted before its reduction) pushed early ran only after the whole rest of backward
-     * had been pushed over it: dp_bench's first bucket started as backward ended. */
-    if (w && w->rt->nw == 1) {
-        for (int k = t->gn.end - 1; k >= t->succ_off; k--)
-            if ((st = release_one(g, t, succ[k], skip))) {
-                if (keep)
-                    wf__push_local(w, keep);
-                keep = st;
-            }
-        return keep;
+    if (!w) { /* a completion from outside: every ready successor is submitted, in list order */
+        for (int k = t->succ_off, end = t->gn.end; k < end; k++)
+            if ((st = release_one(g, t, succ[k], skip)))
+                wf__submit_outside(g->rt, st);
+        return NULL;
     }
-    for (int k = t->succ_off, end = t->gn.end; k < end; k++) {
-        if (!(st = release_one(g, t, succ[k], skip)))
-            continue;
-        if (!keep && w)
+    /* From the last successor to the first: a ready one found before the kept one is pushed,
+     * so the caller runs the list's first ready successor itself and its own LIFO pops take
+     * the rest in the list's order (exec.c sorts successors by priority), while thieves take
+     * the oldest push, the list's last. Pushed in list order, the owner ran them last first:
+     * a bucket's last gradient (a tiny bias sum, boosted before its reduction) ran only after
+     * the whole rest of backward, and dp_bench's first bucket started as backward ended. */
+    for (int k = t->gn.end - 1; k >= t->succ_off; k--)
+        if ((st = release_one(g, t, succ[k], skip))) {
+            if (keep)
+                wf__push_local(w, keep);
             keep = st;
-        else if (w)
-            wf__push_local(w, st);
-        else
-            wf__submit_outside(g->rt, st);
-    }
+        }
     return keep;
 }
 
