@@ -6,7 +6,8 @@
  * Lines, per thread count T (--threads, default 1,2): weft eager (a fresh WF_EAGER graph per
  * step whose variables carry over, as weft-train --eager does; T workers), weft static (the
  * same model as one session run of wf_minimize's target; T workers) and PyTorch eager
- * (perf/train/eager_bench_torch.py, torch.set_num_threads(T), a process per T). Each line is
+ * (perf/train/eager_bench_torch.py, torch.set_num_threads(T) and OpenBLAS's pool of T threads,
+ * a process per T). Each line is
  * JSON with "bench", "impl" (weft, pytorch), "mode" (eager, static), "threads", "median_s"
  * (of --reps timed steps after --warmup), "cpu_s" (the process's CPU time per timed step),
  * "final_loss"; then a "ratios" line per T: weft eager / PyTorch eager and weft eager / weft

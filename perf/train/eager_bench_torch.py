@@ -5,12 +5,19 @@
 # step, at torch.set_num_threads(THREADS) (one process per thread count), timed the same way
 # (warm-up steps, then the median of REPS timed steps); prints one JSON line with cpu_s, the
 # process's CPU time per timed step (all threads).
+# Debian's torch calls the system's threaded OpenBLAS, whose pool torch.set_num_threads does
+# not size (at 1 torch thread a step took 51 ms of CPU in 26 ms of wall time), so the pool is
+# sized to THREADS too, before torch loads it: the thread count is then the process's.
 # Usage: eager_bench_torch.py DIGITS.csv.gz WARMUP REPS THREADS
 import csv
 import gzip
 import json
+import os
 import sys
 import time
+
+if len(sys.argv) > 4:
+    os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[4]
 
 try:
     import torch
