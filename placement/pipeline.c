@@ -288,6 +288,25 @@ out:
     return rc;
 }
 
+int wf__pipeline_forward_graph(const wf_graph *g, const wf__pipeline_opts *o, wf_graph **out)
+{
+    *out = NULL;
+    int n = wf_graph_node_count(g), rc;
+    size_t nn = (size_t)(n ? n : 1);
+    uint8_t *kind = calloc(nn, 1), *backward = calloc(nn, 1), *is_grad = calloc(nn, 1);
+    wf_node *ref = NULL;
+    if (!kind || !backward || !is_grad)
+        rc = wf__err(WF_ENOMEM, "pipeline plan: no memory for %d nodes", n);
+    else if ((rc = wf__replicate_kinds(g, kind, is_grad, &ref)) == 0) {
+        mark_backward(g, kind, backward);
+        rc = wf__pipeline_plan_forward(g, o, kind, backward, out);
+    }
+    free(kind);
+    free(backward);
+    free(is_grad);
+    return rc < 0 ? rc : 0;
+}
+
 int wf__pipeline_sends(const wf_graph *g, const wf__replica_map *m, wf_node *const *req, int n_req,
                        wf_node **out)
 {

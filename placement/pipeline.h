@@ -30,6 +30,11 @@ typedef struct wf__pipeline_opts {
     double mem_bytes;           /* planner: each stage's memory cap (0: none) */
     const wf_cost_table *costs; /* planner: measured seconds (NULL: the priors) */
     char **plan_text;           /* planner, may be NULL: the plan's text (malloc'd) goes here */
+    const char *plan_note;      /* planner, may be NULL: a line the text gives after its head */
+    /* planner: the links between ranks a and b, [a * stages + b] (a < b read), one-way
+     * latency in seconds and bytes per second (measured: runtime/strategy.c); NULL: the
+     * cluster's defaults */
+    const double *link_latency_s, *link_bytes_per_s;
 } wf__pipeline_opts;
 
 /* The planner's stages of the forward nodes of 'g' (kinds from wf__replicate_kinds(),
@@ -41,6 +46,19 @@ typedef struct wf__pipeline_opts {
  * wf_last_errmsg(). */
 int wf__pipeline_plan(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind,
                       const uint8_t *backward, int *pin, char **text);
+
+/* The graph the planner splits (pipeline_plan.c): the forward part of 'g' (kinds and
+ * 'backward' as for wf__pipeline_plan()) copied into a new static graph at one micro-batch's
+ * rows, node for node in 'g's order, so the same 'g' and options give the same graph on every
+ * rank. For the runtime's profile run: a node of it and its twin in the planner's own copy
+ * share a cost-table key. Returns 0 or the copy's error. Ownership: the caller destroys
+ * '*out'. */
+int wf__pipeline_plan_forward(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind,
+                              const uint8_t *backward, wf_graph **out);
+
+/* The same for 'g' alone: its kinds and backward nodes found as wf__pipeline() finds them.
+ * Returns 0, the kinds' error or the copy's. */
+int wf__pipeline_forward_graph(const wf_graph *g, const wf__pipeline_opts *o, wf_graph **out);
 
 /* Rewrites 'g' (static, no error) for stage 'o->stage' and fills '*m' as wf__replicate()
  * does (m->sends: the sends each run must target). Stages: a node hinted to "rank:K/..." is

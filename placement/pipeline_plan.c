@@ -62,6 +62,8 @@ static int copy_forward(const wf_graph *g, const wf__pipeline_opts *o, const uin
             return wf__err(wf_graph_status(h) < 0 ? wf_graph_status(h) : WF_ENOMEM,
                            "pipeline plan: copying %s '%s' at %lld rows per micro-batch: %s",
                            v->op->name, v->name, (long long)rows, wf_graph_errmsg(h));
+        if (!hh)
+            continue; /* the profile's copy: no hints */
         int d = wf__place_hint_device(o->hints, c, v);
         char dev[64];
         if (d < -1)
@@ -86,8 +88,25 @@ static double optimizer_factor(const wf_graph *g, const uint8_t *fwd)
     return weights > 0 ? slots / weights : 0;
 }
 
-/* The plan's text: wf_plan_print()'s lines, then each stage's nodes of the user's graph. */
-static int plan_text(const wf_graph *g, const wf_plan *p, const int *pin,
+/* The links between neighbouring stages: measured (o->link_*) or the cluster's defaults. */
+static int set_links(wf_cluster *c, const wf__pipeline_opts *o)
+{
+    int rc = 0;
+    for (int a = 0; a < o->stages && o->link_latency_s && rc >= 0; a++)
+        for (int b = a + 1; b < o->stages && rc >= 0; b++) {
+            double lat = o->link_latency_s[a * o->stages + b];
+            double bw = o->link_bytes_per_s[a * o->stages + b];
+            rc = wf_cluster_set_link(c, a, b, lat, bw);
+            if (rc < 0)
+                rc = wf__err(rc, "pipeline plan: the link of ranks %d and %d: latency %g s, %g B/s",
+                             a, b, lat, bw);
+        }
+    return rc < 0 ? rc : 0;
+}
+
+/* The plan's text: the costs' and links' sources, wf_plan_print()'s lines, then each stage's
+ * nodes of the user's graph. */
+static int plan_text(const wf_graph *g, const wf_cluster *c, const wf_plan *p, const int *pin,
                      const wf__pipeline_opts *o, char **text)
 {
     char *buf = NULL;
@@ -99,6 +118,15 @@ static int plan_text(const wf_graph *g, const wf_plan *p, const int *pin,
             o->costs ? "measured" : "prior", o->schedule == WF_SCHEDULE_1F1B ? "1F1B" : "GPipe",
             o->micro_batches,
             (long long)((o->batch_rows + o->micro_batches - 1) / o->micro_batches));
+    if (o->plan_note)
+        fprintf(f, "  %s\n", o->plan_note);
+    for (int k = 0; k + 1 < wf_plan_stage_count(p); k++) {
+        double lat = 0, bw = 0;
+        if (wf_cluster_get_link(c, wf_plan_stage_device(p, k), wf_plan_stage_device(p, k + 1), &lat,
+                                &bw) == 0)
+            fprintf(f, "  link stage %d - %d: %s, latency %.2f us, %.3g GB/s\n", k, k + 1,
+                    o->link_latency_s ? "measured" : "default", lat * 1e6, bw * 1e-9);
+    }
     int rc = wf_plan_print(p, f);
     for (int k = 0; k < wf_plan_stage_count(p) && rc == 0; k++) {
         fprintf(f, "  stage %d nodes:", k);
@@ -133,7 +161,7 @@ int wf__pipeline_plan(const wf_graph *g, const wf__pipeline_opts *o, const uint8
     for (int r = 0; r < o->stages && rc >= 0; r++)
         rc = wf_cluster_add_device(
             c, &(wf_cluster_device){ .rank = r, .kind = WF_PLACE_CPU, .mem_bytes = o->mem_bytes });
-    if (rc < 0)
+    if (rc < 0 || (rc = set_links(c, o)) < 0)
         goto out;
     mark_forward(g, kind, backward, fwd);
     if ((rc = copy_forward(g, o, fwd, c, h, hh, copy)) < 0)
@@ -156,11 +184,36 @@ int wf__pipeline_plan(const wf_graph *g, const wf__pipeline_opts *o, const uint8
                       ? wf_plan_node_stage(p, copy[id])
                       : -1;
     if (text)
-        rc = plan_text(g, p, pin, o, text);
+        rc = plan_text(g, c, p, pin, o, text);
 out:
     wf_plan_destroy(p);
     wf_place_hints_destroy(hh);
     wf_cluster_destroy(c);
+    wf_graph_destroy(h);
+    free(fwd);
+    free(copy);
+    return rc;
+}
+
+int wf__pipeline_plan_forward(const wf_graph *g, const wf__pipeline_opts *o, const uint8_t *kind,
+                              const uint8_t *backward, wf_graph **out)
+{
+    int n = wf_graph_node_count(g), rc = 0;
+    size_t nn = (size_t)(n ? n : 1);
+    uint8_t *fwd = calloc(nn, 1);
+    wf_node **copy = calloc(nn, sizeof *copy);
+    wf_graph *h = wf_graph_create(wf_graph_runtime(g), WF_STATIC);
+    *out = NULL;
+    if (!fwd || !copy || !h) {
+        rc = wf__err(WF_ENOMEM, "pipeline plan: no memory for %d nodes", n);
+        goto out;
+    }
+    mark_forward(g, kind, backward, fwd);
+    if ((rc = copy_forward(g, o, fwd, NULL, h, NULL, copy)) < 0)
+        goto out;
+    *out = h;
+    h = NULL;
+out:
     wf_graph_destroy(h);
     free(fwd);
     free(copy);

@@ -39,8 +39,17 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 typedef struct wf__plan wf__plan;
+
+/* Seconds of CLOCK_MONOTONIC (the profile run's and the planner's measurements). */
+static inline double wf__rt_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* A static memory plan (runtime/memplan.c): where each planned output of a plan lives in a
  * run slot's arena (memory/plan.h's plan, 'm': offsets, in-place marks, the arena's size,
@@ -257,6 +266,25 @@ int wf__dp_extra_targets(wf_session *s, wf_node *const *req, int n_req, wf_node 
 int wf__dp_plan_order(wf__plan *p);
 
 void wf__dp_free(struct wf__dp *dp);
+
+/* A pipeline strategy's measurements for its planner (runtime/plan_measure.c). */
+typedef struct wf__plan_measure wf__plan_measure;
+struct wf__pipeline_opts;
+struct wf_cost_table;
+
+/* Returns 0 or WF_ENOMEM. Ownership: the caller frees '*out' (wf__plan_measure_free()). */
+int wf__plan_measure_create(wf__plan_measure **out);
+void wf__plan_measure_free(wf__plan_measure *pm);
+
+/* Fills the planner's options 'po' of a session of 'g' (placement auto) with what is
+ * measured: the links of 'comm' (every rank, probed once per 'pm') and, when po->costs is
+ * NULL, the forward's op times profiled on every rank (their mean, in '*table', which the
+ * caller destroys after the rewrite); 'note' gets the plan's line that says so. Every rank
+ * calls it at the same point. Returns 0, or the probe's, the profile's or the exchange's
+ * error (message set). */
+int wf__plan_measure_run(wf__plan_measure *pm, wf_comm *comm, const wf_graph *g,
+                         struct wf__pipeline_opts *po, struct wf_cost_table **table, char *note,
+                         size_t size);
 
 /* A strategy of 'comm' with options 'o' (checked by the caller) and 'servers' parameter
  * servers (0: MultiWorkerMirrored). Returns 0 or WF_ENOMEM. */

@@ -14,20 +14,13 @@
  * Not here: the table and the prior (placement/cost.c), using the times (placement/stages.c). */
 #include "../core/error.h"
 #include "../core/graph.h"
+#include "internal.h"
 
 #include <weft/placement.h>
 #include <weft/runtime.h>
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -100,10 +93,10 @@ static int time_node(wf_runtime *rt, const wf_node *n, int device, int reps, dou
     }
     for (int r = -1; r < reps && rc == 1; r++) {
         wf_tensor *out = NULL;
-        double t0 = now_s();
+        double t0 = wf__rt_now_s();
         if (wf_session_run(s, feeds, n->n_inputs, &x, 1, &out, NULL, 0) < 0)
             rc = 0;
-        double dt = now_s() - t0;
+        double dt = wf__rt_now_s() - t0;
         wf_tensor_release(out);
         if (r >= 0)
             t[r] = dt;

@@ -32,6 +32,7 @@ struct wf_strategy {
     int servers, staleness; /* parameter servers (runtime/strategy_ps.c); 0: none */
     bool pipeline;          /* wf_strategy_pipeline(): 'p' (o.shards: m, o.aggregation: p's) */
     wf_pipeline_opts p;
+    wf__plan_measure *measure; /* a pipeline with placement auto: what its planner measured */
     /* Mirrored: */
     wf_runtime *rt;
     int n_dev;                 /* D (0: MultiWorkerMirrored) */
@@ -154,6 +155,10 @@ int wf_strategy_pipeline(wf_comm *comm, const wf_pipeline_opts *opts, wf_strateg
                                 .first_bucket_bytes = DEFAULT_FIRST_BUCKET },
                          .pipeline = true,
                          .p = p };
+    if (p.placement == WF_PIPELINE_PLACE_AUTO && wf__plan_measure_create(&st->measure) < 0) {
+        free(st);
+        return WF_ENOMEM;
+    }
     *out = st;
     return 0;
 }
@@ -287,6 +292,8 @@ int wf_strategy_size(const wf_strategy *st)
 
 void wf_strategy_destroy(wf_strategy *st)
 {
+    if (st)
+        wf__plan_measure_free(st->measure);
     free(st);
 }
 
@@ -443,6 +450,18 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *devi
                              .mem_bytes = st->p.mem_bytes,
                              .costs = st->p.costs,
                              .plan_text = &dp->plan_text };
+    wf_cost_table *profiled = NULL; /* the measured costs of placement auto (plan_measure.c) */
+    char note[512];
+    if (st->measure) {
+        if ((rc = wf__plan_measure_run(st->measure, st->size > 1 ? st->comm : NULL, g, &po,
+                                       &profiled, note, sizeof note)) < 0) {
+            char why[WF_ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", wf_last_errmsg());
+            free(dp);
+            return wf__graph_fail(g, rc, "wf_session_create: %s", why);
+        }
+        po.plan_note = note;
+    }
     if (st->servers)
         rc = wf__ps_prepare(g, st->comm, &st->o, st->servers, st->staleness, EDGE_BASE, &dp->map,
                             &dp->ps);
@@ -450,6 +469,7 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *devi
         rc = wf__pipeline(g, &po, &dp->map);
     else
         rc = wf__replicate(g, &ro, &dp->map);
+    wf_cost_table_destroy(profiled);
     if (rc < 0) {
         char why[WF_ERRMSG_MAX];
         snprintf(why, sizeof why, "%s", wf_last_errmsg());
@@ -656,13 +676,28 @@ int wf_session_pipeline_stage(const wf_session *s, const wf_node *n)
     const wf__replica_map *m = &s->dp->map;
     if (m->stage[n->id] != WF__STAGE_SHARED)
         return m->stage[n->id] == WF__STAGE_ALL ? -2 : m->stage[n->id];
-    int lowest = -1; /* computed where it is read: the lowest stage of a reader */
-    for (int id = n->id + 1; id < m->n; id++) {
+    /* Computed where it is read: the lowest stage of a reader, where a reader that is itself
+     * computed where it is read (the sum of a weight that a later layer scales and adds)
+     * counts with its own lowest reader's stage. Readers come after their inputs, so one
+     * pass from the last node back to 'n' settles every such node before its inputs. */
+    int base = n->id, count = m->n - n->id;
+    int *low = malloc(sizeof *low * (size_t)count);
+    if (!low)
+        return wf__err(WF_ENOMEM, "wf_session_pipeline_stage: no memory for %d nodes", count);
+    for (int k = 0; k < count; k++)
+        low[k] = -1;
+    for (int id = m->n - 1; id > base; id--) {
         const wf_node *v = wf_graph_node(s->g, id);
-        for (int j = 0; j < v->n_inputs && m->stage[id] >= 0; j++)
-            if (v->inputs[j] == n && (lowest < 0 || m->stage[id] < lowest))
-                lowest = m->stage[id];
+        int sv = m->stage[id] == WF__STAGE_SHARED ? low[id - base] : m->stage[id];
+        for (int j = 0; j < v->n_inputs && sv >= 0; j++) {
+            int x = v->inputs[j]->id;
+            if (x >= base && m->stage[x] == WF__STAGE_SHARED &&
+                (low[x - base] < 0 || sv < low[x - base]))
+                low[x - base] = sv;
+        }
     }
+    int lowest = low[0];
+    free(low);
     return lowest;
 }
 

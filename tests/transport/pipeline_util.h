@@ -55,7 +55,7 @@ typedef struct pp_arg {
     int stages, micro, schedule, steps, batch;
     int placement;  /* WF_PIPELINE_PLACE_AUTO: the planner's stages, no hints */
     bool node_set;  /* hints: node_st[id] (>= 0) for each forward op, after the scopes */
-    double heavy_s; /* > 0: a cost table gives the MLP's last matmul these seconds */
+    double heavy_s; /* > 0: a cost table gives the MLP's first and last matmul these seconds */
     signed char node_st[FWD];
     int ready_fd;   /* M_KILL: each rank writes a byte once its session is made */
     char path[160]; /* rank r writes "<path>.<r>" (and rank 0 of the planner "<path>.plan") */
@@ -304,11 +304,10 @@ static int report_stages(const wf_session *s, const net *n, const pp_arg *a, int
         const wf_node *v = id <= loss_id ? wf_graph_node(n->g, id) : NULL;
         bool op = v && wf_node_input_count(v) > 0; /* not a source */
         res->node_st[id] = (signed char)(op ? wf_session_pipeline_stage(s, v) : -1);
-        /* the plain MLP's ops each on a stage (the shared MLP's sum of w1, read only from a
-         * variable and on no stage itself, reports -1) */
-        TU_CHECK(!op || n->model != NET_MLP ||
-                     (res->node_st[id] >= 0 && res->node_st[id] < a->stages),
-                 "node %d: stage %d", id, res->node_st[id]);
+        /* every op on a stage: also one that reads only variables and whose reader does too
+         * (the shared MLP's sum of w1, scaled and added on the last stage) */
+        TU_CHECK(!op || (res->node_st[id] >= 0 && res->node_st[id] < a->stages),
+                 "node %d (%s %s): stage %d", id, wf_node_op(v), wf_node_name(v), res->node_st[id]);
         TU_CHECK(!a->node_set || res->node_st[id] == a->node_st[id],
                  "node %d is on stage %d, hinted to %d", id, res->node_st[id], a->node_st[id]);
     }
@@ -391,14 +390,17 @@ static int rank_train(wf_comm *c, int rank, int size, void *argp)
     if (a->placement != WF_PIPELINE_PLACE_AUTO)
         TU_OK(wf_place_hints_create(&h));
     wf_cost_table *costs = NULL;
-    if (a->heavy_s > 0) { /* the signature of the copy the planner sees: one micro-batch's rows */
+    if (a->heavy_s > 0) { /* the signatures of the copy the planner sees: a micro-batch's rows */
         wf_graph *cg = wf_graph_create(tu_rt, WF_STATIC);
         int64_t rows = (a->batch + a->micro - 1) / a->micro;
-        wf_node *mm = wf_matmul(cg, wf_placeholder(cg, "a", WF_F32, WF_SHAPE(rows, HID)),
-                                wf_variable(cg, "w", WF_F32, WF_SHAPE(HID, OUT), wf_init_zeros()));
+        wf_node *mm3 = wf_matmul(cg, wf_placeholder(cg, "a", WF_F32, WF_SHAPE(rows, HID)),
+                                 wf_variable(cg, "w", WF_F32, WF_SHAPE(HID, OUT), wf_init_zeros()));
+        wf_node *mm1 = wf_matmul(cg, wf_placeholder(cg, "x", WF_F32, WF_SHAPE(rows, IN)),
+                                 wf_variable(cg, "v", WF_F32, WF_SHAPE(IN, HID), wf_init_zeros()));
         TU_OK(wf_cost_table_create(&costs));
-        TU_CHECK(mm, "the costed matmul: %s", wf_graph_errmsg(cg));
-        TU_OK(wf_cost_table_put(costs, mm, WF_PLACE_CPU, a->heavy_s));
+        TU_CHECK(mm1 && mm3, "the costed matmuls: %s", wf_graph_errmsg(cg));
+        TU_OK(wf_cost_table_put(costs, mm3, WF_PLACE_CPU, a->heavy_s));
+        TU_OK(wf_cost_table_put(costs, mm1, WF_PLACE_CPU, a->heavy_s));
         wf_graph_destroy(cg);
     }
     wf_strategy *st = NULL;

@@ -5,7 +5,7 @@
  * text names each stage's device, its nodes and the bubble; the planner's errors at creation
  * (memory caps too small: naming the device and bytes, or the node alone too big; a hint of a
  * rank that does not exist) and its options without it are refused naming them; a measured
- * cost table (one matmul at 1 s) moves the split to just before that matmul. */
+ * cost table (two matmuls at 1 s) moves the split between them. */
 #include "pipeline_util.h"
 
 TestSuite(transport_pipeline_plan, .timeout = WF_TEST_TIMEOUT(240), .fini = wf_test_fini);
@@ -145,9 +145,10 @@ Test(transport_pipeline_plan, planner_errors_at_session_creation_name_the_device
     cr_assert_null(st);
 }
 
-/* A measured cost (the table's, not the prior) moves the split: with the last layer's matmul
- * at 1 s per micro-batch, the planner puts it and what follows on stage 1 and every op before
- * it on stage 0 (anything more on stage 1 would make the slowest stage slower); the run still
+/* A measured cost (the table's, not the prior) moves the split: with the first and the last
+ * layer's matmuls at 1 s per micro-batch each, the one split whose slowest stage is not 2 s
+ * (backward included: 6 s) puts the first on stage 0 and the last on stage 1, whatever the
+ * measured links cost (microseconds), with every op after its inputs' stages; the run still
  * trains the bits of one process with 4 shards. */
 Test(transport_pipeline_plan, planner_follows_a_measured_cost_table)
 {
@@ -168,18 +169,59 @@ Test(transport_pipeline_plan, planner_follows_a_measured_cost_table)
     cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
     mlp m;
     cr_assert_eq(mlp_build(rt, &m, NULL, 2, M_TRAIN), 0);
-    int heavy = -1, matmuls = 0;
-    for (int id = 0; id < FWD && heavy < 0; id++)
-        if (strcmp(wf_node_op(wf_graph_node(m.g, id)), "matmul") == 0 && ++matmuls == 3)
-            heavy = id;
-    cr_assert_geq(heavy, 0, "no third matmul");
+    int first = -1, last = -1, matmuls = 0, prev = 0;
+    for (int id = 0; id < FWD; id++) /* the forward's matmuls: the ops with a stage */
+        if (planned.node_st[id] >= 0 && strcmp(wf_node_op(wf_graph_node(m.g, id)), "matmul") == 0 &&
+            ++matmuls != 2)
+            *(matmuls == 1 ? &first : &last) = id;
+    cr_assert(first >= 0 && last > first, "matmuls %d and %d", first, last);
+    cr_assert_eq(planned.node_st[first], 0, "the first costed matmul is on stage %d",
+                 planned.node_st[first]);
+    cr_assert_eq(planned.node_st[last], 1, "the last costed matmul is on stage %d",
+                 planned.node_st[last]);
     for (int id = 0; id < FWD; id++)
-        if (planned.node_st[id] >= 0)
-            cr_assert_eq(planned.node_st[id], id < heavy ? 0 : 1,
-                         "node %d (%s) is on stage %d; the costed matmul is node %d", id,
-                         wf_node_name(wf_graph_node(m.g, id)), planned.node_st[id], heavy);
+        if (planned.node_st[id] >= 0) {
+            cr_assert_geq(planned.node_st[id], prev, "node %d (%s) on stage %d after stage %d", id,
+                          wf_node_name(wf_graph_node(m.g, id)), planned.node_st[id], prev);
+            prev = planned.node_st[id];
+        }
     wf_graph_destroy(m.g);
     wf_runtime_destroy(rt);
     run_local(&a, 4, &local);
     assert_bitwise(&planned, &local, "planner's stages from measured costs vs 4 shards");
+}
+
+/* The bug: wf_session_pipeline_stage() gave -1 for a node that reads only a variable and
+ * whose one reader does too (the shared MLP's sum of w1, scaled by a constant, then added on
+ * the last stage): it looked only at readers with a stage of their own. Now such a node has
+ * the lowest stage of its readers, through readers like it: here every forward op of a
+ * one-stage pipeline is on stage 0, and the weight w1 too. */
+Test(transport_pipeline_plan, stage_of_a_weight_only_node_read_by_another_is_its_readers_stage)
+{
+    wf_runtime *rt = NULL;
+    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
+    wf_strategy *st = NULL;
+    cr_assert_eq(
+        wf_strategy_pipeline(NULL, &(wf_pipeline_opts){ .micro_batches = 2, .batch_rows = 8 }, &st),
+        0, "%s", wf_last_errmsg());
+    mlp m;
+    cr_assert_eq(mlp_build(rt, &m, NULL, 1, M_SHARED_VAR), 0, "%s", wf_graph_errmsg(m.g));
+    wf_session *s = NULL;
+    cr_assert_eq(wf_session_create(m.g, &(wf_session_opts){ .strategy = st }, &s), 0, "%s",
+                 wf_graph_errmsg(m.g));
+    int sums = 0;
+    for (int id = 0; wf_graph_node(m.g, id) != m.loss; id++) {
+        const wf_node *v = wf_graph_node(m.g, id);
+        if (wf_node_input_count(v) == 0)
+            continue;
+        sums += strcmp(wf_node_op(v), "sum") == 0;
+        cr_assert_eq(wf_session_pipeline_stage(s, v), 0, "node %d (%s %s): stage %d", id,
+                     wf_node_op(v), wf_node_name(v), wf_session_pipeline_stage(s, v));
+    }
+    cr_assert_eq(sums, 1, "the shared MLP has no sum of w1");
+    cr_assert_eq(wf_session_pipeline_stage(s, m.vars[0]), 0);
+    wf_session_destroy(s);
+    wf_graph_destroy(m.g);
+    wf_strategy_destroy(st);
+    wf_runtime_destroy(rt);
 }
