@@ -58,7 +58,7 @@ typedef struct pp_arg {
     double heavy_s; /* > 0: a cost table gives the MLP's first and last matmul these seconds */
     signed char node_st[FWD];
     int ready_fd;   /* M_KILL: each rank writes a byte once its session is made */
-    char path[160]; /* rank r writes "<path>.<r>" (and rank 0 of the planner "<path>.plan") */
+    char path[160]; /* rank r writes "<path>.<r>" (and with the planner "<path>.plan.<r>") */
 } pp_arg;
 
 typedef struct pp_result {
@@ -288,7 +288,8 @@ static int64_t var_numel(const net *n, int k)
 
 /* Pipeline rank 'stage''s session 's' of 'n': where each variable and each forward op up to
  * the loss (node 'loss_id') is, into 'res' (checked against the hints, the net's owners when
- * only scopes placed them); with the planner, rank 0 writes the plan's text to "<path>.plan". */
+ * only scopes placed them); with the planner, each rank writes the plan's text to
+ * "<path>.plan.<stage>". */
 static int report_stages(const wf_session *s, const net *n, const pp_arg *a, int loss_id, int stage,
                          pp_result *res)
 {
@@ -314,9 +315,9 @@ static int report_stages(const wf_session *s, const net *n, const pp_arg *a, int
     const char *plan = wf_session_pipeline_plan(s);
     TU_CHECK(!plan == (a->placement != WF_PIPELINE_PLACE_AUTO), "the plan's text is %s",
              plan ? "there without the planner" : "missing");
-    if (plan && stage == 0) { /* for the test to print and check */
+    if (plan) { /* for the test to print and compare */
         char path[200];
-        snprintf(path, sizeof path, "%s.plan", a->path);
+        snprintf(path, sizeof path, "%s.plan.%d", a->path, stage);
         FILE *f = fopen(path, "w");
         TU_CHECK(f && fputs(plan, f) >= 0 && fclose(f) == 0, "write %s", path);
     }
