@@ -241,13 +241,18 @@ WF_API WF_NODISCARD int wf_session_ps_sync(struct wf_session *s);
  * the other ranks' runs with WF_EPEER naming it.
  * Placement auto (wf_pipeline_opts.placement): at wf_session_create() the planner splits
  * the forward part of the graph (the nodes no gradient function made, at the rows of one
- * micro-batch) into the stages, one CPU per rank with the default links (20 us, 1e9 B/s)
- * and 'mem_bytes' as each stage's cap, minimising the slowest stage (forward, backward
- * modelled as twice the forward, and transfers), keeping the hints the user gave; the
- * optimizer's state is counted as the bytes of the variables the forward does not read
- * over those it reads. The costs are the ops' priors, or the 'costs' table (looked up at one
- * micro-batch's shapes: the largest micro-batch's rows for the batch dimension); the plan is a
- * deterministic function of the graph and the options, so every rank makes the same one.
+ * micro-batch) into the stages, one CPU per rank with the measured links and 'mem_bytes' as
+ * each stage's cap, minimising the slowest stage (forward, backward modelled as twice the
+ * forward, and transfers), keeping the hints the user gave; the optimizer's state is counted
+ * as the bytes of the variables the forward does not read over those it reads. Links: once
+ * per strategy, every rank takes part in a ping-pong of two sizes per pair of ranks
+ * (wf_comm_probe_links(), the fastest of 12), fitted to a latency and a bandwidth. Costs:
+ * the 'costs' table when given (looked up at one micro-batch's shapes: the largest
+ * micro-batch's rows for the batch dimension); else every rank profiles the forward's ops at
+ * those shapes (wf_profile_graph(), each signature once per strategy) and the planner takes
+ * the ranks' mean per op (an all-gather), the ops' priors for what is not profiled. The plan
+ * is a deterministic function of the graph, the options and those numbers, which every rank
+ * has alike, so every rank makes the same one.
  * The backward, the updates and the rest then follow as above. wf_session_pipeline_plan()
  * gives its text. Creation fails with the planner's error: WF_EINVAL when no split fits the
  * caps (naming the device and the bytes), WF_ENOTFOUND for a hint of a rank that does not
