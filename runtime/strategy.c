@@ -576,10 +576,17 @@ int wf__dp_map(wf_session *s, wf_node *const *in, int n, wf_node **out, const ch
     return 0;
 }
 
-/* Appends the ordering a -> b (plan indices) to 'p'. */
+/* Appends the ordering a -> b (plan indices) to 'p', when a comes before b in the plan's
+ * order. One that goes back is dropped: the parts' nodes are made in the schedule's order,
+ * so such an ordering only arises when a compile pass merged nodes of two parts (the
+ * gradient of a mean folds to one constant for every micro-batch, and CSE keeps the first
+ * micro-batch's), and its target then already runs in an earlier part. The orderings only
+ * shape the schedule (what is computed does not depend on them), and the memory planner
+ * walks the plan's order as a topological order of every edge (a backward ordering crashed
+ * it: a pipeline whose last stage holds only the loss's mean). */
 static int push_order(wf__plan *p, int *cap, int32_t a, int32_t b)
 {
-    if (a == b)
+    if (a >= b)
         return 0;
     if (p->n_order == *cap) {
         int c = *cap ? 2 * *cap : 64;

@@ -8,7 +8,8 @@
  * (memory caps too small: naming the device and bytes, or the node alone too big; a hint of a
  * rank that does not exist) and its options without it are refused naming them; a measured
  * cost table (two matmuls at 1 s) moves the split between them; the stage of a node that
- * reads only a weight and is read by another such node (a bug: -1). */
+ * reads only a weight and is read by another such node (a bug: -1); a last stage of only the
+ * loss's mean (a bug: the memory planner crashed on an ordering against the plan's order). */
 #include "pipeline_util.h"
 
 TestSuite(transport_pipeline_plan, .timeout = WF_TEST_TIMEOUT(240), .fini = wf_test_fini);
@@ -245,4 +246,40 @@ Test(transport_pipeline_plan, stage_of_a_weight_only_node_read_by_another_is_its
     wf_graph_destroy(m.g);
     wf_strategy_destroy(st);
     wf_runtime_destroy(rt);
+}
+
+/* The bug: a last stage that holds only the loss's mean (a split the planner makes when the
+ * measured link is slow enough that sending the 4 bytes of the per-row losses beats
+ * sending the logits) crashed that rank's first run in the memory planner: the gradient of
+ * each micro-batch's mean folds to one constant, CSE keeps the first micro-batch's, and the
+ * schedule's ordering "mean of mb 1 before its backward" then pointed back in the plan's
+ * order. Such orderings are dropped now; the split trains the bits of one process with 4
+ * shards. */
+Test(transport_pipeline_plan, a_last_stage_of_only_the_mean_trains_the_bits_of_4_shards)
+{
+    static pp_result split, local;
+    pp_arg a = { .model = NET_MLP,
+                 .stages = 2,
+                 .micro = 4,
+                 .schedule = WF_SCHEDULE_1F1B,
+                 .steps = 4,
+                 .batch = 30,
+                 .node_set = true };
+    wf_runtime *rt = NULL;
+    cr_assert_eq(wf_runtime_create(&rt, &(wf_runtime_opts){ .n_workers = 1 }), 0);
+    mlp m;
+    cr_assert_eq(mlp_build(rt, &m, NULL, 2, M_TRAIN), 0);
+    int loss_id = 0;
+    while (wf_graph_node(m.g, loss_id) != m.loss)
+        loss_id++;
+    for (int id = 0; id < FWD; id++) /* the ops up to the loss: all on stage 0 but the mean */
+        a.node_st[id] = (signed char)(id > loss_id || !wf_node_input_count(wf_graph_node(m.g, id))
+                                          ? -1
+                                          : id == loss_id);
+    cr_assert_str_eq(wf_node_op(m.loss), "mean");
+    wf_graph_destroy(m.g);
+    wf_runtime_destroy(rt);
+    run_pipeline(&a, &split);
+    run_local(&a, 4, &local);
+    assert_bitwise(&split, &local, "a last stage of only the mean vs 4 shards");
 }
