@@ -1008,7 +1008,8 @@ static int parse_args(int argc, char **argv, options *o)
                     .normalize = true,
                     .test_fraction = 0.2,
                     .hidden = { 128 },
-                    .n_hidden = 1 };
+                    .n_hidden = 1,
+                    .schedule = WF_SCHEDULE_1F1B };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
 #define ARG(n) argv[i + (n)] /* after NEED(n) */

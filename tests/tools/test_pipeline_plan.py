@@ -2,7 +2,7 @@
 """tests/tools/test_pipeline_plan.py: the pipeline planner's split of weft-train's default
 model on a real 2-rank run: 'weft-run -n 2 weft-train --strategy pipeline --stages 2
 --micro-batches 8 --placement auto' (the digits, the MLP 64-128-10, batch 32: 8 micro-batches
-of 4 rows, GPipe).
+of 4 rows, 1F1B, the default).
 
 With the ops' flops/bytes priors and the default 20 us link the planner put 11 of the 13
 forward ops on stage 0 and predicted a bubble of 68.9%. With measured costs (every rank
