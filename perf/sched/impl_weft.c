@@ -4,8 +4,11 @@
  * pre-built chain of chain_replay, and the trace file written after the first case.
  * Invariant: every task is a real weft task: fib spawns both calls (one task per call, as
  * the peers do), and the graph cases build a wf_taskgraph inside the timed run (and free
- * it in cleanup(), outside it), each node with its predecessors in one
- * wf_taskgraph_add_after() call. Node ids count up from 0, so DAG node i is graph node i.
+ * it in cleanup(), outside it) with one wf_taskgraph_add_nodes() call: weft's bulk form,
+ * the predecessors as compressed rows (offsets and ids), which on an empty graph writes the
+ * run's successor arrays directly, as the tbb_counters peer builds its own. Writing those
+ * rows (and the DAG's per-node arguments) is inside the timed run too. Node ids count up
+ * from 0, so DAG node i is graph node i.
  * Not here: the per-node work (workloads.h), timing and output (sched_bench.c). */
 #include "impl.h"
 
@@ -130,23 +133,42 @@ static int chain_task(void *p)
     return 0;
 }
 
+/* The chain as compressed predecessor rows (node 0 none, node i node i - 1), added in one
+ * wf_taskgraph_add_nodes() call. The rows are written here, inside the timed run: they are
+ * the graph's description, as the peers' predecessor loops are. */
 static int chain_build(weft_ctx *c, int64_t n, wf_taskgraph **out)
 {
     wf_taskgraph *g;
-    int rc = wf_taskgraph_create(c->rt, &g);
+    int64_t *off = malloc((size_t)(n + 1) * sizeof *off);
+    int *pred = malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof *pred);
+    int rc;
 
     *out = NULL;
-    if (rc < 0)
-        return fail("chain: wf_taskgraph_create", rc, wf_last_errmsg());
+    if (off == NULL || pred == NULL) {
+        free(off);
+        free(pred);
+        fprintf(stderr, "weft: chain: out of memory\n");
+        return -1;
+    }
+    off[0] = 0;
     for (int64_t i = 0; i < n; i++) {
-        int prev = (int)i - 1;
-
-        rc = wf_taskgraph_add_after(g, chain_task, c, "chain", &prev, i > 0);
-        if (rc < 0) {
-            fail("chain: build", rc, wf_taskgraph_errmsg(g));
-            wf_taskgraph_destroy(g);
-            return -1;
-        }
+        off[i + 1] = i; /* node i's row: pred[i - 1], empty for node 0 */
+        if (i > 0)
+            pred[i - 1] = (int)(i - 1);
+    }
+    rc = wf_taskgraph_create(c->rt, &g);
+    if (rc < 0) {
+        free(off);
+        free(pred);
+        return fail("chain: wf_taskgraph_create", rc, wf_last_errmsg());
+    }
+    rc = wf_taskgraph_add_nodes(g, chain_task, c, 0, "chain", (int)n, off, pred);
+    free(off);
+    free(pred);
+    if (rc < 0) {
+        fail("chain: build", rc, wf_taskgraph_errmsg(g));
+        wf_taskgraph_destroy(g);
+        return -1;
     }
     *out = g;
     return 0;
@@ -174,33 +196,40 @@ static int dag_task(void *p)
     return 0;
 }
 
+/* The DAG's predecessor lists are already compressed rows of SB_DAG_PREDS entries from
+ * node 'width' on (workloads.h), so only the row offsets are written; the per-node arguments
+ * are part of building the graph too, as the peers' captures are. */
 static int dag_once(weft_ctx *c, const sb_inputs *in)
 {
     const sb_dag *d = in->dag;
-    /* The per-node arguments are part of building the graph, as the peers' captures are. */
     dag_arg *args = malloc((size_t)d->n * sizeof(*args));
+    int64_t *off = malloc((size_t)(d->n + 1) * sizeof(*off));
     wf_taskgraph *g = NULL;
     int rc;
 
-    if (args == NULL) {
+    if (args == NULL || off == NULL) {
+        free(args);
+        free(off);
         fprintf(stderr, "weft: dag: out of memory\n");
         return -1;
     }
     c->built_args = args;
     c->dag = (dag_run){ d, in->val };
-    rc = wf_taskgraph_create(c->rt, &g);
-    if (rc < 0)
-        return fail("dag: wf_taskgraph_create", rc, wf_last_errmsg());
-    c->built = g;
-    for (int64_t i = 0; i < d->n && rc >= 0; i++) {
-        int preds[SB_DAG_PREDS];
-        int np = i >= d->width ? SB_DAG_PREDS : 0;
-
-        for (int k = 0; k < np; k++)
-            preds[k] = (int)d->pred[SB_DAG_PREDS * i + k];
+    for (int64_t i = 0; i < d->n; i++) {
         args[i] = (dag_arg){ &c->dag, i };
-        rc = wf_taskgraph_add_after(g, dag_task, &args[i], "dag", preds, np);
+        off[i] = i < d->width ? 0 : SB_DAG_PREDS * (i - d->width);
     }
+    off[d->n] = d->n < d->width ? 0 : SB_DAG_PREDS * (d->n - d->width);
+    rc = wf_taskgraph_create(c->rt, &g);
+    if (rc < 0) {
+        free(off);
+        return fail("dag: wf_taskgraph_create", rc, wf_last_errmsg());
+    }
+    c->built = g;
+    /* uint32_t and int may alias; every id is below 2^30. */
+    rc = wf_taskgraph_add_nodes(g, dag_task, args, sizeof(*args), "dag", (int)d->n, off,
+                                (const int *)d->pred + SB_DAG_PREDS * d->width);
+    free(off);
     if (rc < 0)
         return fail("dag: build", rc, wf_taskgraph_errmsg(g));
     return graph_run(g, "dag: run");
