@@ -343,7 +343,7 @@ typedef struct wf_worker_stats {
     uint64_t steals_won_remote; /* ... from a victim in another NUMA node */
     uint64_t inbox_taken;       /* tasks taken from an inbox (submitted from outside) */
     uint64_t parks;             /* times the worker went to sleep */
-    uint64_t idle_ns;           /* time spent asleep */
+    uint64_t idle_ns;           /* time spent asleep, a sleep going on included */
     uint64_t actor_msgs;        /* actor messages handled */
     int numa;                   /* the worker's NUMA node index */
     int cpu;                    /* OS index of the PU it is pinned to, or -1 */
