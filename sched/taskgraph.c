@@ -420,6 +420,22 @@ static int bad_pred(wf_taskgraph *g, int id, int64_t k, int p, const char *name)
                 id, name ? name : "(unnamed)", (long long)k, p, id);
 }
 
+/* Row 'j' of 'pred_off' (node 'id') lies within the rows' range: the previous row's end
+ * (checked before it, from pred_off[0] on) up to pred_off[n], so no check reads 'preds'
+ * outside what the caller described. Returns 0 or the error. */
+static int check_row(wf_taskgraph *g, int id, const int64_t *pred_off, int j, int n)
+{
+    if (pred_off[j + 1] < pred_off[j])
+        return gerr(g, WF_EINVAL,
+                    "wf_taskgraph_add_nodes: node %d: pred_off[%d] %lld > pred_off[%d] %lld", id, j,
+                    (long long)pred_off[j], j + 1, (long long)pred_off[j + 1]);
+    if (pred_off[j + 1] > pred_off[n])
+        return gerr(g, WF_EINVAL,
+                    "wf_taskgraph_add_nodes: node %d: pred_off[%d] %lld is past pred_off[%d] %lld",
+                    id, j + 1, (long long)pred_off[j + 1], n, (long long)pred_off[n]);
+    return 0;
+}
+
 static inline void *node_arg(void *args, size_t stride, int j)
 {
     return stride ? (char *)args + (size_t)j * stride : args;
@@ -446,13 +462,8 @@ static int add_nodes_fresh(wf_taskgraph *g, wf_task_fn fn, void *args, size_t st
     memset(cur, 0, (size_t)n * sizeof *cur);
     for (int j = 0; j < n; j++) {
         int64_t lo = pred_off ? pred_off[j] : 0, hi = pred_off ? pred_off[j + 1] : 0;
-        if (hi < lo) {
-            rc = gerr(g, WF_EINVAL,
-                      "wf_taskgraph_add_nodes: node %d: pred_off[%d] %lld > "
-                      "pred_off[%d] %lld",
-                      j, j, (long long)lo, j + 1, (long long)hi);
+        if (pred_off && (rc = check_row(g, j, pred_off, j, n)) < 0)
             goto out;
-        }
         nroots += hi == lo;
         for (int64_t k = lo; k < hi; k++) {
             int p = preds[k];
@@ -551,10 +562,8 @@ int wf_taskgraph_add_nodes(wf_taskgraph *g, wf_task_fn fn, void *args, size_t ar
     }
     /* Any other graph: check everything first, then add nodes and edges as add_after does. */
     for (int j = 0; j < n && pred_off; j++) {
-        if (pred_off[j + 1] < pred_off[j])
-            return gerr(g, WF_EINVAL,
-                        "wf_taskgraph_add_nodes: node %d: pred_off[%d] %lld > pred_off[%d] %lld",
-                        first + j, j, (long long)pred_off[j], j + 1, (long long)pred_off[j + 1]);
+        if ((rc = check_row(g, first + j, pred_off, j, n)) < 0)
+            return rc;
         for (int64_t k = pred_off[j]; k < pred_off[j + 1]; k++)
             if (preds[k] < 0 || preds[k] >= first + j)
                 return bad_pred(g, first + j, k, preds[k], name);

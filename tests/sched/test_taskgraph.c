@@ -769,6 +769,7 @@ Test(sched_taskgraph, add_nodes_with_bad_rows_adds_nothing_and_says_why)
         int first = d->n;
         dnode *x = &d->nodes[first];
         int64_t off[4] = { 0, 0, 1, 2 }, down[4] = { 1, 1, 0, 1 }, back[4] = { 2, 2, 2, 0 };
+        int64_t past[4] = { 0, 3, 1, 2 }; /* row 0 would read preds[2], past the 2 entries */
         int later[2] = { 0, first + 2 }, own[2] = { first + 1, first }, neg[2] = { -1, 0 };
 
         struct {
@@ -781,6 +782,7 @@ Test(sched_taskgraph, add_nodes_with_bad_rows_adds_nothing_and_says_why)
             { off, neg, "preds[0] is node -1" },
             { down, own, "pred_off[1] 1 > pred_off[2] 0" },
             { back, own, "pred_off[3] 0 < pred_off[0] 2" },
+            { past, own, "pred_off[1] 3 is past pred_off[3] 2" },
             { off, NULL, "NULL preds" },
         };
 
