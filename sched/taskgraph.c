@@ -13,6 +13,10 @@
  * is ready when that predecessor ends.
  * Edges added in order of their source (a chain, or any graph built successor by successor)
  * are the CSR successor array already: compiling then only computes offsets.
+ * wf_taskgraph_add_nodes() on an empty graph writes the compiled form itself, from
+ * predecessor rows (counting sort by source, as compile() does, without the edge list):
+ * the successor array then serves as the edge list's destinations, and its sources are
+ * written only when a later change needs them (write_esrc()).
  * A graph whose edges all go from a lower to a higher id (nodes added in a topological
  * order, the usual case) is acyclic by construction; only other graphs pay for a check.
  * Running: a worker that finishes a node decrements its successors; of those that become
