@@ -214,6 +214,9 @@ typedef struct wf__worker {
     wf__inbox inbox; /* tasks only this worker may run (bound actors) */
     wf__counters ctr;
     wf__counters base; /* values at the last stats reset */
+    /* When the current sleep began (wf__now_ns()), 0 while awake: written by the owner, read
+     * by wf_runtime_stats(), so 'idle_ns' includes a sleep still going on. */
+    _Atomic uint64_t parked_at;
 } wf__worker;
 
 typedef struct wf__node {

@@ -219,6 +219,15 @@ struct hwloc_topology *wf_runtime_hwloc_topology(const wf_runtime *rt)
 
 #define LD(c, f) atomic_load_explicit(&(c)->f, memory_order_relaxed)
 
+/* How long worker 'w' has been asleep in its current sleep, 0 if awake. A worker that wakes
+ * while it is read may be counted one sleep too much or too little in that read. */
+static uint64_t asleep_ns(const wf__worker *w)
+{
+    uint64_t t0 = atomic_load_explicit(&w->parked_at, memory_order_relaxed);
+    uint64_t now = t0 ? wf__now_ns() : 0;
+    return t0 && now > t0 ? now - t0 : 0;
+}
+
 int wf_runtime_stats(const wf_runtime *rt, wf_worker_stats *out, int n)
 {
     if (!rt || (n > 0 && !out))
@@ -240,7 +249,7 @@ int wf_runtime_stats(const wf_runtime *rt, wf_worker_stats *out, int n)
             .steals_won_remote = remote,
             .inbox_taken = LD(c, inbox_taken) - LD(b, inbox_taken),
             .parks = LD(c, parks) - LD(b, parks),
-            .idle_ns = LD(c, idle_ns) - LD(b, idle_ns),
+            .idle_ns = LD(c, idle_ns) - LD(b, idle_ns) + asleep_ns(w),
             .actor_msgs = LD(c, actor_msgs) - LD(b, actor_msgs),
             .numa = w->numa,
             .cpu = w->cpu,
@@ -263,8 +272,10 @@ void wf_runtime_stats_reset(wf_runtime *rt)
         CP(steals_won_remote);
         CP(inbox_taken);
         CP(parks);
-        CP(idle_ns);
         CP(actor_msgs);
 #undef CP
+        /* A sleep going on now counts from here on only. */
+        atomic_store_explicit(&w->base.idle_ns, LD(&w->ctr, idle_ns) + asleep_ns(w),
+                              memory_order_relaxed);
     }
 }

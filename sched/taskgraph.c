@@ -13,6 +13,10 @@
  * is ready when that predecessor ends.
  * Edges added in order of their source (a chain, or any graph built successor by successor)
  * are the CSR successor array already: compiling then only computes offsets.
+ * wf_taskgraph_add_nodes() on an empty graph writes the compiled form itself, from
+ * predecessor rows (counting sort by source, as compile() does, without the edge list):
+ * the successor array then serves as the edge list's destinations, and its sources are
+ * written only when a later change needs them (write_esrc()).
  * A graph whose edges all go from a lower to a higher id (nodes added in a topological
  * order, the usual case) is acyclic by construction; only other graphs pay for a check.
  * Running: a worker that finishes a node decrements its successors; of those that become
@@ -47,7 +51,9 @@ struct wf_taskgraph {
     int n, nchunks, capchunks;
     int *esrc, *edst; /* edge e: esrc[e] -> edst[e], in the order added */
     int64_t nedges, capedges;
-    bool by_src; /* esrc is non-decreasing: edst is the CSR successor array as it is */
+    bool by_src;    /* esrc is non-decreasing: edst is the CSR successor array as it is */
+    bool esrc_lazy; /* built by wf_taskgraph_add_nodes() on an empty graph: edst is 'succ', in
+                       source order, and 'esrc' is NULL until a change needs it (write_esrc()) */
     /* compiled */
     bool dirty;
     int64_t nback;     /* edges from a higher id to a lower one */
@@ -228,6 +234,49 @@ static void decompile(wf_taskgraph *g)
     g->compiled = false;
 }
 
+/* Makes room for 'more' nodes (chunks that never move, so earlier nodes stay put); 'what'
+ * names the caller in the message. */
+static int reserve_nodes(wf_taskgraph *g, int64_t more, const char *what)
+{
+    if ((int64_t)g->n + more > (1 << 30))
+        return gerr(g, WF_ENOMEM, "%s: more than 2^30 nodes", what);
+    while ((int64_t)g->n + more > ((int64_t)(1 << g->nchunks) - 1) << CHUNK_LOG) {
+        if (g->nchunks == g->capchunks) {
+            int cap = g->capchunks ? g->capchunks * 2 : 8;
+            wf__task **c = realloc(g->chunks, (size_t)cap * sizeof *c);
+            if (!c)
+                return gerr(g, WF_ENOMEM, "%s: no memory", what);
+            g->chunks = c;
+            g->capchunks = cap;
+        }
+        wf__task *c = wf__blocks_get(g->mem, chunk_bytes(g->nchunks));
+        if (!c)
+            return gerr(g, WF_ENOMEM, "%s: no memory for node %d", what, g->n);
+        g->chunks[g->nchunks++] = c;
+    }
+    return 0;
+}
+
+/* Writes node 'id' (room reserved) without predecessors or successors. */
+static inline wf__task *init_node(wf_taskgraph *g, int id, wf_task_fn fn, void *arg,
+                                  const char *name)
+{
+    wf__task *t = node(g, id);
+    t->npred = 0;
+    t->succ_off = 0;
+    t->next = NULL;
+    atomic_init(&t->gn.later, 0);
+    t->gn.end = 0;
+    t->kind = WF__TK_GRAPH;
+    t->owner = g;
+    t->node = (uint32_t)id;
+    t->name = name;
+    t->u.f.fn = fn;
+    t->u.f.arg = arg;
+    atomic_init(&t->cancel, 0);
+    return t;
+}
+
 int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name)
 {
     if (!g)
@@ -237,44 +286,44 @@ int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name
                     name ? name : "(unnamed)");
     if (atomic_load_explicit(&g->running, memory_order_acquire))
         return gerr(g, WF_EBUSY, "wf_taskgraph_add: the graph is running");
-    if (g->n >= (1 << 30))
-        return gerr(g, WF_ENOMEM, "wf_taskgraph_add: more than 2^30 nodes");
-    if (g->n == ((1 << g->nchunks) - 1) << CHUNK_LOG) { /* the chunks are full */
-        if (g->nchunks == g->capchunks) {
-            int cap = g->capchunks ? g->capchunks * 2 : 8;
-            wf__task **c = realloc(g->chunks, (size_t)cap * sizeof *c);
-            if (!c)
-                return gerr(g, WF_ENOMEM, "wf_taskgraph_add: no memory");
-            g->chunks = c;
-            g->capchunks = cap;
-        }
-        wf__task *c = wf__blocks_get(g->mem, chunk_bytes(g->nchunks));
-        if (!c)
-            return gerr(g, WF_ENOMEM, "wf_taskgraph_add: no memory for node %d", g->n);
-        g->chunks[g->nchunks++] = c;
-    }
+    int rc = reserve_nodes(g, 1, "wf_taskgraph_add");
+    if (rc < 0)
+        return rc;
     decompile(g);
-    wf__task *t = node(g, g->n);
-    t->npred = 0;
-    t->succ_off = 0;
+    init_node(g, g->n, fn, arg, name);
     g->nroots++;
-    t->next = NULL;
-    atomic_init(&t->gn.later, 0);
-    t->gn.end = 0;
-    t->kind = WF__TK_GRAPH;
-    t->owner = g;
-    t->node = (uint32_t)g->n;
-    t->name = name;
-    t->u.f.fn = fn;
-    t->u.f.arg = arg;
-    atomic_init(&t->cancel, 0);
     g->dirty = true;
     return g->n++;
+}
+
+/* Writes the edge list's sources of a graph built by add_nodes_fresh(), from the out-degrees
+ * (or, compiled, the successor ranges) of its nodes: the edges are in source order. */
+static int write_esrc(wf_taskgraph *g, const char *what)
+{
+    if (!g->esrc_lazy)
+        return 0;
+    int *s = wf__blocks_get(g->mem, (size_t)g->capedges * sizeof *s);
+    if (!s)
+        return gerr(g, WF_ENOMEM, "%s: no memory for %lld edges", what, (long long)g->capedges);
+    int64_t e = 0;
+    for (int i = 0; i < g->n; i++) {
+        const wf__task *t = node(g, i);
+        int deg = g->compiled ? t->gn.end - t->succ_off : t->succ_off;
+        for (int k = 0; k < deg; k++)
+            s[e++] = i;
+    }
+    WF_ASSERT(e == g->nedges);
+    g->esrc = s;
+    g->esrc_lazy = false;
+    return 0;
 }
 
 /* Makes room for 'more' edges; 'what' names the caller in the message. */
 static int reserve_edges(wf_taskgraph *g, int64_t more, const char *what)
 {
+    int rc = write_esrc(g, what);
+    if (rc < 0)
+        return rc;
     if (g->nedges + more <= g->capedges)
         return 0;
     int64_t cap = g->capedges ? g->capedges * 2 : 256;
@@ -365,6 +414,179 @@ int wf_taskgraph_add_after(wf_taskgraph *g, wf_task_fn fn, void *arg, const char
     return id;
 }
 
+/* The message for entry 'k' of 'preds', predecessor 'p' of node 'id', which is not an
+ * earlier node. */
+static int bad_pred(wf_taskgraph *g, int id, int64_t k, int p, const char *name)
+{
+    return gerr(g, WF_EINVAL,
+                "wf_taskgraph_add_nodes: node %d ('%s'): preds[%lld] is node %d; a predecessor "
+                "must be an earlier node, in [0, %d)",
+                id, name ? name : "(unnamed)", (long long)k, p, id);
+}
+
+/* Row 'j' of 'pred_off' (node 'id') lies within the rows' range: the previous row's end
+ * (checked before it, from pred_off[0] on) up to pred_off[n], so no check reads 'preds'
+ * outside what the caller described. Returns 0 or the error. */
+static int check_row(wf_taskgraph *g, int id, const int64_t *pred_off, int j, int n)
+{
+    if (pred_off[j + 1] < pred_off[j])
+        return gerr(g, WF_EINVAL,
+                    "wf_taskgraph_add_nodes: node %d: pred_off[%d] %lld > pred_off[%d] %lld", id, j,
+                    (long long)pred_off[j], j + 1, (long long)pred_off[j + 1]);
+    if (pred_off[j + 1] > pred_off[n])
+        return gerr(g, WF_EINVAL,
+                    "wf_taskgraph_add_nodes: node %d: pred_off[%d] %lld is past pred_off[%d] %lld",
+                    id, j + 1, (long long)pred_off[j + 1], n, (long long)pred_off[n]);
+    return 0;
+}
+
+static inline void *node_arg(void *args, size_t stride, int j)
+{
+    return stride ? (char *)args + (size_t)j * stride : args;
+}
+
+/* add_nodes on an empty, untraced graph: the compiled form written at once, as compile()
+ * would leave it, in three passes (check and count out-degrees; nodes, offsets, counters
+ * and roots; scatter the successors), with 'edst' as the successor array and 'esrc' left
+ * to write_esrc(). The nodes are reserved; nothing is kept on an error. */
+static int add_nodes_fresh(wf_taskgraph *g, wf_task_fn fn, void *args, size_t stride,
+                           const char *name, int n, const int64_t *pred_off, const int *preds)
+{
+    int64_t m = pred_off ? pred_off[n] - pred_off[0] : 0;
+    size_t nb = (size_t)(n ? n : 1);
+    struct gcnt *cnt = wf__blocks_get(g->mem, nb * sizeof *cnt);
+    _Atomic int32_t *later = wf__blocks_get(g->mem, nb * sizeof *later);
+    int *cur = wf__blocks_get(g->mem, nb * sizeof *cur);
+    int *succ = wf__blocks_get(g->mem, (size_t)(m ? m : 1) * sizeof *succ);
+    int *roots = NULL, nroots = 0, rc = 0;
+    if (!cnt || !later || !cur || !succ) {
+        rc = gerr(g, WF_ENOMEM, "wf_taskgraph_add_nodes: no memory for %d nodes", n);
+        goto out;
+    }
+    memset(cur, 0, (size_t)n * sizeof *cur);
+    for (int j = 0; j < n; j++) {
+        int64_t lo = pred_off ? pred_off[j] : 0, hi = pred_off ? pred_off[j + 1] : 0;
+        if (pred_off && (rc = check_row(g, j, pred_off, j, n)) < 0)
+            goto out;
+        nroots += hi == lo;
+        for (int64_t k = lo; k < hi; k++) {
+            int p = preds[k];
+            if (p < 0 || p >= j) {
+                rc = bad_pred(g, j, k, p, name);
+                goto out;
+            }
+            cur[p]++;
+        }
+    }
+    roots = malloc((size_t)(nroots ? nroots : 1) * sizeof *roots);
+    if (!roots) {
+        rc = gerr(g, WF_ENOMEM, "wf_taskgraph_add_nodes: no memory for %d roots", nroots);
+        goto out;
+    }
+    int sum = 0, r = 0;
+    for (int j = 0; j < n; j++) {
+        wf__task *t = init_node(g, j, fn, node_arg(args, stride, j), name);
+        int np = pred_off ? (int)(pred_off[j + 1] - pred_off[j]) : 0;
+        t->npred = np;
+        t->succ_off = sum;
+        sum += cur[j];
+        cur[j] = t->succ_off;
+        t->gn.end = sum;
+        atomic_init(&cnt[j].pending, np);
+        cnt[j].npred = np;
+        if (!np)
+            roots[r++] = j;
+    }
+    for (int j = 0; j < n && m; j++)
+        for (int64_t k = pred_off[j]; k < pred_off[j + 1]; k++)
+            succ[cur[preds[k]]++] = j;
+    free_compiled(g);
+    wf__blocks_put(g->mem, g->esrc, (size_t)g->capedges * sizeof *g->esrc);
+    wf__blocks_put(g->mem, g->edst, (size_t)g->capedges * sizeof *g->edst);
+    g->esrc = g->edst = NULL;
+    g->capedges = 0;
+    if (m) { /* the successors in source order are the edge list's destinations */
+        g->edst = succ;
+        g->capedges = m;
+        g->esrc_lazy = true;
+    }
+    g->n = n;
+    g->nedges = m;
+    g->by_src = true;
+    g->nback = 0;
+    g->nroots = nroots;
+    g->cnt = cnt;
+    g->later_rc = later;
+    g->succ = succ;
+    g->roots = roots;
+    g->cnt_bytes = nb * sizeof *cnt;
+    g->later_bytes = nb * sizeof *later;
+    g->succ_bytes = (size_t)(m ? m : 1) * sizeof *succ;
+    g->compiled = true;
+    g->dirty = false;
+    cnt = NULL;
+    later = NULL;
+    succ = NULL;
+    roots = NULL;
+out:
+    wf__blocks_put(g->mem, cnt, nb * sizeof *cnt);
+    wf__blocks_put(g->mem, (void *)later, nb * sizeof *later);
+    wf__blocks_put(g->mem, cur, nb * sizeof *cur);
+    wf__blocks_put(g->mem, succ, (size_t)(m ? m : 1) * sizeof *succ);
+    free(roots);
+    return rc;
+}
+
+int wf_taskgraph_add_nodes(wf_taskgraph *g, wf_task_fn fn, void *args, size_t arg_stride,
+                           const char *name, int n, const int64_t *pred_off, const int *preds)
+{
+    if (!g)
+        return wf__err(WF_EINVAL, "wf_taskgraph_add_nodes: g is NULL");
+    if (!fn || n < 0 || (pred_off && !preds && pred_off[n] != pred_off[0]))
+        return gerr(g, WF_EINVAL, "wf_taskgraph_add_nodes: %d nodes '%s': %s", n,
+                    name ? name : "(unnamed)",
+                    !fn     ? "NULL function"
+                    : n < 0 ? "a negative count"
+                            : "NULL preds");
+    if (atomic_load_explicit(&g->running, memory_order_acquire))
+        return gerr(g, WF_EBUSY, "wf_taskgraph_add_nodes: the graph is running");
+    int first = g->n;
+    int64_t m = pred_off ? pred_off[n] - pred_off[0] : 0;
+    if (m < 0)
+        return gerr(g, WF_EINVAL, "wf_taskgraph_add_nodes: pred_off[%d] %lld < pred_off[0] %lld", n,
+                    (long long)pred_off[n], (long long)pred_off[0]);
+    if (m > (int64_t)INT32_MAX - g->nedges)
+        return gerr(g, WF_ENOMEM, "wf_taskgraph_add_nodes: more than 2^31 edges");
+    int rc = reserve_nodes(g, n, "wf_taskgraph_add_nodes");
+    if (rc < 0)
+        return rc;
+    if (first == 0 && g->nedges == 0 && !g->rt->trace_cap) {
+        rc = add_nodes_fresh(g, fn, args, arg_stride, name, n, pred_off, preds);
+        return rc < 0 ? rc : 0;
+    }
+    /* Any other graph: check everything first, then add nodes and edges as add_after does. */
+    for (int j = 0; j < n && pred_off; j++) {
+        if ((rc = check_row(g, first + j, pred_off, j, n)) < 0)
+            return rc;
+        for (int64_t k = pred_off[j]; k < pred_off[j + 1]; k++)
+            if (preds[k] < 0 || preds[k] >= first + j)
+                return bad_pred(g, first + j, k, preds[k], name);
+    }
+    rc = reserve_edges(g, m, "wf_taskgraph_add_nodes");
+    if (rc < 0)
+        return rc;
+    decompile(g);
+    for (int j = 0; j < n; j++) {
+        wf__task *t = init_node(g, first + j, fn, node_arg(args, arg_stride, j), name);
+        g->nroots++;
+        for (int64_t k = pred_off ? pred_off[j] : 0; pred_off && k < pred_off[j + 1]; k++)
+            add_edge(g, preds[k], t, first + j);
+    }
+    g->n = first + n;
+    g->dirty = true;
+    return first;
+}
+
 /* Names a node on a cycle: after Kahn's algorithm, every node left has a predecessor left,
  * so walking predecessors n steps from any of them ends on a cycle. */
 static int report_cycle(wf_taskgraph *g, const int *left)
@@ -428,6 +650,8 @@ static int check_acyclic(wf_taskgraph *g)
 static int compile_trace(wf_taskgraph *g)
 {
     size_t n = (size_t)(g->n ? g->n : 1), m = (size_t)(g->nedges ? g->nedges : 1);
+    if (write_esrc(g, "wf_taskgraph") < 0)
+        return WF_ENOMEM;
     g->ready_by = malloc(n * sizeof *g->ready_by);
     g->crit = malloc(n * sizeof *g->crit);
     g->work = calloc(n, sizeof *g->work);

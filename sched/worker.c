@@ -199,6 +199,7 @@ static void park(wf__worker *w)
         }
         if (!t0) {
             t0 = wf__now_ns();
+            atomic_store_explicit(&w->parked_at, t0, memory_order_relaxed);
             WF__INC(w, parks, 1);
             WF_PROBE1(park, w->index);
         }
@@ -211,6 +212,7 @@ static void park(wf__worker *w)
         return;
     uint64_t t1 = wf__now_ns();
     WF__INC(w, idle_ns, t1 - t0);
+    atomic_store_explicit(&w->parked_at, 0, memory_order_relaxed);
     WF_PROBE2(unpark, w->index, t1 - t0);
     if (w->ring)
         wf__trace_event(w, WF__EV_PARK, t0 - rt->t_start, t1 - rt->t_start, "park", 0, NULL);

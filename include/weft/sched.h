@@ -187,6 +187,24 @@ WF_API WF_NODISCARD int wf_taskgraph_precede(wf_taskgraph *g, int before, int af
 WF_API WF_NODISCARD int wf_taskgraph_add_after(wf_taskgraph *g, wf_task_fn fn, void *arg,
                                                const char *name, const int *preds, int npred);
 
+/* Adds 'n' nodes in one call, with their predecessors as compressed rows: node j of the
+ * call (id first + j, 'first' being the node count before the call) runs
+ * 'fn((char *)args + j * arg_stride)' ('arg_stride' 0: every node gets 'args') after the
+ * nodes preds[pred_off[j]] .. preds[pred_off[j + 1] - 1], each an id below first + j (a node
+ * added before, or an earlier node of this call), so the graph stays acyclic. 'pred_off' has
+ * n + 1 non-decreasing entries, or is NULL: no node of the call has predecessors ('preds'
+ * may then be NULL). This is the cheapest way to build a large graph: on an empty graph it
+ * writes the run's successor arrays directly (two passes over 'preds'), where one
+ * wf_taskgraph_add_after() per node keeps an edge list that the first run sorts.
+ * 'name' (may be NULL) must outlive the graph; 'pred_off' and 'preds' are not kept.
+ * Returns 'first' (>= 0), WF_EINVAL (NULL g or fn, n < 0, a decreasing 'pred_off', an
+ * unknown, later or own predecessor: the message names the node and the entry), WF_EBUSY
+ * (the graph is running) or WF_ENOMEM; on an error no node and no edge is added.
+ * The message is in wf_taskgraph_errmsg(). */
+WF_API WF_NODISCARD int wf_taskgraph_add_nodes(wf_taskgraph *g, wf_task_fn fn, void *args,
+                                               size_t arg_stride, const char *name, int n,
+                                               const int64_t *pred_off, const int *preds);
+
 /* Starts one run of every node of 'g' as tasks of group 'grp': each node runs once, after
  * all its predecessors. Wait with wf_group_wait(grp); a failing node cancels its
  * descendants and its error is the group's. The first run after a change checks the graph.
@@ -325,7 +343,7 @@ typedef struct wf_worker_stats {
     uint64_t steals_won_remote; /* ... from a victim in another NUMA node */
     uint64_t inbox_taken;       /* tasks taken from an inbox (submitted from outside) */
     uint64_t parks;             /* times the worker went to sleep */
-    uint64_t idle_ns;           /* time spent asleep */
+    uint64_t idle_ns;           /* time spent asleep, a sleep going on included */
     uint64_t actor_msgs;        /* actor messages handled */
     int numa;                   /* the worker's NUMA node index */
     int cpu;                    /* OS index of the PU it is pinned to, or -1 */

@@ -1,11 +1,15 @@
 /* perf/sched/impl_weft.c: sched_bench's workloads written idiomatically with weft.
  * Owns: the weft runtime of the benchmark (created with wf_runtime_opts_from_env(), so
  * WEFT_TRACE, WEFT_TOPOLOGY and WEFT_NO_PIN apply; --threads sets n_workers), the
- * pre-built chain of chain_replay, and the trace file written after the first case.
+ * pre-built chain of chain_replay, the trace file written after the first case, and the
+ * per-worker counters (wf_runtime_stats()) of each case's timed runs, printed on stderr.
  * Invariant: every task is a real weft task: fib spawns both calls (one task per call, as
  * the peers do), and the graph cases build a wf_taskgraph inside the timed run (and free
- * it in cleanup(), outside it), each node with its predecessors in one
- * wf_taskgraph_add_after() call. Node ids count up from 0, so DAG node i is graph node i.
+ * it in cleanup(), outside it) with one wf_taskgraph_add_nodes() call: weft's bulk form,
+ * the predecessors as compressed rows (offsets and ids), which on an empty graph writes the
+ * run's successor arrays directly, as the tbb_counters peer builds its own. Writing those
+ * rows (and the DAG's per-node arguments) is inside the timed run too. Node ids count up
+ * from 0, so DAG node i is graph node i.
  * Not here: the per-node work (workloads.h), timing and output (sched_bench.c). */
 #include "impl.h"
 
@@ -13,6 +17,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* What every node of one DAG run shares. */
 typedef struct dag_run {
@@ -29,6 +34,10 @@ typedef struct weft_ctx {
     void *built_args;     /* its per-node arguments */
     dag_run dag;          /* shared by the nodes of the DAG being run */
     uint64_t count;       /* tasks run by a chain; each task runs after the previous one */
+    /* Per-worker counters of the current case: 'at' before a run, 'sum' over its timed runs
+     * (the warm-up, run 0, left out), printed by finish(). */
+    int nw, runs;
+    wf_worker_stats *at, *now, *sum;
 } weft_ctx;
 
 static int fail(const char *what, int rc, const char *msg)
@@ -130,23 +139,42 @@ static int chain_task(void *p)
     return 0;
 }
 
+/* The chain as compressed predecessor rows (node 0 none, node i node i - 1), added in one
+ * wf_taskgraph_add_nodes() call. The rows are written here, inside the timed run: they are
+ * the graph's description, as the peers' predecessor loops are. */
 static int chain_build(weft_ctx *c, int64_t n, wf_taskgraph **out)
 {
     wf_taskgraph *g;
-    int rc = wf_taskgraph_create(c->rt, &g);
+    int64_t *off = malloc((size_t)(n + 1) * sizeof *off);
+    int *pred = malloc((size_t)(n > 1 ? n - 1 : 1) * sizeof *pred);
+    int rc;
 
     *out = NULL;
-    if (rc < 0)
-        return fail("chain: wf_taskgraph_create", rc, wf_last_errmsg());
+    if (off == NULL || pred == NULL) {
+        free(off);
+        free(pred);
+        fprintf(stderr, "weft: chain: out of memory\n");
+        return -1;
+    }
+    off[0] = 0;
     for (int64_t i = 0; i < n; i++) {
-        int prev = (int)i - 1;
-
-        rc = wf_taskgraph_add_after(g, chain_task, c, "chain", &prev, i > 0);
-        if (rc < 0) {
-            fail("chain: build", rc, wf_taskgraph_errmsg(g));
-            wf_taskgraph_destroy(g);
-            return -1;
-        }
+        off[i + 1] = i; /* node i's row: pred[i - 1], empty for node 0 */
+        if (i > 0)
+            pred[i - 1] = (int)(i - 1);
+    }
+    rc = wf_taskgraph_create(c->rt, &g);
+    if (rc < 0) {
+        free(off);
+        free(pred);
+        return fail("chain: wf_taskgraph_create", rc, wf_last_errmsg());
+    }
+    rc = wf_taskgraph_add_nodes(g, chain_task, c, 0, "chain", (int)n, off, pred);
+    free(off);
+    free(pred);
+    if (rc < 0) {
+        fail("chain: build", rc, wf_taskgraph_errmsg(g));
+        wf_taskgraph_destroy(g);
+        return -1;
     }
     *out = g;
     return 0;
@@ -174,36 +202,86 @@ static int dag_task(void *p)
     return 0;
 }
 
+/* The DAG's predecessor lists are already compressed rows of SB_DAG_PREDS entries from
+ * node 'width' on (workloads.h), so only the row offsets are written; the per-node arguments
+ * are part of building the graph too, as the peers' captures are. */
 static int dag_once(weft_ctx *c, const sb_inputs *in)
 {
     const sb_dag *d = in->dag;
-    /* The per-node arguments are part of building the graph, as the peers' captures are. */
     dag_arg *args = malloc((size_t)d->n * sizeof(*args));
+    int64_t *off = malloc((size_t)(d->n + 1) * sizeof(*off));
     wf_taskgraph *g = NULL;
     int rc;
 
-    if (args == NULL) {
+    if (args == NULL || off == NULL) {
+        free(args);
+        free(off);
         fprintf(stderr, "weft: dag: out of memory\n");
         return -1;
     }
     c->built_args = args;
     c->dag = (dag_run){ d, in->val };
-    rc = wf_taskgraph_create(c->rt, &g);
-    if (rc < 0)
-        return fail("dag: wf_taskgraph_create", rc, wf_last_errmsg());
-    c->built = g;
-    for (int64_t i = 0; i < d->n && rc >= 0; i++) {
-        int preds[SB_DAG_PREDS];
-        int np = i >= d->width ? SB_DAG_PREDS : 0;
-
-        for (int k = 0; k < np; k++)
-            preds[k] = (int)d->pred[SB_DAG_PREDS * i + k];
+    for (int64_t i = 0; i < d->n; i++) {
         args[i] = (dag_arg){ &c->dag, i };
-        rc = wf_taskgraph_add_after(g, dag_task, &args[i], "dag", preds, np);
+        off[i] = i < d->width ? 0 : SB_DAG_PREDS * (i - d->width);
     }
+    off[d->n] = d->n < d->width ? 0 : SB_DAG_PREDS * (d->n - d->width);
+    rc = wf_taskgraph_create(c->rt, &g);
+    if (rc < 0) {
+        free(off);
+        return fail("dag: wf_taskgraph_create", rc, wf_last_errmsg());
+    }
+    c->built = g;
+    /* uint32_t and int may alias; every id is below 2^30. */
+    rc = wf_taskgraph_add_nodes(g, dag_task, args, sizeof(*args), "dag", (int)d->n, off,
+                                (const int *)d->pred + SB_DAG_PREDS * d->width);
+    free(off);
     if (rc < 0)
         return fail("dag: build", rc, wf_taskgraph_errmsg(g));
     return graph_run(g, "dag: run");
+}
+
+/* ---- per-worker counters of a case --------------------------------------------------- */
+
+static void stats_add(weft_ctx *c)
+{
+    if (wf_runtime_stats(c->rt, c->now, c->nw) < 0)
+        return;
+    for (int i = 0; i < c->nw && c->runs > 0; i++) {
+        wf_worker_stats *s = &c->sum[i];
+        const wf_worker_stats *a = &c->at[i], *b = &c->now[i];
+
+        s->tasks_run += b->tasks_run - a->tasks_run;
+        s->spawned += b->spawned - a->spawned;
+        s->steals_tried += b->steals_tried - a->steals_tried;
+        s->steals_won += b->steals_won - a->steals_won;
+        s->parks += b->parks - a->parks;
+        s->idle_ns += b->idle_ns - a->idle_ns;
+    }
+    c->runs++;
+}
+
+/* One line per worker on stderr (stdout stays the table or the JSON lines), per timed run.
+ * 'idle' is time asleep counted when a worker wakes: a sleep begun in the --gap-ms pause
+ * before a run and ended in it counts whole, so only with --gap-ms 0 is it the runs' own. */
+static void stats_print(weft_ctx *c, int bench)
+{
+    static const char *const names[SB_N_BENCH] = { "fib", "wide", "chain", "chain_replay", "dag" };
+    double n = c->runs > 1 ? c->runs - 1 : 1;
+
+    if (c->runs < 2)
+        return;
+    fflush(stdout);
+    for (int i = 0; i < c->nw; i++) {
+        const wf_worker_stats *s = &c->sum[i];
+
+        fprintf(stderr,
+                "# weft %s worker %d, per run: %.0f tasks, %.0f pushed, %.0f of %.0f steals won, "
+                "%.1f parks, %.2f ms idle\n",
+                names[bench], i, (double)s->tasks_run / n, (double)s->spawned / n,
+                (double)s->steals_won / n, (double)s->steals_tried / n, (double)s->parks / n,
+                (double)s->idle_ns / n / 1e6);
+    }
 }
 
 /* ---- the sb_impl table ------------------------------------------------------------------ */
@@ -218,6 +296,8 @@ static void weft_cleanup(void *ctx, int bench)
     c->built = NULL;
     c->built_args = NULL;
 }
+
+static void weft_stop(void *ctx);
 
 static int weft_start(void **out, int threads, char *info, size_t len)
 {
@@ -243,6 +323,14 @@ static int weft_start(void **out, int threads, char *info, size_t len)
              (wf_version() >> 16) & 0xff, (wf_version() >> 8) & 0xff, wf_version() & 0xff,
              wf_runtime_worker_count(c->rt), wf_runtime_numa_count(c->rt),
              c->trace_path ? ", tracing to " : "", c->trace_path ? c->trace_path : "");
+    c->nw = wf_runtime_worker_count(c->rt);
+    c->at = calloc((size_t)c->nw, sizeof(*c->at));
+    c->now = calloc((size_t)c->nw, sizeof(*c->now));
+    c->sum = calloc((size_t)c->nw, sizeof(*c->sum));
+    if (c->at == NULL || c->now == NULL || c->sum == NULL) {
+        weft_stop(c);
+        return -1;
+    }
     *out = c;
     return 0;
 }
@@ -253,6 +341,9 @@ static void weft_stop(void *ctx)
 
     if (c == NULL)
         return;
+    free(c->at);
+    free(c->now);
+    free(c->sum);
     weft_cleanup(c, SB_N_BENCH);
     wf_taskgraph_destroy(c->replay);
     wf_runtime_destroy(c->rt);
@@ -269,6 +360,8 @@ static int weft_prepare(void *ctx, int bench, const sb_inputs *in)
 {
     weft_ctx *c = ctx;
 
+    c->runs = 0;
+    memset(c->sum, 0, (size_t)c->nw * sizeof(*c->sum));
     if (bench != SB_CHAIN_REPLAY)
         return 0;
     return chain_build(c, in->chain_n, &c->replay);
@@ -280,6 +373,8 @@ static int weft_run(void *ctx, int bench, const sb_inputs *in, uint64_t *result)
     int rc = -1;
 
     *result = 0;
+    if (wf_runtime_stats(c->rt, c->at, c->nw) < 0)
+        return fail("wf_runtime_stats", WF_EINVAL, wf_last_errmsg());
     switch (bench) {
     case SB_FIB: {
         fib_arg a = { c->rt, in->fib_n, 0 };
@@ -310,6 +405,7 @@ static int weft_run(void *ctx, int bench, const sb_inputs *in, uint64_t *result)
         rc = dag_once(c, in);
         break;
     }
+    stats_add(c);
     return rc;
 }
 
@@ -319,6 +415,7 @@ static void weft_finish(void *ctx, int bench)
 {
     weft_ctx *c = ctx;
 
+    stats_print(c, bench);
     if (bench == SB_CHAIN_REPLAY) {
         wf_taskgraph_destroy(c->replay);
         c->replay = NULL;

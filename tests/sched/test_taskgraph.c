@@ -3,7 +3,8 @@
  * chain, a wide fan-out/fan-in: each node takes a global sequence number when it starts and
  * when it ends, and every run must run each node exactly once and start it only after all
  * its predecessors ended. Also: ids, replays after a change, runs from inside a task,
- * WF_EBUSY while a run is in flight, and one worker's order of ready successors. Failing nodes and
+ * WF_EBUSY while a run is in flight, one worker's order of ready successors, and graphs built
+ * with wf_taskgraph_add_nodes() (alone, grown by every other call, bad rows). Failing nodes and
  * cycles are in test_errors.c. */
 #include "wf_test.h"
 
@@ -639,6 +640,182 @@ Test(sched_taskgraph, add_after_with_a_bad_predecessor_adds_nothing_and_says_why
     d->n = 3;
     dag_note_edge(d, 0, 2);
     dag_run_and_check(d, 2);
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+/* ---- wf_taskgraph_add_nodes: many nodes and their predecessors in one call ------------ */
+
+/* Predecessor rows for nodes first .. first + count - 1 in layers of 'width' ids: each node
+ * past the first layer gets 1 to 4 distinct predecessors of the layer before (which may be
+ * nodes of an earlier call). Fills the nodes and notes the edges; the caller frees the rows. */
+static void bulk_rows(dag *d, int first, int count, int width, uint64_t *rng, int64_t **off_out,
+                      int **pred_out)
+{
+    int64_t *off = malloc((size_t)(count + 1) * sizeof *off);
+    int *pred = malloc((size_t)(4 * count + 1) * sizeof *pred);
+    cr_assert(off && pred);
+    off[0] = 0;
+    for (int j = 0; j < count; j++) {
+        int i = first + j, np = 0;
+        if (i >= width) {
+            int base = (i / width - 1) * width, want = 1 + (int)wf_test_rand_below(rng, 4);
+            int start = (int)wf_test_rand_below(rng, (uint64_t)width);
+            for (int k = 0; k < want; k++) { /* distinct: 13 * k mod 50 differ for k < 4 */
+                pred[off[j] + np] = base + (start + 13 * k) % width;
+                dag_note_edge(d, pred[off[j] + np], i);
+                np++;
+            }
+        }
+        off[j + 1] = off[j] + np;
+        d->nodes[i] = (dnode){ .d = d, .id = i, .work = (uint32_t)wf_test_rand_below(rng, 100) };
+    }
+    *off_out = off;
+    *pred_out = pred;
+}
+
+/* Adds nodes first .. first + count - 1 with one wf_taskgraph_add_nodes() call. */
+static void bulk_add(dag *d, int count, int width, uint64_t *rng)
+{
+    int64_t *off;
+    int *pred, first = d->n;
+    bulk_rows(d, first, count, width, rng, &off, &pred);
+    int rc = wf_taskgraph_add_nodes(d->g, dnode_fn, &d->nodes[first], sizeof(dnode), "bulk", count,
+                                    off, pred);
+    cr_assert_eq(rc, first, "add_nodes returned %d (%s), not the first id %d: %s", rc,
+                 wf_err_name(rc), first, wf_taskgraph_errmsg(d->g));
+    d->n += count;
+    cr_assert_eq(wf_taskgraph_node_count(d->g), d->n);
+    free(off);
+    free(pred);
+}
+
+/* The DAG of a_dag_built_with_add_after_..., added in one call to an empty graph (the call
+ * that writes the run's arrays directly): each node once, after its predecessors. */
+Test(sched_taskgraph, a_dag_added_in_one_add_nodes_call_runs_each_node_once_after_its_preds)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    int n = (int)wf_test_scaled(20000, 5000);
+    uint64_t rng = 0x5eed000f;
+    dag *d = dag_new(rt, n);
+    bulk_add(d, n, 50, &rng);
+    dag_run_and_check(d, 5);
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+/* A graph built by add_nodes, then grown between runs by add_nodes (predecessors in both
+ * calls), add_after, add and precede (an edge from a new node to node 0, against the ids'
+ * order): every run runs every node once after its predecessors. */
+Test(sched_taskgraph, a_graph_from_add_nodes_grown_by_every_kind_of_call_runs_in_order)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    uint64_t rng = 0x5eed0010;
+    dag *d = dag_new(rt, 3002);
+    bulk_add(d, 1000, 50, &rng);
+    dag_run_and_check(d, 2);
+    bulk_add(d, 2000, 50, &rng);
+    dag_run_and_check(d, 2);
+    int preds[2] = { 10, 2990 };
+    d->nodes[3000] = (dnode){ .d = d, .id = 3000 };
+    cr_assert_eq(wf_taskgraph_add_after(d->g, dnode_fn, &d->nodes[3000], "after", preds, 2), 3000,
+                 "%s", wf_taskgraph_errmsg(d->g));
+    d->n++;
+    dag_note_edge(d, 10, 3000);
+    dag_note_edge(d, 2990, 3000);
+    dag_add(d, 1, &rng, 0);
+    dag_edge(d, 3001, 0);
+    dag_edge(d, 5, 7);
+    dag_run_and_check(d, 3);
+    dag_free(d);
+    wf_runtime_destroy(rt);
+}
+
+static int count_fn(void *arg)
+{
+    atomic_fetch_add((atomic_long *)arg, 1);
+    return 0;
+}
+
+/* 'arg_stride' 0 gives every node the same argument; without 'pred_off' every node is a
+ * root, on an empty graph and on one that has nodes already. */
+Test(sched_taskgraph, add_nodes_with_stride_0_and_no_rows_gives_every_node_the_same_arg)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    wf_taskgraph *g;
+    atomic_long count = 0;
+    cr_assert_eq(wf_taskgraph_create(rt, &g), 0);
+    cr_assert_eq(wf_taskgraph_add_nodes(g, count_fn, &count, 0, "count", 5000, NULL, NULL), 0, "%s",
+                 wf_taskgraph_errmsg(g));
+    cr_assert_eq(wf_taskgraph_add_nodes(g, count_fn, &count, 0, "count", 3000, NULL, NULL), 5000,
+                 "%s", wf_taskgraph_errmsg(g));
+    cr_assert_eq(wf_taskgraph_add_nodes(g, count_fn, &count, 0, "count", 0, NULL, NULL), 8000);
+    for (int r = 1; r <= 3; r++) {
+        cr_assert_eq(wf_taskgraph_run(g), 0, "%s", wf_taskgraph_errmsg(g));
+        cr_assert_eq(atomic_load(&count), 8000L * r, "run %d: %ld nodes ran", r,
+                     atomic_load(&count));
+    }
+    wf_taskgraph_destroy(g);
+    wf_runtime_destroy(rt);
+}
+
+/* Each bad call returns WF_EINVAL, says why, and adds nothing, on an empty graph (the direct
+ * build) and on one with nodes (the general path); a good call afterwards works. */
+Test(sched_taskgraph, add_nodes_with_bad_rows_adds_nothing_and_says_why)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1 });
+    dag *d = dag_new(rt, 6);
+    for (int pass = 0; pass < 2; pass++) {
+        int first = d->n;
+        dnode *x = &d->nodes[first];
+        int64_t off[4] = { 0, 0, 1, 2 }, down[4] = { 1, 1, 0, 1 }, back[4] = { 2, 2, 2, 0 };
+        int64_t past[4] = { 0, 3, 1, 2 }; /* row 0 would read preds[2], past the 2 entries */
+        int later[2] = { 0, first + 2 }, own[2] = { first + 1, first }, neg[2] = { -1, 0 };
+
+        struct {
+            const int64_t *off;
+            const int *pred;
+            const char *says;
+        } bad[] = {
+            { off, later, "preds[1] is node" },
+            { off, own, "an earlier node" },
+            { off, neg, "preds[0] is node -1" },
+            { down, own, "pred_off[1] 1 > pred_off[2] 0" },
+            { back, own, "pred_off[3] 0 < pred_off[0] 2" },
+            { past, own, "pred_off[1] 3 is past pred_off[3] 2" },
+            { off, NULL, "NULL preds" },
+        };
+
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            int rc = wf_taskgraph_add_nodes(d->g, dnode_fn, x, sizeof *x, "bad", 3, bad[b].off,
+                                            bad[b].pred);
+            cr_assert_eq(rc, WF_EINVAL, "pass %d, case %zu: %s", pass, b, wf_err_name(rc));
+            cr_assert(strstr(wf_taskgraph_errmsg(d->g), bad[b].says) != NULL,
+                      "pass %d, case %zu: '%s' lacks '%s'", pass, b, wf_taskgraph_errmsg(d->g),
+                      bad[b].says);
+            cr_assert_eq(wf_taskgraph_node_count(d->g), first);
+        }
+        cr_assert_eq(wf_taskgraph_add_nodes(d->g, NULL, x, 0, "bad", 3, NULL, NULL), WF_EINVAL);
+        cr_assert_eq(wf_taskgraph_add_nodes(d->g, dnode_fn, x, 0, "bad", -1, NULL, NULL),
+                     WF_EINVAL);
+        cr_assert_eq(wf_taskgraph_node_count(d->g), first);
+        /* A good call: node first + 1 after first, first + 2 after both (and, in the second
+         * pass, node first after the first pass's last node). */
+        int64_t good_off[4] = { 0, first > 0, 1 + (first > 0), 3 + (first > 0) };
+        int good[4] = { first - 1, first, first, first + 1 };
+        const int *rows = first > 0 ? good : good + 1;
+        for (int j = 0; j < 3; j++) {
+            d->nodes[first + j] = (dnode){ .d = d, .id = first + j };
+            for (int64_t k = good_off[j]; k < good_off[j + 1]; k++)
+                dag_note_edge(d, rows[k], first + j);
+        }
+        cr_assert_eq(
+            wf_taskgraph_add_nodes(d->g, dnode_fn, x, sizeof *x, "good", 3, good_off, rows), first,
+            "%s", wf_taskgraph_errmsg(d->g));
+        d->n += 3;
+        dag_run_and_check(d, 2);
+    }
+    cr_assert_eq(wf_taskgraph_add_nodes(NULL, dnode_fn, NULL, 0, "bad", 1, NULL, NULL), WF_EINVAL);
     dag_free(d);
     wf_runtime_destroy(rt);
 }

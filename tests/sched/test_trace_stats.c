@@ -4,7 +4,8 @@
  * empties the rings, and fails with WF_EINVAL when tracing is off and WF_EIO on a bad path.
  * The counters: tasks run, spawned, inbox, actor messages, steals (none with one worker;
  * local + remote = won <= tried), and reset, which zeroes counters but keeps numa and cpu;
- * idle workers park and count their time asleep, and a wide graph from one worker reaches
+ * idle workers park and count their time asleep (a sleep still going on included, from the
+ * last reset on), and a wide graph from one worker reaches
  * the other by stealing. */
 #include "wf_test.h"
 
@@ -780,6 +781,38 @@ Test(sched_stats, idle_workers_park_and_count_their_idle_time)
     cr_assert_geq(idle, 0.15, "the workers slept %.3f s of 2 x %.3f s idle", idle, 0.3);
     cr_assert_leq(idle, 2 * wall, "idle %.3f s is more than 2 workers x %.3f s of wall time", idle,
                   wall);
+    wf_runtime_destroy(rt);
+}
+
+/* Workers still asleep count their sleep so far: read twice 100 ms apart with no work at
+ * all (nobody wakes them), the idle time grows by about 2 x 100 ms; a reset while they
+ * sleep counts only what follows it. Before, a sleep was counted only when it ended, so a
+ * snapshot taken before a burst and one after it saw the whole sleep that preceded it. */
+Test(sched_stats, idle_time_includes_a_sleep_still_going_on_and_reset_cuts_it)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    wf_test_sleep_us(50000); /* both park */
+    wf_worker_stats a[2], b[2];
+    cr_assert_eq(wf_runtime_stats(rt, a, 2), 2);
+    double t0 = now_s();
+    wf_test_sleep_us(100000);
+    cr_assert_eq(wf_runtime_stats(rt, b, 2), 2);
+    double wall = now_s() - t0;
+    for (int i = 0; i < 2; i++) {
+        double grew = (double)(b[i].idle_ns - a[i].idle_ns) * 1e-9;
+        cr_assert_geq(grew, 0.5 * wall, "worker %d: idle grew %.3f s in %.3f s asleep", i, grew,
+                      wall);
+        cr_assert_leq(grew, wall + 0.01, "worker %d: idle grew %.3f s in %.3f s", i, grew, wall);
+    }
+    wf_runtime_stats_reset(rt);
+    t0 = now_s();
+    wf_test_sleep_us(20000);
+    cr_assert_eq(wf_runtime_stats(rt, b, 2), 2);
+    wall = now_s() - t0;
+    for (int i = 0; i < 2; i++)
+        cr_assert_leq((double)b[i].idle_ns * 1e-9, wall + 0.01,
+                      "worker %d: %.3f s idle since a reset %.3f s ago", i,
+                      (double)b[i].idle_ns * 1e-9, wall);
     wf_runtime_destroy(rt);
 }
 
