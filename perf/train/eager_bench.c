@@ -15,7 +15,9 @@
  * The weft configurations run in this process, one runtime each, in the order eager, static
  * per T. Compare within one run: these machines are shared and noisy.
  * Usage: eager_bench [--reps N] [--warmup N] [--threads 1,2] [--python /usr/bin/python3]
- *        [--quick] */
+ *        [--quick] [--only eager|static]
+ * --only runs that weft mode alone (no peer, no ratios line), for a profiler: perf record -g
+ * eager_bench --only eager --threads 1. */
 #include "../bench_util.h"
 
 #include <weft/weft.h>
@@ -227,7 +229,7 @@ static void time_torch(const char *python, int threads, int warmup, int reps, do
 int main(int argc, char **argv)
 {
     int reps = 30, warmup = 5, n_threads = 2, threads[8] = { 1, 2 };
-    const char *python = "/usr/bin/python3";
+    const char *python = "/usr/bin/python3", *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             if (bench_parse_int(argv[++i], 1, 100000, &reps) < 0)
@@ -247,6 +249,10 @@ int main(int argc, char **argv)
                 goto usage;
         } else if (strcmp(argv[i], "--python") == 0 && i + 1 < argc) {
             python = argv[++i];
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            only = argv[++i];
+            if (strcmp(only, "eager") != 0 && strcmp(only, "static") != 0)
+                goto usage;
         } else if (strcmp(argv[i], "--quick") == 0) {
             reps = 3;
             warmup = 1;
@@ -282,6 +288,10 @@ int main(int argc, char **argv)
     int rc = 0;
     for (int k = 0; k < n_threads && rc == 0; k++) {
         double e = NAN, s = NAN, p = NAN;
+        if (only) {
+            rc = time_weft(strcmp(only, "eager") == 0, threads[k], xb, yb, warmup, reps, &e);
+            continue;
+        }
         rc = time_weft(true, threads[k], xb, yb, warmup, reps, &e);
         if (rc == 0)
             rc = time_weft(false, threads[k], xb, yb, warmup, reps, &s);
@@ -308,6 +318,6 @@ int main(int argc, char **argv)
     return rc;
 usage:
     fprintf(stderr, "usage: eager_bench [--reps N] [--warmup N] [--threads 1,2] "
-                    "[--python /usr/bin/python3] [--quick]\n");
+                    "[--python /usr/bin/python3] [--quick] [--only eager|static]\n");
     return 2;
 }
