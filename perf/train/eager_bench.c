@@ -257,14 +257,18 @@ static void print_spread(const char *name, double *v, int n)
  * the goals and whether the medians meet them. */
 static void print_ratios(int threads, double *vs_p, int n_p, double *vs_s, int n_s)
 {
-    printf("{\"bench\": \"%s\", \"ratios\": true, \"threads\": %d, \"rounds\": %d", CASE,
-           threads, n_s);
+    printf("{\"bench\": \"%s\", \"ratios\": true, \"threads\": %d, \"rounds\": %d", CASE, threads,
+           n_s);
     print_spread("eager_vs_pytorch", vs_p, n_p);
-    printf(", \"goal_vs_pytorch\": 0.8, \"met_vs_pytorch\": %s",
-           n_p == 0 ? "null" : bench_median(vs_p, n_p) <= 0.8 ? "true" : "false");
+    printf(", \"goal_vs_pytorch\": 0.8, \"met_vs_pytorch\": %s", n_p == 0 ? "null"
+                                                                 : bench_median(vs_p, n_p) <= 0.8
+                                                                     ? "true"
+                                                                     : "false");
     print_spread("eager_vs_static", vs_s, n_s);
-    printf(", \"goal_vs_static\": 1.3, \"met_vs_static\": %s}\n",
-           n_s == 0 ? "null" : bench_median(vs_s, n_s) <= 1.3 ? "true" : "false");
+    printf(", \"goal_vs_static\": 1.3, \"met_vs_static\": %s}\n", n_s == 0 ? "null"
+                                                                  : bench_median(vs_s, n_s) <= 1.3
+                                                                      ? "true"
+                                                                      : "false");
     fflush(stdout);
 }
 
