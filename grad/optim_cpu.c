@@ -15,6 +15,7 @@
  * Not here: building the update nodes (optim.c), grouping them (runtime/pass_optim_fuse.c). */
 #include "../core/tensor.h"
 #include "../ops/cuda_kernels.h"
+#include "../ops/kernels.h"
 #include "internal.h"
 #include "update.h"
 
@@ -258,8 +259,9 @@ static int kernel_update(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *
     if (rc == 0)
         rc = update_arrays(&u, in, k, in[k], &gc);
     int64_t len = in[0]->numel;
-    if (rc == 0 && ctx && ctx->rt && len >= (1 << 16))
-        rc = wf_parallel_for(ctx->rt, 0, len, 1 << 14, update_range, &u);
+    wf_runtime *rt = ctx ? wf__kernel_par_rt(ctx->rt) : NULL;
+    if (rc == 0 && rt && len >= (1 << 16))
+        rc = wf_parallel_for(rt, 0, len, 1 << 14, update_range, &u);
     else if (rc == 0)
         update_range(&u, 0, len);
     wf_tensor_release(gc);
@@ -475,8 +477,9 @@ static int kernel_multi(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *c
         x.start[j + 1] = x.start[j] + in[j * k]->numel;
     }
     int64_t tiles = rc == 0 ? (x.start[m] + WF__UPDATE_TILE - 1) / WF__UPDATE_TILE : 0;
-    if (rc == 0 && ctx && ctx->rt && tiles > 1)
-        rc = wf_parallel_for(ctx->rt, 0, tiles, 1, multi_range, &x);
+    wf_runtime *rt = ctx ? wf__kernel_par_rt(ctx->rt) : NULL;
+    if (rc == 0 && rt && tiles > 1)
+        rc = wf_parallel_for(rt, 0, tiles, 1, multi_range, &x);
     else if (rc == 0)
         multi_range(&x, 0, tiles);
     for (int j = 0; gc && j < m; j++)

@@ -25,7 +25,7 @@
 /* The kernels' context for core's. */
 static inline wf_kctx wf__ops_kctx(const wf_kernel_ctx *ctx)
 {
-    wf_kctx k = { ctx ? ctx->rt : NULL, ctx ? ctx->step : 0 };
+    wf_kctx k = { ctx ? wf__kernel_par_rt(ctx->rt) : NULL, ctx ? ctx->step : 0 };
     return k;
 }
 

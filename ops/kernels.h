@@ -33,6 +33,18 @@ typedef struct wf_kctx {
     uint64_t step;  /* the run's step counter (wf_kernel_ctx.step): random ops mix it in */
 } wf_kctx;
 
+/* The runtime a kernel called with 'rt' splits its work on: 'rt' when it has two workers or
+ * more, else NULL (run serially on the calling thread). Why: with one worker a split gains
+ * nothing, and an eager op (run on the thread building the graph, not on a worker) handed
+ * every piece to the worker and waited, spinning then sleeping, for each op: a wake-up and a
+ * hand-off per op, and a second thread busy in a '1 thread' run (measured: the caller's wait
+ * was 2.6% of the samples of the eager MLP step, the worker's loop and futex 3%). The bits do
+ * not change (kernels' contract: they never depend on the runtime or its workers). */
+static inline wf_runtime *wf__kernel_par_rt(wf_runtime *rt)
+{
+    return rt && wf_runtime_worker_count(rt) > 1 ? rt : NULL;
+}
+
 /* ---- Elementwise: unary ------------------------------------------------------------------ */
 
 /* out = op(x), same shape. Floating dtypes for all; i32 and i64 also for neg, abs, sign,
