@@ -61,8 +61,10 @@ typedef enum wf_aggregation {
 typedef struct wf_strategy_opts {
     int shards;                /* S; 0: the communicator's size */
     int aggregation;           /* wf_aggregation; 0: WF_AGG_MEAN */
-    size_t bucket_bytes;       /* 0: 25 MiB (PyTorch DDP's). A bucket closes when the next
-                                  gradient would not fit; a bigger gradient goes alone. */
+    size_t bucket_bytes;       /* 0: 25 MiB (PyTorch DDP's). Gradients join the open
+                                  bucket in the order backward makes them; it closes once it
+                                  holds at least its limit (the gradient that reaches it
+                                  included) or backward has no more, as DDP's buckets do. */
     size_t first_bucket_bytes; /* 0: 1 MiB: the first bucket is small so that communication
                                   starts early in backward */
     /* Mirrored only (wf_strategy_mirrored(); 0 and NULL for MultiWorkerMirrored): */
