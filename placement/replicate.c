@@ -11,7 +11,8 @@
  * Copies: for each local shard i (global shard k0 + i) every replica node is added again
  *   with its replica inputs replaced by shard i's copies; a batch placeholder becomes
  *   shard_rows(x, k, S). Gradients, in creation order (the order backward makes them),
- *   fill buckets; each bucket is one dp_reduce over the bucket's gradients of every local
+ *   fill buckets (one closes once it holds its limit, the gradient that reaches it included,
+ *   as DDP's); each bucket is one dp_reduce over the bucket's gradients of every local
  *   shard. When nothing else reads the gradients' shard copies (no replica node, no other
  *   stage, no device copy: Mirrored's devices), the bucket reduces in place, into the first
  *   local shard's tensors, and a dp_grad per gradient (over those bytes) is the global
@@ -528,7 +529,15 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
     for (int id = 0; id <= w->n && rc == 0; id++) {
         bool g = id < w->n && is_grad[id] && local(w, id) && !(w->tgi && w->tgi[id] >= 0);
         size_t gb = g ? (size_t)wf_shape_numel(wf_graph_node(w->g, id)->shape) * 4 : 0;
-        bool close = n_mem > 0 && (id == w->n || bytes + gb > limit);
+        if (g) {
+            members[n_mem++] = id;
+            bytes += gb;
+            inplace &= own[id];
+        }
+        /* DDP's rule (c10d's compute_bucket_assignment_by_size): the gradient that reaches the
+         * limit joins the bucket, which then closes; so with the 1 MiB first bucket the second
+         * gradient to come, however large, starts its reduction while backward goes on */
+        bool close = n_mem > 0 && (id == w->n || bytes >= limit);
         if (close) {
             if (w->edge + 1 >= (1 << 15)) {
                 rc = wf__err(WF_EINVAL, "data-parallel rewrite: more than %d buckets and scalars",
@@ -568,11 +577,6 @@ static int reduce_all(rw *w, const uint8_t *is_grad, wf__replica_map *m)
             bytes = 0;
             inplace = true;
             limit = o->bucket_bytes;
-        }
-        if (g) {
-            members[n_mem++] = id;
-            bytes += gb;
-            inplace &= own[id];
         }
     }
     /* Scalars the shards compute: global values for fetches. A pipeline's are sent from

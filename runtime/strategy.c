@@ -8,7 +8,8 @@
  *   other instead of hanging or summing wrong values), the rewrite (placement/replicate.h,
  *   or placement/pipeline.h), the registration of dp_reduce's kernel (transport/coll_ops.h),
  *   the broadcast of every variable from rank 0 and the check of their hash; at each run the
- *   mapping of the user's fetches and targets to the rewritten graph's nodes.
+ *   mapping of the user's fetches and targets to the rewritten graph's nodes; the rows of a
+ *   global batch this rank's shards read (wf_strategy_local_rows(), for loaders).
  * Not here: the rewrite itself (placement/), the reduction's kernel (transport/). */
 #include "../placement/pipeline.h"
 #include "../placement/replicate.h"
@@ -273,6 +274,31 @@ int wf__strategy_new(wf_comm *comm, const wf_strategy_opts *o, int servers, int 
 int wf_strategy_device_count(const wf_strategy *st)
 {
     return st ? st->n_dev : wf__err(WF_EINVAL, "wf_strategy_device_count: strategy is NULL");
+}
+
+int wf_strategy_local_rows(const wf_strategy *st, long long rows, long long *lo, long long *hi)
+{
+    if (!st || !lo || !hi || rows < 0)
+        return wf__err(WF_EINVAL, "wf_strategy_local_rows: %s", rows < 0 ? "rows < 0" : "NULL");
+    *lo = 0;
+    *hi = rows;
+    if (st->n_dev || st->pipeline)
+        return 0;
+    int n = st->size, r = st->rank;
+    if (st->servers) {
+        if (r < st->servers) {
+            *hi = 0;
+            return 0;
+        }
+        n -= st->servers;
+        r -= st->servers;
+    }
+    int64_t per = st->o.shards / n, a, b, c, d;
+    wf__shard_rows_range(rows, (int64_t)r * per, st->o.shards, &a, &b);
+    wf__shard_rows_range(rows, (int64_t)(r + 1) * per - 1, st->o.shards, &c, &d);
+    *lo = a;
+    *hi = d;
+    return 0;
 }
 
 int wf__strategy_servers(const wf_strategy *st)

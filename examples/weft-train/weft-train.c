@@ -508,6 +508,39 @@ static int train_step(trainer *t, wf_tensor *x, wf_tensor *y, double *loss, doub
     return 0;
 }
 
+/* Fills rows at .. at + cnt - 1 of 'ds' (through 'perm', NULL: in order) into a batch of cnt
+ * rows, but only those this rank's shards read (wf_strategy_local_rows(): under --strategy
+ * multiworker or ps each rank reads only its rows of the global batch); the others keep what
+ * the buffers held, which no shard reads: new_batch_buffers() makes them NaN (x) and 0 (labels),
+ * so a shard that read a row of another rank's would make the loss NaN, which the training loop
+ * reports. */
+static int fill_own_rows(const trainer *t, const wt_dataset *ds, const int64_t *perm, int64_t at,
+                         int64_t cnt, float *xb, int32_t *yb)
+{
+    long long lo = 0, hi = cnt;
+    if (t->strategy && wf_strategy_local_rows(t->strategy, cnt, &lo, &hi) < 0)
+        return WF_EINVAL;
+    return wt_batch(ds, perm, at + lo, hi - lo, xb + lo * ds->n_features, yb + lo);
+}
+
+/* The buffers of a batch of 'rows' rows of 'nf' features, x NaN and labels 0 (fill_own_rows());
+ * 0 or WF_ENOMEM (both NULL). */
+static int new_batch_buffers(int64_t rows, int64_t nf, float **xb, int32_t **yb)
+{
+    *xb = malloc((size_t)rows * (size_t)nf * sizeof **xb);
+    *yb = calloc((size_t)rows, sizeof **yb);
+    if (!*xb || !*yb) {
+        free(*xb);
+        free(*yb);
+        *xb = NULL;
+        *yb = NULL;
+        return WF_ENOMEM;
+    }
+    for (int64_t i = 0; i < rows * nf; i++)
+        (*xb)[i] = NAN;
+    return 0;
+}
+
 /* Test loss and accuracy over 'ds', in chunks. */
 static int evaluate(trainer *t, const wt_dataset *ds, double *loss, double *acc, char *err,
                     size_t errlen)
@@ -515,16 +548,20 @@ static int evaluate(trainer *t, const wt_dataset *ds, double *loss, double *acc,
     /* A pipeline runs batches of --batch rows only: the rows past the last whole one are
      * not evaluated. */
     int64_t CHUNK = t->o->pipeline ? t->o->batch : 512, n_eval = 0;
-    float *xb = malloc((size_t)CHUNK * (size_t)ds->n_features * sizeof *xb);
-    int32_t *yb = malloc((size_t)CHUNK * sizeof *yb);
+    float *xb;
+    int32_t *yb;
     double lsum = 0, right = 0;
-    int rc = xb && yb ? 0 : WF_ENOMEM;
+    int rc = new_batch_buffers(CHUNK, ds->n_features, &xb, &yb);
     for (int64_t at = 0; rc == 0 && at < ds->n; at += CHUNK) {
         int64_t cnt = ds->n - at < CHUNK ? ds->n - at : CHUNK;
         if (t->o->pipeline && cnt < CHUNK)
             break;
         n_eval += cnt;
-        wt_batch(ds, NULL, at, cnt, xb, yb);
+        if ((rc = fill_own_rows(t, ds, NULL, at, cnt, xb, yb)) < 0) {
+            snprintf(err, errlen, "the rows %lld .. %lld: %s", (long long)at,
+                     (long long)(at + cnt - 1), wf_last_errmsg());
+            break;
+        }
         wf_tensor *x = wf_tensor_from(WF_F32, batch_shape(t->m, cnt), xb);
         wf_tensor *y = wf_tensor_from(WF_I32, WF_SHAPE(cnt), yb);
         if (!x || !y) {
@@ -930,7 +967,8 @@ static void usage(FILE *f)
            "                           Under --strategy every rank loads rank 0's newest\n"
            "                           (rank 0 writes them; give all ranks the same D)\n"
            "  --strategy multiworker   data parallel over the ranks of weft-run -n N: --batch\n"
-           "                           is the global batch; only rank 0 prints, logs and saves\n"
+           "                           is the global batch, of which each rank fills only the\n"
+           "                           rows of its shards; only rank 0 prints, logs and saves\n"
            "  --shards S               its shards (default: the number of ranks); any number of\n"
            "                           ranks dividing S trains the same bits\n"
            "  --strategy mirrored      data parallel over devices of this process: one replica\n"
@@ -1513,10 +1551,10 @@ int main(int argc, char **argv)
                o.model, (long long)n_weights, o.optimizer, t.opt.lr, o.batch, total_steps,
                o.eager ? "eager" : "static graph", wf_runtime_worker_count(t.rt));
     }
-    float *xb = malloc((size_t)o.batch * (size_t)train.n_features * sizeof *xb);
-    int32_t *yb = malloc((size_t)o.batch * sizeof *yb);
+    float *xb = NULL;
+    int32_t *yb = NULL;
     int64_t *perm = malloc((size_t)train.n * sizeof *perm);
-    if (!xb || !yb || !perm) {
+    if (new_batch_buffers(o.batch, train.n_features, &xb, &yb) < 0 || !perm) {
         fprintf(stderr, "weft-train: no memory for a batch\n");
         rc = WF_ENOMEM;
         goto out_batch;
@@ -1546,7 +1584,10 @@ int main(int argc, char **argv)
         int64_t seen = 0;
         for (int64_t b = first; b < this_epoch && rc == 0 && !interrupted; b++, step++) {
             int64_t at = b * o.batch, cnt = train.n - at < o.batch ? train.n - at : o.batch;
-            wt_batch(&train, perm, at, cnt, xb, yb);
+            if ((rc = fill_own_rows(&t, &train, perm, at, cnt, xb, yb)) < 0) {
+                snprintf(err, sizeof err, "step %ld: the batch's rows: %s", step, wf_last_errmsg());
+                break;
+            }
             wf_tensor *x = wf_tensor_from(WF_F32, batch_shape(&m, cnt), xb);
             wf_tensor *y = wf_tensor_from(WF_I32, WF_SHAPE(cnt), yb);
             double loss = NAN, correct = 0;

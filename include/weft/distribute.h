@@ -61,8 +61,10 @@ typedef enum wf_aggregation {
 typedef struct wf_strategy_opts {
     int shards;                /* S; 0: the communicator's size */
     int aggregation;           /* wf_aggregation; 0: WF_AGG_MEAN */
-    size_t bucket_bytes;       /* 0: 25 MiB (PyTorch DDP's). A bucket closes when the next
-                                  gradient would not fit; a bigger gradient goes alone. */
+    size_t bucket_bytes;       /* 0: 25 MiB (PyTorch DDP's). Gradients join the open
+                                  bucket in the order backward makes them; it closes once it
+                                  holds at least its limit (the gradient that reaches it
+                                  included) or backward has no more, as DDP's buckets do. */
     size_t first_bucket_bytes; /* 0: 1 MiB: the first bucket is small so that communication
                                   starts early in backward */
     /* Mirrored only (wf_strategy_mirrored(); 0 and NULL for MultiWorkerMirrored): */
@@ -154,6 +156,17 @@ WF_API WF_NODISCARD int wf_strategy_ps(wf_comm *comm, const wf_ps_opts *opts, wf
 /* 1 if this rank is a parameter server of 'st', 0 if not (a worker, or another strategy),
  * WF_EINVAL for NULL. */
 WF_API int wf_strategy_is_server(const wf_strategy *st);
+
+/* The rows [*lo, *hi) of a global batch of 'rows' rows that this rank's shards read, so a
+ * loader fills only those (the other rows of the batch fed are never read: any values do):
+ * MultiWorkerMirrored's rank r takes shards r*S/N .. (r+1)*S/N - 1, a parameter-server worker
+ * w those of worker w over the W workers, shard k being rows [k*b + min(k, e), that + b + (k <
+ * e)) with b = rows / S and e = rows mod S (the first e shards one row longer); a server reads
+ * no row (*lo = *hi = 0); Mirrored (one process) and a pipeline (its stages read the batch's
+ * inputs and labels) read every row. Returns 0, or WF_EINVAL (NULL st, lo or hi; rows < 0).
+ * Threads: any. */
+WF_API WF_NODISCARD int wf_strategy_local_rows(const wf_strategy *st, long long rows, long long *lo,
+                                               long long *hi);
 
 /* Asynchronous parameter servers (staleness s > 0, stale-synchronous parallel: SSP).
  * Versions and clocks: a server's version is its count of applied updates; worker w's clock

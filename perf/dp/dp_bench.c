@@ -18,7 +18,8 @@
  *   --same-cores does not tell the runtimes their local rank (wf_runtime_opts.local_rank and
  *   local_size), so every rank pins its workers from core 0, as before they existed;
  *   --bucket-kib K gives the 2-rank case's strategy buckets of K KiB (wf_strategy_opts.
- *   bucket_bytes; the default is the strategy's, 25 MiB after a 1 MiB first one);
+ *   bucket_bytes; the default is the strategy's, 25 MiB after a 1 MiB first one), and
+ *   PyTorch DDP's peer the same bucket_cap_mb, so both sides get the same buckets;
  *   --flight-compare R runs only the 2-rank case, 2R times, alternating the comm's flight
  *   recorder on and off (wf_comm_opts.flight_off; each order in turn), and prints the median
  *   of each mode's step medians and the recorder's share of the step ("flight_overhead_pct",
@@ -332,8 +333,9 @@ static result torch_case(const char *python, int ranks, int steps, int warmup)
     /* The script picks its port, retries a failed rendezvous and has its own deadlines;
      * timeout(1) is the last guard so that a stuck interpreter cannot hang the bench. */
     snprintf(cmd, sizeof cmd,
-             "timeout -k 10 600 %s %s/dp_bench_ddp.py --ranks %d --steps %d --warmup %d", python,
-             DB_SCRIPT_DIR, ranks, steps, warmup);
+             "timeout -k 10 600 %s %s/dp_bench_ddp.py --ranks %d --steps %d --warmup %d "
+             "--bucket-cap-mb %.6f",
+             python, DB_SCRIPT_DIR, ranks, steps, warmup, (double)bucket_bytes / (1 << 20));
     double v[2];
     if (bench_peer_line(cmd, (const char *const[]){ "median_s", "peak_rss_mb" }, v, 2) < 0)
         return r;

@@ -5,6 +5,8 @@ Trains the MLP 784-1024-1024-10 (ReLU, Adam lr 1e-3, softmax cross-entropy) on a
 global batch (B rows; rank r takes rows [r*B/N, (r+1)*B/N)), times each step after a warm-up
 and prints one JSON line from rank 0: median step seconds and the peak RSS of every rank.
 Usage: dp_bench_ddp.py --ranks N --batch B --steps S --warmup W [--port P] [--timeout T]
+                       [--bucket-cap-mb M]  (DDP's bucket_cap_mb; dp_bench --bucket-kib passes
+                                             its size so both sides get the same buckets)
 
 It never hangs: gloo is bound to the loopback interface (GLOO_SOCKET_IFNAME=lo: by default
 gloo uses the address the host name resolves to, which may not be reachable), every rank's
@@ -21,6 +23,13 @@ import resource
 import socket
 import sys
 import time
+
+# Debian's torch calls the system's threaded OpenBLAS, whose pool torch.set_num_threads does not
+# size: each rank would run 2 OpenBLAS threads on the 2 cores. The pool is sized when the library
+# loads, so this is set before anything imports torch (the spawned ranks re-import this module
+# first, and unpickling their queue imports torch).
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
 
 
 def free_port():
@@ -44,7 +53,8 @@ def rank_main(rank, args, q):
     model = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(),
                                 torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
                                 torch.nn.Linear(1024, 10))
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if args.ranks > 1 else model
+    kw = {"bucket_cap_mb": args.bucket_cap_mb} if args.bucket_cap_mb > 0 else {}
+    ddp = torch.nn.parallel.DistributedDataParallel(model, **kw) if args.ranks > 1 else model
     opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(7)
     x = torch.randn(args.batch, 784, generator=g)
@@ -85,6 +95,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--port", type=int, default=0, help="0: a free port, chosen per try")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per try")
+    ap.add_argument("--bucket-cap-mb", type=float, default=0,
+                    help="DDP's bucket_cap_mb (0: its default, 25)")
     args = ap.parse_args()
     return launch(rank_main, args, "dp_bench_ddp.py")
 

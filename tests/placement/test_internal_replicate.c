@@ -6,7 +6,8 @@
  *   replica node stays on the host; without 'shard_device' no node is placed. A bucket that
  *   only its dp_reduce reads is reduced in place (dp_grad nodes); others keep the flat value.
  *   A pipeline's micro-batch gradients are summed by the fixed tree's nodes, each made after
- *   the backward parts it sums and ordered before the next micro-batch's gradient.
+ *   the backward parts it sums and ordered before the next micro-batch's gradient. A bucket
+ *   closes once it holds its limit, the gradient that reaches it included (DDP's rule).
  * Internal: calls placement/replicate.h. */
 #include "../../core/graph.h"
 #include "../../placement/replicate.h"
@@ -283,4 +284,56 @@ Test(placement_internal_replicate, a_pipeline_sums_the_micro_batches_gradients_a
     free(stage_of);
     free(backward);
     wf_graph_destroy(m.g);
+}
+
+/* The gradients of bucket 'name' after the rewrite (one local shard): their element counts in
+ * 'numel' (at most 'cap'); the count, or -1 when there is no such bucket. */
+static int bucket_members(const wf_graph *g, const char *name, int64_t *numel, int cap)
+{
+    const wf_node *b = wf_graph_find((wf_graph *)g, name);
+    if (!b || strcmp(b->op->name, "dp_reduce") != 0)
+        return -1;
+    int k = 0;
+    for (int j = 1; j < b->n_inputs && k < cap; j++) /* inputs[0]: the batch (its rows) */
+        numel[k++] = wf_shape_numel(b->inputs[j]->shape);
+    return k;
+}
+
+/* DDP's buckets (c10d's compute_bucket_assignment_by_size): a 1 MiB first bucket, then 25
+ * MiB, each closing once it holds its limit. Backward makes the gradients of w3 (24 KiB), w2
+ * (1.4 MiB) and w1 (1.8 MiB) in that order: the first bucket takes w3 and w2 (reaching 1 MiB),
+ * so w2's reduction starts while w1's gradient is computed, and the second holds w1 alone
+ * (the rule "close when the next would not fit" gave {w3} and {w2, w1}: nothing large
+ * overlapped backward). */
+Test(placement_internal_replicate, a_bucket_closes_once_the_gradient_reaching_its_limit_joins)
+{
+    enum { IN = 784, H = 600, OUT = 10 };
+
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, IN));
+    wf_node *y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
+    wf_node *w1 = wf_variable(g, "w1", WF_F32, WF_SHAPE(IN, H), wf_init_glorot_uniform(1));
+    wf_node *w2 = wf_variable(g, "w2", WF_F32, WF_SHAPE(H, H), wf_init_glorot_uniform(2));
+    wf_node *w3 = wf_variable(g, "w3", WF_F32, WF_SHAPE(H, OUT), wf_init_glorot_uniform(3));
+    wf_node *h = wf_relu(g, wf_matmul(g, wf_relu(g, wf_matmul(g, x, w1)), w2));
+    wf_node *loss = wf_mean(g, wf_softmax_cross_entropy(g, wf_matmul(g, h, w3), y));
+    cr_assert_not_null(wf_minimize(g, wf_sgd(0.1), loss), "%s", wf_graph_errmsg(g));
+    wf__replicate_opts o = { .size = 1,
+                             .shards = 1,
+                             .bucket_bytes = 25u << 20,
+                             .first_bucket_bytes = 1u << 20,
+                             .edge_base = 16384 };
+    wf__replica_map map;
+    int rc = wf__replicate(g, &o, &map);
+    cr_assert_eq(rc, 0, "%s: %s", wf_err_name(rc), wf_last_errmsg());
+    cr_assert_eq(map.n_buckets, 2, "%d buckets", map.n_buckets);
+    int64_t n0[4], n1[4];
+    cr_assert_eq(bucket_members(g, "dp_bucket_0", n0, 4), 2);
+    cr_assert_eq(n0[0], (int64_t)H * OUT, "the first bucket starts with %lld values",
+                 (long long)n0[0]);
+    cr_assert_eq(n0[1], (int64_t)H * H, "w2's gradient is not in the first bucket");
+    cr_assert_eq(bucket_members(g, "dp_bucket_1", n1, 4), 1);
+    cr_assert_eq(n1[0], (int64_t)IN * H);
+    wf__replica_map_free(&map);
+    wf_graph_destroy(g);
 }

@@ -9,7 +9,9 @@
  * with different graphs or options fail session creation naming the ranks; ranks fed
  * batches of different sizes fail the run with WF_ESHAPE; a killed rank fails the other's
  * run within 2 s with WF_EPEER naming it, and so does a rank whose run fails by itself (a
- * bad feed).
+ * bad feed). Each rank fills only the rows of the global batch that wf_strategy_local_rows()
+ * gives it (the others NaN), so every bitwise comparison also checks that no shard reads a row
+ * of another rank's.
  * Ranks are processes on loopback (transport_util.h); each writes what it saw to a file the
  * test reads. The reference runs (no communicator) run in the test's own process. */
 #include "strategy_util.h"
@@ -89,6 +91,38 @@ static int mlp_build_clip(wf_runtime *rt, mlp *m, int hid, double clip)
 }
 
 /* Trains 'a->steps' steps; with 'st' NULL a plain session. Fills 'res'. */
+/* One step of 'm' on step 'step''s global batch, of which only the rows this rank's shards read
+ * (wf_strategy_local_rows()) hold the batch's values: the others are NaN (and label 0), so a
+ * shard that read one would turn the loss and the weights NaN, and the bitwise comparisons
+ * with the one-process runs fail. */
+static int step_own_rows(wf_session *s, const wf_strategy *st, const mlp *m, int rows, int step,
+                         float *x, int32_t *y, float *loss)
+{
+    long long lo = 0, hi = rows;
+    if (st)
+        TU_OK(wf_strategy_local_rows(st, rows, &lo, &hi));
+    TU_CHECK(lo >= 0 && lo <= hi && hi <= rows, "local rows [%lld, %lld) of %d", lo, hi, rows);
+    tu_batch_of(step, rows, IN, OUT, x, y);
+    for (long long r = 0; r < rows; r++) {
+        if (r >= lo && r < hi)
+            continue;
+        for (int j = 0; j < IN; j++)
+            x[r * IN + j] = NAN;
+        y[r] = 0;
+    }
+    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(rows, IN), x);
+    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(rows), y);
+    wf_feed f[] = { { m->x, xt }, { m->y, yt } };
+    wf_tensor *out = NULL;
+    int rc = wf_session_run(s, f, 2, (wf_node **)&m->loss, 1, &out, (wf_node **)&m->train, 1);
+    wf_tensor_release(xt);
+    wf_tensor_release(yt);
+    if (rc == 0)
+        *loss = wf_tensor_data_f32(out)[0];
+    wf_tensor_release(out);
+    return rc;
+}
+
 static int train(wf_runtime *rt, const wf_strategy *st, const mw_arg *a, mw_result *res)
 {
     mlp m;
@@ -108,8 +142,7 @@ static int train(wf_runtime *rt, const wf_strategy *st, const mw_arg *a, mw_resu
             TU_OK(wf_session_run(s, NULL, 0, &wsum, 1, &o, NULL, 0));
             wf_tensor_release(o);
         }
-        int rc =
-            tu_step(s, m.x, m.y, IN, OUT, a->batch, step, m.loss, m.train, x, y, &res->loss[step]);
+        int rc = step_own_rows(s, st, &m, a->batch, step, x, y, &res->loss[step]);
         TU_CHECK(rc == 0, "step %d: %s: %s", step, wf_err_name(rc), wf_session_errmsg(s));
     }
     size_t off = 0;
@@ -668,6 +701,11 @@ Test(transport_multiworker, bad_strategy_options_are_refused)
 {
     wf_strategy *st = NULL;
     cr_assert_eq(wf_strategy_multiworker(NULL, &(wf_strategy_opts){ .shards = 3 }, &st), 0);
+    long long lo = -1, hi = -1;
+    cr_assert_eq(wf_strategy_local_rows(st, 7, &lo, &hi), 0);
+    cr_assert(lo == 0 && hi == 7, "one rank of 3 shards reads rows [%lld, %lld) of 7", lo, hi);
+    cr_assert_eq(wf_strategy_local_rows(st, -1, &lo, &hi), WF_EINVAL);
+    cr_assert_eq(wf_strategy_local_rows(NULL, 7, &lo, &hi), WF_EINVAL);
     wf_strategy_destroy(st);
     cr_assert_eq(wf_strategy_size(NULL), WF_EINVAL);
     int rc = wf_strategy_multiworker(NULL, &(wf_strategy_opts){ .shards = -1 }, &st);
