@@ -278,7 +278,7 @@ void wf__plan_measure_free(wf__plan_measure *pm);
 
 /* Fills the planner's options 'po' of a session of 'g' (placement auto) with what is
  * measured: the links of 'comm' (every rank, probed once per 'pm') and, when po->costs is
- * NULL, the forward's op times profiled on every rank (their mean, in '*table', which the
+ * NULL, the forward's op times profiled on every rank (the fastest rank's, in '*table', which the
  * caller destroys after the rewrite); 'note' gets the plan's line that says so. Every rank
  * calls it at the same point. Returns 0, or the probe's, the profile's or the exchange's
  * error (message set). */

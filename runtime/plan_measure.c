@@ -17,10 +17,12 @@
  *   forward part (wf__pipeline_forward_graph(): one micro-batch's shapes, the same graph on
  *   every rank) with wf_profile_graph() into the strategy's cache (a signature measured for
  *   an earlier session is not measured again), then an all-gather gives every rank every
- *   rank's times per node of the copy, and the table the planner gets holds their mean (the
- *   same bits on every rank: the same numbers added in the same order). Every rank profiles
- *   at once, as every stage computes at once in the pipeline, and no rank spins in a
- *   collective while another one measures.
+ *   rank's times per node of the copy, and the table the planner gets holds the fastest
+ *   rank's (the same bits on every rank). Every rank profiles at once, as every stage
+ *   computes at once in the pipeline. Why the fastest and not the mean: a rank that finishes
+ *   first waits in the all-gather, and on 2 shared cores its waiting slowed the other rank's
+ *   last ops: the mean once gave the first matmul 344 us against about 2 us for the other
+ *   ops, and a 2:11 split (one run of 20); a delay only adds, so the fastest is the op's cost.
  * Why the same plan on every rank: the planner is a deterministic function of the graph, the
  *   options, the table and the links, and all four are equal on every rank.
  * Threads: a strategy's cache is guarded by its mutex (sessions made from several threads).
@@ -42,7 +44,7 @@
 #define PROBE_SMALL  64           /* bytes of the ping-pong's small message */
 #define PROBE_LARGE  (256u << 10) /* and of its large one */
 #define PROBE_ROUNDS 12           /* probes of one timed round trip each: the fastest is kept */
-#define PROFILE_REPS 21           /* timed runs per signature: the median, past the odd wake-up */
+#define PROFILE_REPS 21           /* timed runs per signature: the fastest counts */
 #define DEFAULT_BW   1e9          /* the cluster's default between ranks (weft/placement.h) */
 
 struct wf__plan_measure {
@@ -123,7 +125,7 @@ out:
     return rc;
 }
 
-/* Profiles the planner's copy of 'g' and fills '*table' with the ranks' mean per node. */
+/* Profiles the planner's copy of 'g' and fills '*table' with the fastest rank's time per node. */
 static int profile(wf__plan_measure *pm, wf_comm *comm, const wf_graph *g,
                    const wf__pipeline_opts *po, wf_cost_table **table, int *measured)
 {
@@ -156,15 +158,14 @@ static int profile(wf__plan_measure *pm, wf_comm *comm, const wf_graph *g,
         goto out;
     *measured = 0;
     for (int id = 0; id < n && rc == 0; id++) {
-        double sum = 0;
+        double best = INFINITY;
         bool ok = true;
         for (int r = 0; r < size; r++) {
             double t = all[(size_t)r * (size_t)n + (size_t)id];
             ok &= isfinite(t);
-            sum += t;
+            best = t < best ? t : best;
         }
-        if (ok &&
-            (rc = wf_cost_table_put(*table, wf_graph_node(h, id), WF_PLACE_CPU, sum / size)) == 0)
+        if (ok && (rc = wf_cost_table_put(*table, wf_graph_node(h, id), WF_PLACE_CPU, best)) == 0)
             ++*measured;
     }
 out:
@@ -190,8 +191,8 @@ int wf__plan_measure_run(wf__plan_measure *pm, wf_comm *comm, const wf_graph *g,
         int len = snprintf(note, size, "costs: %s", *table ? "" : "the user's table");
         if (*table)
             len += snprintf(note + len, size - (size_t)len,
-                            "%d of the forward's nodes profiled on every rank (the ranks' "
-                            "mean; the rest the flops/bytes prior)",
+                            "%d of the forward's nodes profiled on every rank (the "
+                            "fastest rank's; the rest the flops/bytes prior)",
                             measured);
         if (len < (int)size)
             snprintf(note + len, size - (size_t)len,

@@ -4,8 +4,11 @@
  *   ops that the table does not have yet for the device's kind, a one-node graph with a
  *   placeholder per input (random values for floating inputs, zeros otherwise) runs in a
  *   session on the device: one untimed run (compiles the plan, warms caches), then 'reps'
- *   timed runs; the median goes into the table (placement/cost.c keys it, so every layer of
- *   a stack of equal layers is measured once).
+ *   timed runs; the fastest goes into the table (placement/cost.c keys it, so every layer of
+ *   a stack of equal layers is measured once). Why the fastest: the other ranks profile at
+ *   the same time on shared cores, and on 2 cores a median of 21 runs still came out 3x off
+ *   in about one run of 12 (a time only grows with interference, so the minimum is the
+ *   op's own cost).
  * What a time includes: the session's per-run cost (feeding, the executor's start and end:
  *   microseconds), which the planner pays per node too when nodes are small.
  * Skipped (they keep the planner's flops/bytes prior): sources, updates (they write
@@ -60,10 +63,10 @@ static bool profilable(const wf_node *n)
     return true;
 }
 
-/* Times node 'n' alone on 'device'; returns 1 and '*median', 0 when it cannot be rebuilt or
- * run there, or WF_ENOMEM. */
+/* Times node 'n' alone on 'device'; returns 1 and '*best' (the fastest run), 0 when it cannot be
+ * rebuilt or run there, or WF_ENOMEM. */
 static int time_node(wf_runtime *rt, const wf_node *n, int device, int reps, double *t,
-                     double *median)
+                     double *best)
 {
     wf_graph *h = wf_graph_create(rt, WF_STATIC);
     if (!h)
@@ -104,7 +107,7 @@ static int time_node(wf_runtime *rt, const wf_node *n, int device, int reps, dou
     wf_session_destroy(s);
     if (rc == 1) {
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
-        *median = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+        *best = t[0];
     }
 out:
     for (int i = 0; i < k; i++)

@@ -263,13 +263,12 @@ WF_API WF_NODISCARD int wf_session_ps_sync(struct wf_session *s);
  * the 'costs' table when given (looked up at one micro-batch's shapes: the largest
  * micro-batch's rows for the batch dimension); else every rank profiles the forward's ops at
  * those shapes (wf_profile_graph(), each signature once per strategy) and the planner takes
- * the ranks' mean per op (an all-gather), the ops' priors for what is not profiled. The plan
- * is a deterministic function of the graph, the options and those numbers, which every rank
- * has alike, so every rank makes the same one.
- * The backward, the updates and the rest then follow as above. wf_session_pipeline_plan()
- * gives its text. Creation fails with the planner's error: WF_EINVAL when no split fits the
- * caps (naming the device and the bytes), WF_ENOTFOUND for a hint of a rank that does not
- * exist (naming the node and the device).
+ * the fastest rank's time per op (an all-gather; each the fastest of its runs), the ops' priors for
+ * what is not profiled. The plan is a deterministic function of the graph, the options and those
+ * numbers, which every rank has alike, so every rank makes the same one. The backward, the updates
+ * and the rest then follow as above. wf_session_pipeline_plan() gives its text. Creation fails with
+ * the planner's error: WF_EINVAL when no split fits the caps (naming the device and the bytes),
+ * WF_ENOTFOUND for a hint of a rank that does not exist (naming the node and the device).
  * Micro-batches: GPipe and 1F1B run any m >= 1, also m below the stages (the bubble grows).
  * Limits: stages = the world size, 1 .. 64; m 1 .. 64; B >= m and the same in every run (a
  * receive's shape is its value's for the micro-batch's rows, by each op's shape inference);

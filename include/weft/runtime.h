@@ -425,7 +425,7 @@ WF_API WF_NODISCARD int wf_checkpoint_restore(wf_session *s, const char *path, i
 /* The profile run: times every distinct signature (op, dtype, input and output shapes) of the
  * ops of 'g' that 't' has no entry for on the kind of runtime device 'device' (0 the CPU,
  * 1 + i CUDA device i), each alone in a one-node session on placeholders ('reps' timed runs
- * after a warm-up; the median, which includes the session's per-run cost), and records it
+ * after a warm-up; the fastest, which includes the session's per-run cost), and records it
  * with wf_cost_table_put() for wf_plan_create() (weft/placement.h). Sources, updates, send
  * and recv, inputs with -1 dimensions and nodes that cannot run alone there are skipped
  * (they keep the flops/bytes prior).
