@@ -195,7 +195,7 @@ typedef struct wf__worker {
     _Alignas(WF_CACHELINE) uint64_t rng;
     wf__task *free;
     uint32_t nfree;
-    uint32_t tick;         /* tasks since the inboxes were last looked at */
+    uint32_t tick;         /* tasks taken: odd ones look at the node's inboxes first */
     uint32_t inline_depth; /* spawns run at once, nested (see wf_spawn_named) */
     uint32_t throttled;    /* spawns left to run at once before the deque is looked at */
     uint32_t steal_pause;  /* ns to wait before the next steal (worker.c, tiny tasks) */

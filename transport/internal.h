@@ -281,6 +281,9 @@ struct wf_comm_req {
     uint64_t t0, deadline_ns; /* posted at (trace clock), fails the comm after */
     void *buf;                /* the caller's buffer, until the actor hands it on */
     bool handed;              /* (actor) given to UCX */
+    bool in_post;             /* (mu) not yet handed to UCX, or in the UCX call (post.c) */
+    bool finish_held;         /* (mu) its completion came during that call: sent again */
+    wf_comm_req *next_hand;   /* (mu) on 'to_hand' until "weft-net" hands it to UCX */
     wf_comm_req *next_posted; /* (mu) on 'posted' until the actor finishes it */
     uint64_t flight;          /* its flight-recorder ticket (flight.c), 0: not recorded */
     bool desc;                /* a collective's call descriptor (coll.c): checked on arrival */
@@ -353,11 +356,12 @@ struct wf_comm {
     /* post.c: the transport's actor, which drives posted transfers (made at the first
      * post; NULL before). Its handler is the only code that frees a posted request. */
     _Atomic(struct wf_actor *) actor;
-    int timer_fd;        /* the actor's deadlines and retries (-1: none yet) */
-    uint64_t timer_at;   /* (actor) when 'timer_fd' fires next, 0: disarmed */
-    wf_comm_req *posted; /* (mu) posted requests UCX has not finished */
-    int n_posted;        /* (mu) entries of 'posted' */
-    bool posting_closed; /* (mu) wf_comm_destroy() began: no new posts */
+    int timer_fd;         /* the actor's deadlines and retries (-1: none yet) */
+    uint64_t timer_at;    /* (actor) when 'timer_fd' fires next, 0: disarmed */
+    wf_comm_req *posted;  /* (mu) posted requests UCX has not finished */
+    int n_posted;         /* (mu) entries of 'posted' */
+    bool posting_closed;  /* (mu) wf_comm_destroy() began: no new posts */
+    wf_comm_req *to_hand; /* (mu) posted, for "weft-net" to hand to UCX (newest first) */
 
     /* Collectives: one at a time (the caller's contract). */
     uint32_t coll_seq;
@@ -437,6 +441,11 @@ void wf__post_kick(wf_comm *c);
 /* wf_comm_destroy(), after "weft-net" stopped and before UCX goes: cancels what is posted,
  * lets the actor complete it (WF_ECANCELED, or the comm's failure) and frees the actor. */
 void wf__post_fini(wf_comm *c);
+/* net.c, on "weft-net" when kicked: hands every request posted since its last call to UCX
+ * (one that UCX refuses completes through the actor, failed) and pokes the actor (the
+ * deadlines' timer). Returns whether there was any, so that the caller drains progress and
+ * arms the worker. */
+bool wf__post_hand(wf_comm *c);
 /* ucx.c: UCX finished posted request 'r' (its fields are set): hands it to the actor. */
 void wf__post_completed(wf_comm_req *r);
 

@@ -5,9 +5,11 @@
  * worker of the runtime is busy in a long kernel (or when the program has no runtime at
  * all); an actor would only run when a worker is free, so a compute-bound rank would look
  * dead to the others. The thread sleeps in epoll (libuv's backend) and wakes only for a
- * frame, a heartbeat tick (heartbeat_ms), a caller's request (uv_async) or the UCX
- * worker's event fd while a caller sleeps in a wait (polling the worker every millisecond
- * instead while a caller is busy or the worker cannot be armed: see on_rearm). No handler
+ * frame, a heartbeat tick (heartbeat_ms), a caller's request (uv_async: also a posted
+ * transfer to hand to UCX, post.c) or the UCX worker's event fd (polling the worker every
+ * millisecond instead while a caller is busy or the worker cannot be armed: see on_rearm).
+ * The same reason makes it the one driver of posted transfers' progress: their rendezvous
+ * must move while every worker runs a long kernel. No handler
  * loops until UCX is quiet: this thread must always get back to its loop, which is where
  * dead peers are seen.
  * Topology: a star. Rank 0 accepts one connection per rank; a failure seen by anyone is
@@ -812,25 +814,7 @@ static void pause_poll(wf_comm *c)
     uv_timer_start(&c->rearm_timer, on_rearm, 1, 1);
 }
 
-/* Whether the transport's actor (post.c) drives the worker now: it watches the event fd
- * itself while anything is posted. Two threads woken by each event would both call
- * ucp_worker_progress(), and the second spins on the worker's lock (UCS_THREAD_MODE_MULTI) as
- * long as the first copies a rendezvous fragment: measured in dp_bench's 2-rank step,
- * "weft-net" spent 5-16 ms of CPU per step, nearly all in pthread_spin_lock, on the core the
- * other rank needed. Progress is the worker's, so the actor's turns complete a blocking
- * waiter's requests as well. */
-static bool actor_drives(wf_comm *c)
-{
-    if (!atomic_load(&c->actor))
-        return false;
-    pthread_mutex_lock(&c->mu);
-    bool posted = c->n_posted > 0;
-    pthread_mutex_unlock(&c->mu);
-    return posted;
-}
-
-/* The poll is paused while a caller is busy (wf__busy_begin), while the transport's actor
- * drives the worker (actor_drives), or while the worker cannot be armed
+/* The poll is paused while a caller is busy (wf__busy_begin), or while the worker cannot be armed
  * (wf__ucx_progress_arm gave up: events keep coming, or a send to a dead peer keeps it
  * BUSY): look every millisecond whether that is over, then drain, arm and watch the event fd
  * again once arming works. Never loop here until it does: this thread must get back to its
@@ -838,7 +822,7 @@ static bool actor_drives(wf_comm *c)
 static void on_rearm(uv_timer_t *t)
 {
     wf_comm *c = t->data;
-    if (atomic_load(&c->busy) > 0 || !c->poll_paused || actor_drives(c))
+    if (atomic_load(&c->busy) > 0 || !c->poll_paused)
         return;
     if (!wf__ucx_progress_arm(c))
         return; /* the timer looks again in a millisecond */
@@ -853,7 +837,7 @@ static void on_efd(uv_poll_t *p, int status, int events)
     /* A caller busy polling the worker itself: waking up here for its completions would only
      * cost it a core and the worker's lock. The fd stays readable (level triggered), so stop
      * watching it until the caller is done. */
-    if (atomic_load(&c->busy) > 0 || actor_drives(c) || !wf__ucx_progress_arm(c))
+    if (atomic_load(&c->busy) > 0 || !wf__ucx_progress_arm(c))
         pause_poll(c);
 }
 
@@ -914,6 +898,11 @@ static void on_wake(uv_async_t *a)
             send_reason(c->to_root, WF__F_FAIL, frank < 0 ? c->rank : frank, failed, c->failmsg);
         }
     }
+    /* Posted transfers (post.c) go to UCX here, and their progress is made here too (the
+     * event fd), never by a worker of the runtime: see wf__post_hand(). */
+    if (!stop && wf__post_hand(c) && atomic_load(&c->busy) == 0 && !c->poll_paused &&
+        !wf__ucx_progress_arm(c))
+        pause_poll(c);
     if (stop) {
         while (c->conns)
             conn_close(c->conns);

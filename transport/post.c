@@ -1,25 +1,32 @@
 /* transport/post.c: posted transfers and the transport's actor (transport/post.h).
  * Owns: the comm's actor "weft-ucx" (made at the first post), its timer fd, and the life of
- *   every posted request: posted (a message to the actor), handed to UCX by the actor,
- *   completed by UCX (on whichever thread drove progress: the actor, "weft-net", a waiter)
- *   and handed back to the actor as a message, finished by the actor (trace span, callback,
- *   free).
+ *   every posted request: posted (queued for "weft-net", which hands it to UCX:
+ *   wf__post_hand), progressed by "weft-net" (the worker's event fd, net.c), completed by UCX
+ *   (on whichever thread drove progress: "weft-net", a waiter) and handed to the actor as a
+ *   message, finished by the actor (trace span, callback, free).
+ * Why "weft-net" and not a worker talks to UCX for them: a rank's transfers must move while
+ *   its workers run long kernels. Posted by a worker's actor turn and progressed only in the
+ *   actor's turns, a pipeline stage's sends waited for the worker: the turn went on the
+ *   worker's deque under every task pushed after it, and the rendezvous of a 256 KiB
+ *   activation needs the sender's progress to answer the receiver, which came only between
+ *   tasks (measured: 80-byte headers 3-10 ms from post to completion, 256 KiB sends 12-44 ms,
+ *   on a stage whose one worker was busy). And one thread, not several: UCX's worker lock
+ *   (UCS_THREAD_MODE_MULTI) is a spin lock, and a worker that posted itself while "weft-net"
+ *   progressed spun 2-16 ms whenever the holder was preempted on a loaded machine.
  * Invariants:
- *  - Only the actor's handler calls UCX for a posted request (post, cancel, free), and only
- *    it frees one, so a request it cancels cannot be freed under it; the UCX completion
- *    callback (ucx.c, complete()) only fills in the status under 'mu' and sends the request
- *    back to the actor (wf_actor_send() never blocks or allocates).
- *  - A request is on 'posted' (mu) from its post until the actor finishes it; its wf_msg is
- *    used twice, for the post and for the completion, never both at once (the post has been
- *    received before UCX can complete it).
- *  - The actor watches the worker's event fd (one-shot, re-armed each turn) and its timer fd
- *    while anything is posted; a watch pokes it, and a poke drives progress, checks the
- *    deadlines, and after a failure of the comm cancels everything posted.
- * Progress: the handler drains UCX progress and arms the worker (wf__ucx_progress_arm); when
- *   the worker cannot be armed (events keep coming, or a send to a dead shared-memory peer
- *   keeps it BUSY) it retries from the timer a millisecond later instead of spinning.
- * Not here: the UCX calls themselves (ucx.c), the control plane that detects deaths (net.c),
- *   what a transfer means to a graph (p2p_ops.c). */
+ *  - Only "weft-net" hands a posted request to UCX, only the actor cancels (after a
+ *    failure) and frees one, so a request it cancels cannot be freed under it; the UCX
+ *    completion callback (ucx.c, complete()) only fills in the status under 'mu' and sends
+ *    the request to the actor (wf_actor_send() never blocks or allocates). A completion that
+ *    arrives while "weft-net" is still in the UCX call of the request ('in_post') is held by
+ *    the actor and sent again by "weft-net" once the call returned.
+ *  - A request is on 'posted' (mu) from its post until the actor finishes it, and on
+ *    'to_hand' (mu) until "weft-net" takes it; its wf_msg carries only its completion.
+ *  - The actor watches its timer fd while anything is posted: a poke (one after each batch
+ *    handed to UCX, the timer) checks the deadlines, and after a failure of the comm cancels
+ *    everything posted.
+ * Not here: the UCX calls themselves (ucx.c), the control plane and the progress of the
+ *   worker (net.c), what a transfer means to a graph (p2p_ops.c). */
 #include "post.h"
 
 #include "../sched/trace.h"
@@ -33,8 +40,6 @@
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
-
-#define RETRY_NS 1000000u /* a worker that cannot be armed is looked at again after 1 ms */
 
 static wf_comm_req *of_msg(wf_msg *m)
 {
@@ -124,7 +129,6 @@ static int look(wf_comm *c, wf_actor *a)
         (void)!read(c->timer_fd, &ticks, sizeof ticks); /* nonblocking: clear it */
         c->timer_at = 0;
     }
-    bool armed = wf__ucx_progress_arm(c);
     if (!atomic_load(&c->failed)) {
         char d[200];
         int late = -1;
@@ -153,18 +157,8 @@ static int look(wf_comm *c, wf_actor *a)
         timer_set(c, 0);
         return 0;
     }
-    if (!armed && (!next || next > now + RETRY_NS))
-        next = now + RETRY_NS;
     timer_set(c, next);
-    /* A worker that could not be armed leaves its event fd readable: watching it would poke
-     * this actor again at once, a turn that fails to arm again, and so on. On a rank whose
-     * peer shares its core (3 ranks x 1 weft worker on 2 cores), that loop took the core the
-     * peer needed to make the progress that lets this worker arm: rendezvous transfers stalled
-     * for seconds and heartbeats were missed. Not armed, only the timer looks again. */
-    int rc = armed ? wf_actor_watch_fd(a, c->efd, WF_FD_READ) : 0;
-    if (rc >= 0 && c->timer_fd >= 0)
-        rc = wf_actor_watch_fd(a, c->timer_fd, WF_FD_READ);
-    return rc;
+    return c->timer_fd >= 0 ? wf_actor_watch_fd(a, c->timer_fd, WF_FD_READ) : 0;
 }
 
 static int handler(wf_actor *a, wf_msg *m, void *ctx)
@@ -174,19 +168,15 @@ static int handler(wf_actor *a, wf_msg *m, void *ctx)
         return look(c, a);
     wf_comm_req *r = of_msg(m);
     if (r->handed) { /* back from UCX (complete() in ucx.c) */
-        finish(c, r, 0);
+        pthread_mutex_lock(&c->mu);
+        bool held = r->in_post; /* its poster still holds it: it sends the message again */
+        r->finish_held = held;
+        pthread_mutex_unlock(&c->mu);
+        if (!held)
+            finish(c, r, 0);
         return 0;
     }
-    /* A post: hand it to UCX, then make sure the worker is armed and watched. */
-    r->handed = true;
-    int rc = wf__comm_failed(c);
-    if (rc == 0)
-        rc = wf__post_ucx(c, r, r->peer, r->key, r->buf, r->bytes, r->is_recv);
-    if (rc < 0) {
-        finish(c, r, rc);
-        return 0;
-    }
-    return look(c, a);
+    return 0; /* every message is a completion (posts go to UCX in post()) */
 }
 
 /* Makes the comm's actor and timer at the first post. Under 'mu'. */
@@ -243,6 +233,8 @@ static int post(wf_comm *c, int peer, uint64_t key, void *buf, size_t bytes, boo
     r->done_arg = arg;
     r->t0 = wf__trace_clock();
     r->deadline_ns = wf__net_now_ns() + (uint64_t)c->op_timeout_ms * 1000000u;
+    r->handed = true;
+    r->in_post = true;
     pthread_mutex_lock(&c->mu);
     int rc = atomic_load(&c->failed) ? wf__comm_failed(c) : 0;
     if (rc == 0 && c->posting_closed)
@@ -253,15 +245,54 @@ static int post(wf_comm *c, int peer, uint64_t key, void *buf, size_t bytes, boo
         r->next_posted = c->posted;
         c->posted = r;
         c->n_posted++;
+        r->next_hand = c->to_hand;
+        c->to_hand = r;
     }
     pthread_mutex_unlock(&c->mu);
     if (rc < 0) {
         free(r);
         return rc;
     }
-    rc = wf_actor_send(atomic_load(&c->actor), &r->msg);
-    (void)rc; /* a live actor and a message: wf_actor_send() cannot fail */
+    wf__net_kick(c); /* "weft-net" hands it to UCX (wf__post_hand) */
     return 0;
+}
+
+bool wf__post_hand(wf_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    wf_comm_req *r = c->to_hand, *fifo = NULL;
+    c->to_hand = NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (!r)
+        return false;
+    while (r) { /* posted order: messages of one pair of ranks and one key match in order */
+        wf_comm_req *next = r->next_hand;
+        r->next_hand = fifo;
+        fifo = r;
+        r = next;
+    }
+    for (r = fifo; r;) {
+        wf_comm_req *next = r->next_hand;
+        int rc = wf__comm_failed(c);
+        if (rc == 0)
+            rc = wf__post_ucx(c, r, r->peer, r->key, r->buf, r->bytes, r->is_recv);
+        pthread_mutex_lock(&c->mu);
+        r->in_post = false;
+        bool resend = r->finish_held;
+        if (rc < 0) { /* never in UCX: the actor finishes it with the comm's failure */
+            r->status = atomic_load(&c->failed) ? WF_ECANCELED : rc;
+            atomic_store_explicit(&r->done, true, memory_order_release);
+            resend = true;
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (resend)
+            wf__post_completed(r);
+        r = next;
+    }
+    /* The deadlines' timer, and the cancel of what went to UCX just after the comm failed
+     * (the actor's cancel_all() may have looked before it was there). */
+    wf__post_kick(c);
+    return true;
 }
 
 int wf__comm_post_send(wf_comm *c, int peer, uint64_t key, const void *buf, size_t bytes,
@@ -298,7 +329,19 @@ void wf__post_fini(wf_comm *c)
         return;
     pthread_mutex_lock(&c->mu);
     c->posting_closed = true;
+    wf_comm_req *unhanded = c->to_hand; /* "weft-net" is gone: they never reach UCX */
+    c->to_hand = NULL;
+    for (wf_comm_req *r = unhanded; r; r = r->next_hand) {
+        r->in_post = false;
+        r->status = WF_ECANCELED;
+        atomic_store_explicit(&r->done, true, memory_order_release);
+    }
     pthread_mutex_unlock(&c->mu);
+    while (unhanded) {
+        wf_comm_req *next = unhanded->next_hand;
+        wf__post_completed(unhanded);
+        unhanded = next;
+    }
     /* Whatever is still posted is canceled and finished by the actor (its callbacks get
      * WF_ECANCELED or the comm's failure); bounded, as in wf__ucx_fini(). */
     uint64_t end = wf__net_now_ns() + 1000000000u;
@@ -318,9 +361,7 @@ void wf__post_fini(wf_comm *c)
         struct timespec ts = { 0, 1000000 };
         nanosleep(&ts, NULL);
     }
-    int rc = wf_actor_unwatch_fd(a, c->efd);
-    if (rc >= 0 && c->timer_fd >= 0)
-        rc = wf_actor_unwatch_fd(a, c->timer_fd);
+    int rc = c->timer_fd >= 0 ? wf_actor_unwatch_fd(a, c->timer_fd) : 0;
     (void)rc; /* only WF_EINVAL for a NULL actor */
     wf_actor_destroy(a);
     atomic_store(&c->actor, NULL);

@@ -3,12 +3,12 @@
  * Owns: wf__comm_post_send() / wf__comm_post_recv(), and the registration of the kernels of
  *   core's send and recv ops (wf__transport_register_kernels(), transport/p2p_ops.c), and the
  *   post of one value in their wire form from a loop of the library (wf__p2p_post()).
- * How a posted transfer goes (the network is an actor of the scheduler: docs/architecture.md): the
- * post is a message to the comm's actor ("weft-ucx"), whose handler hands it to UCX; the UCX
- *   worker's event fd is watched for the actor by the scheduler's poll loop, so when the
- *   network has news the actor is poked, drives UCX progress, and each finished transfer
- *   comes back to it as a message; the handler then calls the transfer's callback. No worker
- *   waits on the network, and every transfer is a span on the trace (sched/trace.h, category
+ * How a posted transfer goes (docs/architecture.md, "Transport"): the post is queued for the
+ *   comm's thread "weft-net", which hands it to UCX at once and drives the UCX worker's
+ *   progress from its event fd; each finished transfer comes to the comm's actor
+ *   ("weft-ucx", a scheduler actor) as a message, and its handler calls the transfer's
+ *   callback. No worker waits on the network or drives it, and every transfer is a span on
+ *   the trace (sched/trace.h, category
  *   "transfer") and a 'transfer' USDT probe.
  * Failure: once the comm fails (a peer died or was silent: WF_EPEER naming it; a transfer
  *   passed op_timeout_ms: WF_ETIMEDOUT naming the peer, key and size, and the comm fails on

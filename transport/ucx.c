@@ -254,14 +254,23 @@ static void complete(wf_comm_req *r, void *ureq, ucs_status_t st, size_t length)
     if (!r->is_recv && ureq)
         atomic_fetch_sub(&c->sends_in_flight, 1);
     if (r->on_done) { /* posted (post.c): the actor finishes it, nobody waits */
+        /* UCX's request goes here, on the thread that made the progress ("weft-net"), not
+         * in the actor's finish on a worker: its free takes the UCX worker's spin lock,
+         * which "weft-net" may hold, preempted, on that worker's core. Done under 'mu', the
+         * request is never canceled (post.c, cancel_all) nor stored (post_ucx) again; one
+         * the actor is canceling ('orphan': "cancel asked") stays for its finish, since
+         * cancel_all() calls UCX with it after letting go of 'mu'. */
         pthread_mutex_lock(&c->mu);
-        if (ureq && !r->ureq)
-            r->ureq = ureq; /* wf__post_ucx() may not have stored it yet */
+        bool keep = r->orphan;
+        if (!keep)
+            r->ureq = NULL;
         r->status = status;
         r->ust = st;
         r->info.length = length;
         atomic_store_explicit(&r->done, true, memory_order_release);
         pthread_mutex_unlock(&c->mu);
+        if (ureq && !keep)
+            c->api.ucp_request_free(ureq);
         wf__post_completed(r);
         return;
     }
@@ -371,7 +380,8 @@ static int post_ucx(wf_comm *c, wf_comm_req *r, int peer, uint64_t body, void *b
             atomic_fetch_add(&c->sends_in_flight, 1);
         if (r->on_done) { /* its completion may have run on another thread already */
             pthread_mutex_lock(&c->mu);
-            r->ureq = p;
+            if (!atomic_load_explicit(&r->done, memory_order_relaxed))
+                r->ureq = p; /* else complete() freed it */
             pthread_mutex_unlock(&c->mu);
         } else {
             r->ureq = p;

@@ -5,7 +5,9 @@
  * fails with WF_ESHAPE naming both ranks and both types, never a wrong value; a killed sender
  * fails the receiving run within 2 s with WF_EPEER naming it; send and recv without a
  * communicator fail placement with WF_ENODEV; the receives are spans on the trace, which
- * weft-trace counts, with their bytes, apart from the busy time.
+ * weft-trace counts, with their bytes, apart from the busy time; a 1 MiB value (a UCX
+ * rendezvous, which needs the sender's progress after its post) reaches the receiver while
+ * the sender's only worker runs a long chain of matmuls that waits for nothing.
  * Ranks are real processes on loopback (transport_util.h), each with its own runtime, on
  * which its comm's actor runs (the network is an actor of the scheduler: no worker waits in
  * a receive, so these runs work with 2 workers and a receive pending). */
@@ -16,7 +18,14 @@
 
 TestSuite(transport_graph_p2p, .timeout = WF_TEST_TIMEOUT(60), .fini = wf_test_fini);
 
-enum { M_LOOP, M_MISMATCH, M_KILL };
+enum { M_LOOP, M_MISMATCH, M_KILL, M_BUSY };
+
+/* M_BUSY: the value sent (1 MiB of f32), and the chain rank 0 runs after posting it. */
+#define BUSY_N     262144
+#define BUSY_DIM   2048
+#define BUSY_ROWS  8
+#define BUSY_CHAIN 128
+#define BUSY_KEY   99
 
 typedef struct p2p_arg {
     int mode;
@@ -28,6 +37,97 @@ typedef struct p2p_arg {
 static float x_of(int step, int i)
 {
     return (float)step + 0.5f * (float)i;
+}
+
+/* Rank 0 of M_BUSY: sends x * 2 (1 MiB), then (after the send node, through its token) runs
+ * BUSY_CHAIN matmuls of BUSY_DIM x BUSY_DIM on its one worker, and tells rank 1 how long
+ * its run took. Rank 1 needs the sender's progress to finish the rendezvous: made by a
+ * worker between tasks, it would wait for the whole chain. */
+static int busy_sender(wf_comm *c)
+{
+    wf_graph *g = wf_graph_create(tu_rt, WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(BUSY_N));
+    wf_node *snd = wf_send(g, wf_mul(g, x, wf_scalar(g, WF_F32, 2.0)), 1, 7);
+    wf_node *w = wf_placeholder(g, "w", WF_F32, WF_SHAPE(BUSY_DIM, BUSY_DIM));
+    wf_node *v = wf_placeholder(g, "v", WF_F32, WF_SHAPE(BUSY_ROWS, BUSY_DIM));
+    wf_node *m = wf_add(g, v, snd); /* the token is 0: the chain starts once the send ran */
+    for (int i = 0; i < BUSY_CHAIN; i++)
+        m = wf_matmul(g, m, w);
+    TU_CHECK(m, "%s", wf_graph_errmsg(g));
+    wf_session *s = NULL;
+    TU_OK(wf_session_create(g, &(wf_session_opts){ .comm = c }, &s));
+    float *xs = malloc(BUSY_N * sizeof *xs), *ws = malloc(BUSY_DIM * BUSY_DIM * sizeof *ws);
+    float *vs = calloc(BUSY_ROWS * BUSY_DIM, sizeof *vs);
+    TU_CHECK(xs && ws && vs, "no memory");
+    for (int i = 0; i < BUSY_N; i++)
+        xs[i] = (float)(i % 1000);
+    for (int i = 0; i < BUSY_DIM * BUSY_DIM; i++)
+        ws[i] = 1.0f / BUSY_DIM; /* rows of the products stay bounded */
+    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(BUSY_N), xs);
+    wf_tensor *wt = wf_tensor_from(WF_F32, WF_SHAPE(BUSY_DIM, BUSY_DIM), ws);
+    wf_tensor *vt = wf_tensor_from(WF_F32, WF_SHAPE(BUSY_ROWS, BUSY_DIM), vs);
+    free(xs);
+    free(ws);
+    free(vs);
+    wf_feed f[] = { { x, xt }, { w, wt }, { v, vt } };
+    double secs = 0;
+    for (int run = 0; run < 3; run++) { /* the first one compiles; the last one is timed */
+        wf_tensor *out = NULL;
+        TU_OK(wf_comm_barrier(c));
+        uint64_t t0 = wf_test_now_ns();
+        int rc = wf_session_run(s, f, 3, &m, 1, &out, &snd, 1);
+        secs = (double)(wf_test_now_ns() - t0) / 1e9;
+        TU_CHECK(rc == 0, "rank 0, run %d: %s: %s", run, wf_err_name(rc), wf_session_errmsg(s));
+        wf_tensor_release(out);
+    }
+    TU_OK(wf_comm_send(c, 1, BUSY_KEY, &secs, sizeof secs));
+    wf_tensor_release(xt);
+    wf_tensor_release(wt);
+    wf_tensor_release(vt);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+    return 0;
+}
+
+/* Rank 1 of M_BUSY: its receive of the last run must end well before rank 0's run (the
+ * chain) does. */
+static int busy_receiver(wf_comm *c)
+{
+    wf_graph *g = wf_graph_create(tu_rt, WF_STATIC);
+    wf_node *r = wf_recv(g, WF_F32, WF_SHAPE(BUSY_N), 0, 7);
+    wf_node *z = wf_add(g, r, wf_scalar(g, WF_F32, 1.0));
+    TU_CHECK(z, "%s", wf_graph_errmsg(g));
+    wf_session *s = NULL;
+    TU_OK(wf_session_create(g, &(wf_session_opts){ .comm = c }, &s));
+    double secs = 0;
+    for (int run = 0; run < 3; run++) {
+        wf_tensor *out = NULL;
+        TU_OK(wf_comm_barrier(c));
+        uint64_t t0 = wf_test_now_ns();
+        int rc = wf_session_run(s, NULL, 0, &z, 1, &out, NULL, 0);
+        secs = (double)(wf_test_now_ns() - t0) / 1e9;
+        TU_CHECK(rc == 0, "rank 1, run %d: %s: %s", run, wf_err_name(rc), wf_session_errmsg(s));
+        const float *v = wf_tensor_data_f32(out);
+        for (int i = 0; i < BUSY_N; i += 4099)
+            TU_CHECK(v[i] == (float)(i % 1000) * 2.0f + 1.0f, "run %d, element %d: %g", run, i,
+                     v[i]);
+        wf_tensor_release(out);
+    }
+    double sender_secs = 0;
+    TU_OK(wf_comm_recv(c, 0, BUSY_KEY, &sender_secs, sizeof sender_secs));
+    /* The chain must be long enough to tell the two apart (BUSY_CHAIN matmuls of 8 x 2048 by
+     * 2048, 67 MFLOP each: 0.25-1 s on one core). */
+    TU_CHECK(sender_secs >= 0.05, "rank 0's run took only %.3f s: no long chain to wait for",
+             sender_secs);
+    TU_CHECK(secs < 0.5 * sender_secs,
+             "the 1 MiB receive took %.3f s while rank 0's busy run took %.3f s: the "
+             "rendezvous waited for the sender's worker",
+             secs, sender_secs);
+    if (getenv("WF_TEST_VERBOSE"))
+        fprintf(stderr, "receive %.4f s, sender's run %.4f s\n", secs, sender_secs);
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+    return 0;
 }
 
 static int sender(wf_comm *c, const p2p_arg *a)
@@ -192,6 +292,9 @@ static int receiver(wf_comm *c, const p2p_arg *a)
 static int graph_p2p(wf_comm *c, int rank, int size, void *arg)
 {
     (void)size;
+    const p2p_arg *a = arg;
+    if (a->mode == M_BUSY)
+        return rank == 0 ? busy_sender(c) : busy_receiver(c);
     return rank == 0 ? sender(c, arg) : receiver(c, arg);
 }
 TU_REGISTER(graph_p2p)
@@ -203,7 +306,8 @@ static void run_two(p2p_arg a)
                  .arg = &a,
                  .arg_size = sizeof a,
                  .timeout_s = WF_TEST_TIMEOUT(40),
-                 .with_rt = true };
+                 .with_rt = true,
+                 .n_workers = a.mode == M_BUSY ? 1 : 0 };
     tu_start(&t);
     cr_assert(tu_wait(&t), "the ranks did not finish within %.0f s (killed)", t.timeout_s);
     for (int r = 0; r < 2; r++)
@@ -260,4 +364,9 @@ Test(transport_graph_p2p, send_and_recv_without_a_communicator_fail_placement_wi
     cr_assert_null(wf_send(g, wf_scalar(g, WF_F32, 1.0), 0, 1 << 15), "an edge too large");
     wf_graph_destroy(g);
     wf_runtime_destroy(rt);
+}
+
+Test(transport_graph_p2p, a_rendezvous_completes_while_the_senders_only_worker_runs_a_long_chain)
+{
+    run_two((p2p_arg){ .mode = M_BUSY });
 }
