@@ -48,7 +48,7 @@ static wf__task *node_inboxes(wf__worker *w)
 }
 
 /* Work of this worker and its node, without stealing. The node's inboxes go first every
- * other task while they hold work (their counts are read as hints, without the lock), so
+ * other task while they hold work (wf__inbox_take() reads a count without the lock first), so
  * an actor poked from outside (the transport's, whose completions a rank's pipeline waits
  * for) or an outside submission waits at most a task or two behind a long run of local
  * tasks: looked at only every 64 tasks, sends of a pipeline stage whose one worker was busy
@@ -57,13 +57,9 @@ static wf__task *node_inboxes(wf__worker *w)
 wf__task *wf__find_task(wf__worker *w)
 {
     wf__task *t;
-    if (atomic_load_explicit(&w->inbox.n, memory_order_relaxed) && (t = wf__inbox_take(&w->inbox)))
+    if ((t = wf__inbox_take(&w->inbox))) /* it reads the count before it locks */
         return t;
-    wf__node *nd = &w->rt->nodes[w->numa];
-    if ((++w->tick & 1) &&
-        (atomic_load_explicit(&nd->bound.n, memory_order_relaxed) ||
-         atomic_load_explicit(&nd->open.n, memory_order_relaxed)) &&
-        (t = node_inboxes(w)))
+    if ((++w->tick & 1) && (t = node_inboxes(w)))
         return t;
     if ((t = wf__deque_take(&w->dq)))
         return t;
