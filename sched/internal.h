@@ -36,6 +36,14 @@
 #define WF_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define WF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* 'x', which the compiler may not replace by a value it knows to be equal: after
+ * 'if (a == b + 1)', a use of wf__opaque_int(b + 1) waits for 'b', not for the load of 'a'. */
+static inline int wf__opaque_int(int x)
+{
+    __asm__("" : "+r"(x));
+    return x;
+}
+
 #ifdef WF_DEBUG_ASSERTS
 #    include <stdio.h>
 #    include <stdlib.h>
@@ -62,18 +70,7 @@ typedef struct wf__blocks wf__blocks; /* blocks.c */
 typedef struct wf__task {
     struct wf__task *next; /* free list or inbox link */
 
-    union {
-        wf__group *grp; /* plain and range tasks; NULL for actor turns */
-
-        struct {
-            /* graph nodes (taskgraph.c states the invariant): the arrivals of a node that
-             * finishes later, and (compiled) the end of its successors in the CSR array,
-             * so that finishing a node reads only its own line, not the next node's. */
-            _Atomic int32_t later;
-            int32_t end;
-        } gn;
-    };
-
+    wf__group *grp; /* plain and range tasks; NULL for actor turns */
     const char *name;
     void *owner; /* the taskgraph, actor or parallel_for of this task */
 
@@ -88,11 +85,9 @@ typedef struct wf__task {
         } r;
     } u;
 
-    uint32_t node;          /* graph node index */
+    uint32_t node;          /* graph: the ready node this task carries (taskgraph.c) */
     uint8_t kind;           /* WF__TK_* */
-    _Atomic uint8_t cancel; /* graph: a predecessor failed */
-    int32_t npred;          /* graph: number of predecessors */
-    int32_t succ_off;       /* graph: first successor in the CSR array */
+    _Atomic uint8_t cancel; /* graph: a predecessor of that node failed */
 } __attribute__((aligned(WF_CACHELINE))) wf__task;
 
 _Static_assert(sizeof(wf__task) == WF_CACHELINE, "a task is one cache line");
@@ -327,6 +322,8 @@ void wf__submit_outside(wf_runtime *rt, wf__task *t);
 /* task.c: pools and groups */
 wf__task *wf__task_alloc(wf_runtime *rt, wf__worker *w);
 void wf__task_free(wf__worker *w, wf__task *t);
+/* Frees task 't' to 'w''s list, or to the shared pool when 'w' is NULL (not a worker). */
+void wf__task_release(wf_runtime *rt, wf__worker *w, wf__task *t);
 void wf__pool_destroy(wf_runtime *rt);
 int wf__group_add(wf__group *g, uint32_t n); /* WF_ENOMEM past WF__GRP_COUNT */
 void wf__group_done(wf__group *g, uint32_t n);

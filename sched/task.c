@@ -89,6 +89,19 @@ void wf__task_free(wf__worker *w, wf__task *t)
     pthread_mutex_unlock(&rt->pool_mu);
 }
 
+void wf__task_release(wf_runtime *rt, wf__worker *w, wf__task *t)
+{
+    if (w) {
+        wf__task_free(w, t);
+        return;
+    }
+    pthread_mutex_lock(&rt->pool_mu);
+    t->next = rt->pool;
+    rt->pool = t;
+    rt->npool++;
+    pthread_mutex_unlock(&rt->pool_mu);
+}
+
 void wf__pool_destroy(wf_runtime *rt)
 {
     for (size_t i = 0; i < rt->nslabs; i++)

@@ -1,16 +1,29 @@
 /* sched/taskgraph.c: task graphs built once and run many times.
- * Owns: the nodes (one embedded task each, so a run allocates nothing), the edge list,
- * and the compiled form: successors as CSR arrays, the counters, the roots. Large arrays
- * come from the runtime's block cache (blocks.c), so a graph built after another one of its
- * size faults in no fresh pages.
- * Counters: 'cnt[i]' holds node i's pending count and its number of predecessors, 8 bytes
- * a node, apart from the nodes: releasing a successor touches this compact array only, not
- * the successor's 64-byte task line (in a DAG run those lines are in random order, and each
- * first touch was a miss to memory: 170 ns of each node's 250 ns of overhead on 1 worker).
+ * Owns: the nodes' descriptions (segments, below), the per-node arrays (successor offsets and
+ * counters), the edge list, and the compiled form: successors as CSR arrays, the roots.
+ * Large arrays come from the runtime's block cache (blocks.c), so a graph built after another
+ * one of its size faults in no fresh pages.
+ * Compact nodes: a node is no task. What a run reads of node i is 'off[i]' and 'off[i + 1]'
+ * (its successors in 'succ'), 'cnt[i]' (8 bytes: pending count and number of predecessors)
+ * and its function and argument, found in its segment: the nodes of one
+ * wf_taskgraph_add_nodes() call form one segment (one function, one name, arguments at a
+ * stride), and nodes added one by one form list segments (an entry each). A run keeps the
+ * segment of the node it runs and looks one up (binary search) only when the next node is in
+ * another. Along a chain nothing else is touched; building a graph writes 12 bytes a node
+ * and its edges, where a 64-byte task line a node cost a miss to memory to write and another
+ * to read (1M-node chain: 60% of the time was building, most of it those lines).
+ * Tasks only for the deque: a node that becomes ready while its releaser has another one to
+ * run gets a task from the worker's free list (task.c), which says (graph, node, canceled)
+ * and is freed as soon as a worker takes it; those few lines stay in cache. Should no task
+ * be had (out of memory), the group fails with WF_ENOMEM and the node and everything after it
+ * are finished as skipped by the releaser (skip_from()), so the run still ends.
+ * Counters: 'cnt[i].pending' counts node i's predecessors not yet finished; bit CANCELED is
+ * set in it by a predecessor that failed or was skipped, before its decrement, so the last
+ * decrement sees it. A node with one predecessor never uses its counter: it is ready when
+ * that predecessor ends, canceled if that one was.
  * Invariant: between runs, cnt[i].pending == cnt[i].npred: the counter is reset to its
  * initial value by the worker that sees it reach zero, which is after its last decrement of
- * this run and before the run ends. A node with one predecessor never uses its counter: it
- * is ready when that predecessor ends.
+ * this run and before the run ends.
  * Edges added in order of their source (a chain, or any graph built successor by successor)
  * are the CSR successor array already: compiling then only computes offsets.
  * wf_taskgraph_add_nodes() on an empty graph writes the compiled form itself, from
@@ -26,10 +39,10 @@
  * the worker's run of inline successors ends.
  * Later completion: a node whose function returns WF_TASK_LATER finishes when two things
  *   have happened, in either order: its function returned, and wf_taskgraph_complete() was
- *   called for it. Each adds one to the node's 'gn.later'; the one that sees 1 (the second)
- *   finishes the node with the completion's result ('later_rc[i]') and resets 'gn.later' to
- *   0, so the invariant on the counters holds for 'gn.later' too. The first one touches
- *   nothing of the node afterwards: the graph may be finished and waited for by then.
+ *   called for it. Each adds one to the node's 'arrive[i]'; the one that sees 1 (the second)
+ *   finishes the node with the completion's result ('later_rc[i]') and resets 'arrive[i]' to
+ *   0, so the invariant on the counters holds for it too. The first one touches nothing of
+ *   the node afterwards: the graph may be finished and waited for by then.
  * Not here: how tasks are scheduled (worker.c). */
 #include "internal.h"
 #include "probes.h"
@@ -38,17 +51,43 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Nodes live in chunks that never move, so adding nodes copies nothing: chunk k holds
- * CHUNK << k nodes. Large blocks come from the runtime's cache and ask for transparent huge
- * pages (blocks.c): on these VMs a 4 KiB page fault costs ~2.5 us. */
-#define CHUNK_LOG 12
-#define CHUNK     (1 << CHUNK_LOG)
+/* In 'cnt[i].pending': a predecessor failed or was skipped. Predecessors are counted below. */
+#define CANCELED (1 << 30)
+#define MAX_PRED (CANCELED - 1)
+
+/* A node of a list segment. */
+struct gent {
+    wf_task_fn fn;
+    void *arg;
+    const char *name;
+};
+
+/* Nodes [first, first + n): with 'ent', one entry each (nodes added one by one, 'cap'
+ * entries room); without, all run 'fn' on 'args + (i - first) * stride' (or 'args' itself
+ * when 'stride' is 0) and are named 'name'. */
+typedef struct gseg {
+    int first, n, cap;
+    struct gent *ent;
+    wf_task_fn fn;
+    char *args;
+    size_t stride;
+    const char *name;
+} gseg;
+
+struct gcnt {
+    _Atomic int32_t pending;
+    int32_t npred;
+};
 
 struct wf_taskgraph {
     wf_runtime *rt;
-    wf__blocks *mem;   /* the runtime's block cache (a reference of its own) */
-    wf__task **chunks; /* one task per node; fn, arg and name live there */
-    int n, nchunks, capchunks;
+    wf__blocks *mem; /* the runtime's block cache (a reference of its own) */
+    gseg *segs;      /* in order of their first node; they cover [0, n) */
+    int nsegs, capsegs;
+    int n, capn;      /* nodes, and room in 'off' (capn + 1) and 'cnt' (capn) */
+    int32_t *off;     /* compiled: CSR offsets into 'succ', off[n] == nedges; otherwise
+                         off[i] is node i's out-degree */
+    struct gcnt *cnt; /* per node: see the file's header */
     int *esrc, *edst; /* edge e: esrc[e] -> edst[e], in the order added */
     int64_t nedges, capedges;
     bool by_src;    /* esrc is non-decreasing: edst is the CSR successor array as it is */
@@ -59,15 +98,10 @@ struct wf_taskgraph {
     int64_t nback;     /* edges from a higher id to a lower one */
     int *succ, *roots; /* 'succ' is 'edst' itself when 'by_src' (then not freed apart) */
     int nroots;        /* nodes without predecessors, counted as edges are added */
-    bool compiled;     /* succ_off holds CSR offsets; otherwise it holds out-degrees */
-    size_t succ_bytes, later_bytes, cnt_bytes;
-
-    struct gcnt {
-        _Atomic int32_t pending;
-        int32_t npred;
-    } * cnt; /* per node: see the file's header */
-
+    bool compiled;     /* 'off' holds CSR offsets; otherwise out-degrees */
+    size_t succ_bytes, later_bytes, arrive_bytes;
     _Atomic int32_t *later_rc; /* per node: the result given to wf_taskgraph_complete() */
+    _Atomic uint8_t *arrive;   /* per node: arrivals of a later completion (zeroed) */
     /* tracing: the graph's id, its runs so far, the op kind of each node (wf_taskgraph_set_kind,
      * 'nkinds' entries) and, when the runtime traces (compile_trace()), per node in this run:
      * the predecessor that made it ready ('ready_by'), the one with the longest chain of work
@@ -89,13 +123,6 @@ struct wf_taskgraph {
 
 static int gerr(wf_taskgraph *g, int code, const char *fmt, ...) WF_PRINTF(3, 4);
 
-static inline wf__task *node(const wf_taskgraph *g, int i)
-{
-    unsigned q = ((unsigned)i >> CHUNK_LOG) + 1;
-    int k = 31 - __builtin_clz(q);
-    return &g->chunks[k][(unsigned)i - (((1u << k) - 1) << CHUNK_LOG)];
-}
-
 static int gerr(wf_taskgraph *g, int code, const char *fmt, ...)
 {
     va_list ap;
@@ -104,6 +131,110 @@ static int gerr(wf_taskgraph *g, int code, const char *fmt, ...)
     va_end(ap);
     return wf__err(code, "%s", g->errmsg);
 }
+
+/* ---- segments ------------------------------------------------------------------------ */
+
+/* The segment of node 'i' (a valid id). */
+static const gseg *seg_of(const wf_taskgraph *g, int i)
+{
+    int lo = 0, hi = g->nsegs - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (g->segs[mid].first <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &g->segs[lo];
+}
+
+static inline bool in_seg(const gseg *s, int i)
+{
+    return (unsigned)(i - s->first) < (unsigned)s->n;
+}
+
+static inline wf_task_fn seg_fn(const gseg *s, int i)
+{
+    return s->ent ? s->ent[i - s->first].fn : s->fn;
+}
+
+static inline void *seg_arg(const gseg *s, int i)
+{
+    if (s->ent)
+        return s->ent[i - s->first].arg;
+    return s->stride ? s->args + (size_t)(i - s->first) * s->stride : s->args;
+}
+
+static inline const char *seg_name(const gseg *s, int i)
+{
+    return s->ent ? s->ent[i - s->first].name : s->name;
+}
+
+/* Node 'i''s name for messages. */
+static const char *node_name(const wf_taskgraph *g, int i)
+{
+    const char *name = seg_name(seg_of(g, i), i);
+    return name ? name : "(unnamed)";
+}
+
+/* A new, empty segment after the last one, or NULL (out of memory). */
+static gseg *seg_new(wf_taskgraph *g)
+{
+    if (g->nsegs == g->capsegs) {
+        int cap = g->capsegs ? g->capsegs * 2 : 4;
+        gseg *s = realloc(g->segs, (size_t)cap * sizeof *s);
+        if (!s)
+            return NULL;
+        g->segs = s;
+        g->capsegs = cap;
+    }
+    gseg *s = &g->segs[g->nsegs++];
+    memset(s, 0, sizeof *s);
+    s->first = g->n;
+    return s;
+}
+
+/* Describes node g->n (room reserved) as one entry of a list segment. */
+static int seg_append(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name)
+{
+    gseg *s = g->nsegs ? &g->segs[g->nsegs - 1] : NULL;
+    if (!s || !s->ent || s->first + s->n != g->n) {
+        if (!(s = seg_new(g)))
+            return WF_ENOMEM;
+        s->ent = malloc(64 * sizeof *s->ent);
+        if (!s->ent) {
+            g->nsegs--;
+            return WF_ENOMEM;
+        }
+        s->cap = 64;
+    }
+    if (s->n == s->cap) {
+        struct gent *e = realloc(s->ent, (size_t)s->cap * 2 * sizeof *e);
+        if (!e)
+            return WF_ENOMEM;
+        s->ent = e;
+        s->cap *= 2;
+    }
+    s->ent[s->n++] = (struct gent){ fn, arg, name };
+    return 0;
+}
+
+/* Describes nodes [g->n, g->n + n) as one strided segment. */
+static int seg_strided(wf_taskgraph *g, int n, wf_task_fn fn, void *args, size_t stride,
+                       const char *name)
+{
+    gseg *s = seg_new(g);
+    if (!s)
+        return WF_ENOMEM;
+    s->n = n;
+    s->fn = fn;
+    s->args = args;
+    s->stride = stride;
+    s->name = name;
+    return 0;
+}
+
+/* ---- the graph ----------------------------------------------------------------------- */
 
 int wf_taskgraph_create(wf_runtime *rt, wf_taskgraph **out)
 {
@@ -135,8 +266,7 @@ static void free_compiled(wf_taskgraph *g)
         wf__blocks_put(g->mem, g->succ, g->succ_bytes);
     free(g->roots);
     wf__blocks_put(g->mem, (void *)g->later_rc, g->later_bytes);
-    wf__blocks_put(g->mem, g->cnt, g->cnt_bytes);
-    g->cnt = NULL;
+    wf__blocks_put(g->mem, (void *)g->arrive, g->arrive_bytes);
     free(g->ready_by);
     free(g->crit);
     free(g->pred_off);
@@ -148,11 +278,17 @@ static void free_compiled(wf_taskgraph *g)
     g->work = g->work_in = NULL;
     g->succ = g->roots = NULL;
     g->later_rc = NULL;
+    g->arrive = NULL;
 }
 
-static size_t chunk_bytes(int k)
+static size_t off_bytes(int cap)
 {
-    return ((size_t)CHUNK << k) * sizeof(wf__task);
+    return ((size_t)cap + 1) * sizeof(int32_t);
+}
+
+static size_t cnt_bytes(int cap)
+{
+    return ((size_t)cap ? (size_t)cap : 1) * sizeof(struct gcnt);
 }
 
 void wf_taskgraph_destroy(wf_taskgraph *g)
@@ -160,9 +296,11 @@ void wf_taskgraph_destroy(wf_taskgraph *g)
     if (!g)
         return;
     free_compiled(g);
-    for (int c = 0; c < g->nchunks; c++)
-        wf__blocks_put(g->mem, g->chunks[c], chunk_bytes(c));
-    free(g->chunks);
+    for (int s = 0; s < g->nsegs; s++)
+        free(g->segs[s].ent);
+    free(g->segs);
+    wf__blocks_put(g->mem, g->off, off_bytes(g->capn));
+    wf__blocks_put(g->mem, g->cnt, cnt_bytes(g->capn));
     wf__blocks_put(g->mem, g->esrc, (size_t)g->capedges * sizeof *g->esrc);
     wf__blocks_put(g->mem, g->edst, (size_t)g->capedges * sizeof *g->edst);
     free(g->kinds);
@@ -218,11 +356,6 @@ const char *wf_taskgraph_errmsg(const wf_taskgraph *g)
     return g ? g->errmsg : "";
 }
 
-static inline int succ_end(const wf_taskgraph *g, int i)
-{
-    return node(g, i)->gn.end;
-}
-
 /* Turns CSR offsets back into out-degrees before the graph changes (ascending, so node
  * i + 1 still holds its offset when node i is converted). */
 static void decompile(wf_taskgraph *g)
@@ -230,51 +363,46 @@ static void decompile(wf_taskgraph *g)
     if (!g->compiled)
         return;
     for (int i = 0; i < g->n; i++)
-        node(g, i)->succ_off = succ_end(g, i) - node(g, i)->succ_off;
+        g->off[i] = g->off[i + 1] - g->off[i];
     g->compiled = false;
 }
 
-/* Makes room for 'more' nodes (chunks that never move, so earlier nodes stay put); 'what'
- * names the caller in the message. */
+/* Makes room for 'more' nodes in the per-node arrays; 'what' names the caller in the
+ * message. */
 static int reserve_nodes(wf_taskgraph *g, int64_t more, const char *what)
 {
     if ((int64_t)g->n + more > (1 << 30))
         return gerr(g, WF_ENOMEM, "%s: more than 2^30 nodes", what);
-    while ((int64_t)g->n + more > ((int64_t)(1 << g->nchunks) - 1) << CHUNK_LOG) {
-        if (g->nchunks == g->capchunks) {
-            int cap = g->capchunks ? g->capchunks * 2 : 8;
-            wf__task **c = realloc(g->chunks, (size_t)cap * sizeof *c);
-            if (!c)
-                return gerr(g, WF_ENOMEM, "%s: no memory", what);
-            g->chunks = c;
-            g->capchunks = cap;
-        }
-        wf__task *c = wf__blocks_get(g->mem, chunk_bytes(g->nchunks));
-        if (!c)
-            return gerr(g, WF_ENOMEM, "%s: no memory for node %d", what, g->n);
-        g->chunks[g->nchunks++] = c;
+    if ((int64_t)g->n + more <= g->capn)
+        return 0;
+    int64_t cap = g->capn ? g->capn : 256;
+    while (cap < (int64_t)g->n + more)
+        cap *= 2;
+    int32_t *off = wf__blocks_get(g->mem, off_bytes((int)cap));
+    struct gcnt *cnt = wf__blocks_get(g->mem, cnt_bytes((int)cap));
+    if (!off || !cnt) {
+        wf__blocks_put(g->mem, off, off_bytes((int)cap));
+        wf__blocks_put(g->mem, cnt, cnt_bytes((int)cap));
+        return gerr(g, WF_ENOMEM, "%s: no memory for node %d", what, g->n);
     }
+    if (g->n) {
+        memcpy(off, g->off, ((size_t)g->n + 1) * sizeof *off);
+        memcpy(cnt, g->cnt, (size_t)g->n * sizeof *cnt);
+    }
+    wf__blocks_put(g->mem, g->off, off_bytes(g->capn));
+    wf__blocks_put(g->mem, g->cnt, cnt_bytes(g->capn));
+    g->off = off;
+    g->cnt = cnt;
+    g->capn = (int)cap;
     return 0;
 }
 
-/* Writes node 'id' (room reserved) without predecessors or successors. */
-static inline wf__task *init_node(wf_taskgraph *g, int id, wf_task_fn fn, void *arg,
-                                  const char *name)
+/* The per-node arrays of node 'id' (room reserved): no predecessors, no successors. */
+static inline void init_node(wf_taskgraph *g, int id)
 {
-    wf__task *t = node(g, id);
-    t->npred = 0;
-    t->succ_off = 0;
-    t->next = NULL;
-    atomic_init(&t->gn.later, 0);
-    t->gn.end = 0;
-    t->kind = WF__TK_GRAPH;
-    t->owner = g;
-    t->node = (uint32_t)id;
-    t->name = name;
-    t->u.f.fn = fn;
-    t->u.f.arg = arg;
-    atomic_init(&t->cancel, 0);
-    return t;
+    g->off[id] = 0;
+    atomic_init(&g->cnt[id].pending, 0);
+    g->cnt[id].npred = 0;
 }
 
 int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name)
@@ -289,8 +417,10 @@ int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *arg, const char *name
     int rc = reserve_nodes(g, 1, "wf_taskgraph_add");
     if (rc < 0)
         return rc;
+    if (seg_append(g, fn, arg, name) < 0)
+        return gerr(g, WF_ENOMEM, "wf_taskgraph_add: no memory for node %d", g->n);
     decompile(g);
-    init_node(g, g->n, fn, arg, name);
+    init_node(g, g->n);
     g->nroots++;
     g->dirty = true;
     return g->n++;
@@ -307,8 +437,7 @@ static int write_esrc(wf_taskgraph *g, const char *what)
         return gerr(g, WF_ENOMEM, "%s: no memory for %lld edges", what, (long long)g->capedges);
     int64_t e = 0;
     for (int i = 0; i < g->n; i++) {
-        const wf__task *t = node(g, i);
-        int deg = g->compiled ? t->gn.end - t->succ_off : t->succ_off;
+        int deg = g->compiled ? g->off[i + 1] - g->off[i] : g->off[i];
         for (int k = 0; k < deg; k++)
             s[e++] = i;
     }
@@ -351,11 +480,12 @@ static int reserve_edges(wf_taskgraph *g, int64_t more, const char *what)
     return 0;
 }
 
-/* Adds the edge before -> after (valid ids, room reserved, the graph decompiled). */
-static inline void add_edge(wf_taskgraph *g, int before, wf__task *a, int after)
+/* Adds the edge before -> after (valid ids, room reserved, the graph decompiled, 'after'
+ * below MAX_PRED predecessors). */
+static inline void add_edge(wf_taskgraph *g, int before, int after)
 {
-    node(g, before)->succ_off++;
-    if (a->npred++ == 0)
+    g->off[before]++;
+    if (g->cnt[after].npred++ == 0)
         g->nroots--;
     g->nback += before > after;
     if (g->nedges && before < g->esrc[g->nedges - 1])
@@ -363,6 +493,12 @@ static inline void add_edge(wf_taskgraph *g, int before, wf__task *a, int after)
     g->esrc[g->nedges] = before;
     g->edst[g->nedges] = after;
     g->nedges++;
+}
+
+static int too_many_preds(wf_taskgraph *g, const char *what, int id)
+{
+    return gerr(g, WF_EINVAL, "%s: node %d ('%s') would have more than %d predecessors", what, id,
+                node_name(g, id), MAX_PRED);
 }
 
 int wf_taskgraph_precede(wf_taskgraph *g, int before, int after)
@@ -374,14 +510,16 @@ int wf_taskgraph_precede(wf_taskgraph *g, int before, int after)
                     before, after, g->n);
     if (before == after)
         return gerr(g, WF_EINVAL, "wf_taskgraph_precede: node %d ('%s') cannot precede itself",
-                    before, node(g, before)->name ? node(g, before)->name : "(unnamed)");
+                    before, node_name(g, before));
     if (atomic_load_explicit(&g->running, memory_order_acquire))
         return gerr(g, WF_EBUSY, "wf_taskgraph_precede: the graph is running");
+    if (g->cnt[after].npred >= MAX_PRED)
+        return too_many_preds(g, "wf_taskgraph_precede", after);
     int rc = reserve_edges(g, 1, "wf_taskgraph_precede");
     if (rc < 0)
         return rc;
     decompile(g);
-    add_edge(g, before, node(g, after), after);
+    add_edge(g, before, after);
     g->dirty = true;
     return 0;
 }
@@ -391,7 +529,7 @@ int wf_taskgraph_add_after(wf_taskgraph *g, wf_task_fn fn, void *arg, const char
 {
     if (!g)
         return wf__err(WF_EINVAL, "wf_taskgraph_add_after: g is NULL");
-    if (npred < 0 || (npred > 0 && !preds))
+    if (npred < 0 || npred > MAX_PRED || (npred > 0 && !preds))
         return gerr(g, WF_EINVAL, "wf_taskgraph_add_after: node '%s': %d predecessors at %p",
                     name ? name : "(unnamed)", npred, (const void *)preds);
     for (int k = 0; k < npred; k++)
@@ -408,9 +546,8 @@ int wf_taskgraph_add_after(wf_taskgraph *g, wf_task_fn fn, void *arg, const char
     int id = wf_taskgraph_add(g, fn, arg, name); /* checks fn and running; decompiles */
     if (id < 0)
         return id;
-    wf__task *a = node(g, id);
     for (int k = 0; k < npred; k++)
-        add_edge(g, preds[k], a, id);
+        add_edge(g, preds[k], id);
     return id;
 }
 
@@ -426,7 +563,8 @@ static int bad_pred(wf_taskgraph *g, int id, int64_t k, int p, const char *name)
 
 /* Row 'j' of 'pred_off' (node 'id') lies within the rows' range: the previous row's end
  * (checked before it, from pred_off[0] on) up to pred_off[n], so no check reads 'preds'
- * outside what the caller described. Returns 0 or the error. */
+ * outside what the caller described, and it is shorter than MAX_PRED. Returns 0 or the
+ * error. */
 static int check_row(wf_taskgraph *g, int id, const int64_t *pred_off, int j, int n)
 {
     if (pred_off[j + 1] < pred_off[j])
@@ -437,69 +575,71 @@ static int check_row(wf_taskgraph *g, int id, const int64_t *pred_off, int j, in
         return gerr(g, WF_EINVAL,
                     "wf_taskgraph_add_nodes: node %d: pred_off[%d] %lld is past pred_off[%d] %lld",
                     id, j + 1, (long long)pred_off[j + 1], n, (long long)pred_off[n]);
+    if (pred_off[j + 1] - pred_off[j] > MAX_PRED)
+        return gerr(g, WF_EINVAL, "wf_taskgraph_add_nodes: node %d: more than %d predecessors", id,
+                    MAX_PRED);
     return 0;
 }
 
-static inline void *node_arg(void *args, size_t stride, int j)
-{
-    return stride ? (char *)args + (size_t)j * stride : args;
-}
-
 /* add_nodes on an empty, untraced graph: the compiled form written at once, as compile()
- * would leave it, in three passes (check and count out-degrees; nodes, offsets, counters
- * and roots; scatter the successors), with 'edst' as the successor array and 'esrc' left
- * to write_esrc(). The nodes are reserved; nothing is kept on an error. */
+ * would leave it, in three passes (check rows, write the counters and count out-degrees;
+ * offsets and roots; scatter the successors, with the offsets as cursors, then shift them
+ * back), with 'edst' as the successor array and 'esrc' left to write_esrc(). The per-node
+ * arrays are reserved; nothing is kept on an error. */
 static int add_nodes_fresh(wf_taskgraph *g, wf_task_fn fn, void *args, size_t stride,
                            const char *name, int n, const int64_t *pred_off, const int *preds)
 {
     int64_t m = pred_off ? pred_off[n] - pred_off[0] : 0;
     size_t nb = (size_t)(n ? n : 1);
-    struct gcnt *cnt = wf__blocks_get(g->mem, nb * sizeof *cnt);
     _Atomic int32_t *later = wf__blocks_get(g->mem, nb * sizeof *later);
-    int *cur = wf__blocks_get(g->mem, nb * sizeof *cur);
+    _Atomic uint8_t *arrive = wf__blocks_get(g->mem, nb);
     int *succ = wf__blocks_get(g->mem, (size_t)(m ? m : 1) * sizeof *succ);
     int *roots = NULL, nroots = 0, rc = 0;
-    if (!cnt || !later || !cur || !succ) {
+    int32_t *off = g->off;
+    struct gcnt *cnt = g->cnt;
+    if (!later || !arrive || !succ) {
         rc = gerr(g, WF_ENOMEM, "wf_taskgraph_add_nodes: no memory for %d nodes", n);
         goto out;
     }
-    memset(cur, 0, (size_t)n * sizeof *cur);
+    memset(off, 0, ((size_t)n + 1) * sizeof *off);
     for (int j = 0; j < n; j++) {
         int64_t lo = pred_off ? pred_off[j] : 0, hi = pred_off ? pred_off[j + 1] : 0;
         if (pred_off && (rc = check_row(g, j, pred_off, j, n)) < 0)
             goto out;
         nroots += hi == lo;
+        atomic_init(&cnt[j].pending, (int32_t)(hi - lo));
+        cnt[j].npred = (int32_t)(hi - lo);
         for (int64_t k = lo; k < hi; k++) {
             int p = preds[k];
             if (p < 0 || p >= j) {
                 rc = bad_pred(g, j, k, p, name);
                 goto out;
             }
-            cur[p]++;
+            off[p]++;
         }
     }
     roots = malloc((size_t)(nroots ? nroots : 1) * sizeof *roots);
-    if (!roots) {
-        rc = gerr(g, WF_ENOMEM, "wf_taskgraph_add_nodes: no memory for %d roots", nroots);
+    if (!roots || seg_strided(g, n, fn, args, stride, name) < 0) {
+        rc = gerr(g, WF_ENOMEM, "wf_taskgraph_add_nodes: no memory for %d nodes", n);
         goto out;
     }
-    int sum = 0, r = 0;
-    for (int j = 0; j < n; j++) {
-        wf__task *t = init_node(g, j, fn, node_arg(args, stride, j), name);
-        int np = pred_off ? (int)(pred_off[j + 1] - pred_off[j]) : 0;
-        t->npred = np;
-        t->succ_off = sum;
-        sum += cur[j];
-        cur[j] = t->succ_off;
-        t->gn.end = sum;
-        atomic_init(&cnt[j].pending, np);
-        cnt[j].npred = np;
-        if (!np)
+    int32_t sum = 0;
+    for (int j = 0, r = 0; j < n; j++) {
+        int32_t deg = off[j];
+        off[j] = sum;
+        sum += deg;
+        if (!cnt[j].npred)
             roots[r++] = j;
     }
+    off[n] = sum;
     for (int j = 0; j < n && m; j++)
         for (int64_t k = pred_off[j]; k < pred_off[j + 1]; k++)
-            succ[cur[preds[k]]++] = j;
+            succ[off[preds[k]]++] = j;
+    if (m) { /* each off[p] moved to the end of p's range, which is off[p + 1]'s start */
+        memmove(off + 1, off, (size_t)n * sizeof *off);
+        off[0] = 0;
+    }
+    memset((void *)arrive, 0, nb);
     free_compiled(g);
     wf__blocks_put(g->mem, g->esrc, (size_t)g->capedges * sizeof *g->esrc);
     wf__blocks_put(g->mem, g->edst, (size_t)g->capedges * sizeof *g->edst);
@@ -515,23 +655,22 @@ static int add_nodes_fresh(wf_taskgraph *g, wf_task_fn fn, void *args, size_t st
     g->by_src = true;
     g->nback = 0;
     g->nroots = nroots;
-    g->cnt = cnt;
     g->later_rc = later;
+    g->arrive = arrive;
     g->succ = succ;
     g->roots = roots;
-    g->cnt_bytes = nb * sizeof *cnt;
     g->later_bytes = nb * sizeof *later;
+    g->arrive_bytes = nb;
     g->succ_bytes = (size_t)(m ? m : 1) * sizeof *succ;
     g->compiled = true;
     g->dirty = false;
-    cnt = NULL;
     later = NULL;
+    arrive = NULL;
     succ = NULL;
     roots = NULL;
 out:
-    wf__blocks_put(g->mem, cnt, nb * sizeof *cnt);
     wf__blocks_put(g->mem, (void *)later, nb * sizeof *later);
-    wf__blocks_put(g->mem, cur, nb * sizeof *cur);
+    wf__blocks_put(g->mem, (void *)arrive, nb);
     wf__blocks_put(g->mem, succ, (size_t)(m ? m : 1) * sizeof *succ);
     free(roots);
     return rc;
@@ -557,6 +696,8 @@ int wf_taskgraph_add_nodes(wf_taskgraph *g, wf_task_fn fn, void *args, size_t ar
                     (long long)pred_off[n], (long long)pred_off[0]);
     if (m > (int64_t)INT32_MAX - g->nedges)
         return gerr(g, WF_ENOMEM, "wf_taskgraph_add_nodes: more than 2^31 edges");
+    if (n == 0)
+        return first;
     int rc = reserve_nodes(g, n, "wf_taskgraph_add_nodes");
     if (rc < 0)
         return rc;
@@ -575,12 +716,14 @@ int wf_taskgraph_add_nodes(wf_taskgraph *g, wf_task_fn fn, void *args, size_t ar
     rc = reserve_edges(g, m, "wf_taskgraph_add_nodes");
     if (rc < 0)
         return rc;
+    if (seg_strided(g, n, fn, args, arg_stride, name) < 0)
+        return gerr(g, WF_ENOMEM, "wf_taskgraph_add_nodes: no memory for %d nodes", n);
     decompile(g);
     for (int j = 0; j < n; j++) {
-        wf__task *t = init_node(g, first + j, fn, node_arg(args, arg_stride, j), name);
+        init_node(g, first + j);
         g->nroots++;
         for (int64_t k = pred_off ? pred_off[j] : 0; pred_off && k < pred_off[j + 1]; k++)
-            add_edge(g, preds[k], t, first + j);
+            add_edge(g, preds[k], first + j);
     }
     g->n = first + n;
     g->dirty = true;
@@ -607,9 +750,8 @@ static int report_cycle(wf_taskgraph *g, const int *left)
     for (int i = 0; i < g->n && pred[v] >= 0; i++)
         v = pred[v];
     free(pred);
-    const char *name = node(g, v)->name;
     return gerr(g, WF_EINVAL, "wf_taskgraph: the graph has a cycle through node %d ('%s')", v,
-                name ? name : "(unnamed)");
+                node_name(g, v));
 }
 
 /* Kahn's algorithm, with the counters' 'pending' as the in-degrees left. Returns 0 or the
@@ -627,7 +769,7 @@ static int check_acyclic(wf_taskgraph *g)
     memcpy(queue, g->roots, (size_t)g->nroots * sizeof *queue);
     while (head < tail) {
         int v = queue[head++];
-        for (int k = node(g, v)->succ_off; k < succ_end(g, v); k++)
+        for (int k = g->off[v]; k < g->off[v + 1]; k++)
             if (atomic_fetch_sub_explicit(&g->cnt[g->succ[k]].pending, 1, memory_order_relaxed) ==
                 1)
                 queue[tail++] = g->succ[k];
@@ -663,7 +805,7 @@ static int compile_trace(wf_taskgraph *g)
     g->pred_off[0] = 0;
     for (int i = 0; i < g->n; i++) {
         g->ready_by[i] = g->crit[i] = -1;
-        g->pred_off[i + 1] = g->pred_off[i] + node(g, i)->npred;
+        g->pred_off[i + 1] = g->pred_off[i] + g->cnt[i].npred;
     }
     int64_t *cur = malloc(n * sizeof *cur);
     if (!cur)
@@ -675,8 +817,8 @@ static int compile_trace(wf_taskgraph *g)
     return 0;
 }
 
-/* One pass over the nodes (offsets, roots) and, unless the edges came in order of their
- * source, one over the edges (a counting sort by source): the in- and out-degrees were
+/* One pass over the nodes (offsets, counters, roots) and, unless the edges came in order of
+ * their source, one over the edges (a counting sort by source): the in- and out-degrees were
  * counted as edges were added. */
 static int compile(wf_taskgraph *g)
 {
@@ -685,38 +827,39 @@ static int compile(wf_taskgraph *g)
     size_t m = (size_t)g->nedges, cur_bytes = (size_t)(n ? n : 1) * sizeof(int);
     g->succ_bytes = (m ? m : 1) * sizeof *g->succ;
     g->later_bytes = (size_t)(n ? n : 1) * sizeof *g->later_rc;
-    g->cnt_bytes = (size_t)(n ? n : 1) * sizeof *g->cnt;
-    g->cnt = wf__blocks_get(g->mem, g->cnt_bytes);
+    g->arrive_bytes = (size_t)(n ? n : 1);
     g->succ = g->by_src && m ? g->edst : wf__blocks_get(g->mem, g->succ_bytes);
     g->roots = malloc((size_t)(g->nroots ? g->nroots : 1) * sizeof *g->roots);
     g->later_rc = wf__blocks_get(g->mem, g->later_bytes); /* written before it is read */
+    g->arrive = wf__blocks_get(g->mem, g->arrive_bytes);
     int *cur = g->succ == g->edst ? NULL : wf__blocks_get(g->mem, cur_bytes);
-    if (!g->succ || !g->roots || !g->later_rc || !g->cnt || (g->succ != g->edst && !cur) ||
+    if (!g->succ || !g->roots || !g->later_rc || !g->arrive || (g->succ != g->edst && !cur) ||
         (g->rt->trace_cap && compile_trace(g) < 0)) {
         wf__blocks_put(g->mem, cur, cur_bytes);
         free_compiled(g);
         return gerr(g, WF_ENOMEM, "wf_taskgraph: no memory to compile %d nodes", n);
     }
-    int sum = 0, nroots = 0;
+    memset((void *)g->arrive, 0, g->arrive_bytes);
+    int32_t sum = 0;
+    int nroots = 0;
     for (int i = 0; i < n; i++) {
-        wf__task *t = node(g, i);
-        int outdeg = t->succ_off;
-        t->succ_off = sum;
+        int32_t outdeg = g->off[i];
+        g->off[i] = sum;
         if (cur)
             cur[i] = sum;
         sum += outdeg;
-        t->gn.end = sum;
-        atomic_init(&g->cnt[i].pending, t->npred);
-        g->cnt[i].npred = t->npred;
-        if (!t->npred)
+        atomic_init(&g->cnt[i].pending, g->cnt[i].npred);
+        if (!g->cnt[i].npred)
             g->roots[nroots++] = i;
     }
+    if (n) /* an empty graph may have no arrays */
+        g->off[n] = sum;
     WF_ASSERT(nroots == g->nroots && (size_t)sum == m);
     if (cur)
         for (size_t e = 0; e < m; e++)
             g->succ[cur[g->esrc[e]]++] = g->edst[e];
     wf__blocks_put(g->mem, cur, cur_bytes);
-    /* From here until the next change, succ_off holds offsets, not out-degrees. */
+    /* From here until the next change, 'off' holds offsets, not out-degrees. */
     g->compiled = true;
     if (g->nback) {
         int rc = check_acyclic(g);
@@ -728,6 +871,22 @@ static int compile(wf_taskgraph *g)
     }
     g->dirty = false;
     return 0;
+}
+
+/* The task that carries ready node 'i' ('canceled': a predecessor failed) through a deque or
+ * an inbox, from 'w''s free list (or the shared pool when 'w' is NULL); NULL when out of
+ * memory. */
+static wf__task *node_task(wf_taskgraph *g, wf__worker *w, int i, bool canceled)
+{
+    wf__task *t = wf__task_alloc(g->rt, w);
+    if (WF_UNLIKELY(!t))
+        return NULL;
+    t->kind = WF__TK_GRAPH;
+    t->owner = g;
+    t->node = (uint32_t)i;
+    t->name = seg_name(seg_of(g, i), i); /* a steal's trace event names it */
+    atomic_store_explicit(&t->cancel, canceled, memory_order_relaxed);
+    return t;
 }
 
 int wf_taskgraph_submit(wf_taskgraph *g, wf_group *grp)
@@ -750,20 +909,43 @@ int wf_taskgraph_submit(wf_taskgraph *g, wf_group *grp)
         atomic_store_explicit(&g->running, 0, memory_order_release);
         return 0;
     }
+    /* The roots' tasks first, so that nothing has started when one cannot be had. */
+    wf__worker *w = wf__worker_of(g->rt);
+    wf__task *list = NULL;
+    for (int r = g->nroots; r-- > 0;) {
+        wf__task *t = node_task(g, w, g->roots[r], false);
+        if (!t) {
+            while (list) {
+                wf__task *next = list->next;
+                wf__task_release(g->rt, w, list);
+                list = next;
+            }
+            atomic_store_explicit(&g->running, 0, memory_order_release);
+            return gerr(g, WF_ENOMEM, "wf_taskgraph_submit: no memory for %d root tasks",
+                        g->nroots);
+        }
+        t->next = list;
+        list = t;
+    }
     g->grp = x;
     g->runs++; /* read by the nodes of this run: pushing them publishes it */
     atomic_store_explicit(&g->remaining, g->n, memory_order_relaxed);
     if (wf__group_add(x, (uint32_t)g->n) < 0) {
+        while (list) {
+            wf__task *next = list->next;
+            wf__task_release(g->rt, w, list);
+            list = next;
+        }
         atomic_store_explicit(&g->running, 0, memory_order_release);
         return gerr(g, WF_ENOMEM, "wf_taskgraph_submit: %s", wf_last_errmsg());
     }
-    wf__worker *w = wf__worker_of(g->rt);
-    for (int i = 0; i < g->nroots; i++) {
-        wf__task *t = node(g, g->roots[i]);
+    while (list) {
+        wf__task *t = list, *next = t->next; /* an inbox links through 'next' */
         if (w)
             wf__push_local(w, t);
         else
             wf__submit_outside(g->rt, t);
+        list = next;
     }
     return 0;
 }
@@ -802,52 +984,102 @@ static void trace_ready(wf_taskgraph *g, int s, int32_t by)
     g->work_in[s] = most;
 }
 
-/* Counts one predecessor of successor 's' of 't' done ('skip': canceled); returns its task
- * when that was the last, else NULL. */
-static wf__task *release_one(wf_taskgraph *g, const wf__task *t, int s, bool skip)
+/* Counts predecessor 'by' of node 's' done ('skip': it failed or was skipped); returns true
+ * when that was the last, with '*canceled' set when any predecessor failed. */
+static inline bool release_one(wf_taskgraph *g, int by, int s, bool skip, bool *canceled)
 {
-    wf__task *st = node(g, s); /* its address only: the line is read when it runs */
-    if (WF_UNLIKELY(skip))
-        atomic_store_explicit(&st->cancel, 1, memory_order_relaxed);
-    /* A single predecessor needs no counter: 't' ending makes 's' ready. */
-    struct gcnt *cnt = g->cnt;
-    int32_t np = cnt[s].npred;
-    if (np != 1 && atomic_fetch_sub_explicit(&cnt[s].pending, 1, memory_order_acq_rel) != 1)
-        return NULL;
-    if (np != 1)
-        atomic_store_explicit(&cnt[s].pending, np, memory_order_relaxed);
-    __builtin_prefetch(st); /* it runs soon, here or on a thief */
-    if (g->ready_by)        /* traced: 's' is ours now, and every predecessor's 'work' seen */
-        trace_ready(g, s, (int32_t)t->node);
-    return st;
+    struct gcnt *c = &g->cnt[s];
+    int32_t np = c->npred;
+    bool cancel = skip;
+    if (np != 1) { /* a single predecessor needs no counter: 'by' ending makes 's' ready */
+        if (WF_UNLIKELY(skip))
+            atomic_fetch_or_explicit(&c->pending, CANCELED, memory_order_relaxed);
+        int32_t old = atomic_fetch_sub_explicit(&c->pending, 1, memory_order_acq_rel);
+        if ((old & ~CANCELED) != 1)
+            return false;
+        cancel = (old & CANCELED) != 0;
+        atomic_store_explicit(&c->pending, np, memory_order_relaxed);
+    }
+    *canceled = cancel;
+    if (g->ready_by) /* traced: 's' is ours now, and every predecessor's 'work' seen */
+        trace_ready(g, s, by);
+    return true;
 }
 
-/* Releases the successors of node 't' ('skip': it failed or was skipped, so they are
- * canceled): the first that becomes ready is returned for the caller to run, the others
- * are pushed on 'w' (or submitted from outside when 'w' is NULL, which returns none). */
-static wf__task *release_successors(wf_taskgraph *g, wf__worker *w, const wf__task *t, bool skip)
+/* Finishes node 'i' and every node after it as skipped, on this thread, without running
+ * them: what becomes of a ready node when no task can be had for it (see the header).
+ * Returns the nodes finished. */
+static uint32_t skip_from(wf_taskgraph *g, int i)
+{
+    uint32_t n = 1;
+    bool c;
+    for (int k = g->off[i]; k < g->off[i + 1]; k++)
+        if (release_one(g, i, g->succ[k], true, &c))
+            n += skip_from(g, g->succ[k]);
+    return n;
+}
+
+/* Hands ready node 's' to the workers: pushed on 'w', or submitted from outside when 'w' is
+ * NULL. Returns the nodes this call finished itself (skip_from(), out of memory), else 0. */
+static uint32_t hand_off(wf_taskgraph *g, wf__worker *w, int s, bool canceled)
+{
+    wf__task *t = node_task(g, w, s, canceled);
+    if (WF_LIKELY(t)) {
+        if (w)
+            wf__push_local(w, t);
+        else
+            wf__submit_outside(g->rt, t);
+        return 0;
+    }
+    wf__err(WF_ENOMEM,
+            "wf_taskgraph: no memory for the task of ready node %d ('%s'); it and "
+            "the nodes after it are skipped",
+            s, node_name(g, s));
+    wf__group_fail(g->grp, NULL, node_name(g, s), WF_ENOMEM);
+    return skip_from(g, s);
+}
+
+/* Releases the successors of node 'i' ('skip': it failed or was skipped, so they are
+ * canceled): the first that becomes ready is returned for the caller to run, with
+ * '*canceled' its state, and the others are handed off (hand_off(), which adds what it
+ * finished itself to '*ndone'); -1 when none. With 'w' NULL (a completion from outside)
+ * every ready successor is handed off and none returned. */
+static int release_successors(wf_taskgraph *g, wf__worker *w, int i, bool skip, bool *canceled,
+                              uint32_t *ndone)
 {
     const int *succ = g->succ;
-    wf__task *keep = NULL, *st;
-    if (!w) { /* a completion from outside: every ready successor is submitted, in list order */
-        for (int k = t->succ_off, end = t->gn.end; k < end; k++)
-            if ((st = release_one(g, t, succ[k], skip)))
-                wf__submit_outside(g->rt, st);
-        return NULL;
-    }
+    int keep = -1, lo = g->off[i];
+    bool kc = false, c;
     /* From the last successor to the first: a ready one found before the kept one is pushed,
      * so the caller runs the list's first ready successor itself and its own LIFO pops take
      * the rest in the list's order (exec.c sorts successors by priority), while thieves take
      * the oldest push, the list's last. Pushed in list order, the owner ran them last first:
      * a bucket's last gradient (a tiny bias sum, boosted before its reduction) ran only after
      * the whole rest of backward, and dp_bench's first bucket started as backward ended. */
-    for (int k = t->gn.end - 1; k >= t->succ_off; k--)
-        if ((st = release_one(g, t, succ[k], skip))) {
-            if (keep)
-                wf__push_local(w, keep);
-            keep = st;
-        }
+    for (int k = g->off[i + 1] - 1; k >= lo; k--) {
+        int s = succ[k];
+        if (!release_one(g, i, s, skip, &c))
+            continue;
+        if (keep >= 0)
+            *ndone += hand_off(g, w, keep, kc);
+        keep = s;
+        kc = c;
+    }
+    if (keep >= 0 && !w) {
+        *ndone += hand_off(g, NULL, keep, kc);
+        keep = -1;
+    }
+    *canceled = kc;
     return keep;
+}
+
+/* 'ndone' nodes of the run finished: the last of them ends the run. 'g' may be gone after. */
+static void finish_nodes(wf_taskgraph *g, uint32_t ndone)
+{
+    wf__group *grp = g->grp;
+    if (atomic_fetch_sub_explicit(&g->remaining, ndone, memory_order_acq_rel) == ndone)
+        atomic_store_explicit(&g->running, 0, memory_order_release);
+    wf__group_done(grp, ndone);
 }
 
 int wf_taskgraph_complete(wf_taskgraph *g, int i, int rc)
@@ -859,79 +1091,104 @@ int wf_taskgraph_complete(wf_taskgraph *g, int i, int rc)
         return wf__err(
             WF_EINVAL, "wf_taskgraph_complete: node %d of a graph of %d nodes%s", i, g->n,
             atomic_load_explicit(&g->running, memory_order_acquire) ? "" : " that is not running");
-    wf__task *t = node(g, i);
     atomic_store_explicit(&g->later_rc[i], rc, memory_order_relaxed);
-    if (atomic_fetch_add_explicit(&t->gn.later, 1, memory_order_acq_rel) == 0)
+    if (atomic_fetch_add_explicit(&g->arrive[i], 1, memory_order_acq_rel) == 0)
         return 0; /* the function has not returned yet: its worker finishes the node */
-    atomic_store_explicit(&t->gn.later, 0, memory_order_relaxed);
-    wf__group *grp = g->grp;
+    atomic_store_explicit(&g->arrive[i], 0, memory_order_relaxed);
     wf__worker *w = wf__worker_of(g->rt);
-    bool skip = rc < 0;
+    bool skip = rc < 0, c;
     if (skip) /* no worker's message: wf_task_fail() was not called by this thread's task */
-        wf__group_fail(grp, NULL, t->name, rc);
-    wf__task *keep = release_successors(g, w, t, skip);
-    if (keep)
-        wf__push_local(w, keep);
-    if (atomic_fetch_sub_explicit(&g->remaining, 1, memory_order_acq_rel) == 1)
-        atomic_store_explicit(&g->running, 0, memory_order_release);
-    wf__group_done(grp, 1);
+        wf__group_fail(g->grp, NULL, node_name(g, i), rc);
+    uint32_t ndone = 1;
+    int keep = release_successors(g, w, i, skip, &c, &ndone);
+    if (keep >= 0)
+        ndone += hand_off(g, w, keep, c);
+    finish_nodes(g, ndone);
     return 0;
+}
+
+/* Runs node 'i' ('canceled': a predecessor failed) on 'w' and then, in the same loop, the
+ * ready successor each node keeps; returns the nodes finished. The common step of a chain
+ * (one successor, which has only this predecessor, untraced) is taken without a call. */
+static uint32_t run_from(wf__worker *w, wf_taskgraph *g, int i, bool canceled)
+{
+    wf__group *grp = g->grp;
+    wf_runtime *rt = w->rt;
+    const gseg *sg = seg_of(g, i);
+    const int32_t *off = g->off;
+    const int *succ = g->succ;
+    const struct gcnt *cnt = g->cnt;
+    /* What w->current shows of the node running (wf_task_fail(), a parallel_for's trace). */
+    wf__task cur = { .kind = WF__TK_GRAPH, .owner = g };
+    uint32_t ndone = 0, ran = 0;
+    w->current = &cur;
+    for (;;) {
+        if (WF_UNLIKELY(!in_seg(sg, i)))
+            sg = seg_of(g, i);
+        const char *name = seg_name(sg, i);
+        bool skip = canceled || atomic_load_explicit(&grp->err, memory_order_relaxed);
+        uint64_t t0 = w->ring ? wf__now_ns() : 0;
+        int rc = 0;
+        WF_PROBE2(task_begin, w->index, name);
+        if (WF_LIKELY(!skip)) {
+            w->fail_set = 0;
+            cur.node = (uint32_t)i;
+            cur.name = name;
+            rc = seg_fn(sg, i)(seg_arg(sg, i));
+            if (WF_UNLIKELY(rc < 0)) {
+                wf__group_fail(grp, w, name, rc);
+                skip = true;
+            }
+        }
+        WF_PROBE3(task_end, w->index, name, rc);
+        if (WF_UNLIKELY(w->ring)) {
+            uint64_t t1 = wf__now_ns();
+            if (g->work) /* published to the successors by release_successors() */
+                g->work[i] = g->work_in[i] + (t1 - t0);
+            wf__tctx c;
+            cur.node = (uint32_t)i;
+            wf__graph_trace_ctx(&cur, &c);
+            wf__trace_event(w, WF__EV_TASK, t0 - rt->t_start, t1 - rt->t_start, name, (uint32_t)rc,
+                            &c);
+        }
+        ran++;
+        if (WF_UNLIKELY(rc == WF_TASK_LATER)) {
+            if (atomic_fetch_add_explicit(&g->arrive[i], 1, memory_order_acq_rel) == 0)
+                break; /* wf_taskgraph_complete() finishes it; 'i' is not ours any more */
+            atomic_store_explicit(&g->arrive[i], 0, memory_order_relaxed);
+            rc = atomic_load_explicit(&g->later_rc[i], memory_order_relaxed);
+            if (rc < 0) {
+                wf__group_fail(grp, NULL, name, rc);
+                skip = true;
+            }
+        }
+        ndone++;
+        int lo = off[i], next;
+        if (off[i + 1] - lo == 1 && cnt[next = succ[lo]].npred == 1 && !g->ready_by) {
+            /* A chain: 'i' ending makes 'next' ready, canceled if 'i' was. Built in order,
+             * 'next' is i + 1: taking that (a predicted branch) lets the next node's loads
+             * start before this one's successor is read, instead of three loads in a row. */
+            if (WF_LIKELY(next == i + 1))
+                next = wf__opaque_int(i + 1);
+            canceled = skip;
+        } else {
+            next = release_successors(g, w, i, skip, &canceled, &ndone);
+            if (next < 0)
+                break;
+        }
+        i = next;
+    }
+    WF__INC(w, tasks_run, ran);
+    return ndone;
 }
 
 void wf__graph_run_node(wf__worker *w, wf__task *t)
 {
     wf_taskgraph *g = t->owner;
-    wf__group *grp = g->grp;
-    wf_runtime *rt = w->rt;
-    uint32_t ndone = 0;
-    for (;;) {
-        int i = (int)t->node;
-        bool skip = atomic_load_explicit(&t->cancel, memory_order_relaxed) ||
-                    atomic_load_explicit(&grp->err, memory_order_relaxed);
-        if (WF_UNLIKELY(atomic_load_explicit(&t->cancel, memory_order_relaxed)))
-            atomic_store_explicit(&t->cancel, 0, memory_order_relaxed);
-        uint64_t t0 = w->ring ? wf__now_ns() : 0;
-        int rc = 0;
-        WF_PROBE2(task_begin, w->index, t->name);
-        if (WF_LIKELY(!skip)) {
-            w->fail_set = 0;
-            w->current = t;
-            rc = t->u.f.fn(t->u.f.arg);
-            if (WF_UNLIKELY(rc < 0)) {
-                wf__group_fail(grp, w, t->name, rc);
-                skip = true;
-            }
-        }
-        WF_PROBE3(task_end, w->index, t->name, rc);
-        if (w->ring) {
-            uint64_t t1 = wf__now_ns();
-            if (g->work) /* published to the successors by release_successors() */
-                g->work[i] = g->work_in[i] + (t1 - t0);
-            wf__tctx c;
-            wf__graph_trace_ctx(t, &c);
-            wf__trace_event(w, WF__EV_TASK, t0 - rt->t_start, t1 - rt->t_start, t->name,
-                            (uint32_t)rc, &c);
-        }
-        WF__INC(w, tasks_run, 1);
-        if (WF_UNLIKELY(rc == WF_TASK_LATER)) {
-            if (atomic_fetch_add_explicit(&t->gn.later, 1, memory_order_acq_rel) == 0)
-                break; /* wf_taskgraph_complete() finishes it; 't' is not ours any more */
-            atomic_store_explicit(&t->gn.later, 0, memory_order_relaxed);
-            rc = atomic_load_explicit(&g->later_rc[i], memory_order_relaxed);
-            if (rc < 0) {
-                wf__group_fail(grp, NULL, t->name, rc);
-                skip = true;
-            }
-        }
-        wf__task *keep = release_successors(g, w, t, skip);
-        ndone++;
-        if (!keep)
-            break;
-        t = keep;
-    }
-    if (!ndone)
-        return; /* only a node that finishes later: the graph may be gone already */
-    if (atomic_fetch_sub_explicit(&g->remaining, ndone, memory_order_acq_rel) == ndone)
-        atomic_store_explicit(&g->running, 0, memory_order_release);
-    wf__group_done(grp, ndone);
+    int i = (int)t->node;
+    bool canceled = atomic_load_explicit(&t->cancel, memory_order_relaxed);
+    wf__task_free(w, t); /* the node is ours: its task has done its job */
+    uint32_t ndone = run_from(w, g, i, canceled);
+    if (ndone) /* else only a node that finishes later: the graph may be gone already */
+        finish_nodes(g, ndone);
 }

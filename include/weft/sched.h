@@ -173,8 +173,8 @@ WF_API WF_NODISCARD int wf_taskgraph_add(wf_taskgraph *g, wf_task_fn fn, void *a
 WF_API WF_NODISCARD int wf_taskgraph_set_kind(wf_taskgraph *g, int id, const char *kind);
 
 /* Makes node 'after' run only once node 'before' has finished.
- * Returns 0, WF_EINVAL (an unknown id, or before == after), WF_EBUSY or WF_ENOMEM.
- * A cycle is reported by the next run. */
+ * Returns 0, WF_EINVAL (an unknown id, before == after, or 'after' already has 2^30 - 1
+ * predecessors), WF_EBUSY or WF_ENOMEM. A cycle is reported by the next run. */
 WF_API WF_NODISCARD int wf_taskgraph_precede(wf_taskgraph *g, int before, int after);
 
 /* Adds a node that runs 'fn(arg)' after each of the 'npred' nodes 'preds' (ids of nodes
@@ -198,9 +198,9 @@ WF_API WF_NODISCARD int wf_taskgraph_add_after(wf_taskgraph *g, wf_task_fn fn, v
  * wf_taskgraph_add_after() per node keeps an edge list that the first run sorts.
  * 'name' (may be NULL) must outlive the graph; 'pred_off' and 'preds' are not kept.
  * Returns 'first' (>= 0), WF_EINVAL (NULL g or fn, n < 0, a decreasing 'pred_off', an
- * unknown, later or own predecessor: the message names the node and the entry), WF_EBUSY
- * (the graph is running) or WF_ENOMEM; on an error no node and no edge is added.
- * The message is in wf_taskgraph_errmsg(). */
+ * unknown, later or own predecessor, a row of 2^30 or more entries: the message names the
+ * node and the entry), WF_EBUSY (the graph is running) or WF_ENOMEM; on an error no node and
+ * no edge is added. The message is in wf_taskgraph_errmsg(). */
 WF_API WF_NODISCARD int wf_taskgraph_add_nodes(wf_taskgraph *g, wf_task_fn fn, void *args,
                                                size_t arg_stride, const char *name, int n,
                                                const int64_t *pred_off, const int *preds);

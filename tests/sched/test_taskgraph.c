@@ -819,3 +819,115 @@ Test(sched_taskgraph, add_nodes_with_bad_rows_adds_nothing_and_says_why)
     dag_free(d);
     wf_runtime_destroy(rt);
 }
+
+/* Pushes counted by the workers (wf_runtime_stats), summed. */
+static uint64_t pushes(wf_runtime *rt, uint64_t *ran)
+{
+    wf_worker_stats s[4];
+    int nw = wf_runtime_stats(rt, s, 4);
+    uint64_t p = 0;
+    cr_assert_gt(nw, 0);
+    *ran = 0;
+    for (int i = 0; i < nw; i++) {
+        p += s[i].spawned;
+        *ran += s[i].tasks_run;
+    }
+    return p;
+}
+
+static int fail_at_fn(void *arg)
+{
+    const int *id = arg;
+    return *id == 1234 ? wf_task_fail(WF_EINVAL, "node %d refuses", *id) : 0;
+}
+
+/* A node is no task: a chain runs with no push at all (each node's end makes the next one
+ * ready on the same worker), and a fan-out of 1000 from one root pushes exactly the 999 leaves
+ * its worker does not keep; the join is kept by whoever ends the last leaf. If nodes went
+ * through the deque (or had tasks of their own), the counts would be higher. */
+Test(sched_taskgraph, a_ready_node_goes_through_a_deque_only_when_its_releaser_keeps_another)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+    int n = 100000, w = 1000;
+    int64_t *off = malloc((size_t)(n + 1) * sizeof *off);
+    int *pred = malloc((size_t)n * sizeof *pred); /* n - 1 for the chain, 2w for the fan */
+    atomic_long count = 0;
+    uint64_t ran;
+    cr_assert(off && pred);
+    off[0] = 0;
+    for (int i = 0; i < n; i++) {
+        off[i + 1] = i;
+        if (i > 0)
+            pred[i - 1] = i - 1;
+    }
+    wf_taskgraph *g;
+    cr_assert_eq(wf_taskgraph_create(rt, &g), 0);
+    cr_assert_eq(wf_taskgraph_add_nodes(g, count_fn, &count, 0, "link", n, off, pred), 0);
+    for (int r = 0; r < 3; r++) {
+        wf_runtime_stats_reset(rt);
+        cr_assert_eq(wf_taskgraph_run(g), 0, "%s", wf_taskgraph_errmsg(g));
+        cr_assert_eq(pushes(rt, &ran), 0, "a chain of %d nodes pushed some", n);
+        cr_assert_eq(ran, (uint64_t)n);
+    }
+    wf_taskgraph_destroy(g);
+    /* root 0, leaves 1..w, join w + 1 */
+    off[0] = off[1] = 0;
+    for (int i = 1; i <= w; i++) {
+        off[i + 1] = i;
+        pred[i - 1] = 0;
+    }
+    off[w + 2] = 2 * w;
+    for (int i = 0; i < w; i++)
+        pred[w + i] = 1 + i;
+    cr_assert_eq(wf_taskgraph_create(rt, &g), 0);
+    cr_assert_eq(wf_taskgraph_add_nodes(g, count_fn, &count, 0, "fan", w + 2, off, pred), 0);
+    for (int r = 0; r < 20; r++) {
+        wf_runtime_stats_reset(rt);
+        cr_assert_eq(wf_taskgraph_run(g), 0, "%s", wf_taskgraph_errmsg(g));
+        cr_assert_eq(pushes(rt, &ran), (uint64_t)(w - 1), "run %d", r);
+        cr_assert_eq(ran, (uint64_t)(w + 2));
+    }
+    wf_taskgraph_destroy(g);
+    free(off);
+    free(pred);
+    wf_runtime_destroy(rt);
+}
+
+/* Nodes of different calls live in different segments: each runs its own function on its own
+ * argument, and a failure names the failing node by the name its call gave. */
+Test(sched_taskgraph, nodes_of_every_kind_of_call_run_their_own_function_and_fail_by_name)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 2 });
+
+    enum { N = 3000 };
+
+    static int ids[N];
+    atomic_long count = 0;
+    wf_taskgraph *g;
+    for (int i = 0; i < N; i++)
+        ids[i] = i;
+    cr_assert_eq(wf_taskgraph_create(rt, &g), 0);
+    cr_assert_eq(wf_taskgraph_add(g, count_fn, &count, "single"), 0);
+    cr_assert_eq(
+        wf_taskgraph_add_nodes(g, fail_at_fn, &ids[1], sizeof ids[0], "bulk", 2000, NULL, NULL), 1);
+    /* bulk node j is graph node 1 + j with argument ids[1 + j]: graph node 1234 fails, and a
+     * chain of list nodes hangs from it */
+    for (int i = 2001; i < N; i++)
+        cr_assert_eq(wf_taskgraph_add_after(g, count_fn, &count, "after",
+                                            &(int){ i == 2001 ? 1234 : i - 1 }, 1),
+                     i);
+    for (int r = 0; r < 3; r++) {
+        atomic_store(&count, 0);
+        cr_assert_eq(wf_taskgraph_run(g), WF_EINVAL);
+        cr_assert(strstr(wf_taskgraph_errmsg(g), "bulk") && strstr(wf_taskgraph_errmsg(g), "1234"),
+                  "the message names the node: %s", wf_taskgraph_errmsg(g));
+        cr_assert_leq(atomic_load(&count), 1, "run %d: %ld nodes after the failing one ran", r,
+                      atomic_load(&count) - 1);
+    }
+    ids[1234] = 0; /* now it succeeds: every node runs */
+    atomic_store(&count, 0);
+    cr_assert_eq(wf_taskgraph_run(g), 0, "%s", wf_taskgraph_errmsg(g));
+    cr_assert_eq(atomic_load(&count), 1 + N - 2001);
+    wf_taskgraph_destroy(g);
+    wf_runtime_destroy(rt);
+}
