@@ -84,7 +84,7 @@ struct wf_taskgraph {
     wf__blocks *mem; /* the runtime's block cache (a reference of its own) */
     gseg *segs;      /* in order of their first node; they cover [0, n) */
     int nsegs, capsegs;
-    int n, capn;      /* nodes, and room in 'off' (capn + 1) and 'cnt' (capn) */
+    int n, capn;      /* nodes, and room in 'off' (capn + 2) and 'cnt' (capn) */
     int32_t *off;     /* compiled: CSR offsets into 'succ', off[n] == nedges; otherwise
                          off[i] is node i's out-degree */
     struct gcnt *cnt; /* per node: see the file's header */
@@ -281,9 +281,9 @@ static void free_compiled(wf_taskgraph *g)
     g->arrive = NULL;
 }
 
-static size_t off_bytes(int cap)
+static size_t off_bytes(int cap) /* two more than nodes: add_nodes_fresh() counts there */
 {
-    return ((size_t)cap + 1) * sizeof(int32_t);
+    return ((size_t)cap + 2) * sizeof(int32_t);
 }
 
 static size_t cnt_bytes(int cap)
@@ -582,10 +582,10 @@ static int check_row(wf_taskgraph *g, int id, const int64_t *pred_off, int j, in
 }
 
 /* add_nodes on an empty, untraced graph: the compiled form written at once, as compile()
- * would leave it, in three passes (check rows, write the counters and count out-degrees;
- * offsets and roots; scatter the successors, with the offsets as cursors, then shift them
- * back), with 'edst' as the successor array and 'esrc' left to write_esrc(). The per-node
- * arrays are reserved; nothing is kept on an error. */
+ * would leave it, in three passes (check rows, write the counters and roots and count
+ * out-degrees; offsets; scatter the successors, with the offsets as their cursors), with
+ * 'edst' as the successor array and 'esrc' left to write_esrc(). The per-node arrays are
+ * reserved; nothing is kept on an error. */
 static int add_nodes_fresh(wf_taskgraph *g, wf_task_fn fn, void *args, size_t stride,
                            const char *name, int n, const int64_t *pred_off, const int *preds)
 {
@@ -601,44 +601,47 @@ static int add_nodes_fresh(wf_taskgraph *g, wf_task_fn fn, void *args, size_t st
         rc = gerr(g, WF_ENOMEM, "wf_taskgraph_add_nodes: no memory for %d nodes", n);
         goto out;
     }
-    memset(off, 0, ((size_t)n + 1) * sizeof *off);
-    for (int j = 0; j < n; j++) {
-        int64_t lo = pred_off ? pred_off[j] : 0, hi = pred_off ? pred_off[j + 1] : 0;
-        if (pred_off && (rc = check_row(g, j, pred_off, j, n)) < 0)
-            goto out;
-        nroots += hi == lo;
-        atomic_init(&cnt[j].pending, (int32_t)(hi - lo));
-        cnt[j].npred = (int32_t)(hi - lo);
-        for (int64_t k = lo; k < hi; k++) {
-            int p = preds[k];
-            if (p < 0 || p >= j) {
-                rc = bad_pred(g, j, k, p, name);
-                goto out;
-            }
-            off[p]++;
-        }
-    }
-    roots = malloc((size_t)(nroots ? nroots : 1) * sizeof *roots);
+    /* Out-degrees counted two places up, so that the prefix sum leaves node p's start in
+     * off[p + 1], the scatter's cursor, which it then moves to p's end: node p + 1's start.
+     * No cursor array and no shift afterwards. */
+    memset(off, 0, ((size_t)n + 2) * sizeof *off);
+    roots = malloc(nb * sizeof *roots); /* at most n; pages past the roots are not touched */
     if (!roots || seg_strided(g, n, fn, args, stride, name) < 0) {
         rc = gerr(g, WF_ENOMEM, "wf_taskgraph_add_nodes: no memory for %d nodes", n);
         goto out;
     }
-    int32_t sum = 0;
-    for (int j = 0, r = 0; j < n; j++) {
-        int32_t deg = off[j];
-        off[j] = sum;
-        sum += deg;
-        if (!cnt[j].npred)
-            roots[r++] = j;
+    int64_t lo = pred_off ? pred_off[0] : 0, end = pred_off ? pred_off[n] : 0;
+    for (int j = 0; j < n; j++) {
+        int64_t hi = pred_off ? pred_off[j + 1] : 0;
+        if (WF_UNLIKELY(hi < lo || hi > end || hi - lo > MAX_PRED)) {
+            rc = check_row(g, j, pred_off, j, n); /* says which */
+            goto out;
+        }
+        int32_t np = (int32_t)(hi - lo);
+        atomic_init(&cnt[j].pending, np);
+        cnt[j].npred = np;
+        if (!np)
+            roots[nroots++] = j;
+        for (int64_t k = lo; k < hi; k++) {
+            int p = preds[k];
+            if (WF_UNLIKELY((unsigned)p >= (unsigned)j)) {
+                rc = bad_pred(g, j, k, p, name);
+                goto out;
+            }
+            off[p + 2]++;
+        }
+        lo = hi;
     }
-    off[n] = sum;
+    int32_t sum = 0;
+    for (int p = 0; p < n; p++) {
+        int32_t deg = off[p + 2]; /* read before iteration p + 1 writes it */
+        off[p + 1] = sum;
+        sum += deg;
+    }
     for (int j = 0; j < n && m; j++)
         for (int64_t k = pred_off[j]; k < pred_off[j + 1]; k++)
-            succ[off[preds[k]]++] = j;
-    if (m) { /* each off[p] moved to the end of p's range, which is off[p + 1]'s start */
-        memmove(off + 1, off, (size_t)n * sizeof *off);
-        off[0] = 0;
-    }
+            succ[off[preds[k] + 1]++] = j;
+    off[n] = sum; /* already so when there are edges; 0 when there are none */
     memset((void *)arrive, 0, nb);
     free_compiled(g);
     wf__blocks_put(g->mem, g->esrc, (size_t)g->capedges * sizeof *g->esrc);
@@ -669,6 +672,8 @@ static int add_nodes_fresh(wf_taskgraph *g, wf_task_fn fn, void *args, size_t st
     succ = NULL;
     roots = NULL;
 out:
+    if (rc < 0)
+        g->nsegs = 0; /* the graph was empty: its one segment goes too */
     wf__blocks_put(g->mem, (void *)later, nb * sizeof *later);
     wf__blocks_put(g->mem, (void *)arrive, nb);
     wf__blocks_put(g->mem, succ, (size_t)(m ? m : 1) * sizeof *succ);

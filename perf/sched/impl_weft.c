@@ -9,7 +9,8 @@
  * the predecessors as compressed rows (offsets and ids), which on an empty graph writes the
  * run's successor arrays directly, as the tbb_counters peer builds its own. Writing those
  * rows (and the DAG's per-node arguments) is inside the timed run too. Node ids count up
- * from 0, so DAG node i is graph node i.
+ * from 0, so DAG node i is graph node i. Both build and run from one task on a worker
+ * (graph_case_task()), as tbb_counters does inside its arena.
  * Not here: the per-node work (workloads.h), timing and output (sched_bench.c). */
 #include "impl.h"
 
@@ -367,6 +368,29 @@ static int weft_prepare(void *ctx, int bench, const sb_inputs *in)
     return chain_build(c, in->chain_n, &c->replay);
 }
 
+/* chain and dag are built and run by one task on a worker, as the tbb_counters peer builds
+ * and runs inside its arena: the arrays the build writes are in that worker's cache when its
+ * run starts, and the roots go to its own deque rather than through an inbox. */
+typedef struct graph_case {
+    weft_ctx *c;
+    int bench;
+    const sb_inputs *in;
+} graph_case;
+
+static int graph_case_task(void *p)
+{
+    graph_case *a = p;
+    weft_ctx *c = a->c;
+    int rc;
+
+    if (a->bench == SB_DAG)
+        return dag_once(c, a->in) < 0 ? WF_ETASK : 0;
+    rc = chain_build(c, a->in->chain_n, &c->built);
+    if (rc == 0)
+        rc = graph_run(c->built, "chain: run");
+    return rc < 0 ? WF_ETASK : 0;
+}
+
 static int weft_run(void *ctx, int bench, const sb_inputs *in, uint64_t *result)
 {
     weft_ctx *c = ctx;
@@ -389,21 +413,25 @@ static int weft_run(void *ctx, int bench, const sb_inputs *in, uint64_t *result)
         rc = run_root(c, "wide", wide_root, &a);
         break;
     }
-    case SB_CHAIN:
+    case SB_CHAIN: {
+        graph_case a = { c, bench, in };
+
         c->count = 0;
-        rc = chain_build(c, in->chain_n, &c->built);
-        if (rc == 0)
-            rc = graph_run(c->built, "chain: run");
+        rc = run_root(c, "chain", graph_case_task, &a);
         *result = c->count;
         break;
+    }
     case SB_CHAIN_REPLAY:
         c->count = 0;
         rc = graph_run(c->replay, "chain_replay: run");
         *result = c->count;
         break;
-    case SB_DAG:
-        rc = dag_once(c, in);
+    case SB_DAG: {
+        graph_case a = { c, bench, in };
+
+        rc = run_root(c, "dag", graph_case_task, &a);
         break;
+    }
     }
     stats_add(c);
     return rc;
