@@ -199,6 +199,9 @@ typedef struct wf__worker {
     uint32_t err_tick;
     wf__group *done_g; /* finished tasks of 'done_g' not yet subtracted from it */
     uint32_t done_n;
+    uint32_t gdone_n;     /* finished nodes of 'gdone_graph' not yet given to it */
+    void *gdone_graph;    /* (taskgraph.c, wf__graph_flush()) */
+    wf__group *gdone_grp; /* its run's group */
     wf__task *current;
     wf__tev *ring; /* trace ring, NULL when tracing is off */
     uint64_t ring_head;
@@ -332,8 +335,12 @@ void wf__group_done(wf__group *g, uint32_t n);
  * (a fan-out) subtracts them in one go, so the group's counter does not bounce between the
  * spawning and the running core. wf__flush_done() must run before the worker parks, waits
  * or searches in vain (worker.c, task.c do). */
+void wf__graph_flush(wf__worker *w); /* taskgraph.c: gives w->gdone_n to its graph */
+
 static inline void wf__flush_done(wf__worker *w)
 {
+    if (w->gdone_n)
+        wf__graph_flush(w);
     if (w->done_n) {
         wf__group *g = w->done_g;
         uint32_t n = w->done_n;

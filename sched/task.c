@@ -207,7 +207,7 @@ static void wait_worker(wf__worker *w, wf__group *g)
     unsigned spins = 0;
     wf__flush_done(w); /* this worker may hold finished tasks of 'g' itself */
     for (;;) {
-        if (w->done_g == g)
+        if (w->done_g == g || w->gdone_grp == g)
             wf__flush_done(w);
         uint32_t s = atomic_load_explicit(&g->state, memory_order_acquire);
         if ((s & WF__GRP_COUNT) == 0)

@@ -113,12 +113,14 @@ struct wf_taskgraph {
     int32_t *ready_by, *crit, *pred;
     int64_t *pred_off;
     uint64_t *work, *work_in;
-    /* a run */
-    _Atomic int running;
+    wf__group *grp; /* the group of the run */
+    /* Written by the workers during a run, each on a line of its own so that the reads of
+     * the fields above stay hits: nodes finished (in batches, wf__graph_done_later()), and
+     * the group of wf_taskgraph_run(), whose counter and 'err' are touched too. */
+    _Alignas(WF_CACHELINE) _Atomic int running;
     _Atomic int64_t remaining;
-    wf__group *grp;
-    wf_group own;
-    char errmsg[WF_ERRMSG_MAX];
+    _Alignas(WF_CACHELINE) wf_group own;
+    _Alignas(WF_CACHELINE) char errmsg[WF_ERRMSG_MAX];
 };
 
 static int gerr(wf_taskgraph *g, int code, const char *fmt, ...) WF_PRINTF(3, 4);
@@ -243,7 +245,9 @@ int wf_taskgraph_create(wf_runtime *rt, wf_taskgraph **out)
     *out = NULL;
     if (!rt)
         return wf__err(WF_EINVAL, "wf_taskgraph_create: rt is NULL");
-    wf_taskgraph *g = calloc(1, sizeof *g);
+    wf_taskgraph *g = aligned_alloc(WF_CACHELINE, sizeof *g); /* a multiple of the line */
+    if (g)
+        memset(g, 0, sizeof *g);
     if (!g)
         return wf__err(WF_ENOMEM, "wf_taskgraph_create: no memory");
     g->rt = rt;
@@ -1087,6 +1091,34 @@ static void finish_nodes(wf_taskgraph *g, uint32_t ndone)
     wf__group_done(grp, ndone);
 }
 
+void wf__graph_flush(wf__worker *w)
+{
+    wf_taskgraph *g = w->gdone_graph;
+    uint32_t n = w->gdone_n;
+    w->gdone_graph = NULL;
+    w->gdone_grp = NULL;
+    w->gdone_n = 0;
+    finish_nodes(g, n);
+}
+
+/* Counts 'n' finished nodes of 'g' on 'w', to be given to the graph and its group in one
+ * subtraction: nodes that end a worker's run of inline successors (most of a wide DAG's)
+ * would otherwise make 'remaining' and the group's counter bounce between the cores at
+ * each. wf__flush_done() gives them before the worker searches, parks, waits or runs a task
+ * of anything else (internal.h), and a batch never exceeds 1024 nodes. */
+static void done_later(wf__worker *w, wf_taskgraph *g, uint32_t n)
+{
+    if (w->gdone_graph != g) {
+        if (w->gdone_n)
+            wf__graph_flush(w);
+        w->gdone_graph = g;
+        w->gdone_grp = g->grp;
+    }
+    w->gdone_n += n;
+    if (w->gdone_n >= 1024)
+        wf__graph_flush(w);
+}
+
 int wf_taskgraph_complete(wf_taskgraph *g, int i, int rc)
 {
     if (!g)
@@ -1126,12 +1158,19 @@ static uint32_t run_from(wf__worker *w, wf_taskgraph *g, int i, bool canceled)
     /* What w->current shows of the node running (wf_task_fail(), a parallel_for's trace). */
     wf__task cur = { .kind = WF__TK_GRAPH, .owner = g };
     uint32_t ndone = 0, ran = 0;
+    /* The group's first error, read again every 32 nodes: a descendant of a failed node
+     * learns it from its counter ('canceled'), so only other nodes may start after a failure
+     * elsewhere, as they could have before it was seen. The line is the group counter's,
+     * which every worker's batch of finished nodes writes. */
+    int32_t err = atomic_load_explicit(&grp->err, memory_order_relaxed);
     w->current = &cur;
     for (;;) {
         if (WF_UNLIKELY(!in_seg(sg, i)))
             sg = seg_of(g, i);
         const char *name = seg_name(sg, i);
-        bool skip = canceled || atomic_load_explicit(&grp->err, memory_order_relaxed);
+        if (WF_UNLIKELY((ran & 31) == 31))
+            err = atomic_load_explicit(&grp->err, memory_order_relaxed);
+        bool skip = canceled || err;
         uint64_t t0 = w->ring ? wf__now_ns() : 0;
         int rc = 0;
         WF_PROBE2(task_begin, w->index, name);
@@ -1143,6 +1182,7 @@ static uint32_t run_from(wf__worker *w, wf_taskgraph *g, int i, bool canceled)
             if (WF_UNLIKELY(rc < 0)) {
                 wf__group_fail(grp, w, name, rc);
                 skip = true;
+                err = rc;
             }
         }
         WF_PROBE3(task_end, w->index, name, rc);
@@ -1195,5 +1235,5 @@ void wf__graph_run_node(wf__worker *w, wf__task *t)
     wf__task_free(w, t); /* the node is ours: its task has done its job */
     uint32_t ndone = run_from(w, g, i, canceled);
     if (ndone) /* else only a node that finishes later: the graph may be gone already */
-        finish_nodes(g, ndone);
+        done_later(w, g, ndone);
 }

@@ -254,7 +254,8 @@ void wf__run_task(wf__worker *w, wf__task *t)
     w->current = t;
     w->throttled = 0; /* a new task: its spawns look at the deque afresh */
     /* A task of another group may run long: do not make this group's waiter wait for it. */
-    if (w->done_n && (t->kind != WF__TK_PLAIN || t->grp != w->done_g))
+    if ((w->done_n && (t->kind != WF__TK_PLAIN || t->grp != w->done_g)) ||
+        (w->gdone_n && (t->kind != WF__TK_GRAPH || t->owner != w->gdone_graph)))
         wf__flush_done(w);
     switch (t->kind) {
     case WF__TK_PLAIN: {
