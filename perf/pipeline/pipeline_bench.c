@@ -30,6 +30,9 @@
  *   The ratio line of each case gives weft's step over PyTorch's (GPipe's peer for both
  *   schedules; goal <= 0.7) and the largest stage's peak RSS over the single process's
  *   (goal <= 0.75).
+ *   stage1_other_s: the last stage's tasks of no micro-batch, as U_0 is stage 0's: mostly
+ *   the gradients' tree sums, which run between its micro-batches (each once both halves
+ *   exist), on the slowest stage of 1F1B's steady state, and which the model leaves out.
  *   send_span_s: per stage, the median time its sends of one micro-batch's activation (or
  *   gradient) took in the run, from post to completion (the trace's transfer spans), against
  *   transfer_s, what the same bytes take alone: the rendezvous of a large message needs the
@@ -531,12 +534,13 @@ static int bench_model(const model_def *md, const bench_opts *o)
                 printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"threads\": 1, \"reps\": %d, "
                        "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"predicted_s\": %.6f, "
                        "\"predicted_over_measured\": %.3f, \"stage_fb_s\": [%.6f, %.6f], "
-                       "\"stage0_update_s\": %.6f, \"transfer_s\": %.6f, "
+                       "\"stage0_update_s\": %.6f, \"stage1_other_s\": %.6f, "
+                       "\"transfer_s\": %.6f, "
                        "\"send_span_s\": [%.6f, %.6f], \"fixed_rss_mb\": %.1f, "
                        "\"vars_mb\": %.1f, \"arena_mb\": %.1f, \"loss0\": %.7f}\n",
                        bench, o->steps, w.median_s, w.rss_mb, pred, pred / w.median_s, rk[0].fb_s,
-                       rk[1].fb_s, rk[0].upd_s, rk[0].x_s, rk[0].span_s, rk[1].span_s, w.fixed_mb,
-                       w.vars_mb, w.arena_mb, rk[0].loss0);
+                       rk[1].fb_s, rk[0].upd_s, rk[1].upd_s, rk[0].x_s, rk[0].span_s, rk[1].span_s,
+                       w.fixed_mb, w.vars_mb, w.arena_mb, rk[0].loss0);
             else
                 printf("%-28s %-8s %9.2f %9.2f %8.3f %6.1f %4.2f/%4.2f %7.3f\n", bench, "weft",
                        1e3 * w.median_s, 1e3 * pred, pred / w.median_s, w.rss_mb, 1e3 * rk[0].fb_s,
