@@ -256,6 +256,7 @@ int wf_session_stats(wf_session *s, wf_plan_stats *out)
     out->nodes_graph = s->n_nodes;
     out->n_plans = s->n_plans;
     pthread_mutex_unlock(&s->plans_mu);
+    wf__session_var_stats(s, out);
     return 0;
 }
 
@@ -280,5 +281,6 @@ int wf_session_plan_stats(wf_session *s, wf_node *const *fetches, int n_fetches,
     pthread_mutex_lock(&s->plans_mu);
     out->n_plans = s->n_plans;
     pthread_mutex_unlock(&s->plans_mu);
+    wf__session_var_stats(s, out);
     return 0;
 }

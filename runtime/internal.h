@@ -188,7 +188,12 @@ struct wf_session {
     wf_pool *pool;                   /* intermediate values and outputs */
     int n_vars;                      /* variables of 'g' among the first 'n_nodes' */
     int32_t *var_of;                 /* variable index per node id (-1: not a variable) */
-    wf_tensor **var_vals;            /* 'n_vars' current values, guarded by 'var_lock' */
+    wf_tensor **var_vals;            /* 'n_vars' current values, guarded by 'var_lock'; NULL:
+                                        not made yet (a pipeline stage's, 'lazy_vars') */
+    int32_t *var_node;               /* the node id of each variable index */
+    bool lazy_vars;                  /* values are made from their wf_init when first needed
+                                        (wf__session_var_need()), not at creation: a pipeline
+                                        stage holds only the variables its plans read */
     pthread_rwlock_t var_lock;       /* readers: runs and wf_session_variable(); writer: assign,
                                         updates, and 'var_dev' changes */
     wf__var_dev *var_dev;            /* 'n_vars' device values and versions, under 'var_lock' */
@@ -226,6 +231,17 @@ struct wf_session {
     struct wf__dp *dp;               /* a strategy's rewrite (runtime/strategy.c), or NULL */
 };
 
+/* session.c: makes variable 'k''s value from its wf_init unless it has one (a 'lazy_vars'
+ * session's, which has none until first needed; every other session's are made at
+ * creation). Called before anything reads var_vals[k]: a plan that reads the variable (when
+ * it is compiled), a read of the host value (wf__var_host_current()). Returns 0, or the
+ * initialiser's error with a message naming the variable. Takes 'var_lock'. */
+int wf__session_var_need(wf_session *s, int k);
+
+/* session.c: the variables' fields of 'out' (n_variables, n_variables_held,
+ * bytes_variables), read under 'var_lock'. */
+void wf__session_var_stats(wf_session *s, wf_plan_stats *out);
+
 /* strategy.c: sessions given a strategy (weft/distribute.h). */
 
 /* Before the session exists: checks that every rank has the same graph and options (a
@@ -238,6 +254,9 @@ int wf__dp_prepare(wf_graph *g, const wf_strategy *st, wf_comm **comm, int *devi
 
 /* The simulated devices a Mirrored strategy's session opens (wf_session.n_sim), or 0. */
 int wf__dp_sim_devices(const struct wf__dp *dp);
+
+/* Whether 'dp' (may be NULL) is a pipeline's: its session's variables are made lazily. */
+bool wf__dp_is_pipeline(const struct wf__dp *dp);
 
 /* Once the session's variables exist: registers dp_reduce's kernel, broadcasts every
  * variable from rank 0 and checks them equal by a hash on every rank. Returns 0 or a

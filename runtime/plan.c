@@ -113,6 +113,7 @@ static int build(wf_session *s, wf__plan *p, wf__pass_ctx *c, const int32_t *ids
         } else if (op == &wf_op_variable) {
             p->kind[i] = WF__PN_VARIABLE;
             p->var[i] = s->var_of[node->id];
+            rc = wf__session_var_need(s, p->var[i]); /* a pipeline stage's, made now */
         } else if (op->flags & WF_OP_SOURCE) {
             rc = wf__err(WF_EINVAL, "%s: a source op the session cannot feed",
                          wf__rt_node_desc(node, desc, sizeof desc));

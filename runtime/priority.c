@@ -12,6 +12,7 @@
  *   Nodes of WF_OP_ASYNC ops (their work runs on another actor) get ASYNC_NS more, their
  *   inputs half that, theirs a quarter, and so on (the boost is not part of the path time
  *   that propagates), so a node that feeds an async node soon goes before a long chain.
+ *   A pipeline stage's dp_reduce is not such a node (is_async()): it has no peer.
  * Why these weights: one task round trip costs about a microsecond here (exec.c's comment
  *   on inline plans measured ~0.15 us at best, more with a kernel's setup), a worker's
  *   GEMM runs at tens of GFLOP/s, and streaming memory at about 10 GB/s per core; only the
@@ -69,12 +70,24 @@ static int by_priority(const void *a, const void *b)
     return (x->index > y->index) - (x->index < y->index);
 }
 
+/* Whether plan node 'i''s work finishes on another actor. A pipeline's dp_reduce nodes
+ * ('local_reduce') sum the stage's own micro-batches on the worker (no peer: runtime/
+ * strategy.c registers them without a communicator), so they are no such node: boosted,
+ * each tree node of a gradient ran as soon as its two halves existed, before the next
+ * forward part whose send the other stage waits for. */
+static bool is_async(const wf__plan *p, int i, bool local_reduce)
+{
+    const wf_op_def *op = p->nodes[i]->op;
+    return (op->flags & WF_OP_ASYNC) && !(local_reduce && op == &wf_op_dp_reduce);
+}
+
 void wf__plan_priority(wf__plan *p)
 {
     p->prio_order = NULL;
     if ((p->sess->flags & WF_SESSION_NO_PRIORITY) || p->n == 0 || p->run_inline)
         return; /* inline plans run in plan order on one thread: nothing to choose */
     int n = p->n;
+    bool local_reduce = wf__dp_is_pipeline(p->sess->dp);
     double *best = calloc((size_t)n, sizeof *best);   /* highest successor priority so far */
     double *boost = calloc((size_t)n, sizeof *boost); /* highest successor boost so far */
     ranked *r = malloc((size_t)n * sizeof *r);
@@ -96,7 +109,7 @@ void wf__plan_priority(wf__plan *p)
          * before it: the boost halves with each step back, so a bucket's last gradient is
          * made before backward goes on down its chain, and the reduction starts then (as
          * DDP's hooks launch it): communication overlaps the rest of backward. */
-        double b = (p->nodes[i]->op->flags & WF_OP_ASYNC) ? ASYNC_NS : boost[i] * 0.5;
+        double b = is_async(p, i, local_reduce) ? ASYNC_NS : boost[i] * 0.5;
         r[i] = (ranked){ prio + b, i };
         for (int32_t e = p->in_off[i]; e < p->in_off[i + 1]; e++) {
             if (best[p->in_idx[e]] < prio)

@@ -1,16 +1,15 @@
 /* runtime/session.c: sessions: the public API of runtime/ (weft/runtime.h).
  * Owns: the session object, its variable values (made from each variable's wf_init at
- *   creation, replaced by assign), its pool of intermediate values, its message, and one
- *   run from the caller's side: checking fetches, targets and feeds, finding the plan,
- *   taking a run slot, setting the uses and feeds, collecting the fetched values and
- *   clearing what the run left.
- * Variables on devices (runtime/var_device.c): wf_session_variable() copies a value whose
- *   latest write is on a device back first, a run copies back those its plan reads on the
- *   host, and wf_session_assign() makes the host value the current one (the next run on
- *   the device copies it in once); wf_session_destroy() closes the session's devices.
- * Invariants: those of runtime/internal.h. A session runs only the first 'n_nodes' nodes of
- *   its graph (those that existed at creation), so every variable it may read has a value.
- * Not here: compiling plans (plan.c), running them (exec.c). */
+ *   creation, or for a pipeline stage when a plan first reads one; replaced by assign), its pool of
+ * intermediate values, its message, and one run from the caller's side: checking fetches, targets
+ * and feeds, finding the plan, taking a run slot, setting the uses and feeds, collecting the
+ * fetched values and clearing what the run left. Variables on devices (runtime/var_device.c):
+ * wf_session_variable() copies a value whose latest write is on a device back first, a run copies
+ * back those its plan reads on the host, and wf_session_assign() makes the host value the current
+ * one (the next run on the device copies it in once); wf_session_destroy() closes the session's
+ * devices. Invariants: those of runtime/internal.h. A session runs only the first 'n_nodes' nodes
+ * of its graph (those that existed at creation), so every variable it may read has a value. Not
+ * here: compiling plans (plan.c), running them (exec.c). */
 #include "../transport/coll_ops.h"
 #include "../transport/post.h"
 #include "internal.h"
@@ -56,6 +55,7 @@ void wf_session_destroy(wf_session *s)
         wf_tensor_release(s->var_vals[i]);
     free(s->var_vals);
     free(s->var_dev);
+    free(s->var_node);
     pthread_mutex_destroy(&s->dev_mu);
     free(s->var_of);
     wf_pool_destroy(s->pool);
@@ -64,6 +64,48 @@ void wf_session_destroy(wf_session *s)
     pthread_rwlock_destroy(&s->var_lock);
     pthread_mutex_destroy(&s->plans_mu);
     free(s);
+}
+
+int wf__session_var_need(wf_session *s, int k)
+{
+    pthread_rwlock_rdlock(&s->var_lock);
+    bool have = s->var_vals[k] != NULL;
+    pthread_rwlock_unlock(&s->var_lock);
+    if (have)
+        return 0;
+    /* Made outside the lock (an initialiser fills the whole tensor); a value another thread
+     * installed meanwhile wins, and both are the same bits. */
+    const wf_node *n = wf_graph_node(s->g, s->var_node[k]);
+    wf_tensor *t = NULL;
+    int rc = wf_init_tensor(n->attrs->init, n->dtype, n->shape, &t);
+    if (rc < 0) {
+        char why[WF_ERRMSG_MAX], desc[WF_ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", wf_last_errmsg());
+        return wf__err(rc, "%s: initial value: %s", wf__rt_node_desc(n, desc, sizeof desc), why);
+    }
+    pthread_rwlock_wrlock(&s->var_lock);
+    if (!s->var_vals[k]) {
+        s->var_vals[k] = t;
+        t = NULL;
+    }
+    pthread_rwlock_unlock(&s->var_lock);
+    wf_tensor_release(t);
+    return 0;
+}
+
+void wf__session_var_stats(wf_session *s, wf_plan_stats *out)
+{
+    out->n_variables = s->n_vars;
+    out->n_variables_held = 0;
+    out->bytes_variables = 0;
+    pthread_rwlock_rdlock(&s->var_lock);
+    for (int k = 0; k < s->n_vars; k++)
+        if (s->var_vals[k]) {
+            out->n_variables_held++;
+            out->bytes_variables +=
+                (int64_t)s->var_vals[k]->numel * (int64_t)wf_dtype_size(s->var_vals[k]->dtype);
+        }
+    pthread_rwlock_unlock(&s->var_lock);
 }
 
 int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out)
@@ -146,22 +188,26 @@ int wf_session_create(wf_graph *g, const wf_session_opts *opts, wf_session **out
     }
     s->var_vals = calloc((size_t)(s->n_vars ? s->n_vars : 1), sizeof *s->var_vals);
     s->var_dev = calloc((size_t)(s->n_vars ? s->n_vars : 1), sizeof *s->var_dev);
-    if (!s->var_vals || !s->var_dev) {
+    s->var_node = malloc((size_t)(s->n_vars ? s->n_vars : 1) * sizeof *s->var_node);
+    if (!s->var_vals || !s->var_dev || !s->var_node) {
         wf_session_destroy(s);
         return wf__graph_fail(g, WF_ENOMEM, "wf_session_create: no memory for %d variables",
                               s->n_vars);
     }
-    for (int id = 0; id < s->n_nodes; id++) {
-        wf_node *n = wf_graph_node(g, id);
-        if (s->var_of[id] < 0)
-            continue;
-        rc = wf_init_tensor(n->attrs->init, n->dtype, n->shape, &s->var_vals[s->var_of[id]]);
-        if (rc < 0) {
-            char why[WF_ERRMSG_MAX], desc[WF_ERRMSG_MAX];
+    for (int id = 0; id < s->n_nodes; id++)
+        if (s->var_of[id] >= 0)
+            s->var_node[s->var_of[id]] = id;
+    /* A pipeline stage makes only the values its plans read (wf__session_var_need()): the
+     * other stages' weights and optimizer state never exist here (with 2 stages, half the
+     * model's bytes). Every other session makes them all now, and reports a bad
+     * initialiser at creation. */
+    s->lazy_vars = wf__dp_is_pipeline(s->dp);
+    for (int k = 0; k < s->n_vars && !s->lazy_vars; k++) {
+        if ((rc = wf__session_var_need(s, k)) < 0) {
+            char why[WF_ERRMSG_MAX];
             snprintf(why, sizeof why, "%s", wf_last_errmsg());
             wf_session_destroy(s);
-            return wf__graph_fail(g, rc, "wf_session_create: %s: initial value: %s",
-                                  wf__rt_node_desc(n, desc, sizeof desc), why);
+            return wf__graph_fail(g, rc, "wf_session_create: %s", why);
         }
     }
     /* A strategy's reduction kernel, and the variables of rank 0 on every rank. */

@@ -512,6 +512,11 @@ int wf__dp_sim_devices(const struct wf__dp *dp)
     return dp ? dp->st->n_sim : 0;
 }
 
+bool wf__dp_is_pipeline(const struct wf__dp *dp)
+{
+    return dp && dp->st->pipeline;
+}
+
 wf_comm *wf__dp_comm(const struct wf__dp *dp)
 {
     return dp && dp->st->size > 1 ? dp->st->comm : NULL;

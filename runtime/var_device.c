@@ -162,6 +162,12 @@ int wf__var_host_current(wf_session *s, int k, const char *fn, wf_tensor **out)
 {
     if (out)
         *out = NULL;
+    int rc0 = wf__session_var_need(s, k); /* a pipeline stage's value never read yet */
+    if (rc0 < 0) {
+        char why[WF_ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", wf_last_errmsg());
+        return wf__err(rc0, "%s: %s", fn, why);
+    }
     for (int tries = 1;; tries++) {
         pthread_rwlock_rdlock(&s->var_lock);
         wf__var_dev *vd = &s->var_dev[k];

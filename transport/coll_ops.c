@@ -391,6 +391,27 @@ static void scale(float *d, size_t len, float w)
             d[e] *= w;
 }
 
+/* x = x wx + y wy, each product rounded before the sum (this file has no FMA contraction):
+ * the bits of scaling a leaf in place and then adding, in one pass over the two halves of a
+ * tree node instead of up to three. A pipeline stage runs m - 1 such nodes per gradient per
+ * step; on 8 MB (2M floats, one thread, best of 30) a node over two leaves took 2.6 ms with
+ * the two scaling passes first and takes 1.0, a partial sum and a leaf 1.5 and 0.9. */
+static void add_scaled(float *restrict x, float wx, const float *restrict y, float wy, size_t len)
+{
+    if (wx == 1.0f && wy == 1.0f)
+        for (size_t e = 0; e < len; e++)
+            x[e] += y[e];
+    else if (wx == 1.0f)
+        for (size_t e = 0; e < len; e++)
+            x[e] += y[e] * wy;
+    else if (wy == 1.0f)
+        for (size_t e = 0; e < len; e++)
+            x[e] = x[e] * wx + y[e];
+    else
+        for (size_t e = 0; e < len; e++)
+            x[e] = x[e] * wx + y[e] * wy;
+}
+
 /* Scales each local shard's value by its weight and sums them in the tree, into 'dst'. */
 static int local_sum(const wf_node *n, wf_tensor *const *in, float *dst)
 {
@@ -449,14 +470,8 @@ static int local_sum_inplace(const wf_node *n, wf_tensor *const *in)
         int mid = wf__dp_tree_split(lo, hi);
         for (int j = 0; j < m; j++) {
             size_t len = (size_t)in[1 + 2 * j]->numel;
-            float *restrict x = (float *)in[1 + 2 * j]->data;
-            float *restrict y = (float *)in[2 + 2 * j]->data;
-            if (mid - lo == 1)
-                scale(x, len, w[lo]);
-            if (hi - mid == 1)
-                scale(y, len, w[mid]);
-            for (size_t e = 0; e < len; e++)
-                x[e] += y[e];
+            add_scaled((float *)in[1 + 2 * j]->data, mid - lo == 1 ? w[lo] : 1.0f,
+                       (const float *)in[2 + 2 * j]->data, hi - mid == 1 ? w[mid] : 1.0f, len);
         }
         return 0;
     }

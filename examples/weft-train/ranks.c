@@ -48,20 +48,23 @@ int wt_ranks_gather(wf_comm *comm, wf_session *s, const wf_graph *g, wt_stage_of
         }
         if (owner <= 0)
             continue;
+        /* Only the owner reads its value: a stage holds its own variables only, and another
+         * one asked for a variable would make it (its initial value) just to be overwritten. */
         wf_tensor *v = NULL;
-        if ((rc = wf_session_variable(s, n, &v)) < 0) {
+        if (rank == owner && (rc = wf_session_variable(s, n, &v)) < 0) {
             snprintf(err, errlen, "gathering the stages: %s", wf_session_errmsg(s));
             break;
         }
-        size_t bytes =
-            (size_t)wf_shape_numel(wf_tensor_shape(v)) * wf_dtype_size(wf_tensor_dtype(v));
+        wf_dtype dt = wf_node_dtype(n);
+        wf_shape shape = wf_node_shape(n);
+        size_t bytes = (size_t)wf_shape_numel(shape) * wf_dtype_size(dt);
         void *buf = malloc(bytes ? bytes : 1);
-        rc = buf ? wf_tensor_read(v, wf_tensor_dtype(v), buf, bytes) : WF_ENOMEM;
+        rc = !buf ? WF_ENOMEM : v ? wf_tensor_read(v, dt, buf, bytes) : 0;
         if (rc == 0 && (rc = wf_comm_broadcast(comm, buf, bytes, owner)) < 0)
             snprintf(err, errlen, "gathering the stages: %s from rank %d: %s", wf_node_name(n),
                      owner, wf_last_errmsg());
         if (rc == 0 && rank == 0) {
-            wf_tensor *nv = wf_tensor_from(wf_tensor_dtype(v), wf_tensor_shape(v), buf);
+            wf_tensor *nv = wf_tensor_from(dt, shape, buf);
             if (!nv || (rc = wf_session_assign(s, n, nv)) < 0)
                 snprintf(err, errlen, "gathering the stages: %s: %s", wf_node_name(n),
                          nv ? wf_session_errmsg(s) : "out of memory");

@@ -248,10 +248,16 @@ typedef struct wf_plan_stats {
     int nodes_after_mixed;       /* after the precision options (WF_SESSION_MIXED_BF16, _TF32) */
     int n_mixed;                 /* f32 products made to compute in bf16 (WF_SESSION_MIXED_BF16) */
     int n_tf32;                  /* f32 matmuls marked for TF32 on GPUs (WF_SESSION_TF32) */
+    /* The session's variables now (not the plan's): how many the graph has, how many have a
+     * host value, and those values' bytes. A pipeline stage makes only the variables its
+     * plans read (its partition's weights and their optimizer state), so it holds fewer. */
+    int n_variables;
+    int n_variables_held;
+    int64_t bytes_variables;
 } wf_plan_stats;
 
-/* Statistics of the plan the session compiled most recently (all zero but 'nodes_graph'
- * before the first run).
+/* Statistics of the plan the session compiled most recently (all zero but 'nodes_graph' and
+ * the variables' counts before the first run).
  * Returns 0 or WF_EINVAL (NULL argument). Ownership: '*out' is the caller's. Threads: any. */
 WF_API WF_NODISCARD int wf_session_stats(wf_session *s, wf_plan_stats *out);
 

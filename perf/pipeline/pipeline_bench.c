@@ -30,6 +30,9 @@
  *   The ratio line of each case gives weft's step over PyTorch's (GPipe's peer for both
  *   schedules; goal <= 0.7) and the largest stage's peak RSS over the single process's
  *   (goal <= 0.75).
+ *   stage1_other_s: the last stage's tasks of no micro-batch, as U_0 is stage 0's: mostly
+ *   the gradients' tree sums, which run between its micro-batches (each once both halves
+ *   exist), on the slowest stage of 1F1B's steady state, and which the model leaves out.
  *   send_span_s: per stage, the median time its sends of one micro-batch's activation (or
  *   gradient) took in the run, from post to completion (the trace's transfer spans), against
  *   transfer_s, what the same bytes take alone: the rendezvous of a large message needs the
@@ -38,6 +41,10 @@
  *   trace's memory is on both sides of the RSS ratio.
  *   fixed_rss_mb: the largest process's peak RSS once its runtime (and comm, after the link
  *   probe) exist, before any graph: the part of the process that the split cannot shrink.
+ *   vars_mb and arena_mb: the largest stage's (or the single process's) bytes of variable
+ *   values (wf_plan_stats.bytes_variables: a stage makes only its partition's) and of the
+ *   training plan's arena (bytes_planned: a stage's holds about log2(m) + 1 partial sums of
+ *   its gradients, the fixed tree's over the micro-batches, summed as they finish).
  * Checks: every rank's first loss (before any update) equals the single process's within
  *   1e-5 relative (the pipeline sums the micro-batches' means in another order), and every
  *   number is finite; else the bench fails (exit 1), which is what its smoke test checks.
@@ -69,8 +76,9 @@
 
 typedef struct result {
     double median_s, rss_mb, loss0, fixed_mb; /* fixed_mb: the peak RSS before the graph */
-    double fb_s, upd_s, x_s;                  /* this rank's F_k and U_k, the one-way transfer */
-    double span_s; /* the median span of this rank's posted activation-sized sends */
+    double vars_mb, arena_mb; /* the session's variables and the training plan's arena */
+    double fb_s, upd_s, x_s;  /* this rank's F_k and U_k, the one-way transfer */
+    double span_s;            /* the median span of this rank's posted activation-sized sends */
     int ok, rank;
 } result;
 
@@ -380,6 +388,11 @@ static int run_case(int rank, int stages, int m, int schedule, int port, int ste
     }
     r->rss_mb = bench_peak_rss_mb();
     r->median_s = bench_median(t, steps);
+    wf_plan_stats ps;
+    if (wf_session_stats(s, &ps) == 0) { /* the training step's plan is the one compiled last */
+        r->vars_mb = (double)ps.bytes_variables / (1 << 20);
+        r->arena_mb = (double)ps.bytes_planned / (1 << 20);
+    }
     if (stages && trace_medians(rt, warmup, steps, m, schedule, r) < 0) {
         fprintf(stderr, "pipeline_bench: rank %d: no tasks in the trace (%s)\n", rank,
                 wf_last_errmsg());
@@ -421,6 +434,10 @@ static result spawn_case(int stages, int m, int schedule, int steps, int warmup,
     result out = rs[0];
     out.rss_mb = out.fixed_mb = 0;
     for (int r = 0; r < procs; r++) {
+        if (rs[r].rss_mb > out.rss_mb) { /* the largest stage's memory counters */
+            out.vars_mb = rs[r].vars_mb;
+            out.arena_mb = rs[r].arena_mb;
+        }
         out.rss_mb = rs[r].rss_mb > out.rss_mb ? rs[r].rss_mb : out.rss_mb;
         out.fixed_mb = rs[r].fixed_mb > out.fixed_mb ? rs[r].fixed_mb : out.fixed_mb;
         if (per_rank)
@@ -479,8 +496,9 @@ static int bench_model(const model_def *md, const bench_opts *o)
     if (o->json)
         printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"threads\": 1, \"reps\": %d, "
                "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"fixed_rss_mb\": %.1f, "
-               "\"loss0\": %.7f}\n",
-               bench, o->steps, one.median_s, one.rss_mb, one.fixed_mb, one.loss0);
+               "\"vars_mb\": %.1f, \"arena_mb\": %.1f, \"loss0\": %.7f}\n",
+               bench, o->steps, one.median_s, one.rss_mb, one.fixed_mb, one.vars_mb, one.arena_mb,
+               one.loss0);
     else
         printf("%-28s %-8s %9.2f %9s %8s %6.1f\n", bench, "weft", 1e3 * one.median_s, "", "",
                one.rss_mb);
@@ -516,12 +534,13 @@ static int bench_model(const model_def *md, const bench_opts *o)
                 printf("{\"bench\": \"%s\", \"impl\": \"weft\", \"threads\": 1, \"reps\": %d, "
                        "\"median_s\": %.6f, \"peak_rss_mb\": %.1f, \"predicted_s\": %.6f, "
                        "\"predicted_over_measured\": %.3f, \"stage_fb_s\": [%.6f, %.6f], "
-                       "\"stage0_update_s\": %.6f, \"transfer_s\": %.6f, "
+                       "\"stage0_update_s\": %.6f, \"stage1_other_s\": %.6f, "
+                       "\"transfer_s\": %.6f, "
                        "\"send_span_s\": [%.6f, %.6f], \"fixed_rss_mb\": %.1f, "
-                       "\"loss0\": %.7f}\n",
+                       "\"vars_mb\": %.1f, \"arena_mb\": %.1f, \"loss0\": %.7f}\n",
                        bench, o->steps, w.median_s, w.rss_mb, pred, pred / w.median_s, rk[0].fb_s,
-                       rk[1].fb_s, rk[0].upd_s, rk[0].x_s, rk[0].span_s, rk[1].span_s, w.fixed_mb,
-                       rk[0].loss0);
+                       rk[1].fb_s, rk[0].upd_s, rk[1].upd_s, rk[0].x_s, rk[0].span_s, rk[1].span_s,
+                       w.fixed_mb, w.vars_mb, w.arena_mb, rk[0].loss0);
             else
                 printf("%-28s %-8s %9.2f %9.2f %8.3f %6.1f %4.2f/%4.2f %7.3f\n", bench, "weft",
                        1e3 * w.median_s, 1e3 * pred, pred / w.median_s, w.rss_mb, 1e3 * rk[0].fb_s,

@@ -5,7 +5,8 @@
  * chain before any branch (one worker: exactly; two: the chain's head among the first three
  * starts, as a median); with WF_SESSION_NO_PRIORITY (plan order) a branch comes first and the
  * worker's LIFO deque runs the later branches before the chain. The results are the same either
- * way. Also the plan's priorities themselves (a node's is above each successor's). */
+ * way. Also the plan's priorities themselves (a node's is above each successor's), and a
+ * pipeline stage's gradient sums ranked as plain nodes. */
 #include "../../core/graph.h"
 #include "../../core/op.h"
 #include "../../core/tensor.h"
@@ -224,5 +225,61 @@ Test(runtime_internal_priority, the_order_is_by_longest_path_and_off_means_none)
     wf_session_destroy(on);
     wf_session_destroy(off);
     wf_graph_destroy(sg.g);
+    wf_runtime_destroy(rt);
+}
+
+/* A pipeline stage's dp_reduce nodes sum its own micro-batches on the worker (no peer), so
+ * they get no boost of an op whose work runs on another actor: each ranks below micro-batch
+ * 0's first forward node, whose path runs through the backward into those sums. Boosted,
+ * they ranked at the top and each tree node ran as soon as its halves existed, ahead of the
+ * backward's chain towards the next stage's send. One stage, m = 4, no communicator. */
+Test(runtime_internal_priority, a_pipeline_stage_runs_its_gradient_sums_as_plain_nodes)
+{
+    wf_runtime *rt = wf_test_runtime(&(wf_runtime_opts){ .n_workers = 1, .flags = WF_RT_NO_PIN });
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, 64));
+    wf_node *y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
+    wf_node *h = x;
+    for (int l = 0; l < 2; l++)
+        h = wf_matmul(g, h,
+                      wf_variable(g, l ? "w2" : "w1", WF_F32, WF_SHAPE(64, 64),
+                                  wf_init_glorot_uniform((uint64_t)l + 1)));
+    wf_node *loss = wf_mean(g, wf_softmax_cross_entropy(g, h, y));
+    wf_node *train = wf_minimize(g, wf_adam(1e-3), loss);
+    cr_assert_not_null(train, "%s", wf_graph_errmsg(g));
+    wf_strategy *st = NULL;
+    cr_assert_eq(wf_strategy_pipeline(NULL,
+                                      &(wf_pipeline_opts){ .micro_batches = 4,
+                                                           .schedule = WF_SCHEDULE_1F1B,
+                                                           .batch_rows = 64 },
+                                      &st),
+                 0, "%s", wf_last_errmsg());
+    wf_session *s = NULL;
+    cr_assert_eq(wf_session_create(g, &(wf_session_opts){ .strategy = st }, &s), 0, "%s",
+                 wf_last_errmsg());
+    wf_plan_stats ps;
+    cr_assert_eq(wf_session_plan_stats(s, NULL, 0, &train, 1, &ps), 0, "%s", wf_session_errmsg(s));
+    wf__plan *p = s->plans;
+    cr_assert(p && p->prio_order);
+    int32_t *rank = malloc((size_t)p->n * sizeof *rank);
+    cr_assert_not_null(rank);
+    for (int r = 0; r < p->n; r++)
+        rank[p->prio_order[r]] = r;
+    int first = -1, n_reduce = 0;
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->nodes[i]->name, "x/mb0"))
+            first = i;
+    cr_assert_geq(first, 0, "no node x/mb0 in the plan");
+    for (int i = 0; i < p->n; i++)
+        if (p->nodes[i]->op == &wf_op_dp_reduce) {
+            n_reduce++;
+            cr_assert_gt(rank[i], rank[first], "%s ranks %d, above x/mb0 (%d)", p->nodes[i]->name,
+                         rank[i], rank[first]);
+        }
+    cr_assert_geq(n_reduce, 3, "%d dp_reduce nodes (a tree of 4 micro-batches has 3)", n_reduce);
+    free(rank);
+    wf_session_destroy(s);
+    wf_strategy_destroy(st);
+    wf_graph_destroy(g);
     wf_runtime_destroy(rt);
 }

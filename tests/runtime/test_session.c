@@ -1,9 +1,9 @@
 /* tests/runtime/test_session.c: sessions through the public API: running pruned plans with
  * feeds, fetches and targets; shapes re-inferred per batch size; every refused feed, fetch
  * and option with its message; a failing kernel that names its node and leaves the session
- * usable; variables (initial values, read, assign); one session run from 4 threads at once;
- * a 100,000-node chain; and the same bits from static and eager graphs and from 1 and 2
- * workers on random graphs of elementwise ops, matmuls and reductions. */
+ * usable; variables (initial values, read, assign, their count and bytes); one session run from 4
+ * threads at once; a 100,000-node chain; and the same bits from static and eager graphs and from 1
+ * and 2 workers on random graphs of elementwise ops, matmuls and reductions. */
 #include "runtime_util.h"
 
 #include <weft/weft.h>
@@ -107,6 +107,24 @@ Test(runtime_session, run_adds_a_fed_placeholder_and_a_constant)
         wf_tensor_release(out);
         wf_tensor_release(xt);
     }
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+}
+
+/* A session without a pipeline makes every variable's value at creation (a bad initialiser
+ * fails there), and wf_session_stats() counts them and their bytes. */
+Test(runtime_session, stats_count_every_variable_made_at_creation)
+{
+    wf_graph *g = wf_graph_create(rt, WF_STATIC);
+    wf_node *w = wf_variable(g, "w", WF_F32, WF_SHAPE(4, 3), wf_init_uniform(7, -1, 1));
+    wf_node *b = wf_variable(g, "b", WF_F64, WF_SHAPE(3), wf_init_zeros());
+    cr_assert(w && b, "%s", wf_graph_errmsg(g));
+    wf_session *s = session(g);
+    wf_plan_stats st;
+    cr_assert_eq(wf_session_stats(s, &st), 0);
+    cr_assert_eq(st.n_variables, 2);
+    cr_assert_eq(st.n_variables_held, 2);
+    cr_assert_eq(st.bytes_variables, 12 * 4 + 3 * 8, "%lld bytes", (long long)st.bytes_variables);
     wf_session_destroy(s);
     wf_graph_destroy(g);
 }

@@ -10,10 +10,11 @@
  * backward before micro-batch 1's forward; GPipe: every forward first); a variable read on two
  * stages (the MLP's w1 read again by its last layer, the GPT's tied head) is updated on both
  * to the same bits; bad options (more stages than ranks, m < 1, a hint naming a rank that does
- * not exist) fail at creation naming what is wrong; a killed stage fails the other's run within 2 s
- * with WF_EPEER naming it. Ranks are processes on loopback (transport_util.h); each writes what it
- * saw (its stage's weights, and the losses every stage fetched, which are equal) to a file the test
- * reads. The reference runs (no communicator) run in the test's own process. */
+ * not exist) fail at creation naming what is wrong; a stage holds only its partition's
+ * variables and their optimizer state (wf_session_stats()); a killed stage fails the other's run
+ * within 2 s with WF_EPEER naming it. Ranks are processes on loopback (transport_util.h); each
+ * writes what it saw (its stage's weights, and the losses every stage fetched, which are equal) to
+ * a file the test reads. The reference runs (no communicator) run in the test's own process. */
 #include "pipeline_util.h"
 
 TestSuite(transport_pipeline, .timeout = WF_TEST_TIMEOUT(240), .fini = wf_test_fini);
@@ -260,6 +261,81 @@ Test(transport_pipeline, a_killed_stage_fails_the_others_run_within_2s_with_epee
                  .timeout_s = 60,
                  .with_rt = true };
     tu_kill_rank(&t, fds, 1, 3);
+}
+
+/* The bytes of the variables of 'm' that stage 'stage' of 2 keeps: its layers' weights, their
+ * optimizer state (named "<weight>/..."), and what is no weight's state (the step counter,
+ * which every stage updates). */
+static int64_t partition_bytes(const mlp *m, int stage, int64_t *all)
+{
+    int64_t mine = 0;
+    *all = 0;
+    for (int id = 0; id < wf_graph_node_count(m->g); id++) {
+        const wf_node *v = wf_graph_node(m->g, id);
+        if (strcmp(wf_node_op(v), "variable") != 0)
+            continue;
+        int64_t bytes = wf_shape_numel(wf_node_shape(v)) * (int64_t)wf_dtype_size(wf_node_dtype(v));
+        int owner = -1; /* every stage's */
+        for (int k = 0; k < NVARS; k++) {
+            const char *w = wf_node_name(m->vars[k]), *n = wf_node_name(v);
+            size_t len = strlen(w);
+            if (!strncmp(n, w, len) && (n[len] == 0 || n[len] == '/'))
+                owner = m->owner[k];
+        }
+        *all += bytes;
+        mine += owner < 0 || owner == stage ? bytes : 0;
+    }
+    return mine;
+}
+
+/* Each rank: before its first run it holds no variable, after a training step exactly its
+ * partition's; rank 0 then reads a variable of stage 1 (a checkpoint does), which gets its
+ * initial value here. */
+static int rank_vars(wf_comm *c, int rank, int size, void *argp)
+{
+    (void)size;
+    (void)argp;
+    pp_setup p;
+    TU_OK(setup_two(c, M_TRAIN, &p));
+    wf_plan_stats st;
+    TU_OK(wf_session_stats(p.s, &st));
+    TU_CHECK(st.n_variables >= 3 * NVARS && st.n_variables_held == 0 && st.bytes_variables == 0,
+             "rank %d before a run: %d variables, %d held (%lld bytes)", rank, st.n_variables,
+             st.n_variables_held, (long long)st.bytes_variables);
+    static float x[16 * IN];
+    int32_t y[16];
+    float loss;
+    TU_OK(tu_step(p.s, p.m.x, p.m.y, IN, OUT, 16, 0, p.m.loss, p.m.train, x, y, &loss));
+    TU_OK(wf_session_stats(p.s, &st));
+    int64_t all = 0, want = partition_bytes(&p.m, rank, &all);
+    printf("stage %d: %d of %d variables, %lld bytes (its partition: %lld; the graph: %lld)\n",
+           rank, st.n_variables_held, st.n_variables, (long long)st.bytes_variables,
+           (long long)want, (long long)all);
+    TU_CHECK(st.bytes_variables == want && want < all,
+             "stage %d holds %lld bytes of variables, its partition %lld, the graph %lld", rank,
+             (long long)st.bytes_variables, (long long)want, (long long)all);
+    if (rank == 0) {
+        wf_tensor *w3 = NULL;
+        TU_OK(wf_session_variable(p.s, p.m.vars[4], &w3));
+        TU_CHECK(wf_shape_numel(wf_tensor_shape(w3)) == HID * OUT, "w3's value");
+        wf_tensor_release(w3);
+        TU_OK(wf_session_stats(p.s, &st));
+        TU_CHECK(st.bytes_variables == want + HID * OUT * 4, "after reading w3: %lld bytes",
+                 (long long)st.bytes_variables);
+    }
+    setup_free(&p);
+    return 0;
+}
+TU_REGISTER(rank_vars)
+
+Test(transport_pipeline, a_stage_holds_only_the_variables_of_its_partition)
+{
+    tu_run t = { .size = 2, .body = rank_vars, .timeout_s = WF_TEST_TIMEOUT(60), .with_rt = true };
+    tu_start(&t);
+    cr_assert(tu_wait(&t), "the stages did not finish in time");
+    for (int i = 0; i < 2; i++)
+        cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
+                  "rank %d failed (status %d; its stderr says why)", i, t.status[i]);
 }
 
 /* A variable read on two stages (w1, by layer 1 on stage 0 and by layer 3 on the last) is
