@@ -150,23 +150,6 @@ static const gseg *seg_of(const wf_taskgraph *g, int i)
     return &g->segs[lo];
 }
 
-static inline bool in_seg(const gseg *s, int i)
-{
-    return (unsigned)(i - s->first) < (unsigned)s->n;
-}
-
-static inline wf_task_fn seg_fn(const gseg *s, int i)
-{
-    return s->ent ? s->ent[i - s->first].fn : s->fn;
-}
-
-static inline void *seg_arg(const gseg *s, int i)
-{
-    if (s->ent)
-        return s->ent[i - s->first].arg;
-    return s->stride ? s->args + (size_t)(i - s->first) * s->stride : s->args;
-}
-
 static inline const char *seg_name(const gseg *s, int i)
 {
     return s->ent ? s->ent[i - s->first].name : s->name;
@@ -614,27 +597,38 @@ static int add_nodes_fresh(wf_taskgraph *g, wf_task_fn fn, void *args, size_t st
         rc = gerr(g, WF_ENOMEM, "wf_taskgraph_add_nodes: no memory for %d nodes", n);
         goto out;
     }
-    int64_t lo = pred_off ? pred_off[0] : 0, end = pred_off ? pred_off[n] : 0;
-    for (int j = 0; j < n; j++) {
-        int64_t hi = pred_off ? pred_off[j + 1] : 0;
-        if (WF_UNLIKELY(hi < lo || hi > end || hi - lo > MAX_PRED)) {
-            rc = check_row(g, j, pred_off, j, n); /* says which */
-            goto out;
+    if (!pred_off) { /* no edges: every node a root, every offset 0 (the memset) */
+        for (int j = 0; j < n; j++) {
+            atomic_init(&cnt[j].pending, 0);
+            cnt[j].npred = 0;
+            roots[j] = j;
         }
-        int32_t np = (int32_t)(hi - lo);
-        atomic_init(&cnt[j].pending, np);
-        cnt[j].npred = np;
-        if (!np)
-            roots[nroots++] = j;
-        for (int64_t k = lo; k < hi; k++) {
-            int p = preds[k];
-            if (WF_UNLIKELY((unsigned)p >= (unsigned)j)) {
-                rc = bad_pred(g, j, k, p, name);
+        nroots = n;
+    } else {
+        int64_t lo = pred_off[0], end = pred_off[n];
+        for (int j = 0; j < n; j++) {
+            int64_t hi = pred_off[j + 1];
+            /* a decreasing row makes hi - lo huge too */
+            if (WF_UNLIKELY((uint64_t)(hi - lo) > MAX_PRED || hi > end)) {
+                rc = check_row(g, j, pred_off, j, n); /* says which */
+                WF_ASSERT(rc < 0);
                 goto out;
             }
-            off[p + 2]++;
+            int32_t np = (int32_t)(hi - lo);
+            atomic_init(&cnt[j].pending, np);
+            cnt[j].npred = np;
+            if (!np)
+                roots[nroots++] = j;
+            for (int64_t k = lo; k < hi; k++) {
+                int p = preds[k];
+                if (WF_UNLIKELY((unsigned)p >= (unsigned)j)) {
+                    rc = bad_pred(g, j, k, p, name);
+                    goto out;
+                }
+                off[p + 2]++;
+            }
+            lo = hi;
         }
-        lo = hi;
     }
     int32_t sum = 0;
     for (int p = 0; p < n; p++) {
@@ -642,9 +636,15 @@ static int add_nodes_fresh(wf_taskgraph *g, wf_task_fn fn, void *args, size_t st
         off[p + 1] = sum;
         sum += deg;
     }
-    for (int j = 0; j < n && m; j++)
-        for (int64_t k = pred_off[j]; k < pred_off[j + 1]; k++)
-            succ[off[preds[k] + 1]++] = j;
+    if (m) {
+        int64_t lo = pred_off[0];
+        for (int j = 0; j < n; j++) {
+            int64_t hi = pred_off[j + 1];
+            for (int64_t k = lo; k < hi; k++)
+                succ[off[preds[k] + 1]++] = j;
+            lo = hi;
+        }
+    }
     off[n] = sum; /* already so when there are edges; 0 when there are none */
     memset((void *)arrive, 0, nb);
     free_compiled(g);
@@ -1151,10 +1151,19 @@ static uint32_t run_from(wf__worker *w, wf_taskgraph *g, int i, bool canceled)
 {
     wf__group *grp = g->grp;
     wf_runtime *rt = w->rt;
-    const gseg *sg = seg_of(g, i);
     const int32_t *off = g->off;
     const int *succ = g->succ;
     const struct gcnt *cnt = g->cnt;
+    const bool ring = w->ring != NULL, traced = g->ready_by != NULL;
+    /* The segment of the nodes being run, in locals: nodes [first, first + n). */
+    const gseg *sg = seg_of(g, i);
+    int first = sg->first;
+    unsigned n = (unsigned)sg->n;
+    const struct gent *ent = sg->ent;
+    wf_task_fn sfn = sg->fn;
+    char *args = sg->args;
+    size_t stride = sg->stride; /* 0: 'args' for every node */
+    const char *sname = sg->name;
     /* What w->current shows of the node running (wf_task_fail(), a parallel_for's trace). */
     wf__task cur = { .kind = WF__TK_GRAPH, .owner = g };
     uint32_t ndone = 0, ran = 0;
@@ -1165,20 +1174,36 @@ static uint32_t run_from(wf__worker *w, wf_taskgraph *g, int i, bool canceled)
     int32_t err = atomic_load_explicit(&grp->err, memory_order_relaxed);
     w->current = &cur;
     for (;;) {
-        if (WF_UNLIKELY(!in_seg(sg, i)))
+        if (WF_UNLIKELY((unsigned)(i - first) >= n)) {
             sg = seg_of(g, i);
-        const char *name = seg_name(sg, i);
+            first = sg->first;
+            n = (unsigned)sg->n;
+            ent = sg->ent;
+            sfn = sg->fn;
+            args = sg->args;
+            stride = sg->stride;
+            sname = sg->name;
+        }
+        wf_task_fn fn = sfn;
+        void *arg = args + (size_t)(i - first) * stride;
+        const char *name = sname;
+        if (ent) {
+            const struct gent *e = &ent[i - first];
+            fn = e->fn;
+            arg = e->arg;
+            name = e->name;
+        }
         if (WF_UNLIKELY((ran & 31) == 31))
             err = atomic_load_explicit(&grp->err, memory_order_relaxed);
         bool skip = canceled || err;
-        uint64_t t0 = w->ring ? wf__now_ns() : 0;
+        uint64_t t0 = ring ? wf__now_ns() : 0;
         int rc = 0;
         WF_PROBE2(task_begin, w->index, name);
         if (WF_LIKELY(!skip)) {
             w->fail_set = 0;
             cur.node = (uint32_t)i;
             cur.name = name;
-            rc = seg_fn(sg, i)(seg_arg(sg, i));
+            rc = fn(arg);
             if (WF_UNLIKELY(rc < 0)) {
                 wf__group_fail(grp, w, name, rc);
                 skip = true;
@@ -1186,7 +1211,7 @@ static uint32_t run_from(wf__worker *w, wf_taskgraph *g, int i, bool canceled)
             }
         }
         WF_PROBE3(task_end, w->index, name, rc);
-        if (WF_UNLIKELY(w->ring)) {
+        if (WF_UNLIKELY(ring)) {
             uint64_t t1 = wf__now_ns();
             if (g->work) /* published to the successors by release_successors() */
                 g->work[i] = g->work_in[i] + (t1 - t0);
@@ -1209,7 +1234,7 @@ static uint32_t run_from(wf__worker *w, wf_taskgraph *g, int i, bool canceled)
         }
         ndone++;
         int lo = off[i], next;
-        if (off[i + 1] - lo == 1 && cnt[next = succ[lo]].npred == 1 && !g->ready_by) {
+        if (off[i + 1] - lo == 1 && cnt[next = succ[lo]].npred == 1 && !traced) {
             /* A chain: 'i' ending makes 'next' ready, canceled if 'i' was. Built in order,
              * 'next' is i + 1: taking that (a predicted branch) lets the next node's loads
              * start before this one's successor is read, instead of three loads in a row. */
