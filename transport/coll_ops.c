@@ -22,13 +22,14 @@
  * On one host (c->cma, every rank's memory readable with process_vm_readv) no partial or
  *   result travels through UCX: the header carries the addresses of the sender's values, the
  *   owner, once every header is in, reads the peers' partials of its chunk out of their
- *   memory 64 KiB at a time, sums each piece while it is in cache, and tells every rank
- *   "ready" (edge e + 1, part 0, 8 bytes); each rank then reads the owner's reduced chunk and
- *   answers "read" (edge e + 1, part 1), and the node completes only once every peer has read
- *   from it, so no output is reused while a peer reads it. Over UCX's shared memory (no CMA
- *   there: ucx.c) a 7 MiB bucket moved in fragments, each batch waiting for the receiver's
- *   actor to wake: ~25 ms per bucket in dp_bench's 2-rank step. The order of every addition
- *   is the same in both forms.
+ *   memory 64 KiB at a time, sums each piece while it is in cache and writes the sum into
+ *   every peer's values at once (process_vm_writev, from cache: no rank reads a reduced chunk
+ *   back out of the owner's memory), then tells every rank "written" (edge e + 1, part 0, 8
+ *   bytes). A rank's node completes once every owner has said so: no peer reads or writes its
+ *   values after that, so they may be reused. Over UCX's shared memory (no CMA there: ucx.c)
+ *   a 7 MiB bucket moved in fragments, each batch waiting for the receiver's actor to wake:
+ *   ~25 ms per bucket in dp_bench's 2-rank step. The order of every addition is the same in
+ *   both forms.
  * Wire form: before its partial, each rank sends the owner a header (the bucket's edge, the
  *   batch's rows, the size, segments, shards and aggregation, and the segments' addresses); an
  * owner that gets another header fails the node with WF_ESHAPE naming both ranks and both values
@@ -133,9 +134,8 @@ bool wf__dp_blocks_ok(int shards, int unit)
     return shards >= 1 && unit >= 1 && shards % unit == 0 && blocks_ok(0, shards, unit);
 }
 
-/* T_PART_*: the partials through UCX, or on one host the "read" answers (T_PART_RECV: a
- * peer has read my values; T_PART_SEND: I have read the peer's). T_RES_*: the results, or
- * on one host the "ready" notes. */
+/* T_PART_*: the partials (through UCX only). T_RES_*: the results, or on one host the
+ * "written" notes (the owner has written its reduced chunk into the peer's values). */
 enum { T_HDR_RECV, T_PART_RECV, T_HDR_SEND, T_PART_SEND, T_RES_RECV, T_RES_SEND, T_KINDS };
 
 typedef struct dpx dpx;
@@ -176,8 +176,7 @@ struct dpx {
     size_t hsz;        /* a header's bytes */
     dp_hdr *mine;      /* what every header should say (with my addresses on one host) */
     char *got;         /* size headers of 'hsz' bytes: what each peer said */
-    uint64_t *notes;   /* on one host: 2 * size 8-byte "ready"/"read" receive buffers */
-    _Atomic int *pair; /* on one host, per peer: its header and its "ready" seen (0, 1, 2) */
+    uint64_t *notes;   /* on one host: size 8-byte "written" receive buffers */
     uint64_t note;     /* what a note sends */
     bool cma;          /* the one-host form (c->cma) */
     slot *slots;       /* T_KINDS * size */
@@ -269,7 +268,6 @@ static void dpx_free(dpx *x)
     free(x->mine);
     free(x->got);
     free(x->notes);
-    free((void *)x->pair);
     free(x->slots);
     free(x);
 }
@@ -291,7 +289,8 @@ static void done_one(dpx *x)
 }
 
 static void on_done(void *arg, int rc);
-static void cma_read(dpx *x, int q, size_t from, size_t len, float *dst, const char *what);
+static void cma_move(dpx *x, int q, size_t from, size_t len, float *dst, bool to_peer,
+                     const char *what);
 
 static void post(dpx *x, int kind, int peer, void *buf, size_t bytes, int edge_off, int part)
 {
@@ -353,7 +352,7 @@ static void owner_sum(dpx *x)
         size_t len = end - at < x->plen ? end - at : x->plen;
         for (int q = 0; x->cma && q < nr; q++)
             if (q != me)
-                cma_read(x, q, at, len, partial_of(x, q), "the partial");
+                cma_move(x, q, at, len, partial_of(x, q), false, "reading the partial of");
         size_t a, b;
         for (int s = -1; !atomic_load(&x->failed) && next_piece(sg, at, at + len, &s, &a, &b);) {
             float *mine = sg->seg[s] + (a - sg->off[s]);
@@ -366,6 +365,9 @@ static void owner_sum(dpx *x)
             if (p[0] != mine)
                 memcpy(mine, p[0], (b - a) * sizeof(float));
         }
+        for (int q = 0; x->cma && q < nr; q++) /* the piece's result, while it is in cache */
+            if (q != me)
+                cma_move(x, q, at, len, NULL, true, "writing the result into");
     }
     free(p);
     free(w);
@@ -376,22 +378,22 @@ static void owner_sum(dpx *x)
             post(x, T_RES_SEND, q, x->out + x->lo[me], (end - from) * sizeof(float), 1, 0);
 }
 
-/* One host: copies flat range [from, from + len) of rank q's values (its partial of my chunk,
- * or its reduced chunk), segment by segment, into 'dst' (NULL: into my own values at the same
- * range). */
-static void cma_read(dpx *x, int q, size_t from, size_t len, float *dst, const char *what)
+/* One host: copies flat range [from, from + len) of rank q's values (its partial of my chunk)
+ * segment by segment into 'dst', or (to_peer) my own values at that range into q's. */
+static void cma_move(dpx *x, int q, size_t from, size_t len, float *dst, bool to_peer,
+                     const char *what)
 {
     if (atomic_load(&x->failed))
         return; /* a failed header: its addresses may be anything */
     char w[160];
-    snprintf(w, sizeof w, "reduction '%s': reading %s of rank %d", x->n->name, what, q);
+    snprintf(w, sizeof w, "reduction '%s': %s rank %d", x->n->name, what, q);
     const segs *sg = &x->sg;
     const dp_hdr *h = hdr_of(x, q);
     size_t a, b;
     for (int s = -1; next_piece(sg, from, from + len, &s, &a, &b);) {
-        float *d = dst ? dst + (a - from) : sg->seg[s] + (a - sg->off[s]);
+        float *d = to_peer ? sg->seg[s] + (a - sg->off[s]) : dst + (a - from);
         int rc = wf__cma_copy(x->c, q, d, h->addr[s] + (a - sg->off[s]) * sizeof(float),
-                              (b - a) * sizeof(float), false, w);
+                              (b - a) * sizeof(float), to_peer, w);
         if (rc < 0) {
             set_error(x, rc, wf_last_errmsg());
             return;
@@ -432,14 +434,6 @@ static void on_done(void *arg, int rc)
         set_error(x, rc, wf_last_errmsg());
     else if (s->kind == T_HDR_RECV)
         check_hdr(x, q);
-    /* q's chunk is reduced: read it, then say so. That needs q's "ready" and q's header (the
-     * addresses), which may complete in either order (q's actor can send "ready" from a
-     * callback while its header still waits in q's mailbox): the second of the two reads. */
-    if (x->cma && (s->kind == T_RES_RECV || s->kind == T_HDR_RECV) &&
-        atomic_fetch_add_explicit(&x->pair[q], 1, memory_order_acq_rel) == 1) {
-        cma_read(x, q, x->lo[q], x->lo[q + 1] - x->lo[q], NULL, "the result");
-        post(x, T_PART_SEND, q, &x->note, sizeof x->note, 1, 1);
-    }
     bool counts = s->kind == T_HDR_RECV || (!x->cma && s->kind == T_PART_RECV);
     if (counts && atomic_fetch_sub_explicit(&x->rleft, 1, memory_order_acq_rel) == 1)
         owner_sum(x);
@@ -556,8 +550,7 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         x->lo = malloc((size_t)(nr + 1) * sizeof *x->lo);
         x->got = calloc((size_t)nr, hsz);
         x->mine = calloc(1, hsz);
-        x->notes = calloc(2 * (size_t)nr, sizeof *x->notes);
-        x->pair = calloc((size_t)nr, sizeof *x->pair);
+        x->notes = calloc((size_t)nr, sizeof *x->notes);
         x->slots = calloc((size_t)T_KINDS * (size_t)nr, sizeof *x->slots);
         x->sg.seg = malloc((size_t)nseg * sizeof *x->sg.seg);
         x->sg.off = malloc((size_t)(nseg + 1) * sizeof *x->sg.off);
@@ -585,8 +578,8 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         x->staged = !x->cma && inplace;
         x->out = x->staged ? malloc(count * sizeof(float) + 1) : x->sg.seg[0];
     }
-    if (!x || !x->lo || !x->got || !x->mine || !x->notes || !x->pair || !x->slots || !x->tmp ||
-        !x->sg.seg || !x->sg.off || !x->out) {
+    if (!x || !x->lo || !x->got || !x->mine || !x->notes || !x->slots || !x->tmp || !x->sg.seg ||
+        !x->sg.off || !x->out) {
         if (x)
             dpx_free(x);
         return wf__err(WF_ENOMEM, "no memory for the exchange of %zu values", count);
@@ -618,9 +611,9 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         x->mine->addr[s] = (uint64_t)(uintptr_t)x->sg.seg[s];
     x->note = HDR_MAGIC;
     /* 2 recvs (header, partial) + 2 sends + 1 result recv + 1 result send per peer, and the
-     * poster's own hold, so that nothing completes the node while it posts. On one host the
-     * same six: header, "read" and "ready" each way. */
-    atomic_init(&x->left, 6 * (nr - 1) + 1);
+     * poster's own hold, so that nothing completes the node while it posts. On one host four:
+     * the header and the "written" note each way. */
+    atomic_init(&x->left, (x->cma ? 4 : 6) * (nr - 1) + 1);
     atomic_init(&x->rleft, (x->cma ? 1 : 2) * (nr - 1));
     x->ticket = wf__flight_node(c, WF__K_DP_REDUCE, key_of(x, 0, 0), count * sizeof(float), count,
                                 -1, n->name, (int)n->attrs->edge, x->step);
@@ -632,9 +625,8 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         if (x->cma) {
             post(x, T_RES_RECV, q, &x->notes[q], sizeof x->note, 1, 0);
             post(x, T_HDR_RECV, q, hdr_of(x, q), hsz, 0, 0);
-            post(x, T_PART_RECV, q, &x->notes[nr + q], sizeof x->note, 1, 1);
             post(x, T_HDR_SEND, q, x->mine, hsz, 0, 0);
-            continue; /* T_PART_SEND ("read") follows the result's read (on_done) */
+            continue; /* T_RES_SEND ("written") follows the owner's sum */
         }
         post(x, T_RES_RECV, q, x->out + x->lo[q], qlen * sizeof(float), 1, 0);
         post(x, T_HDR_RECV, q, hdr_of(x, q), hsz, 0, 0);
