@@ -350,6 +350,12 @@ static void owner_sum(dpx *x)
     const segs *sg = x->staged ? &x->fs : &x->sg;
     for (size_t at = from; p && w && at < end && !atomic_load(&x->failed); at += x->plen) {
         size_t len = end - at < x->plen ? end - at : x->plen;
+        /* a failed comm ends the peers' runs, which then free their values: write no more */
+        int crc = x->cma ? wf__comm_failed(x->c) : 0;
+        if (crc < 0) {
+            set_error(x, crc, wf_last_errmsg());
+            break;
+        }
         for (int q = 0; x->cma && q < nr; q++)
             if (q != me)
                 cma_move(x, q, at, len, partial_of(x, q), false, "reading the partial of");
