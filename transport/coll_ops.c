@@ -5,6 +5,9 @@
  *   tensors, attrs.keepdims, core/op.h; or one node of that tree, attrs.step[1]: the sum of
  *   its two halves, which exchanges only at the node over every local shard), the exchange
  *   between ranks, its wire form and keys.
+ * Weights: with one shard per rank, a rank does not scale its values before the exchange; the
+ *   owner weights each rank's leaf inside its sum (tree_sum_w()), over its chunk only: one pass
+ *   over the bucket fewer per rank, the same products and sums, so the same bits.
  * Values: a flat index space cut into segments (the flat output: one; in place: one per
  *   reduced tensor). On one host each header carries the sender's segment addresses and every
  *   read goes segment by segment, so in place nothing is copied but what crosses between the
@@ -18,13 +21,15 @@
  *   bits, and so does any other split of the same shards into ranks.
  * On one host (c->cma, every rank's memory readable with process_vm_readv) no partial or
  *   result travels through UCX: the header carries the addresses of the sender's values, the
- *   owner reads each peer's partial of its chunk out of that peer's memory when the header
- *   arrives, sums, and tells every rank "ready" (edge e + 1, part 0, 8 bytes); each rank then
- *   reads the owner's reduced chunk and answers "read" (edge e + 1, part 1), and the node
- *   completes only once every peer has read from it, so no output is reused while a peer
- *   reads it. Over UCX's shared memory (no CMA there: ucx.c) a 7 MiB bucket moved in
- *   fragments, each batch waiting for the receiver's actor to wake: ~25 ms per bucket in
- *   dp_bench's 2-rank step. The order of every addition is the same in both forms.
+ *   owner, once every header is in, reads the peers' partials of its chunk out of their
+ *   memory 64 KiB at a time, sums each piece while it is in cache and writes the sum into
+ *   every peer's values at once (process_vm_writev, from cache: no rank reads a reduced chunk
+ *   back out of the owner's memory), then tells every rank "written" (edge e + 1, part 0, 8
+ *   bytes). A rank's node completes once every owner has said so: no peer reads or writes its
+ *   values after that, so they may be reused. Over UCX's shared memory (no CMA there: ucx.c)
+ *   a 7 MiB bucket moved in fragments, each batch waiting for the receiver's actor to wake:
+ *   ~25 ms per bucket in dp_bench's 2-rank step. The order of every addition is the same in
+ *   both forms.
  * Wire form: before its partial, each rank sends the owner a header (the bucket's edge, the
  *   batch's rows, the size, segments, shards and aggregation, and the segments' addresses); an
  * owner that gets another header fails the node with WF_ESHAPE naming both ranks and both values
@@ -55,6 +60,9 @@
 #include <string.h>
 
 #define HDR_MAGIC 0x57464450u /* "PDFW" */
+/* Values of a peer's partial read and summed at a time on one host (64 KiB): they stay in
+ * cache between the read and the sum. */
+#define DP_PIECE 16384
 
 /* The header; on one host (c->cma) followed by 'nseg' addresses: where each segment of the
  * sender's values is, in its memory. */
@@ -86,6 +94,31 @@ void wf__dp_tree_sum(float **p, int lo, int hi, int unit, size_t len)
         a[e] += b[e];
 }
 
+/* wf__dp_tree_sum() over one-value leaves p[lo .. hi - 1], each leaf weighted by w[leaf] where
+ * its parent first reads it: leaf k's value is rounded to w[k] * p[k] once, then the same
+ * additions in the same order (this file is built with -ffp-contract=off: no fused
+ * multiply-add), so the bits are those of scaling every leaf first, in one pass fewer. */
+static void tree_sum_w(float **p, int lo, int hi, size_t len, const float *w)
+{
+    if (hi - lo <= 1)
+        return;
+    int m = lo + pow2_below(hi - lo);
+    tree_sum_w(p, lo, m, len, w);
+    tree_sum_w(p, m, hi, len, w);
+    float *restrict a = p[lo];
+    const float *restrict b = p[m];
+    float wa = m - lo == 1 ? w[lo] : 1.0f, wb = hi - m == 1 ? w[m] : 1.0f;
+    if (wa == 1.0f && wb == 1.0f)
+        for (size_t e = 0; e < len; e++)
+            a[e] += b[e];
+    else if (wa == 1.0f)
+        for (size_t e = 0; e < len; e++)
+            a[e] += b[e] * wb;
+    else
+        for (size_t e = 0; e < len; e++)
+            a[e] = a[e] * wa + b[e] * wb;
+}
+
 static bool blocks_ok(int lo, int hi, int unit)
 {
     if (lo % unit == 0 && hi - lo == unit)
@@ -101,9 +134,8 @@ bool wf__dp_blocks_ok(int shards, int unit)
     return shards >= 1 && unit >= 1 && shards % unit == 0 && blocks_ok(0, shards, unit);
 }
 
-/* T_PART_*: the partials through UCX, or on one host the "read" answers (T_PART_RECV: a
- * peer has read my values; T_PART_SEND: I have read the peer's). T_RES_*: the results, or
- * on one host the "ready" notes. */
+/* T_PART_*: the partials (through UCX only). T_RES_*: the results, or on one host the
+ * "written" notes (the owner has written its reduced chunk into the peer's values). */
 enum { T_HDR_RECV, T_PART_RECV, T_HDR_SEND, T_PART_SEND, T_RES_RECV, T_RES_SEND, T_KINDS };
 
 typedef struct dpx dpx;
@@ -138,12 +170,13 @@ struct dpx {
     size_t count;
     int rank, size;
     size_t *lo;        /* size + 1 chunk bounds */
-    float *tmp;        /* the peers' partials of my chunk, (size - 1) * my length */
+    float *tmp;        /* the peers' partials of my chunk, (size - 1) * plen */
+    size_t plen;       /* through UCX: my chunk's length; on one host: at most DP_PIECE */
+    bool defer;        /* one shard per rank, not yet scaled: owner_sum() weights the leaves */
     size_t hsz;        /* a header's bytes */
     dp_hdr *mine;      /* what every header should say (with my addresses on one host) */
     char *got;         /* size headers of 'hsz' bytes: what each peer said */
-    uint64_t *notes;   /* on one host: 2 * size 8-byte "ready"/"read" receive buffers */
-    _Atomic int *pair; /* on one host, per peer: its header and its "ready" seen (0, 1, 2) */
+    uint64_t *notes;   /* on one host: size 8-byte "written" receive buffers */
     uint64_t note;     /* what a note sends */
     bool cma;          /* the one-host form (c->cma) */
     slot *slots;       /* T_KINDS * size */
@@ -217,10 +250,11 @@ static void seg_copy(const segs *sg, size_t from, size_t len, float *flat, bool 
     }
 }
 
+/* Peer q's partial of my chunk in 'tmp' (through UCX: all of it; on one host: the piece being
+ * summed, owner_sum()). */
 static float *partial_of(dpx *x, int q)
 {
-    size_t len = x->lo[x->rank + 1] - x->lo[x->rank];
-    return x->tmp + (size_t)(q < x->rank ? q : q - 1) * len;
+    return x->tmp + (size_t)(q < x->rank ? q : q - 1) * x->plen;
 }
 
 static void dpx_free(dpx *x)
@@ -234,7 +268,6 @@ static void dpx_free(dpx *x)
     free(x->mine);
     free(x->got);
     free(x->notes);
-    free((void *)x->pair);
     free(x->slots);
     free(x);
 }
@@ -256,6 +289,8 @@ static void done_one(dpx *x)
 }
 
 static void on_done(void *arg, int rc);
+static void cma_move(dpx *x, int q, size_t from, size_t len, float *dst, bool to_peer,
+                     const char *what);
 
 static void post(dpx *x, int kind, int peer, void *buf, size_t bytes, int edge_off, int part)
 {
@@ -269,29 +304,79 @@ static void post(dpx *x, int kind, int peer, void *buf, size_t bytes, int edge_o
         on_done(s, rc);
 }
 
-/* The owner's turn: every partial of its chunk is here. Its own partial is in its values
- * (sg, a piece per segment); the tree's sum lands in the leaf of rank 0, which is copied into
- * the values when that is not this rank's. */
+/* Global shard k's weight in a batch of 'rows' rows (MEAN: its rows over the batch's; SUM: 1;
+ * SHARD_MEAN: 1 / S). */
+static float shard_weight(const wf_node *n, int64_t rows, int64_t k)
+{
+    const wf_attrs *a = n->attrs;
+    int64_t lo, hi;
+    wf__shard_rows_range(rows, k, a->end[0], &lo, &hi);
+    return a->axis == WF__AGG_SUM          ? 1.0f
+           : a->axis == WF__AGG_SHARD_MEAN ? 1.0f / (float)a->end[0]
+                                           : (float)(hi - lo) / (float)rows;
+}
+
+/* The local shards' weights. */
+static void shard_weights(const wf_node *n, int64_t rows, float *w)
+{
+    for (int i = 0; i < (int)n->attrs->step[0]; i++)
+        w[i] = shard_weight(n, rows, n->attrs->begin[0] + i);
+}
+
+static void scale(float *d, size_t len, float w)
+{
+    if (w != 1.0f)
+        for (size_t e = 0; e < len; e++)
+            d[e] *= w;
+}
+
+/* The owner's turn: every partial of its chunk is here (through UCX) or readable (on one host).
+ * Its own partial is in its values (sg, a piece per segment); the tree's sum lands in the leaf
+ * of rank 0, which is copied into the values when that is not this rank's. On one host the
+ * peers' partials are read DP_PIECE values at a time into 'tmp' and summed there, while they
+ * are in cache. A deferred weight (x->defer: one shard per rank, its value not yet scaled) is
+ * applied to each leaf inside the sum (tree_sum_w()): the same product per value, so the same
+ * bits. */
 static void owner_sum(dpx *x)
 {
     int me = x->rank, nr = x->size;
     size_t from = x->lo[me], end = x->lo[me + 1];
     float **p = malloc((size_t)nr * sizeof *p);
-    if (!p) {
+    float *w = malloc((size_t)nr * sizeof *w);
+    if (!p || !w)
         set_error(x, WF_ENOMEM, "no memory for the owner's sum");
-    } else {
-        const segs *sg = x->staged ? &x->fs : &x->sg;
+    for (int q = 0; p && w && q < nr; q++)
+        w[q] = shard_weight(x->n, x->mine->batch, q); /* read only when x->defer */
+    const segs *sg = x->staged ? &x->fs : &x->sg;
+    for (size_t at = from; p && w && at < end && !atomic_load(&x->failed); at += x->plen) {
+        size_t len = end - at < x->plen ? end - at : x->plen;
+        /* a failed comm ends the peers' runs, which then free their values: write no more */
+        int crc = x->cma ? wf__comm_failed(x->c) : 0;
+        if (crc < 0) {
+            set_error(x, crc, wf_last_errmsg());
+            break;
+        }
+        for (int q = 0; x->cma && q < nr; q++)
+            if (q != me)
+                cma_move(x, q, at, len, partial_of(x, q), false, "reading the partial of");
         size_t a, b;
-        for (int s = -1; next_piece(sg, from, end, &s, &a, &b);) {
+        for (int s = -1; !atomic_load(&x->failed) && next_piece(sg, at, at + len, &s, &a, &b);) {
             float *mine = sg->seg[s] + (a - sg->off[s]);
             for (int q = 0; q < nr; q++)
-                p[q] = q == me ? mine : partial_of(x, q) + (a - from);
-            wf__dp_tree_sum(p, 0, (int)x->n->attrs->end[0], (int)x->n->attrs->step[0], b - a);
+                p[q] = q == me ? mine : partial_of(x, q) + (a - at);
+            if (x->defer) /* one shard per rank: the leaves are the ranks */
+                tree_sum_w(p, 0, nr, b - a, w);
+            else
+                wf__dp_tree_sum(p, 0, (int)x->n->attrs->end[0], (int)x->n->attrs->step[0], b - a);
             if (p[0] != mine)
                 memcpy(mine, p[0], (b - a) * sizeof(float));
         }
-        free(p);
+        for (int q = 0; x->cma && q < nr; q++) /* the piece's result, while it is in cache */
+            if (q != me)
+                cma_move(x, q, at, len, NULL, true, "writing the result into");
     }
+    free(p);
+    free(w);
     for (int q = 0; q < nr; q++)
         if (q != me && x->cma)
             post(x, T_RES_SEND, q, &x->note, sizeof x->note, 1, 0);
@@ -299,22 +384,22 @@ static void owner_sum(dpx *x)
             post(x, T_RES_SEND, q, x->out + x->lo[me], (end - from) * sizeof(float), 1, 0);
 }
 
-/* One host: copies flat range [from, from + len) of rank q's values (its partial of my chunk,
- * or its reduced chunk), segment by segment, into 'dst' (NULL: into my own values at the same
- * range). */
-static void cma_read(dpx *x, int q, size_t from, size_t len, float *dst, const char *what)
+/* One host: copies flat range [from, from + len) of rank q's values (its partial of my chunk)
+ * segment by segment into 'dst', or (to_peer) my own values at that range into q's. */
+static void cma_move(dpx *x, int q, size_t from, size_t len, float *dst, bool to_peer,
+                     const char *what)
 {
     if (atomic_load(&x->failed))
         return; /* a failed header: its addresses may be anything */
     char w[160];
-    snprintf(w, sizeof w, "reduction '%s': reading %s of rank %d", x->n->name, what, q);
+    snprintf(w, sizeof w, "reduction '%s': %s rank %d", x->n->name, what, q);
     const segs *sg = &x->sg;
     const dp_hdr *h = hdr_of(x, q);
     size_t a, b;
     for (int s = -1; next_piece(sg, from, from + len, &s, &a, &b);) {
-        float *d = dst ? dst + (a - from) : sg->seg[s] + (a - sg->off[s]);
+        float *d = to_peer ? sg->seg[s] + (a - sg->off[s]) : dst + (a - from);
         int rc = wf__cma_copy(x->c, q, d, h->addr[s] + (a - sg->off[s]) * sizeof(float),
-                              (b - a) * sizeof(float), false, w);
+                              (b - a) * sizeof(float), to_peer, w);
         if (rc < 0) {
             set_error(x, rc, wf_last_errmsg());
             return;
@@ -350,45 +435,15 @@ static void on_done(void *arg, int rc)
 {
     slot *s = arg;
     dpx *x = s->x;
-    int q = s->peer, me = x->rank;
+    int q = s->peer;
     if (rc < 0)
         set_error(x, rc, wf_last_errmsg());
     else if (s->kind == T_HDR_RECV)
         check_hdr(x, q);
-    if (x->cma && s->kind == T_HDR_RECV) /* q's partial of my chunk, out of q's values */
-        cma_read(x, q, x->lo[me], x->lo[me + 1] - x->lo[me], partial_of(x, q), "the partial");
-    /* q's chunk is reduced: read it, then say so. That needs q's "ready" and q's header (the
-     * addresses), which may complete in either order (q's actor can send "ready" from a
-     * callback while its header still waits in q's mailbox): the second of the two reads. */
-    if (x->cma && (s->kind == T_RES_RECV || s->kind == T_HDR_RECV) &&
-        atomic_fetch_add_explicit(&x->pair[q], 1, memory_order_acq_rel) == 1) {
-        cma_read(x, q, x->lo[q], x->lo[q + 1] - x->lo[q], NULL, "the result");
-        post(x, T_PART_SEND, q, &x->note, sizeof x->note, 1, 1);
-    }
     bool counts = s->kind == T_HDR_RECV || (!x->cma && s->kind == T_PART_RECV);
     if (counts && atomic_fetch_sub_explicit(&x->rleft, 1, memory_order_acq_rel) == 1)
         owner_sum(x);
     done_one(x);
-}
-
-/* The local shards' weights (MEAN: rows over the batch's; SUM: 1; SHARD_MEAN: 1 / S). */
-static void shard_weights(const wf_node *n, int64_t rows, float *w)
-{
-    const wf_attrs *a = n->attrs;
-    for (int i = 0; i < (int)a->step[0]; i++) {
-        int64_t lo, hi;
-        wf__shard_rows_range(rows, a->begin[0] + i, a->end[0], &lo, &hi);
-        w[i] = a->axis == WF__AGG_SUM          ? 1.0f
-               : a->axis == WF__AGG_SHARD_MEAN ? 1.0f / (float)a->end[0]
-                                               : (float)(hi - lo) / (float)rows;
-    }
-}
-
-static void scale(float *d, size_t len, float w)
-{
-    if (w != 1.0f)
-        for (size_t e = 0; e < len; e++)
-            d[e] *= w;
 }
 
 /* x = x wx + y wy, each product rounded before the sum (this file has no FMA contraction):
@@ -451,8 +506,9 @@ static int local_sum(const wf_node *n, wf_tensor *const *in, float *dst)
 }
 
 /* In place (attrs.keepdims): the same sums, each over the shards' own tensors, ending in the
- * first shard's (the others are scratch: only this node reads them, placement/replicate.c). */
-static int local_sum_inplace(const wf_node *n, wf_tensor *const *in)
+ * first shard's (the others are scratch: only this node reads them, placement/replicate.c).
+ * 'defer': one shard, left unscaled (its weight is applied in owner_sum()). */
+static int local_sum_inplace(const wf_node *n, wf_tensor *const *in, bool defer)
 {
     int b = (int)n->attrs->step[0];
     float w[64];
@@ -479,7 +535,8 @@ static int local_sum_inplace(const wf_node *n, wf_tensor *const *in)
         size_t len = (size_t)in[1 + j * b]->numel;
         for (int i = 0; i < b; i++) {
             p[i] = (float *)in[1 + j * b + i]->data;
-            scale(p[i], len, w[i]);
+            if (!defer)
+                scale(p[i], len, w[i]);
         }
         wf__dp_tree_sum(p, 0, b, 1, len);
     }
@@ -492,8 +549,11 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
     bool inplace = n->attrs->keepdims, tree = n->attrs->step[1] == 1;
     int b = (int)n->attrs->step[0], m = wf__dp_reduce_values(n);
     int stride = tree ? 2 : b; /* value j's first local shard: input 1 + j * stride */
-    int rc = inplace ? local_sum_inplace(n, in) : local_sum(n, in, (float *)(*out)->data);
     wf_comm *c = ctx->data;
+    /* one shard per rank, in place, exchanged: its weight is applied in the owner's sum, to the
+     * half of the values it owns while they are in cache, not to all of them here first */
+    bool defer = inplace && !tree && b == 1 && c && wf_comm_size(c) > 1;
+    int rc = inplace ? local_sum_inplace(n, in, defer) : local_sum(n, in, (float *)(*out)->data);
     if (inplace && rc == 0)
         *(float *)(*out)->data = 0.0f; /* the token */
     /* a tree node below the top one sums a part of this rank's shards: no exchange */
@@ -511,8 +571,7 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         x->lo = malloc((size_t)(nr + 1) * sizeof *x->lo);
         x->got = calloc((size_t)nr, hsz);
         x->mine = calloc(1, hsz);
-        x->notes = calloc(2 * (size_t)nr, sizeof *x->notes);
-        x->pair = calloc((size_t)nr, sizeof *x->pair);
+        x->notes = calloc((size_t)nr, sizeof *x->notes);
         x->slots = calloc((size_t)T_KINDS * (size_t)nr, sizeof *x->slots);
         x->sg.seg = malloc((size_t)nseg * sizeof *x->sg.seg);
         x->sg.off = malloc((size_t)(nseg + 1) * sizeof *x->sg.off);
@@ -533,14 +592,15 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
             x->lo[q] = count / (size_t)nr * (size_t)q +
                        ((size_t)q < count % (size_t)nr ? (size_t)q : count % (size_t)nr);
         size_t len = x->lo[me + 1] - x->lo[me];
-        x->tmp = malloc((size_t)(nr - 1) * len * sizeof(float) + 1);
         x->cma = c->cma; /* decided by every rank together at creation: the same on all */
+        x->plen = x->cma && len > DP_PIECE ? DP_PIECE : len;
+        x->tmp = malloc((size_t)(nr - 1) * x->plen * sizeof(float) + 1);
         /* through UCX the values travel as one array: in place, a copy of the segments */
         x->staged = !x->cma && inplace;
         x->out = x->staged ? malloc(count * sizeof(float) + 1) : x->sg.seg[0];
     }
-    if (!x || !x->lo || !x->got || !x->mine || !x->notes || !x->pair || !x->slots || !x->tmp ||
-        !x->sg.seg || !x->sg.off || !x->out) {
+    if (!x || !x->lo || !x->got || !x->mine || !x->notes || !x->slots || !x->tmp || !x->sg.seg ||
+        !x->sg.off || !x->out) {
         if (x)
             dpx_free(x);
         return wf__err(WF_ENOMEM, "no memory for the exchange of %zu values", count);
@@ -560,6 +620,7 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
     x->rank = me;
     x->size = nr;
     x->hsz = hsz;
+    x->defer = defer;
     *x->mine = (dp_hdr){ .magic = HDR_MAGIC,
                          .edge = n->attrs->edge,
                          .batch = in[0]->shape.dims[0],
@@ -571,9 +632,9 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         x->mine->addr[s] = (uint64_t)(uintptr_t)x->sg.seg[s];
     x->note = HDR_MAGIC;
     /* 2 recvs (header, partial) + 2 sends + 1 result recv + 1 result send per peer, and the
-     * poster's own hold, so that nothing completes the node while it posts. On one host the
-     * same six: header, "read" and "ready" each way. */
-    atomic_init(&x->left, 6 * (nr - 1) + 1);
+     * poster's own hold, so that nothing completes the node while it posts. On one host four:
+     * the header and the "written" note each way. */
+    atomic_init(&x->left, (x->cma ? 4 : 6) * (nr - 1) + 1);
     atomic_init(&x->rleft, (x->cma ? 1 : 2) * (nr - 1));
     x->ticket = wf__flight_node(c, WF__K_DP_REDUCE, key_of(x, 0, 0), count * sizeof(float), count,
                                 -1, n->name, (int)n->attrs->edge, x->step);
@@ -585,9 +646,8 @@ static int dp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
         if (x->cma) {
             post(x, T_RES_RECV, q, &x->notes[q], sizeof x->note, 1, 0);
             post(x, T_HDR_RECV, q, hdr_of(x, q), hsz, 0, 0);
-            post(x, T_PART_RECV, q, &x->notes[nr + q], sizeof x->note, 1, 1);
             post(x, T_HDR_SEND, q, x->mine, hsz, 0, 0);
-            continue; /* T_PART_SEND ("read") follows the result's read (on_done) */
+            continue; /* T_RES_SEND ("written") follows the owner's sum */
         }
         post(x, T_RES_RECV, q, x->out + x->lo[q], qlen * sizeof(float), 1, 0);
         post(x, T_HDR_RECV, q, hdr_of(x, q), hsz, 0, 0);
