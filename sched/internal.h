@@ -36,14 +36,6 @@
 #define WF_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define WF_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-/* 'x', which the compiler may not replace by a value it knows to be equal: after
- * 'if (a == b + 1)', a use of wf__opaque_int(b + 1) waits for 'b', not for the load of 'a'. */
-static inline int wf__opaque_int(int x)
-{
-    __asm__("" : "+r"(x));
-    return x;
-}
-
 #ifdef WF_DEBUG_ASSERTS
 #    include <stdio.h>
 #    include <stdlib.h>

@@ -893,7 +893,8 @@ static wf__task *node_task(wf_taskgraph *g, wf__worker *w, int i, bool canceled)
     t->kind = WF__TK_GRAPH;
     t->owner = g;
     t->node = (uint32_t)i;
-    t->name = seg_name(seg_of(g, i), i); /* a steal's trace event names it */
+    /* read only by a steal's trace event: no segment lookup per push otherwise */
+    t->name = g->rt->trace_cap ? seg_name(seg_of(g, i), i) : NULL;
     atomic_store_explicit(&t->cancel, canceled, memory_order_relaxed);
     return t;
 }
@@ -1207,7 +1208,6 @@ static uint32_t run_from(wf__worker *w, wf_taskgraph *g, int i, bool canceled)
                 __builtin_prefetch(&cnt[succ[k]], 1, 3);
             w->fail_set = 0;
             cur.node = (uint32_t)i;
-            cur.name = name;
             rc = fn(arg);
             if (WF_UNLIKELY(rc < 0)) {
                 wf__group_fail(grp, w, name, rc);
@@ -1240,11 +1240,7 @@ static uint32_t run_from(wf__worker *w, wf_taskgraph *g, int i, bool canceled)
         ndone++;
         int lo = off[i], next;
         if (off[i + 1] - lo == 1 && cnt[next = succ[lo]].npred == 1 && !traced) {
-            /* A chain: 'i' ending makes 'next' ready, canceled if 'i' was. Built in order,
-             * 'next' is i + 1: taking that (a predicted branch) lets the next node's loads
-             * start before this one's successor is read, instead of three loads in a row. */
-            if (WF_LIKELY(next == i + 1))
-                next = wf__opaque_int(i + 1);
+            /* a chain: 'i' ending makes 'next' ready, canceled if 'i' was */
             canceled = skip;
         } else {
             next = release_successors(g, w, i, skip, &canceled, &ndone);
