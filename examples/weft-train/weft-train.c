@@ -991,7 +991,8 @@ static void usage(FILE *f)
            "                           -n N, each step's batch into micro-batches: the bits of\n"
            "                           multiworker with as many shards on one rank; epochs drop\n"
            "                           the last partial batch, evaluations the rows past the\n"
-           "                           last whole batch; no --checkpoint-every / --resume yet\n"
+           "                           last whole batch; each checkpoint gathers the stages'\n"
+           "                           weights and optimizer state to rank 0, which writes it\n"
            "  --stages P               its stages: the number of ranks (the default)\n"
            "  --micro-batches M        micro-batches per step (default 1; at most 64, --batch)\n"
            "  --schedule gpipe|1f1b    their order (default 1f1b: at most P micro-batches of\n"
@@ -1241,11 +1242,6 @@ static int parse_args(int argc, char **argv, options *o)
     if ((o->stages || o->micro_batches || o->schedule_set || o->placement) && !o->pipeline) {
         fprintf(stderr, "weft-train: --stages, --micro-batches, --schedule and --placement need "
                         "--strategy pipeline\n");
-        return -1;
-    }
-    if (o->pipeline && (o->ckpt_every || o->resume)) {
-        fprintf(stderr, "weft-train: --strategy pipeline: no --checkpoint-every or --resume yet "
-                        "(the weights live on their stages' ranks)\n");
         return -1;
     }
     o->save_any = o->save != NULL;
@@ -1617,6 +1613,10 @@ int main(int argc, char **argv)
             /* --strategy ps: every rank gathers the servers' state, which rank 0 saves */
             if (o.ps_ranks && o.ckpt_every && (step + 1) % o.ckpt_every == 0 &&
                 (rc = ps_gather(&t, err, sizeof err)) < 0)
+                break;
+            /* --strategy pipeline: every rank sends rank 0 its stage's state, which it saves */
+            if (o.pipeline && o.ckpt_every && (step + 1) % o.ckpt_every == 0 &&
+                (rc = gather_stages(&t, err, sizeof err)) < 0)
                 break;
             if (ckpt && (step + 1) % o.ckpt_every == 0 &&
                 (rc = checkpoint_now(&t, ckpt, step + 1, runid, per_epoch, train.n, err,

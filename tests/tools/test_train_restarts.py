@@ -21,6 +21,9 @@ tests/CMakeLists.txt).
              checkpoint gathers the two servers' shares of the weights and Adam moments to
              rank 0 (wf_session_ps_sync), every rank restores it; the worker (rank 2) prints,
              logs and saves.
+             pipeline: 2 stages on 2 ranks, 4 micro-batches, 1F1B ('--strategy pipeline'):
+             each checkpoint gathers stage 1's weights and Adam moments to rank 0, which
+             writes it; every rank restores it.
   wrong      that the comparison catches a wrong resume: 2 ranks train 2K steps with
              checkpoints, then a copy of the newest checkpoint is made one step newer (the
              data position and step one ahead, the values unchanged: a resume whose data
@@ -274,8 +277,8 @@ def mode_disagree(wr, wt, tmp):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("single", "ranks2", "ranks3", "ps", "wrong",
-                                                 "disagree"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("single", "ranks2", "ranks3", "ps", "pipeline",
+                                                 "wrong", "disagree"):
         print(__doc__)
         sys.exit(2)
     mode, wr, wt = sys.argv[1:]
@@ -294,6 +297,10 @@ def main():
         elif mode == "ps":  # 2 servers + 1 worker
             opts = OPTS[:OPTS.index("--strategy")] + ["--strategy", "ps", "--ps-ranks", "2"]
             mode_kills(wr, wt, tmp, 3, opts, writer=2)
+        elif mode == "pipeline":  # 2 stages, 4 micro-batches of 8 rows
+            opts = OPTS[:OPTS.index("--strategy")] + ["--strategy", "pipeline",
+                                                      "--micro-batches", "4"]
+            mode_kills(wr, wt, tmp, 2, opts)
         else:
             mode_kills(wr, wt, tmp, int(mode[-1]))
 
