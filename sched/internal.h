@@ -240,6 +240,9 @@ struct wf_runtime {
     _Alignas(WF_CACHELINE) pthread_mutex_t pool_mu;
     wf__task *pool;
     uint32_t npool;
+    int fail_pool; /* fault injection, for tests only (under pool_mu): nonzero makes the pool
+                      look empty and unable to grow, so wf__task_alloc() fails once the
+                      caller's free list is empty (tests/sched/test_internal_taskgraph.c) */
     void **slabs;
     size_t nslabs, capslabs;
     pthread_barrier_t ready;

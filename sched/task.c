@@ -52,7 +52,7 @@ wf__task *wf__task_alloc(wf_runtime *rt, wf__worker *w)
     }
     pthread_mutex_lock(&rt->pool_mu);
     wf__task *t = NULL;
-    if (rt->pool || refill(rt) == 0) {
+    if (!rt->fail_pool && (rt->pool || refill(rt) == 0)) {
         t = rt->pool;
         rt->pool = t->next;
         rt->npool--;

@@ -1016,16 +1016,32 @@ static inline bool release_one(wf_taskgraph *g, int by, int s, bool skip, bool *
     return true;
 }
 
-/* Finishes node 'i' and every node after it as skipped, on this thread, without running
- * them: what becomes of a ready node when no task can be had for it (see the header).
- * Returns the nodes finished. */
+/* Finishes ready node 'i' and every node after it as skipped, on this thread, without
+ * running them: what becomes of a ready node when no task can be had for it (see the
+ * header). No recursion and no allocation (memory is short, and a skipped chain may be
+ * millions of nodes long): the nodes still to finish form a stack threaded through their own
+ * counters. A ready node's counter is its releaser's until it runs (every predecessor has
+ * arrived, and it was reset for the next run), so it can hold the id below it on the stack
+ * until the node is taken; it is then reset again. Returns the nodes finished. */
 static uint32_t skip_from(wf_taskgraph *g, int i)
 {
-    uint32_t n = 1;
+    uint32_t n = 0;
+    int top = i;
     bool c;
-    for (int k = g->off[i]; k < g->off[i + 1]; k++)
-        if (release_one(g, i, g->succ[k], true, &c))
-            n += skip_from(g, g->succ[k]);
+    atomic_store_explicit(&g->cnt[i].pending, -1, memory_order_relaxed); /* the bottom */
+    while (top >= 0) {
+        int x = top;
+        top = atomic_load_explicit(&g->cnt[x].pending, memory_order_relaxed);
+        atomic_store_explicit(&g->cnt[x].pending, g->cnt[x].npred, memory_order_relaxed);
+        n++;
+        for (int k = g->off[x]; k < g->off[x + 1]; k++) {
+            int s = g->succ[k];
+            if (release_one(g, x, s, true, &c)) {
+                atomic_store_explicit(&g->cnt[s].pending, top, memory_order_relaxed);
+                top = s;
+            }
+        }
+    }
     return n;
 }
 
