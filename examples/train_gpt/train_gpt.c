@@ -47,12 +47,20 @@ typedef struct options {
     int batch;
     long steps, sample_every, sample_len;
     double lr, temperature;
+    double clip_norm; /* --clip-norm C: 0, no clipping (1) */
     uint64_t seed;
     int threads;
     const char *strategy; /* --strategy multiworker: data parallel over weft-run's ranks;
-                             pipeline: the blocks split into stages, one per rank */
-    int shards;           /* --shards: 0, one per rank */
+                             mirrored: over devices of this process; ps: parameter servers
+                             over weft-run's ranks; pipeline: the blocks split into stages,
+                             one per rank */
+    int shards;           /* --shards: 0, one per rank (device, worker) */
     bool pipeline;        /* --strategy pipeline */
+    bool mirrored;        /* --strategy mirrored */
+    int devices;          /* --devices N (mirrored): 0, every GPU */
+    int ps_ranks;         /* --strategy ps --ps-ranks K: ranks 0 .. K-1 are servers */
+    int staleness;        /* --staleness s (ps): 0, synchronous */
+    bool staleness_set;   /* --staleness given */
     int stages;           /* --stages P (0: the number of ranks) */
     int micro_batches;    /* --micro-batches M (0: one) */
     int schedule;         /* --schedule gpipe|1f1b: WF_SCHEDULE_* (1f1b) */
@@ -206,7 +214,7 @@ static int build(trainer *t, char *err, size_t errlen)
     gpt_train_opts to = {
         .lr = o->lr,
         .weight_decay = 0.1,
-        .clip_norm = 1.0,
+        .clip_norm = o->clip_norm,
         .schedule = wf_lr_cosine(warmup, o->steps > warmup ? o->steps : warmup + 1, o->lr / 10),
     };
     if (t->loss)
@@ -400,12 +408,24 @@ static void usage(FILE *f)
                "  --batch B            sequences per step (32)\n"
                "  --steps N            train to step N (1000); --init goes on from its step\n"
                "  --lr LR              AdamW peak learning rate, cosine to LR/10 (3e-4)\n"
+               "  --clip-norm C        clip the gradients to global norm C; 0: no clipping (1)\n"
                "  --seed S             weights, batches and samples (1)\n"
                "  --threads N          weft workers (default: one per core)\n"
                "  --strategy multiworker   data parallel over the ranks of weft-run -n N: --batch\n"
                "                       stays the global batch; rank 0 prints, logs and saves\n"
-               "  --shards S           the batch's shards (default: one per rank): the same S\n"
-               "                       trains the same bits on any number of ranks\n"
+               "  --shards S           the batch's shards (default: one per rank, device or\n"
+               "                       worker): the same S trains the same bits on any number\n"
+               "                       of ranks, devices or workers\n"
+               "  --strategy mirrored  data parallel over devices of this process: the first\n"
+               "                       --devices N GPUs, or N simulated devices without them\n"
+               "  --devices N          mirrored: the devices (default: every GPU)\n"
+               "  --strategy ps        parameter servers over the ranks of weft-run -n N: ranks\n"
+               "                       0 .. K-1 hold the weights and AdamW state, the others\n"
+               "                       compute; rank K prints, logs, samples and saves\n"
+               "  --ps-ranks K         ps: the server ranks (required)\n"
+               "  --staleness s        ps: 0 (the default), synchronous, the bits of\n"
+               "                       multiworker over the workers; s > 0 asynchronous, no\n"
+               "                       worker more than s steps ahead of the slowest\n"
                "  --strategy pipeline  the blocks split into stages, one per rank of weft-run -n\n"
                "                       P: the embeddings and the first blocks on rank 0, the rest\n"
                "                       and the head on the last rank (an even split of blocks)\n"
@@ -434,6 +454,7 @@ static int parse_args(int argc, char **argv, options *o)
         .sample_every = 200,
         .sample_len = 200,
         .lr = 3e-4,
+        .clip_norm = 1.0,
         .temperature = 0.8,
         .seed = 1,
     };
@@ -463,13 +484,17 @@ static int parse_args(int argc, char **argv, options *o)
         } else if (strcmp(a, "--log") == 0) {
             o->log = val;
         } else if (strcmp(a, "--strategy") == 0) {
-            if (strcmp(val, "multiworker") != 0 && strcmp(val, "pipeline") != 0) {
-                fprintf(stderr, "train_gpt: --strategy %s: expected multiworker or pipeline\n",
+            if (strcmp(val, "multiworker") != 0 && strcmp(val, "pipeline") != 0 &&
+                strcmp(val, "mirrored") != 0 && strcmp(val, "ps") != 0) {
+                fprintf(stderr,
+                        "train_gpt: --strategy %s: expected multiworker, mirrored, ps or "
+                        "pipeline\n",
                         val);
                 return -1;
             }
             o->strategy = val;
             o->pipeline = strcmp(val, "pipeline") == 0;
+            o->mirrored = strcmp(val, "mirrored") == 0;
         } else if (strcmp(a, "--schedule") == 0) {
             if (strcmp(val, "gpipe") != 0 && strcmp(val, "1f1b") != 0) {
                 fprintf(stderr, "train_gpt: --schedule %s: expected gpipe or 1f1b\n", val);
@@ -478,19 +503,19 @@ static int parse_args(int argc, char **argv, options *o)
             o->schedule = strcmp(val, "gpipe") == 0 ? WF_SCHEDULE_GPIPE : WF_SCHEDULE_1F1B;
             o->schedule_set = true;
         } else if (strcmp(a, "--lr") == 0 || strcmp(a, "--temperature") == 0 ||
-                   strcmp(a, "--dropout") == 0) {
+                   strcmp(a, "--dropout") == 0 || strcmp(a, "--clip-norm") == 0) {
             char *end;
             double v = strtod(val, &end);
-            bool lr = a[2] == 'l', temp = a[2] == 't';
+            bool lr = a[2] == 'l', temp = a[2] == 't', clip = a[2] == 'c';
             if (*end || end == val || !isfinite(v) || v < 0 || (lr && v <= 0) ||
-                (!lr && !temp && v >= 1)) {
+                (!lr && !temp && !clip && v >= 1)) {
                 fprintf(stderr, "train_gpt: %s %s: expected %s\n", a, val,
-                        lr     ? "a positive number"
-                        : temp ? "a number >= 0"
-                               : "a number in [0, 1)");
+                        lr             ? "a positive number"
+                        : temp || clip ? "a number >= 0"
+                                       : "a number in [0, 1)");
                 return -1;
             }
-            *(lr ? &o->lr : temp ? &o->temperature : &o->model.dropout) = v;
+            *(lr ? &o->lr : temp ? &o->temperature : clip ? &o->clip_norm : &o->model.dropout) = v;
         } else {
             static const struct {
                 const char *name;
@@ -501,7 +526,8 @@ static int parse_args(int argc, char **argv, options *o)
                          { "--seed", 0, 1l << 62 },         { "--threads", 0, 1024 },
                          { "--sample-every", 0, 1l << 40 }, { "--sample-len", 1, 1 << 20 },
                          { "--shards", 1, 1 << 16 },        { "--stages", 1, 64 },
-                         { "--micro-batches", 1, 64 } };
+                         { "--micro-batches", 1, 64 },      { "--devices", 1, 1 << 10 },
+                         { "--ps-ranks", 1, 1 << 16 },      { "--staleness", 0, 1 << 20 } };
 
             size_t k = 0;
             while (k < sizeof ints / sizeof ints[0] && strcmp(a, ints[k].name) != 0)
@@ -519,7 +545,7 @@ static int parse_args(int argc, char **argv, options *o)
             }
             long *longs[] = {
                 NULL,           NULL, NULL, NULL, NULL, &o->steps, NULL, NULL, &o->sample_every,
-                &o->sample_len, NULL, NULL, NULL
+                &o->sample_len, NULL, NULL, NULL, NULL, NULL,      NULL
             };
             int *ints_at[] = { &o->model.context,
                                &o->model.d_model,
@@ -533,7 +559,11 @@ static int parse_args(int argc, char **argv, options *o)
                                NULL,
                                &o->shards,
                                &o->stages,
-                               &o->micro_batches };
+                               &o->micro_batches,
+                               &o->devices,
+                               &o->ps_ranks,
+                               &o->staleness };
+            o->staleness_set |= k == 15;
             if (k == 6)
                 o->seed = (uint64_t)v;
             else if (longs[k])
@@ -542,9 +572,28 @@ static int parse_args(int argc, char **argv, options *o)
                 *ints_at[k] = (int)v;
         }
     }
+    bool ps = o->strategy && strcmp(o->strategy, "ps") == 0;
     if (o->shards && (!o->strategy || o->pipeline)) {
-        fprintf(stderr, "train_gpt: --shards needs --strategy multiworker (a pipeline's are "
-                        "--micro-batches)\n");
+        fprintf(stderr, "train_gpt: --shards needs --strategy multiworker, mirrored or ps (a "
+                        "pipeline's are --micro-batches)\n");
+        return -1;
+    }
+    if (o->devices && !o->mirrored) {
+        fprintf(stderr, "train_gpt: --devices needs --strategy mirrored\n");
+        return -1;
+    }
+    if ((o->ps_ranks || o->staleness_set) && !ps) {
+        fprintf(stderr, "train_gpt: --ps-ranks and --staleness need --strategy ps\n");
+        return -1;
+    }
+    if (ps && !o->ps_ranks) {
+        fprintf(stderr, "train_gpt: --strategy ps needs --ps-ranks K (the server ranks)\n");
+        return -1;
+    }
+    if (ps && o->clip_norm > 0) {
+        fprintf(stderr, "train_gpt: --strategy ps: the servers cannot clip the gradients by "
+                        "their global norm (each holds a part of them, and only updates may "
+                        "read a gradient there); give --clip-norm 0\n");
         return -1;
     }
     if ((o->stages || o->micro_batches || o->schedule_set) && !o->pipeline) {
@@ -558,8 +607,9 @@ static int parse_args(int argc, char **argv, options *o)
     return 0;
 }
 
-/* --strategy, before any file is opened: a rank other than 0 (from the environment) writes
- * no log or checkpoint and prints nothing (its errors still go to stderr). */
+/* --strategy, before any file is opened: a rank other than the writer (0; under --strategy ps
+ * the first worker, rank K), from the environment, writes no log or checkpoint and prints
+ * nothing (its errors still go to stderr). */
 static int quiet_other_ranks(options *o)
 {
     int rank = wt_ranks_env_rank();
@@ -569,7 +619,7 @@ static int quiet_other_ranks(options *o)
     }
     o->sample_any = !o->quiet;
     o->save_any = o->save != NULL;
-    if (rank != 0) {
+    if (rank != o->ps_ranks) { /* 0 but under --strategy ps */
         o->quiet = true;
         o->log = o->save = NULL;
         if (!freopen("/dev/null", "w", stdout))
@@ -578,10 +628,35 @@ static int quiet_other_ranks(options *o)
     return 0;
 }
 
-/* --strategy: multiworker, or a pipeline over the ranks (each block's stage in t->hints). */
+/* --strategy: mirrored over this process's devices; multiworker or parameter servers over
+ * the ranks; or a pipeline over them (each block's stage in t->hints). */
 static int make_strategy(trainer *t, char *err, size_t errlen)
 {
     const options *o = t->o;
+    int rc;
+    if (o->mirrored) {
+        /* --devices N: the first N GPUs, or N simulated devices where there are fewer */
+        int gpus = wf_device_count(t->rt) - 1;
+        bool sim = o->devices > gpus || gpus < 1;
+        int n = o->devices ? o->devices : (sim ? 0 : gpus);
+        wf_strategy_opts so = { .shards = o->shards,
+                                .n_devices = n,
+                                .simulated_devices = sim ? n : 0 };
+        if ((rc = wf_strategy_mirrored(t->rt, &so, &t->strategy)) < 0) {
+            snprintf(err, errlen, "--strategy mirrored: %s%s", wf_last_errmsg(),
+                     n ? "" : " (here: --devices N runs N simulated devices)");
+            return rc;
+        }
+        if (!o->quiet)
+            printf("train_gpt: mirrored over %d %s\n", wf_strategy_device_count(t->strategy),
+                   sim ? "simulated devices (no GPU for each)" : "GPUs");
+        return 0;
+    }
+    if (o->ps_ranks)
+        return wf_strategy_ps(
+            t->comm,
+            &(wf_ps_opts){ .servers = o->ps_ranks, .staleness = o->staleness, .shards = o->shards },
+            &t->strategy);
     if (!o->pipeline)
         return wf_strategy_multiworker(t->comm, &(wf_strategy_opts){ .shards = o->shards },
                                        &t->strategy);
@@ -593,7 +668,7 @@ static int make_strategy(trainer *t, char *err, size_t errlen)
                  stages, stages - 1, o->model.layers);
         return WF_EINVAL;
     }
-    int rc = wf_place_hints_create(&t->hints);
+    rc = wf_place_hints_create(&t->hints);
     if (rc == 0)
         rc = wf_strategy_pipeline(t->comm,
                                   &(wf_pipeline_opts){ .stages = o->stages,
@@ -615,10 +690,17 @@ static int param_stage(const char *name, void *ctx)
     return 0;
 }
 
-/* A pipeline, before rank 0 samples or saves: the other stages' weights (and optimizer
- * state) to rank 0. Nothing otherwise. */
+/* Before the writer samples or saves: a pipeline's other stages' weights (and optimizer
+ * state) to rank 0; parameter servers' weights and optimizer state to every rank (a
+ * collective: every rank calls it at the same point). Nothing otherwise. */
 static int gather(trainer *t, char *err, size_t errlen)
 {
+    if (t->o->ps_ranks) {
+        int rc = wf_session_ps_sync(t->s);
+        if (rc < 0)
+            snprintf(err, errlen, "gathering the servers' state: %s", wf_session_errmsg(t->s));
+        return rc;
+    }
     if (!t->o->pipeline || wf_strategy_size(t->strategy) < 2)
         return 0;
     return wt_ranks_gather(t->comm, t->s, t->g, param_stage, t, err, errlen);
@@ -692,7 +774,7 @@ int main(int argc, char **argv)
     wf_runtime_opts ro = { .n_workers = o.threads };
     if (rc == 0 && (rc = wf_runtime_create(&t.rt, &ro)) < 0)
         snprintf(err, sizeof err, "runtime: %s", wf_last_errmsg());
-    if (rc == 0 && o.strategy)
+    if (rc == 0 && o.strategy && !o.mirrored) /* mirrored: one process */
         rc = wt_ranks_comm(t.rt, &t.comm, err, sizeof err);
     if (rc == 0 && o.strategy && (rc = make_strategy(&t, err, sizeof err)) < 0 && !err[0])
         snprintf(err, sizeof err, "--strategy: %s", wf_last_errmsg());
@@ -756,7 +838,7 @@ int main(int argc, char **argv)
             (rc = evaluate(&t, text.n_train, text.n, xb, yb, &val_loss, err, sizeof err)) == 0)
             snprintf(note + nl, sizeof note - (size_t)nl, "  val loss %.4f", val_loss);
         wt_progress_end_note(&bar, rc == 0 ? note : NULL);
-        if (rc == 0 && o.pipeline && o.sample_any)
+        if (rc == 0 && (o.pipeline || o.ps_ranks) && o.sample_any)
             rc = gather(&t, err, sizeof err);
         if (rc == 0 && !o.quiet)
             print_sample(&t, step, &sample_rng);
@@ -778,7 +860,8 @@ int main(int argc, char **argv)
         if ((rc = gather(&t, err, sizeof err)) == 0 && !o.quiet)
             print_sample(&t, t.start, &sample_rng);
     }
-    if (rc == 0 && o.pipeline && o.save_any && (rc = gather(&t, err, sizeof err)) < 0) {
+    if (rc == 0 && (o.pipeline || o.ps_ranks) && o.save_any &&
+        (rc = gather(&t, err, sizeof err)) < 0) {
         fprintf(stderr, "train_gpt: --save: %s\n", err);
         goto out_batch;
     }
