@@ -634,24 +634,9 @@ static int make_strategy(trainer *t, char *err, size_t errlen)
 {
     const options *o = t->o;
     int rc;
-    if (o->mirrored) {
-        /* --devices N: the first N GPUs, or N simulated devices where there are fewer */
-        int gpus = wf_device_count(t->rt) - 1;
-        bool sim = o->devices > gpus || gpus < 1;
-        int n = o->devices ? o->devices : (sim ? 0 : gpus);
-        wf_strategy_opts so = { .shards = o->shards,
-                                .n_devices = n,
-                                .simulated_devices = sim ? n : 0 };
-        if ((rc = wf_strategy_mirrored(t->rt, &so, &t->strategy)) < 0) {
-            snprintf(err, errlen, "--strategy mirrored: %s%s", wf_last_errmsg(),
-                     n ? "" : " (here: --devices N runs N simulated devices)");
-            return rc;
-        }
-        if (!o->quiet)
-            printf("train_gpt: mirrored over %d %s\n", wf_strategy_device_count(t->strategy),
-                   sim ? "simulated devices (no GPU for each)" : "GPUs");
-        return 0;
-    }
+    if (o->mirrored)
+        return wt_mirrored(t->rt, o->devices, o->shards, "train_gpt", o->quiet, &t->strategy, err,
+                           errlen);
     if (o->ps_ranks)
         return wf_strategy_ps(
             t->comm,

@@ -1,5 +1,6 @@
-/* examples/weft-train/ranks.c: joining weft-run's ranks for --strategy, and gathering a
- * pipeline's weights to rank 0 (ranks.h). Public API only. */
+/* examples/weft-train/ranks.c: joining weft-run's ranks for --strategy, gathering a
+ * pipeline's weights to rank 0, and --strategy mirrored's devices (ranks.h). Public API
+ * only. */
 #include "ranks.h"
 
 #include <stdio.h>
@@ -75,4 +76,23 @@ int wt_ranks_gather(wf_comm *comm, wf_session *s, const wf_graph *g, wt_stage_of
         wf_tensor_release(v);
     }
     return rc;
+}
+
+int wt_mirrored(wf_runtime *rt, int devices, int shards, const char *prog, bool quiet,
+                wf_strategy **out, char *err, size_t errlen)
+{
+    int gpus = wf_device_count(rt) - 1;
+    bool sim = devices > gpus || gpus < 1;
+    int n = devices ? devices : (sim ? 0 : gpus);
+    wf_strategy_opts so = { .shards = shards, .n_devices = n, .simulated_devices = sim ? n : 0 };
+    int rc = wf_strategy_mirrored(rt, &so, out);
+    if (rc < 0) {
+        snprintf(err, errlen, "--strategy mirrored: %s%s", wf_last_errmsg(),
+                 n ? "" : " (here: --devices N runs N simulated devices)");
+        return rc;
+    }
+    if (!quiet)
+        printf("%s: mirrored over %d %s\n", prog, wf_strategy_device_count(*out),
+               sim ? "simulated devices (no GPU for each)" : "GPUs");
+    return 0;
 }

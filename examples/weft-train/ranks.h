@@ -1,13 +1,14 @@
 /* examples/weft-train/ranks.h: joining weft-run's ranks for a tool's --strategy (weft-train,
  * train_gpt): the rank from the environment before anything is opened, the communicator
- * once the runtime exists (each tool makes its own strategy over it), and a pipeline's
- * weights gathered to rank 0.
+ * once the runtime exists (each tool makes its own strategy over it), a pipeline's
+ * weights gathered to rank 0, and --strategy mirrored's devices (one process).
  * Not here: what a tool does on ranks other than 0 (each goes quiet in its own way). */
 #ifndef WT_RANKS_H
 #define WT_RANKS_H
 
 #include <weft/weft.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* This process's rank from weft-run's environment (WEFT_RANK, ... or Slurm's, Open MPI's;
@@ -30,5 +31,12 @@ typedef int (*wt_stage_of_fn)(const char *name, void *ctx);
  * Returns 0 or a negative WF_ error with the reason in 'err'. */
 int wt_ranks_gather(wf_comm *comm, wf_session *s, const wf_graph *g, wt_stage_of_fn stage_of,
                     void *ctx, char *err, size_t errlen);
+
+/* --strategy mirrored --devices N [--shards S] ('devices' 0: every GPU): the first N GPUs,
+ * or N simulated devices where there are fewer, into '*out' (the caller's:
+ * wf_strategy_destroy()). Unless 'quiet', prints "<prog>: mirrored over N <what>". Returns 0
+ * or a negative WF_ error with the reason in 'err' (prefixed "--strategy mirrored: "). */
+int wt_mirrored(wf_runtime *rt, int devices, int shards, const char *prog, bool quiet,
+                wf_strategy **out, char *err, size_t errlen);
 
 #endif /* WT_RANKS_H */

@@ -1359,24 +1359,9 @@ static int gather_stages(trainer *t, char *err, size_t errlen)
 static int join_ranks(options *o, trainer *t, char *err, size_t errlen)
 {
     int rc;
-    if (strcmp(o->strategy, "mirrored") == 0) {
-        /* --devices N: the first N GPUs, or N simulated devices where there are fewer */
-        int gpus = wf_device_count(t->rt) - 1;
-        bool sim = o->devices > gpus || gpus < 1;
-        int n = o->devices ? o->devices : (sim ? 0 : gpus);
-        wf_strategy_opts so = { .shards = o->shards,
-                                .n_devices = n,
-                                .simulated_devices = sim ? n : 0 };
-        if ((rc = wf_strategy_mirrored(t->rt, &so, &t->strategy)) < 0) {
-            snprintf(err, errlen, "--strategy mirrored: %s%s", wf_last_errmsg(),
-                     n ? "" : " (here: --devices N runs N simulated devices)");
-            return rc;
-        }
-        if (!o->quiet)
-            printf("weft-train: mirrored over %d %s\n", wf_strategy_device_count(t->strategy),
-                   sim ? "simulated devices (no GPU for each)" : "GPUs");
-        return 0;
-    }
+    if (strcmp(o->strategy, "mirrored") == 0)
+        return wt_mirrored(t->rt, o->devices, o->shards, "weft-train", o->quiet, &t->strategy, err,
+                           errlen);
     if ((rc = wt_ranks_comm(t->rt, &t->comm, err, errlen)) < 0)
         return rc;
     t->rank = wf_comm_rank(t->comm);
