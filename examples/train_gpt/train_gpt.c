@@ -65,8 +65,8 @@ typedef struct options {
     int micro_batches;    /* --micro-batches M (0: one) */
     int schedule;         /* --schedule gpipe|1f1b: WF_SCHEDULE_* (1f1b) */
     bool schedule_set;    /* --schedule given */
-    bool sample_any;      /* a pipeline's ranks gather the weights for rank 0's samples */
-    bool save_any;        /* ... and for its --save */
+    bool sample_any;      /* every rank gathers (gather()) before the writer's samples */
+    bool save_any;        /* ... and before its --save */
     bool quiet;
 } options;
 
@@ -563,7 +563,7 @@ static int parse_args(int argc, char **argv, options *o)
                                &o->devices,
                                &o->ps_ranks,
                                &o->staleness };
-            o->staleness_set |= k == 15;
+            o->staleness_set |= strcmp(a, "--staleness") == 0;
             if (k == 6)
                 o->seed = (uint64_t)v;
             else if (longs[k])
@@ -823,7 +823,7 @@ int main(int argc, char **argv)
             (rc = evaluate(&t, text.n_train, text.n, xb, yb, &val_loss, err, sizeof err)) == 0)
             snprintf(note + nl, sizeof note - (size_t)nl, "  val loss %.4f", val_loss);
         wt_progress_end_note(&bar, rc == 0 ? note : NULL);
-        if (rc == 0 && (o.pipeline || o.ps_ranks) && o.sample_any)
+        if (rc == 0 && o.sample_any) /* gather() does what the strategy needs */
             rc = gather(&t, err, sizeof err);
         if (rc == 0 && !o.quiet)
             print_sample(&t, step, &sample_rng);
@@ -845,8 +845,7 @@ int main(int argc, char **argv)
         if ((rc = gather(&t, err, sizeof err)) == 0 && !o.quiet)
             print_sample(&t, t.start, &sample_rng);
     }
-    if (rc == 0 && (o.pipeline || o.ps_ranks) && o.save_any &&
-        (rc = gather(&t, err, sizeof err)) < 0) {
+    if (rc == 0 && o.save_any && (rc = gather(&t, err, sizeof err)) < 0) {
         fprintf(stderr, "train_gpt: --save: %s\n", err);
         goto out_batch;
     }
