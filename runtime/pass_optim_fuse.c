@@ -3,7 +3,9 @@
  * tiles of WF__UPDATE_TILE elements, one scheduled task per tile instead of one task (or a
  * parallel loop) per variable.
  * Owns: grouping the updates (same op update_K, same step counter and hyperparameter vector
- *   after replacement, same dtype: one wf_minimize()/wf_apply_gradients() call), the checks
+ *   after replacement, same dtype: one wf_minimize()/wf_apply_gradients() call; and, in a
+ *   data-parallel step, the same gradient bucket, so that the update of a bucket all-reduced
+ *   early runs while later buckets are still on the network instead of after the last), the checks
  *   that make merging them safe, and the plan-owned fused nodes.
  * Why it is safe: runtime/passes.h states the rule this pass adds to the framework (the
  *   exception for fused updates): members nobody reads as data and nobody fetches, no
@@ -16,6 +18,7 @@
  * Cost: O(groups x (nodes + edges)); a graph has a handful of optimizers.
  * Not here: the multi-tensor kernel (grad/optim_cpu.c), the pass framework (passes.c). */
 #include "../grad/update.h"
+#include "../ops/table.h"
 #include "passes.h"
 
 #include <stdio.h>
@@ -29,10 +32,11 @@ typedef struct fused_node {
     wf_node *ptrs[]; /* inputs, then control edges, then the name's bytes */
 } fused_node;
 
-/* Updates of one optimizer. */
+/* Updates of one optimizer whose gradients come from one data-parallel bucket (or from none). */
 typedef struct group {
     const wf_op_def *op;
     int32_t step, hp; /* representatives of the step counter and the hyperparameters */
+    int32_t bucket;   /* bucket_of() the members' gradients */
     wf_dtype dtype;
     int n;
     int32_t *mem; /* 'n' member ids, ascending */
@@ -223,9 +227,32 @@ static int fuse_group(state *st, const group *g, int32_t *chunk_mem)
     return 0;
 }
 
-static bool same_group(const group *g, const wf_node *n, int32_t step, int32_t hp)
+/* The gradient bucket that gradient 'id' comes out of: the dp_reduce node that all-reduces it
+ * with other ranks (placement/replicate.c), reached through the gradient's dp_grad (a bucket
+ * reduced in place) or its slice and reshape (a flat bucket); -1 for a gradient of no such
+ * bucket. A dp_reduce over this rank's shards alone (a pipeline's micro-batches, Mirrored's
+ * devices: every shard local, attrs step[0] == end[0]) is no bucket: it has no network wait
+ * for an earlier group's update to fill. */
+static int32_t bucket_of(wf__pass_ctx *c, int32_t id)
 {
-    return g->op == n->op && g->step == step && g->hp == hp && g->dtype == n->dtype;
+    for (int hop = 0; hop < 3; hop++) {
+        const wf_node *n = c->node[id];
+        if (n->op == &wf_op_dp_reduce)
+            return n->attrs->end[0] > n->attrs->step[0] ? id : -1;
+        if (n->op == &wf_op_dp_grad)
+            id = rep(c, n->inputs[1]);
+        else if (n->op == &wf_op_reshape || n->op == &wf_op_slice)
+            id = rep(c, n->inputs[0]);
+        else
+            return -1;
+    }
+    return -1;
+}
+
+static bool same_group(const group *g, const wf_node *n, int32_t step, int32_t hp, int32_t bucket)
+{
+    return g->op == n->op && g->step == step && g->hp == hp && g->bucket == bucket &&
+           g->dtype == n->dtype;
 }
 
 int wf__pass_optim_fuse(wf__pass_ctx *c)
@@ -263,8 +290,9 @@ int wf__pass_optim_fuse(wf__pass_ctx *c)
             continue;
         int k = n->op->n_assign;
         int32_t step = rep(c, n->inputs[k + 1]), hp = rep(c, n->inputs[k + 2]);
+        int32_t bucket = bucket_of(c, rep(c, n->inputs[k]));
         int g = 0;
-        while (g < n_groups && !same_group(&gs[g], n, step, hp))
+        while (g < n_groups && !same_group(&gs[g], n, step, hp, bucket))
             g++;
         if (g == n_groups) {
             group *more = realloc(gs, (size_t)(n_groups + 1) * sizeof *gs);
@@ -273,14 +301,15 @@ int wf__pass_optim_fuse(wf__pass_ctx *c)
                 goto done;
             }
             gs = more;
-            gs[n_groups++] = (group){ n->op, step, hp, n->dtype, 0, NULL };
+            gs[n_groups++] = (group){ n->op, step, hp, bucket, n->dtype, 0, NULL };
         }
         gs[g].n++;
         gidx[n_cand] = g;
         cand[n_cand++] = id;
     }
-    for (int g = 0, at = 0; g < n_groups; at += gs[g].n, g++) { /* each group's slice */
+    for (int g = 0, at = 0; g < n_groups; g++) { /* each group's slice of 'sorted' */
         gs[g].mem = sorted + at;
+        at += gs[g].n;
         gs[g].n = 0;
     }
     for (int i = 0; i < n_cand; i++)

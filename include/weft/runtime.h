@@ -91,8 +91,10 @@ typedef struct wf_session_opts {
  *   (same update rule, step counter, hyperparameters and dtype) become one multi-tensor
  *   update ("multi_update" in dumps) that updates every variable and its state in place, in
  *   tiles of 64K elements across all of them (one task per tile), with the per-variable
- *   loops (same bits). Not for an update that is fetched or read as data, or that writes a
- *   variable another member writes or reads. Statistics: n_optim_fused, nodes_after_optim_fuse.
+ *   loops (same bits). Under a data-parallel strategy, one such node per gradient bucket
+ *   all-reduced with other ranks (an early bucket's update runs while later ones are
+ *   reduced). Not for an update that is fetched or read as data, or that writes a variable
+ *   another member writes or reads. Statistics: n_optim_fused, nodes_after_optim_fuse.
  * Critical-path priority (not a rewrite): each node's priority is its estimated time (the
  *   op's flops and bytes) plus the highest priority among the nodes after it; a worker that
  *   finishes a node goes on with its most critical ready successor and offers the others

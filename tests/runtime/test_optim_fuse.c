@@ -6,7 +6,8 @@
  * momentum and Nesterov, RMSProp and Adagrad for several steps, on 1 and on 2 workers, every
  * variable and every optimizer state compared bit for bit. The multi-tensor kernel runs the
  * per-variable loops (grad/optim_cpu.c) on each element, so bitwise equality is the check.
- * Also: one variable updated by two optimizers (two fused nodes, ordered), a checkpoint
+ * Also: one variable updated by two optimizers (two fused nodes, ordered), two optimizers
+ * over different variables (a fused node each), a checkpoint
  * saved after fused steps loads into an unfused session with the same bits, a variable
  * listed twice in one optimizer (its second update stays apart, ordered after the fused
  * node), and the plan dump. */
@@ -237,6 +238,41 @@ Test(runtime_optim_fuse, a_variable_updated_by_two_optimizers)
     train(&mf, f, 3);
     train(&mu, u, 3);
     same_variables(&mf, f, &mu, u, "two optimizers");
+    wf_session_destroy(f);
+    wf_session_destroy(u);
+    wf_graph_destroy(mf.g);
+    wf_graph_destroy(mu.g);
+}
+
+/* Adam for fc1's variables, momentum for fc2's: two groups, each fused into a node of its own
+ * (each group's members get their own part of the pass's member array). */
+static void split_optimizers(model *m)
+{
+    wf_node *vars[4] = { wf_graph_find(m->g, "fc1.weight"), wf_graph_find(m->g, "fc1.bias"),
+                         wf_graph_find(m->g, "fc2.weight"), wf_graph_find(m->g, "fc2.bias") };
+    wf_node *grads[4];
+    cr_assert_eq(wf_gradients(m->g, m->loss, vars, 4, grads), 0, "%s", wf_graph_errmsg(m->g));
+    m->targets[0] = wf_apply_gradients(m->g, wf_adam(1e-3), vars, grads, 2);
+    m->targets[1] = wf_apply_gradients(m->g, wf_momentum(0.01, 0.9, false), vars + 2, grads + 2, 2);
+    m->n_targets = 2;
+    cr_assert(m->targets[0] && m->targets[1], "%s", wf_graph_errmsg(m->g));
+}
+
+Test(runtime_optim_fuse, two_optimizers_over_different_variables_fuse_each)
+{
+    model mf, mu;
+    mlp(rt, &mf);
+    mlp(rt, &mu);
+    split_optimizers(&mf);
+    split_optimizers(&mu);
+    wf_session *f = session(&mf, 0), *u = session(&mu, WF_SESSION_NO_OPTIM_FUSE);
+    wf_plan_stats sf = stats(&mf, f), su = stats(&mu, u);
+    cr_assert_eq(sf.n_optim_fused, 2, "%d fused updates", sf.n_optim_fused);
+    cr_assert_eq(sf.nodes_after_optim_fuse, su.nodes_after_optim_fuse - 2, "%d nodes vs %d",
+                 sf.nodes_after_optim_fuse, su.nodes_after_optim_fuse);
+    train(&mf, f, 3);
+    train(&mu, u, 3);
+    same_variables(&mf, f, &mu, u, "two optimizers, different variables");
     wf_session_destroy(f);
     wf_session_destroy(u);
     wf_graph_destroy(mf.g);

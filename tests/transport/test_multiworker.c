@@ -324,7 +324,7 @@ TU_REGISTER(rank_local_fail)
 /* Of a Chrome trace 'buf': the task spans of run 'run' (the 'args' of each event). */
 typedef struct span {
     double ts, end;
-    char name[32], kind[32];
+    char name[64], kind[32];
 } span;
 
 static int trace_spans(const char *buf, long run, span *out, int cap)
@@ -342,7 +342,7 @@ static int trace_spans(const char *buf, long run, span *out, int cap)
         span *s = &out[n++];
         s->ts = strtod(ts + 5, NULL);
         s->end = s->ts + strtod(dur + 6, NULL);
-        sscanf(p + 9, "%31[^\"]", s->name);
+        sscanf(p + 9, "%63[^\"]", s->name);
         sscanf(kind + 8, "%31[^\"]", s->kind);
     }
     return n;
@@ -430,6 +430,103 @@ static int rank_trace(wf_comm *c, int rank, int size, void *argp)
     return 0;
 }
 TU_REGISTER(rank_trace)
+
+/* Rank 0 of 2 (one worker each) traces steps 2 to 4 of an MLP with biases whose gradients
+ * fill two buckets: [b3, w3] (the 4 KiB first bucket closes at w3) and the rest. Optimizer
+ * fusion makes one multi-tensor update per bucket (runtime/pass_optim_fuse.c), so the first
+ * bucket's update runs while the last bucket is still being reduced: in the trace it starts
+ * before that reduction ends. With one update for every variable it could only start after
+ * the last reduction. */
+static int rank_trace_updates(wf_comm *c, int rank, int size, void *argp)
+{
+    (void)size;
+    (void)argp;
+    wf_strategy *st = NULL;
+    TU_OK(wf_strategy_multiworker(c, &(wf_strategy_opts){ .first_bucket_bytes = 4096 }, &st));
+    wf_graph *g = wf_graph_create(tu_rt, WF_STATIC);
+    wf_node *x = wf_placeholder(g, "x", WF_F32, WF_SHAPE(-1, IN));
+    wf_node *y = wf_placeholder(g, "y", WF_I32, WF_SHAPE(-1));
+    const int64_t width[4] = { IN, 512, 512, OUT };
+    wf_node *h = x;
+    for (int l = 0; l < 3; l++) {
+        char wn[8], bn[8];
+        snprintf(wn, sizeof wn, "w%d", l + 1);
+        snprintf(bn, sizeof bn, "b%d", l + 1);
+        wf_node *w = wf_variable(g, wn, WF_F32, WF_SHAPE(width[l], width[l + 1]),
+                                 wf_init_glorot_uniform((uint64_t)l + 1));
+        wf_node *b = wf_variable(g, bn, WF_F32, WF_SHAPE(width[l + 1]), wf_init_zeros());
+        h = wf_add(g, wf_matmul(g, h, w), b);
+        if (l < 2)
+            h = wf_relu(g, h);
+    }
+    wf_node *loss = wf_mean(g, wf_softmax_cross_entropy(g, h, y));
+    wf_node *train = wf_minimize(g, wf_adam(1e-3), loss);
+    TU_CHECK(train, "build: %s", wf_graph_errmsg(g));
+    wf_session *s = NULL;
+    TU_OK(wf_session_create(g, &(wf_session_opts){ .strategy = st }, &s));
+    wf_plan_stats ps;
+    TU_OK(wf_session_plan_stats(s, &loss, 1, &train, 1, &ps));
+    TU_CHECK(ps.n_optim_fused == 2, "%d multi-tensor updates (2 buckets: expected 2)",
+             ps.n_optim_fused);
+    static float xs[256 * IN];
+    static int32_t ys[256];
+    batch_of(0, 256, xs, ys);
+    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(256, IN), xs);
+    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(256), ys);
+    wf_feed f[] = { { x, xt }, { y, yt } };
+    for (int step = 0; step < 4; step++) {
+        wf_tensor *out = NULL;
+        int rc = wf_session_run(s, f, 2, &loss, 1, &out, &train, 1);
+        TU_CHECK(rc == 0, "step %d: %s", step, wf_session_errmsg(s));
+        wf_tensor_release(out);
+    }
+    wf_tensor_release(xt);
+    wf_tensor_release(yt);
+    if (rank == 0) {
+        char path[96];
+        snprintf(path, sizeof path, "/tmp/weft-mw-utrace-%d.json", (int)getpid());
+        TU_CHECK(wf_runtime_trace_write(tu_rt, path) > 0, "trace: %s", wf_last_errmsg());
+        FILE *fp = fopen(path, "r");
+        TU_CHECK(fp, "open %s", path);
+        static char buf[8 << 20];
+        size_t len = fread(buf, 1, sizeof buf - 1, fp);
+        buf[len] = 0;
+        fclose(fp);
+        unlink(path);
+        static span sp[16384];
+        int early = 0;
+        for (long run = 1; run <= 3; run++) {
+            int n = trace_spans(buf, run, sp, 16384);
+            /* A dp_reduce's span is its posting; its reduction has ended by the time the
+             * dp_grad nodes that read it start: the last of those is the step's last. */
+            double last_end = -1, first_update = -1;
+            for (int i = 0; i < n; i++) {
+                if (!strcmp(sp[i].kind, "dp_grad") && sp[i].ts > last_end)
+                    last_end = sp[i].ts;
+                /* a multi-tensor update's span, or one of its tiles' */
+                if (!strcmp(sp[i].kind, "multi_update") &&
+                    (first_update < 0 || sp[i].ts < first_update))
+                    first_update = sp[i].ts;
+            }
+            TU_CHECK(last_end >= 0 && first_update >= 0,
+                     "run %ld: no dp_grad (%g) or no multi-tensor update (%g)", run, last_end,
+                     first_update);
+            printf("run %ld: the first bucket's update started %.3f us before the last "
+                   "bucket's reduction ended\n",
+                   run, last_end - first_update);
+            early += first_update < last_end;
+        }
+        TU_CHECK(early >= 2,
+                 "only %d of 3 traced steps started the first bucket's update before the last "
+                 "bucket's reduction ended",
+                 early);
+    }
+    wf_session_destroy(s);
+    wf_graph_destroy(g);
+    wf_strategy_destroy(st);
+    return 0;
+}
+TU_REGISTER(rank_trace_updates)
 
 static void result_path(char *buf, size_t n, const char *tag)
 {
@@ -695,6 +792,20 @@ Test(transport_multiworker, bucket_reductions_start_before_backward_ends_in_the_
     for (int i = 0; i < 2; i++)
         cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
                   "rank %d failed (status %d)", i, t.status[i]);
+}
+
+Test(transport_multiworker, a_buckets_update_runs_while_later_buckets_are_reduced)
+{
+    tu_run t = { .size = 2,
+                 .body = rank_trace_updates,
+                 .timeout_s = WF_TEST_TIMEOUT(60),
+                 .with_rt = true,
+                 .n_workers = 1 };
+    tu_start(&t);
+    cr_assert(tu_wait(&t), "the ranks did not finish in time");
+    for (int i = 0; i < 2; i++)
+        cr_assert(WIFEXITED(t.status[i]) && WEXITSTATUS(t.status[i]) == 0,
+                  "rank %d failed (status %d; stderr says why)", i, t.status[i]);
 }
 
 Test(transport_multiworker, bad_strategy_options_are_refused)
