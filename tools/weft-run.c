@@ -752,15 +752,45 @@ static void on_join_timeout(uv_timer_t *t)
     finish(L, 1);
 }
 
-/* A loopback port that the kernel just handed out (and we let go again). */
-static int free_port(const char *host)
+/* Whether 'port' on 'a''s address can be bound now (bound, then let go: no connection, so
+ * nothing is left in TIME_WAIT). */
+static bool port_free(struct sockaddr_in a, int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
-        return -1;
+        return false;
+    a.sin_port = htons((uint16_t)port);
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A port of 'host' (loopback unless it is an IPv4 address) that is free now, for rank 0's
+ * rendezvous, which binds it a moment later. Chosen at random below Linux's ephemeral range
+ * (32768-60999 by default), from 20000 to 32767: a port the kernel hands out to a connect()
+ * or a bind(port 0), freed again, can go to another process's connection (another job's UCX
+ * endpoints) before rank 0 binds it, and rank 0 then fails with "address already in use";
+ * ports below that range only ever go to explicit binds. Falls back to one the kernel picks;
+ * -1 with errno when none can be had. */
+static int free_port(const char *host)
+{
     struct sockaddr_in a = { .sin_family = AF_INET };
     if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t x = (uint64_t)getpid() * 0x9e3779b97f4a7c15u ^ (uint64_t)ts.tv_nsec;
+    for (int tries = 0; tries < 200; tries++) {
+        x ^= x << 13; /* xorshift64 */
+        x ^= x >> 7;
+        x ^= x << 17;
+        int port = 20000 + (int)(x % 12768);
+        if (port_free(a, port))
+            return port;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
     socklen_t len = sizeof a;
     int port = -1;
     if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&

@@ -435,8 +435,8 @@ void wf__busy_end(wf_comm *c);
 /* Tag classes: bit 63 chooses user point-to-point keys or collective traffic. */
 #define WF__TAG_COLL (1ull << 63)
 
-/* post.c: the transport's actor. Kicks it (after a failure of the comm, so that it fails
- * every posted request); a no-op before the first post. Threads: any. */
+/* post.c: the transport's actor. Kicks it (a look at the deadlines and the watches); a no-op
+ * before the first post. Threads: any. */
 void wf__post_kick(wf_comm *c);
 /* wf_comm_destroy(), after "weft-net" stopped and before UCX goes: cancels what is posted,
  * lets the actor complete it (WF_ECANCELED, or the comm's failure) and frees the actor. */
@@ -446,6 +446,11 @@ void wf__post_fini(wf_comm *c);
  * deadlines' timer). Returns whether there was any, so that the caller drains progress and
  * arms the worker. */
 bool wf__post_hand(wf_comm *c);
+
+/* After a failure of the comm: cancels every posted request in UCX, each once (its completion
+ * comes back to the actor, which finishes it with the comm's failure). Only on the thread that
+ * drives the UCX worker's progress: "weft-net" (on_wake(), net.c), or wf__post_fini()'s. */
+void wf__post_cancel(wf_comm *c);
 /* ucx.c: UCX finished posted request 'r' (its fields are set): hands it to the actor. */
 void wf__post_completed(wf_comm_req *r);
 

@@ -900,8 +900,10 @@ static void on_wake(uv_async_t *a)
     }
     /* Posted transfers (post.c) go to UCX here, and their progress is made here too (the
      * event fd), never by a worker of the runtime: see wf__post_hand(). */
-    if (!stop && wf__post_hand(c) && atomic_load(&c->busy) == 0 && !c->poll_paused &&
-        !wf__ucx_progress_arm(c))
+    bool handed = !stop && wf__post_hand(c);
+    if (!stop && failed) /* a failure wakes this thread (comm_vfail): what is posted goes */
+        wf__post_cancel(c);
+    if (handed && atomic_load(&c->busy) == 0 && !c->poll_paused && !wf__ucx_progress_arm(c))
         pause_poll(c);
     if (stop) {
         while (c->conns)

@@ -14,8 +14,14 @@
  *   (UCS_THREAD_MODE_MULTI) is a spin lock, and a worker that posted itself while "weft-net"
  *   progressed spun 2-16 ms whenever the holder was preempted on a loaded machine.
  * Invariants:
- *  - Only "weft-net" hands a posted request to UCX, only the actor cancels (after a
- *    failure) and frees one, so a request it cancels cannot be freed under it; the UCX
+ *  - Only "weft-net" hands a posted request to UCX, and cancels them after a failure
+ *    (wf__post_cancel(); "weft-net" drives the UCX worker's progress, so no completion of
+ *    the same request runs on another thread meanwhile: UCX's ucp_request_cancel() reads the
+ *    request's "completed" flag before taking the worker's lock, and a completion between
+ *    the two trips its assertion, seen here as "tag_match.c:92 Assertion
+ *    `!(req->flags & UCP_REQUEST_FLAG_COMPLETED)'" when the actor canceled on a worker);
+ *    once "weft-net" is gone, wf__post_fini() cancels, on the thread that then progresses.
+ *    Only the actor frees a request, so one being canceled cannot be freed under it; the UCX
  *    completion callback (ucx.c, complete()) only fills in the status under 'mu' and sends
  *    the request to the actor (wf_actor_send() never blocks or allocates). A completion that
  *    arrives while "weft-net" is still in the UCX call of the request ('in_post') is held by
@@ -23,8 +29,8 @@
  *  - A request is on 'posted' (mu) from its post until the actor finishes it, and on
  *    'to_hand' (mu) until "weft-net" takes it; its wf_msg carries only its completion.
  *  - The actor watches its timer fd while anything is posted: a poke (one after each batch
- *    handed to UCX, the timer) checks the deadlines, and after a failure of the comm cancels
- *    everything posted.
+ *    handed to UCX, the timer) checks the deadlines (a missed one fails the comm, which
+ *    wakes "weft-net" to cancel everything posted).
  * Not here: the UCX calls themselves (ucx.c), the control plane and the progress of the
  *   worker (net.c), what a transfer means to a graph (p2p_ops.c). */
 #include "post.h"
@@ -100,9 +106,7 @@ static void finish(wf_comm *c, wf_comm_req *r, int rc)
     done(arg, rc);
 }
 
-/* After a failure of the comm: every posted request still in UCX is canceled (its
- * completion comes back as a message); ones not yet handed to UCX finish at once. */
-static void cancel_all(wf_comm *c)
+void wf__post_cancel(wf_comm *c)
 {
     for (;;) {
         void *ureq = NULL;
@@ -148,8 +152,6 @@ static int look(wf_comm *c, wf_actor *a)
             wf__comm_fail(c, WF_ETIMEDOUT, late, "rank %d: no progress within %u ms: %s", c->rank,
                           c->op_timeout_ms, d);
     }
-    if (atomic_load(&c->failed))
-        cancel_all(c);
     pthread_mutex_lock(&c->mu);
     int pending = c->n_posted;
     pthread_mutex_unlock(&c->mu);
@@ -289,8 +291,7 @@ bool wf__post_hand(wf_comm *c)
             wf__post_completed(r);
         r = next;
     }
-    /* The deadlines' timer, and the cancel of what went to UCX just after the comm failed
-     * (the actor's cancel_all() may have looked before it was there). */
+    /* The deadlines' timer. */
     wf__post_kick(c);
     return true;
 }
@@ -356,6 +357,7 @@ void wf__post_fini(wf_comm *c)
                           "rank %d: the communicator was destroyed with "
                           "%d transfer%s posted",
                           c->rank, left, left == 1 ? "" : "s");
+        wf__post_cancel(c); /* this thread progresses now: it cancels (see the invariants) */
         wf__post_kick(c);
         c->api.ucp_worker_progress(c->worker);
         struct timespec ts = { 0, 1000000 };

@@ -12,7 +12,7 @@
  *   "transfer") and a 'transfer' USDT probe.
  * Failure: once the comm fails (a peer died or was silent: WF_EPEER naming it; a transfer
  *   passed op_timeout_ms: WF_ETIMEDOUT naming the peer, key and size, and the comm fails on
- *   every rank), the actor cancels every posted transfer and each callback gets that code,
+ *   every rank), "weft-net" cancels every posted transfer and each callback gets that code,
  *   with the comm's message in wf_last_errmsg(). A callback runs only once UCX no longer
  *   touches the buffer (a rendezvous under way with a live peer first finishes).
  * Not here: the blocking and waited forms (ucx.c), the graph side (runtime/). */

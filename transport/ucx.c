@@ -257,9 +257,9 @@ static void complete(wf_comm_req *r, void *ureq, ucs_status_t st, size_t length)
         /* UCX's request goes here, on the thread that made the progress ("weft-net"), not
          * in the actor's finish on a worker: its free takes the UCX worker's spin lock,
          * which "weft-net" may hold, preempted, on that worker's core. Done under 'mu', the
-         * request is never canceled (post.c, cancel_all) nor stored (post_ucx) again; one
-         * the actor is canceling ('orphan': "cancel asked") stays for its finish, since
-         * cancel_all() calls UCX with it after letting go of 'mu'. */
+         * request is never canceled (post.c, wf__post_cancel) nor stored (post_ucx) again;
+         * one being canceled ('orphan': "cancel asked") stays for its finish, since
+         * wf__post_cancel() calls UCX with it after letting go of 'mu'. */
         pthread_mutex_lock(&c->mu);
         bool keep = r->orphan;
         if (!keep)

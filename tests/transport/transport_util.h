@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TU_MAX_RANKS 8
@@ -33,17 +34,43 @@ static inline void tu_ucx_env(void)
         setenv("UCX_MEM_EVENTS", "no", 1);
 }
 
-/* A port the kernel just gave out (then freed): good enough on a test machine. */
-static inline int tu_free_port(void)
+/* Whether loopback port 'port' can be bound now (bound, then freed: no connection, so no
+ * TIME_WAIT is left behind). */
+static inline bool tu_port_free(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     cr_assert_geq(fd, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof a;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port = htons((uint16_t)port) };
+    bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
     close(fd);
-    return ntohs(a.sin_port);
+    return ok;
+}
+
+/* A free loopback port below Linux's ephemeral range (32768-60999 by default): the kernel
+ * hands those out to every connect() and bind(port 0) on the machine (UCX's TCP connections
+ * of other tests among them), so one taken from there and freed could be given to another
+ * process before rank 0 binds it ("address already in use"). Ports from 20000 to 32767 are
+ * only ever taken by explicit binds; this process's choices among them are random (its pid,
+ * the time and a counter), so concurrent test processes rarely try the same one. */
+static inline int tu_free_port(void)
+{
+    static unsigned counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t x =
+        (uint64_t)getpid() * 0x9e3779b97f4a7c15u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)++counter << 40;
+    for (int tries = 0; tries < 1000; tries++) {
+        x ^= x << 13; /* xorshift64 */
+        x ^= x >> 7;
+        x ^= x << 17;
+        int port = 20000 + (int)(x % 12768);
+        if (tu_port_free(port))
+            return port;
+    }
+    cr_assert_fail("no free loopback port from 20000 to 32767 in 1000 tries");
+    return -1;
 }
 
 /* A rank's body: returns 0 when every check passed. */
