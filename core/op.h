@@ -221,7 +221,7 @@ bool wf__kernels_ok(const wf__kernels *r, const wf_op_def *op, const struct wf_n
 /* ---- Running one node ---------------------------------------------------------------------
  * wf__node_run() is the one routine that runs a kernel node, wherever it runs: eager graphs
  * (core/graph.c), the CPU executor (runtime/exec.c), the device executor (runtime/
- * exec_device.c) and constant folding (runtime/pass_fold.c). It does, in order: an update's
+ * exec_device.c) and constant folding (runtime/compile/pass_fold.c). It does, in order: an update's
  * writable inputs (op->n_assign), the output (unless the op allocates its own), the kernel
  * call, an update's value (its first variable), the check of the output against the
  * inferred dtype and shape, and on failure the message "<op> '<name>' (<file>:<line>):

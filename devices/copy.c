@@ -17,7 +17,8 @@
  *     (nothing can wait) the kernel waits for the device itself.
  * A device value is contiguous (device kernels write the contiguous output their caller
  *   allocated); a strided one is refused (WF_ENOSYS), never copied wrongly.
- * Not here: where copies go in a plan (runtime/pass_place.c), the op's def (core/op_comm.c). */
+ * Not here: where copies go in a plan (runtime/compile/pass_place.c), the op's def
+ *   (core/op_comm.c). */
 #include "../core/error.h"
 #include "../core/graph.h"
 #include "../core/op.h"

@@ -40,7 +40,7 @@
  *   memory) with a message naming the device and the call; the current CUDA device of the
  *   calling thread is set on entry to each call.
  * Not here: the kernels (ops/<op>_cuda.cu), the pool's policy (cuda_pool.c), placement and the
- *   executor's use of the device (runtime/pass_place.c, runtime/exec_device.c). */
+ *   executor's use of the device (runtime/compile/pass_place.c, runtime/exec_device.c). */
 #ifdef WF_HAVE_CUDA
 
 #    include "../core/error.h"

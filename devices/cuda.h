@@ -14,7 +14,7 @@
  * - Device memory of a wf_tensor on a CUDA device is device memory: host code never reads
  *   t->data; copies go through the device interface (devices/device.h).
  * Not here: the device itself (devices/cuda.c), its pool (devices/cuda_pool.c), which node
- *   runs where (runtime/pass_place.c). */
+ *   runs where (runtime/compile/pass_place.c). */
 #ifndef WF_DEVICES_CUDA_H
 #define WF_DEVICES_CUDA_H
 

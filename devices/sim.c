@@ -17,7 +17,7 @@
  * Invariant: the queue ('head' .. 'tail') holds, in the order given, every record, notify and copy
  * to the host that has not completed; the actor pops them one at a time; 'idle' is signalled when
  * it is empty. Everything under 'mu'. Not here: real devices (cpu.c, cuda.c); which nodes run on it
- * (runtime/pass_place.c). */
+ * (runtime/compile/pass_place.c). */
 #include "../core/error.h"
 #include "device.h"
 

@@ -12,7 +12,8 @@
  *   split (which is why a multi-tensor update gives the same bits as one update per
  *   variable); the counter's value before the step ('t', 0 first) gives the learning rate
  *   and Adam's bias corrections use t + 1.
- * Not here: building the update nodes (optim.c), grouping them (runtime/pass_optim_fuse.c). */
+ * Not here: building the update nodes (optim.c), grouping them
+ *   (runtime/compile/pass_optim_fuse.c). */
 #include "../core/tensor.h"
 #include "../ops/cuda_kernels.h"
 #include "../ops/kernels.h"

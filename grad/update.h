@@ -1,5 +1,5 @@
 /* grad/update.h: the optimizers' update ops as runtime/ sees them, for optimizer fusion
- * (runtime/pass_optim_fuse.c) (a module interface: not installed, not internal.h).
+ * (runtime/compile/pass_optim_fuse.c) (a module interface: not installed, not internal.h).
  * Owns: which ops are per-variable updates (wf__update_is_member), and the multi-tensor
  *   update op defs (wf__update_multi_def), one static def per number of assigned inputs.
  * The multi-tensor update: one node that does what M update nodes of one optimizer do (same
@@ -18,7 +18,8 @@
  *   ops/optim_cuda.cu's fused multi-tensor kernel (grad/optim_cpu.c: kernel_multi_cuda);
  *   placement keeps updates on the host in this version, so only a caller that places one
  *   there (a test) runs it.
- * Not here: building update nodes (optim.c), the fusion pass (runtime/pass_optim_fuse.c). */
+ * Not here: building update nodes (optim.c), the fusion pass
+ *   (runtime/compile/pass_optim_fuse.c). */
 #ifndef WF_GRAD_UPDATE_H
 #define WF_GRAD_UPDATE_H
 

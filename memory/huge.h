@@ -3,7 +3,7 @@
  * Owns: the advice that asks Linux for 2 MiB pages over a buffer, and an allocation aligned
  *   for it.
  * Why: with THP in "madvise" mode (Debian's default) nothing else gets huge pages. A buffer
- *   that streams through the TLB (a training step's arena, runtime/memplan.c) or whose pages
+ *   that streams through the TLB (a training step's arena, memory/arena.c) or whose pages
  *   another process pins to copy (the single-copy all-reduce, transport/coll.c: every
  *   process_vm_readv/writev pins each 4 KiB page it touches) gains from them. Measured with
  *   perf/allreduce_bench --huge-pages, 2 ranks on shared memory, 16 MiB: 5.8-6.2 GB/s bus

@@ -36,8 +36,8 @@
  *   without, 1.00x with 822; the CNN: 0.98x, none).
  * Cost: O(n * n / 64 + P * (P + edges)) per plan; the MLP of perf/train plans in well under a
  *   millisecond.
- * Not here: which outputs are planned and the arena's tensors (runtime/memplan.c), the
- *   pools (memory/pool.c). */
+ * Not here: which outputs are planned (runtime/compile/memplan.c), the arena's tensors
+ *   (arena.c), the pools (memory/pool.c). */
 #include "plan.h"
 
 #include "../core/error.h"

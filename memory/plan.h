@@ -7,9 +7,11 @@
  *   place over the earlier, its input 0); and its independent checker.
  * What it knows: integers. No graph, op, tensor or plan: the caller says which outputs are
  *   planned (bytes > 0) and which may take input 0's bytes (its op writes in place, same
- *   dtype and shape), and turns the offsets into tensors (runtime/memplan.c).
- * Not here: which outputs a plan may place (runtime/memplan.c), the slots' arenas and
- *   tensors (runtime/), the pools (memory/pool.h). */
+ *   dtype and shape, runtime/compile/memplan.c), and memory/arena.h turns the offsets into
+ *   tensors.
+ * Not here: which outputs a plan may place (runtime/compile/memplan.c), the arenas and their
+ *   tensors (memory/arena.h), when a run slot makes its arena (runtime/arena.c), the pools
+ *   (memory/pool.h). */
 #ifndef WF_MEMORY_PLAN_H
 #define WF_MEMORY_PLAN_H
 

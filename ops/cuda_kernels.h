@@ -103,7 +103,7 @@ void wf__matmul_cuda_set_tf32(bool on);
 /* The per-node TF32 mark: a matmul or matmul_epilogue node whose attrs->dtype is
  * WF__MATMUL_TF32 runs an f32 product on TF32 tensor cores (cuBLAS's
  * CUBLAS_COMPUTE_32F_FAST_TF32); attrs->dtype is otherwise unused by those ops (0), and the
- * CPU kernels ignore it. runtime/pass_mixed.c sets it for sessions with WF_SESSION_TF32,
+ * CPU kernels ignore it. runtime/compile/pass_mixed.c sets it for sessions with WF_SESSION_TF32,
  * so the option is per session, not process-wide. */
 #define WF__MATMUL_TF32 WF_F32
 

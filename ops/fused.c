@@ -6,7 +6,7 @@
  *   broadcast, so a node that exists can run; the kernel checks the tensors again (a -1
  *   dimension is known only then).
  * Not here: the kernels (fused_cpu.c, fused_cuda.cu), the pass that makes these nodes
- *   (runtime/pass_fuse.c).
+ *   (runtime/compile/pass_fuse.c).
  *   There is no public constructor and no gradient: fused nodes exist only in compiled
  *   plans, made after wf_gradients() has run. */
 #include "fused.h"

@@ -13,7 +13,7 @@
  *   'n_axes' is the instruction count, each instruction one int64 of 'begin', 'end', 'step'
  *   (in that order, so at most 3 * WF_MAX_RANK), 'alpha' the one slope that the program's
  *   leaky_relu and leaky_relu_grad instructions share, 'dtype' the output's dtype.
- * Not here: choosing what to fuse (runtime/pass_fuse.c), the loops (elementwise_cpu.c). */
+ * Not here: choosing what to fuse (runtime/compile/pass_fuse.c), the loops (elementwise_cpu.c). */
 #ifndef WF_OPS_FUSED_H
 #define WF_OPS_FUSED_H
 
@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* At most as many inputs as a plan-owned node holds inline (runtime/passes.c's
+/* At most as many inputs as a plan-owned node holds inline (runtime/compile/passes.c's
  * wf__pass_make()), and one instruction per int64 of begin/end/step. */
 #define WF__FUSED_MAX_INPUTS 4
 #define WF__FUSED_MAX_OPS    (3 * WF_MAX_RANK)

@@ -18,7 +18,7 @@
  *   the CPU reports, is found on the device (the smallest such element) and fails the call,
  *   which then waits for the stream, as elementwise_cuda.cu's division.
  * Not here: the program's format and checks (fused.c), the per-element maths (cuda_scalar.h),
- *   choosing what to fuse (runtime/pass_fuse.c). */
+ *   choosing what to fuse (runtime/compile/pass_fuse.c). */
 #include "cuda_common.h"
 #include "cuda_scalar.h"
 extern "C" {

@@ -5,12 +5,12 @@
  * Invariant: inference accepts exactly what wf__matmul_cpu() accepts once -1 dimensions are
  *   known, so a static graph that builds runs (short of a fed shape that contradicts it).
  * Why matmul_epilogue is an op of its own and not matmul with optional inputs: it exists
- *   only in compiled plans (runtime/pass_epilogue.c makes it after wf_gradients() has run,
+ *   only in compiled plans (runtime/compile/pass_epilogue.c makes it after wf_gradients() has run,
  *   so it needs no gradient and no constructor), and code that reads a node of op matmul
  *   (its gradient, a pass, the cost model) may keep assuming a plain product of two inputs.
  *   For the same reason it is not in wf__ops_table (no saved graph or tool can name it).
  * Not here: the GEMM and the epilogue (matmul_cpu.c), the gradient (grad/), which nodes get
- *   an epilogue (runtime/pass_epilogue.c). */
+ *   an epilogue (runtime/compile/pass_epilogue.c). */
 #include "internal.h"
 
 #include <stdio.h>

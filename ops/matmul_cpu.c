@@ -2,7 +2,7 @@
  * axes), with transpose flags, through BLAS: cblas_sgemm for f32, cblas_dgemm for f64; bf16
  * and f16 are converted to f32 and back. Also the same product with a GEMM epilogue (a bias
  * row and an activation, wf__matmul_epilogue_cpu), the kernel of the plan-only op
- * matmul_epilogue that runtime/pass_epilogue.c makes.
+ * matmul_epilogue that runtime/compile/pass_epilogue.c makes.
  * Owns: mapping strided operands onto BLAS (a matrix with one unit stride is passed as is,
  * flipping the transpose flag when it is column-major; any other layout is packed first),
  * the tiling of the product, and the epilogue of each tile.

@@ -404,7 +404,7 @@ int wf__matmul_epilogue_cuda(const wf_kernel_ctx *ctx, bool trans_a, bool trans_
 /* ---- The op defs' CUDA slots (matmul.c's kernels) -------------------------------------------- */
 
 /* TF32 for node 'n': its session asked for it (attrs->dtype: WF__MATMUL_TF32, set by
- * runtime/pass_mixed.c), or the process-wide test switch is on. */
+ * runtime/compile/pass_mixed.c), or the process-wide test switch is on. */
 static bool node_tf32(const wf_node *n)
 {
     return n->attrs->dtype == WF__MATMUL_TF32 || use_tf32.load(std::memory_order_relaxed);

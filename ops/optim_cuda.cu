@@ -13,7 +13,7 @@
  *   counter's increment on the device.
  * Not here: building the update nodes and their scalars (grad/: learning-rate schedules, bias
  *   corrections); the CUDA slots of multi_update, update_K and increment (grad/optim_cpu.c),
- *   which map a node onto these functions where runtime/pass_place.c put it on a GPU (with
+ *   which map a node onto these functions where runtime/compile/pass_place.c put it on a GPU (with
  *   its variables resident there). */
 #include "cuda_common.h"
 

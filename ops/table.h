@@ -59,7 +59,7 @@ wf_node *wf__sum_like(wf_graph *g, wf_node *dx, wf_node *ref);
 wf_node *wf__prod_grad(wf_graph *g, wf_node *x, wf_node *dy, const struct wf_attrs *reduce_attrs);
 /* Matrix products (ops/matmul.c). */
 extern const wf_op_def wf_op_matmul;
-/* matmul with a GEMM epilogue (ops/matmul.c): a plan-only op that runtime/pass_epilogue.c
+/* matmul with a GEMM epilogue (ops/matmul.c): a plan-only op that runtime/compile/pass_epilogue.c
  * makes; not in wf__ops_table (ops/matmul.c says why). Inputs a, b and optionally a bias row;
  * attributes: transpose_a, transpose_b, axis (the activation's wf_unary_op + 1, 0: none),
  * alpha (the activation's), groups (1: the add was bias + product). */
@@ -94,7 +94,7 @@ extern const wf_op_def wf_op_layer_norm, wf_op_layer_norm_backward_input, wf_op_
  *   begin, end, step (as slice). */
 extern const wf_op_def wf_op_relu_grad, wf_op_leaky_relu_grad, wf_op_gelu_grad,
     wf_op_gelu_tanh_grad, wf_op_silu_grad, wf_op_sigmoid_grad, wf_op_tanh_grad, wf_op_scatter_add;
-/* Fused elementwise programs (ops/fused.c): plan-only, made by runtime/pass_fuse.c; like
+/* Fused elementwise programs (ops/fused.c): plan-only, made by runtime/compile/pass_fuse.c; like
  *   matmul_epilogue not in wf__ops_table (no constructor, no gradient, nothing names it). The
  *   program's format and its encoding in the attributes are in ops/fused.h. */
 extern const wf_op_def wf_op_fused_elementwise;

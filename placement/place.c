@@ -1,7 +1,7 @@
 /* placement/place.c: device assignment of a plan's nodes, a pure function (placement/
  *   place.h): nodes, devices, registry and rule in; a device per node and the partitioned
  *   node list, with a copy node per crossing value, out. It opens no device and touches no
- *   session: runtime/pass_place.c wires the result into a plan.
+ *   session: runtime/compile/pass_place.c wires the result into a plan.
  * The rule (user hints first, as TensorFlow's placer): a node placed with
  *   wf_node_set_device() goes there (checked: WF_EINVAL for a device the runtime lacks,
  *   WF_ENODEV for an op without a kernel for it, naming the node and the device); the

@@ -5,9 +5,10 @@
  *   pass's work marked), and the statistics calls.
  * Why here and not core's wf__graph_dump(): a plan holds nodes the passes made, which the
  *   graph does not know, and the dump names devices and marks, which are runtime/'s.
- * Not here: the passes (pass_*.c), compiling (plan.c). */
+ * Not here: the passes (compile/pass_*.c), compiling (compile/plan.c). */
 #include "../ops/fused.h"
-#include "passes.h"
+#include "compile/passes.h"
+#include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +72,7 @@ static void marks_str(const dump_src *d, int i, char *buf, size_t size)
         snprintf(buf + k, size - k, " cse +%d", d->mark_merged[i]);
 }
 
-/* " @arena+4096": where the plan's memory plan (runtime/memplan.c) puts node i's output;
+/* " @arena+4096": where the plan's memory plan (runtime/compile/memplan.c) puts node i's output;
  * "" when it is not planned (or the plan's shapes are known only at run time). */
 static const char *arena_str(const dump_src *d, int i, char *buf, size_t size)
 {

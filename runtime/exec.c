@@ -3,8 +3,8 @@
  *   node per plan node, the value slots, the remaining-use counters and the first error),
  *   the pool of idle slots, and what a node's task does: take its inputs' values, infer the
  *   concrete output shape when placeholders' -1 dimensions are involved, allocate the
- *   output (from the slot's arena where the memory plan put it, runtime/memplan.c, else
- *   from the session's pool), run the node's kernel (the one the plan resolved from the
+ *   output (from the slot's arena where the memory plan put it, runtime/arena.c, else from
+ *   the session's pool), run the node's kernel (the one the plan resolved from the
  *   session's registry) through wf__node_run() (core/op.h), and release each input value
  *   when its last reader has finished.
  * Nodes that finish later (WF_OP_ASYNC, a recv waiting for the network): their kernel
@@ -16,7 +16,7 @@
  *   is built on first use and replayed afterwards, allocating only outputs: the scheduler
  *   keeps one ready successor inline (sched/taskgraph.c), so a chain of nodes is run by
  *   one worker without deque traffic.
- * Inline runs: a plan whose values are all static and tiny ('run_inline', internal.h) runs
+ * Inline runs: a plan whose values are all static and tiny ('run_inline', compile/plan.h) runs
  *   node by node on the calling thread, in plan order, with no task graph; its slot keeps a
  *   few dead values to reuse as outputs (spare_put), which only a single-threaded run can
  *   do safely.
@@ -24,8 +24,8 @@
  *   resident on a device, its device value (var_device.c); a host update marks the host
  *   value as the latest write (a device value, if any, becomes stale).
  * Invariants: those of runtime/internal.h (uses, values between runs, slot ownership).
- * Not here: compiling plans (plan.c), feeds and fetches (session.c), the static memory
- *   planner and the slots' arenas (memplan.c). */
+ * Not here: compiling plans (compile/plan.c), feeds and fetches (session.c), the static
+ *   memory planner (compile/memplan.c) and the slots' arenas (arena.c). */
 #include "../memory/pool.h"
 #include "internal.h"
 
@@ -406,7 +406,7 @@ static int slot_make(wf__plan *p, wf__slot **out)
     for (int k = 0; k < p->n_order; k++)
         if ((rc = wf_taskgraph_precede(sl->tg, p->order[2 * k], p->order[2 * k + 1])) < 0)
             goto fail;
-    /* The memory plan's ordering edges: outputs that share bytes (runtime/memplan.c). */
+    /* The memory plan's ordering edges: outputs that share bytes (runtime/compile/memplan.c). */
     for (int k = 0; p->mp && !(p->sess->flags & WF_SESSION_NO_MEMPLAN) && k < p->mp->m->n_edges;
          k++)
         if ((rc = wf_taskgraph_precede(sl->tg, p->mp->m->edges[2 * k],

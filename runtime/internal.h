@@ -1,25 +1,20 @@
 /* runtime/internal.h: what the files of runtime/ share and nobody else sees.
- * Owns: the layout of a session (struct wf_session), of a compiled plan (wf__plan) and of a
- *   run slot (wf__slot), and the calls between session.c, plan.c and exec.c.
- * Invariants (stated here once):
- *   - a plan's nodes are what its key (the fetches and targets) needs after the compile
- *     passes (runtime/passes.h): graph nodes, nodes the passes made, which the plan
- *     owns ('made'), and the copy nodes placement inserted ('dev->copy_nodes'), in a
- *     topological order (ascending id when no pass made a node and nothing crosses
- *     devices);
- *     plan index i runs task i of every slot's task graph; 'index_of' maps every graph
- *     node to the plan node whose value a run hands out for it (itself, its replacement,
- *     or for a fetched node on a GPU its copy to the host);
- *   - 'uses0[i]' is the number of input edges of plan nodes that read node i; at the start
- *     of a run 'uses[i]' is 'uses0[i]' plus one per fetch of i, and the value of node i is
- *     released when 'uses[i]' reaches 0, so between runs every value slot is NULL;
+ * Owns: the run side's layouts: a session (struct wf_session), a run slot (wf__slot), a
+ *   variable's device value, and the calls between the run side's files (session.c,
+ *   plans.c, exec.c, exec_device.c, var_device.c, arena.c, the strategies, checkpoints).
+ *   The compiled plan (wf__plan) is runtime/compile/plan.h's: this side includes it, never
+ *   the other way round.
+ * Invariants (stated here once; the plan's own are runtime/compile/plan.h's):
+ *   - at the start of a run 'uses[i]' is the plan's 'uses0[i]' plus one per fetch of i, and
+ *     the value of node i is released when 'uses[i]' reaches 0, so between runs every value
+ *     slot is NULL;
  *   - a slot is either on its plan's free list or held by exactly one run;
  *   - the session's variable values are replaced, never written: a run retains the value
  *     it reads, under 'var_lock';
  *   - a variable's host value or its device value (wf__var_dev) is current, or both:
  *     'host_ver == ver' or ('dval' and 'dev_ver == ver'), under 'var_lock'
  *     (runtime/var_device.c).
- * Not here: the public contract (weft/runtime.h). */
+ * Not here: the public contract (weft/runtime.h), compiling (runtime/compile/). */
 #ifndef WF_RUNTIME_INTERNAL_H
 #define WF_RUNTIME_INTERNAL_H
 
@@ -28,8 +23,10 @@
 #include "../core/op.h"
 #include "../core/tensor.h"
 #include "../devices/device.h"
+#include "../memory/arena.h"
 #include "../memory/plan.h"
 #include "../placement/place.h"
+#include "compile/plan.h"
 
 #include <weft/memory.h>
 #include <weft/runtime.h>
@@ -41,8 +38,6 @@
 #include <stdint.h>
 #include <time.h>
 
-typedef struct wf__plan wf__plan;
-
 /* Seconds of CLOCK_MONOTONIC (the profile run's and the planner's measurements). */
 static inline double wf__rt_now_s(void)
 {
@@ -50,26 +45,6 @@ static inline double wf__rt_now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-
-/* A static memory plan (runtime/memplan.c): where each planned output of a plan lives in a
- * run slot's arena (memory/plan.h's plan, 'm': offsets, in-place marks, the arena's size,
- * ordering edges), with the dtype and shape of each planned output. Made once per static
- * plan at compile time, or per slot for the feed shapes of its latest run when placeholders
- * have -1 dimensions. Read-only once made. */
-typedef struct wf__memplan {
-    wf__mem_plan *m; /* owned; never NULL in a made plan */
-    wf_dtype *dtype; /* per plan node: the planned dtype (planned nodes only) */
-    wf_shape *shape; /* per plan node: the planned shape (planned nodes only) */
-} wf__memplan;
-
-enum {
-    WF__PN_KERNEL = 0,  /* runs its kernel (wf__plan.kernel) */
-    WF__PN_PLACEHOLDER, /* its value is the feed, set before the run starts */
-    WF__PN_CONSTANT,    /* its value is the node's tensor */
-    WF__PN_VARIABLE,    /* its value is the session's current value of the variable */
-    WF__PN_COPY,        /* a node of core's copy op that placement inserted: its input's
-                           value on another device (exec_device.c: wf__exec_copy_node()) */
-};
 
 /* The most dead values an inline run keeps for reuse (a strict chain needs one or two). */
 #define WF__SPARE_MAX 8
@@ -98,75 +73,15 @@ typedef struct wf__slot {
     uint64_t xfer_step;              /* its number among transferring runs (.xfer_step) */
     struct wf__slot_dev *dev;        /* exec_device.c: this run's values on GPUs; NULL when
                                         the plan has no 'dev' */
-    /* The arena (runtime/memplan.c), kept across runs; NULL 'planned': outputs come from
-     * the session's pool. */
+    /* The arena (runtime/arena.c, memory/arena.h), kept across runs; no block: outputs
+     * come from the session's pool. */
     const wf__memplan *mp; /* the plan's 'mp', or 'own_mp' (plans with -1 dimensions) */
     wf__memplan *own_mp;   /* made for 'fed' (plans with -1 dimensions), owned */
     wf_shape *fed;         /* 'plan->n_placeholders' feed shapes 'own_mp' was made for */
-    void *arena;           /* 'arena_bytes' from the session's pool */
-    size_t arena_bytes;    /* the size asked of the pool (at least 1) */
-    wf_tensor **planned;   /* per plan node: a tensor over its bytes of the arena (one
-                              reference, the slot's), or NULL: not planned */
+    wf__arena arena;       /* its tensors over the session's pool, per plan node */
     int err;
     char errmsg[WF_ERRMSG_MAX];
 } wf__slot;
-
-/* The largest value (in elements) of a plan that runs inline: with every value this small,
- * a node costs less than a task round trip, so handing a chain of them between workers only
- * adds latency. Measured on a 10^5-node chain of f32 scalar adds (2 workers, same session,
- * best of 15): ~155 ns per node through the task graph, ~135 ns inline, ~75 ns inline with
- * dead values reused as outputs (exec.c: spare_put). */
-#define WF__INLINE_NUMEL 256
-
-struct wf__plan {
-    wf__plan *next;          /* the session's list of plans */
-    int32_t *key;            /* sorted, distinct ids of fetches and targets */
-    int n_key;               /* entries of 'key' */
-    int n;                   /* plan nodes */
-    wf_node **nodes;         /* 'n', in a topological order (see above) */
-    uint8_t *kind;           /* WF__PN_* per plan node */
-    wf_kernel_fn *kernel;    /* per plan node: the kernel it runs (kernel nodes; NULL for the
-                                others), the session's registered one for the kind of its
-                                device (pass_place.c: resolve_kernels()) */
-    void **kdata;            /* per plan node: the data registered with that kernel (its
-                                wf_kernel_ctx.data), or NULL */
-    uint8_t *reinfer;        /* 1: the shape depends on fed sizes: infer at kernel time */
-    int32_t *var;            /* variable index per plan node (-1: not a variable) */
-    int32_t *in_off;         /* CSR of input plan indices: node i reads in_idx[in_off[i] ..
-                                in_off[i + 1]) */
-    int32_t *in_idx;         /* one per input edge */
-    int32_t *uses0;          /* see the invariant above */
-    int32_t *index_of;       /* plan index per graph node id (-1: not in the plan) */
-    bool run_inline;         /* every node's value is static and at most WF__INLINE_NUMEL
-                                elements: runs go node by node on the calling thread */
-    bool transfers;          /* a node's op is WF_OP_TRANSFER: runs count in n_xfer_runs */
-    int32_t *placeholders;   /* plan indices of placeholders */
-    int n_placeholders;      /* entries of 'placeholders' */
-    int32_t *prio_order;     /* plan indices by critical-path priority, highest first
-                                (priority.c); NULL: plan order (WF_SESSION_NO_PRIORITY) */
-    pthread_mutex_t mu;      /* guards 'free_slots', 'n_slots', 'all_slots' */
-    pthread_cond_t cv;       /* signalled when a slot is returned */
-    wf__slot *free_slots;    /* idle slots */
-    int n_slots, max_slots;  /* made (or being made) so far; the most allowed */
-    wf__slot **all_slots;    /* 'max_slots' entries: the slots made, NULL elsewhere */
-    struct wf_session *sess; /* owner */
-    wf_node **made;          /* 'n_made' nodes the passes made (passes.c), owned */
-    int n_made;
-    struct wf__rewrite *log; /* 'n_log' replacements, for wf_session_dump() */
-    int n_log;
-    wf_plan_stats stats;      /* what the passes did */
-    struct wf__plan_dev *dev; /* pass_place.c: where nodes run when some run on a GPU;
-                                 NULL: every node on the CPU (the usual case) */
-    wf__memplan *mp;          /* static shapes: the memory plan, owned (NULL: none) */
-    bool mp_dynamic;          /* placeholders with -1 dimensions: each slot plans at its run */
-    int32_t *host_vars;       /* plan indices of the variables read on the host (all of them
-                                 when 'dev' is NULL): made current there before a run */
-    int n_host_vars;
-    int32_t *order; /* 'n_order' (before, after) pairs of plan indices: orderings
-                       that are neither input nor control edges (pass_place.c: a
-                       fetched resident variable's copy after its updates) */
-    int n_order;
-};
 
 /* A variable's value on a device (runtime/var_device.c), guarded by the session's
  * 'var_lock'. 'ver' counts the writes of the variable (assign, checkpoint load, host or
@@ -282,7 +197,7 @@ int wf__dp_extra_targets(wf_session *s, wf_node *const *req, int n_req, wf_node 
 /* Adds a pipeline's schedule to plan 'p' of a strategy's session: each ordering of the
  * rewrite whose later end is in the plan, from its earlier end or, when the plan does not
  * run that, from its nearest ancestors that it runs. Returns 0 or WF_ENOMEM. */
-int wf__dp_plan_order(wf__plan *p);
+int wf__dp_plan_order(wf_session *s, wf__plan *p);
 
 void wf__dp_free(struct wf__dp *dp);
 
@@ -359,7 +274,8 @@ int wf__session_fail(wf_session *s, int code, const char *fmt, ...) WF_PRINTF(3,
 int wf__session_plan(wf_session *s, const char *fn, wf_node *const *fetches, int n_fetches,
                      wf_node *const *targets, int n_targets, wf__plan **out);
 
-/* plan.c */
+/* plans.c: the session's cache of plans (the compile input made from the session, the
+ * plan's run-side fields). */
 
 /* Finds or compiles the plan for the set 'key' (sorted, distinct node ids of 's''s graph).
  * Returns 0 with the plan in '*out' or a negative wf_status with the reason in
@@ -386,27 +302,7 @@ void wf__slot_destroy(wf__slot *sl);
  * value that is still referenced by a use is left in 'sl->vals' for the caller to collect. */
 int wf__slot_run(wf__slot *sl);
 
-/* memplan.c */
-
-/* Plans 'p' at compile time (after build()): a static plan gets 'p->mp' and its statistics,
- * a plan with -1 dimensions 'p->mp_dynamic'. Never fails: without memory, or for a plan too
- * big to analyse, outputs come from the pool. */
-void wf__memplan_compile(wf__plan *p);
-
-/* Makes the memory plan of 'p' for the dtypes and shapes 'dt[i]', 'sh[i]' of its nodes (a
- * -1 dimension: not planned); with 'may_add_edges' the plan may order nodes further
- * ('edges', before the slots' task graphs are made). Returns 0 with '*out' (NULL when
- * nothing can be planned) or WF_ENOMEM. */
-int wf__memplan_make(const wf__plan *p, const wf_dtype *dt, const wf_shape *sh, bool may_add_edges,
-                     wf__memplan **out);
-
-void wf__memplan_free(wf__memplan *mp);
-
-/* Checks 'mp' against 'p' independently of the planner (a depth-first reachability per
- * node): every two planned outputs whose bytes overlap are ordered by the plan's edges, or
- * the later one is an in-place output over the earlier. Returns 0 or WF_EINVAL with the
- * first violation in wf_last_errmsg(). For tests: O(n * (n + edges)). */
-int wf__memplan_check(const wf__plan *p, const wf__memplan *mp);
+/* arena.c: each slot's arena (the memory plan's offsets in one block of the pool). */
 
 /* Before a run of 'sl' (feeds set): makes the slot's arena on its first run, and for plans
  * with -1 dimensions plans again when the feed shapes changed. Without memory the run
@@ -429,22 +325,6 @@ bool wf__memplan_aliases(const wf_tensor *t);
  * instead of lucky ones. */
 void wf__memplan_poison(const wf__slot *sl, int i, const wf_tensor *t);
 
-/* priority.c */
-
-/* Sets 'p->prio_order' (after build()): each node's priority is its cost (the op registry's
- * flops and bytes) plus the highest priority among its successors (data and control), so
- * the longest remaining path to a sink; exec.c adds each node's successor edges in this
- * order, so the worker that finishes a node keeps its most critical ready successor. Leaves
- * NULL (plan order) under WF_SESSION_NO_PRIORITY or without memory; never fails. */
-void wf__plan_priority(wf__plan *p);
-
-/* "<op> '<name>' (<file>:<line>)" of a node, into 'buf': core's wf__node_desc(), inline so
- * that no file of the run side calls into plan.c (the compile side) for it. */
-static inline const char *wf__rt_node_desc(const wf_node *n, char *buf, size_t size)
-{
-    return wf__node_desc(n, buf, size);
-}
-
 /* exec.c, shared with exec_device.c: the steps of a node's task that do not depend on its
  * device. */
 
@@ -463,21 +343,8 @@ int wf__slot_reinfer(wf__slot *sl, const wf_node *n, wf_tensor *const *in, wf_dt
  * wf__op_infer()), as wf__slot_fail() does. */
 int wf__slot_fail_msg(wf__slot *sl, int code, const char *msg);
 
-/* pass_place.c and exec_device.c: nodes on GPUs (docs/architecture.md, "Devices"). */
-
-/* Where a plan's nodes run, when some run on a GPU: placement/'s result (placement/
- * place.h: 'where' per plan node, the resident variables, the copies and their nodes, the
- * orderings), which the plan's arrays were made from (pass_place.c), and the session's
- * devices the plan uses. Every value lives where its node ran ('pl.where'). Read-only
- * after compile. */
-typedef struct wf__plan_dev {
-    int n_devices;           /* the runtime's devices (ids 0 .. n_devices-1), simulated ones
-                                (wf_session.n_sim) included */
-    struct wf_device **devs; /* per id: the session's device when a node runs there (not
-                                owned: wf__session_device()), else NULL (also for the CPU,
-                                whose kernels run directly) */
-    wf__placement pl;        /* owned; its node list and edges moved to the plan */
-} wf__plan_dev;
+/* exec_device.c: nodes on GPUs (docs/architecture.md, "Devices"; where they run is the
+ * plan's wf__plan_dev, runtime/compile/plan.h). */
 
 /* A slot's device state (exec_device.c). */
 typedef struct wf__slot_dev {
@@ -485,22 +352,6 @@ typedef struct wf__slot_dev {
                           reference to the session's device value; a copy's: the copy),
                           or NULL */
 } wf__slot_dev;
-
-/* Places the nodes of 'p' (after build(), before the memory plan) with wf__place()
- * (placement/place.h: explicit placements checked, the rule, updates and resident
- * variables, a copy node for every value that crosses devices), takes its partitioned node
- * list into the plan, opens the session's devices used (once per session), resolves each
- * node's kernel and sets 'p->host_vars'. Leaves 'p->dev' NULL when every node runs
- * on the CPU. Returns 0 or a negative status naming the node and the device
- * (wf_last_errmsg()). */
-int wf__plan_place(wf__plan *p);
-
-/* wf__place_check() (placement/place.h) of 'node' against the devices and registry of
- * 's': the compile runs it on every node it needs before any pass may fold it away. */
-int wf__place_check_node(wf_session *s, const wf_node *node);
-
-/* Frees 'p->dev' (after the slots, whose values use its devices, which the session closes). */
-void wf__plan_place_free(wf__plan *p);
 
 /* Sets up and frees 'sl->dev' (slot_make(), wf__slot_destroy()). Returns 0 or WF_ENOMEM. */
 int wf__slot_dev_init(wf__slot *sl);

@@ -289,7 +289,7 @@ static void clear_values(wf__slot *sl)
 }
 
 /* A fetched value for the caller: 't' itself, or a copy from the pool when it shares the
- * run slot's arena (runtime/memplan.c), which the next run of the slot overwrites. Fetched
+ * run slot's arena (runtime/arena.c), which the next run of the slot overwrites. Fetched
  * nodes are never planned, so only a kernel that returned an input would need the copy. */
 static int fetch_value(wf_session *s, wf_tensor *t, wf_tensor **out)
 {

@@ -38,7 +38,7 @@ struct wf_strategy {
     wf_runtime *rt;
     int n_dev;                 /* D (0: MultiWorkerMirrored) */
     int n_sim;                 /* simulated devices the session opens (0: GPUs) */
-    int dev[MAX_LOCAL_SHARDS]; /* D placement ids (runtime/pass_place.c: the CPU 0, the GPUs
+    int dev[MAX_LOCAL_SHARDS]; /* D placement ids (runtime/compile/pass_place.c: the CPU 0, the GPUs
                                   1 .., then the simulated ones) */
 };
 
@@ -632,9 +632,8 @@ static int push_order(wf__plan *p, int *cap, int32_t a, int32_t b)
     return 0;
 }
 
-int wf__dp_plan_order(wf__plan *p)
+int wf__dp_plan_order(wf_session *s, wf__plan *p)
 {
-    const wf_session *s = p->sess;
     const wf__replica_map *m = &s->dp->map;
     wf__ps_plan_local(s->dp->ps, p); /* an asynchronous worker's local run: no shift of keys */
     if (!m->n_order)

@@ -13,7 +13,9 @@
 #  - tests/ use the public API, except files named test_internal_*.c; perf/ and examples/ use
 #    the public API only (their own helper headers are fine);
 #  - a module's CMake target links only the weft_* modules it may use (docs/conventions.md,
-#    "Layout").
+#    "Layout");
+#  - runtime/compile/ (compiling a plan) includes no header of the rest of runtime/ (running
+#    one: internal.h, ...), so runtime/'s two halves depend one way, run -> compile.
 # Usage: scripts/check-layers.sh     Exit 1 with one 'file:line: why' per violation.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -81,6 +83,9 @@ LIBS = {
     "omp": ["perf"],
 }
 USERS = ["tests", "perf", "examples"]
+# runtime/'s two halves: the compile side (this folder) never includes a header of the run
+# side (the rest of runtime/: internal.h, ...), so the dependency points run -> compile.
+COMPILE = "runtime/compile/"
 
 files = [l.strip() for l in open(sys.argv[1]) if l.strip()]
 errors = []
@@ -171,6 +176,12 @@ for path in files:
             err(path, ln, f'"{name}" leaves the repository')
             continue
         to = top(target)
+        if path.startswith(COMPILE) and target.startswith("runtime/") and \
+                not target.startswith(COMPILE):
+            err(path, ln, f'"{name}": {COMPILE} includes no run-side header ({target}); what '
+                "a compile needs of a session comes in through wf__compile_in "
+                "(runtime/compile/plan.h)")
+            continue
         if target.startswith("include/"):
             err(path, ln, f'"{name}": include public headers as <weft/...>')
         elif to == owner:

@@ -45,7 +45,7 @@
 
 static const char *const cases[] = { "mlp_adam_b256", "cnn_sgdm_b64", "gpt_adamw_b32" };
 
-/* The passes '--passes-off' names, in the pipeline's order (runtime/plan.c), and "all". */
+/* The passes '--passes-off' names, in the pipeline's order (runtime/compile/plan.c), and "all". */
 static const struct {
     const char *name;
     uint32_t flag;

@@ -1,4 +1,4 @@
-/* tests/runtime/test_epilogue.c: GEMM epilogue fusion (runtime/pass_epilogue.c) through the
+/* tests/runtime/test_epilogue.c: GEMM epilogue fusion (runtime/compile/pass_epilogue.c) through the
  * public API: matmul -> add(bias row) -> activation becomes one node for every activation,
  * with and without the bias, with transpose flags, batched, in f32, f64, bf16 and f16, on
  * shapes that split into several tiles, with 1 and 2 workers, and the results are bitwise

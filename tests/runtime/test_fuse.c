@@ -1,5 +1,5 @@
-/* tests/runtime/test_fuse.c: elementwise fusion (runtime/pass_fuse.c) through the public API:
- * a 5-op chain with broadcasting becomes one fused node (statistics and both dumps say so)
+/* tests/runtime/test_fuse.c: elementwise fusion (runtime/compile/pass_fuse.c) through the public
+ * API: a 5-op chain with broadcasting becomes one fused node (statistics and both dumps say so)
  * whose results are bitwise those of the same session with WF_SESSION_NO_FUSE, for f32 and
  * f64, sizes 1, 7, 1000 and 100003 (split across the workers), a non-contiguous fed input, on
  * 1- and 2-worker runtimes; random elementwise graphs (broadcasting, comparisons, where,

@@ -1,4 +1,4 @@
-/* tests/runtime/test_internal_memplan.c: static memory planning (runtime/memplan.c): every
+/* tests/runtime/test_internal_memplan.c: static memory planning (runtime/compile/memplan.c): every
  * plan checked by the independent overlap checker (wf__memplan_check: two outputs that share
  * bytes are ordered by the plan's edges, or the later one is in place over the earlier), and
  * the checker itself shown to catch an overlap; random graphs and their gradients (values
@@ -298,10 +298,10 @@ Test(runtime_memplan, two_threads_run_one_session_at_once_each_slot_with_its_are
         wf__plan *p = c.s->plans;
         int arenas = 0;
         for (int k = 0; k < p->max_slots; k++)
-            if (p->all_slots[k] && p->all_slots[k]->arena) {
+            if (p->all_slots[k] && p->all_slots[k]->arena.block) {
                 for (int m = 0; m < k; m++)
                     if (p->all_slots[m])
-                        cr_assert_neq(p->all_slots[m]->arena, p->all_slots[k]->arena);
+                        cr_assert_neq(p->all_slots[m]->arena.block, p->all_slots[k]->arena.block);
                 arenas++;
             }
         cr_assert_geq(arenas, 1);

@@ -1,4 +1,4 @@
-/* tests/runtime/test_internal_priority.c: critical-path priority (runtime/priority.c): the
+/* tests/runtime/test_internal_priority.c: critical-path priority (runtime/compile/priority.c): the
  * order in which kernels start, recorded by a test op made through core/op.h, on a graph
  * with a long chain hanging in the middle of many short branches of one input. With
  * priority, the worker that finishes the input keeps the chain's head and runs the whole

@@ -1,6 +1,6 @@
-/* tests/runtime/test_mixed.c: the precision options of a session (runtime/pass_mixed.c) on the
- * CPU, through the public API: WF_SESSION_MIXED_BF16 (bf16 compute with f32 master weights)
- * and WF_SESSION_TF32.
+/* tests/runtime/test_mixed.c: the precision options of a session
+ * (runtime/compile/pass_mixed.c) on the CPU, through the public API: WF_SESSION_MIXED_BF16
+ * (bf16 compute with f32 master weights) and WF_SESSION_TF32.
  * The model: an MLP 16-32-4 (relu) with softmax cross-entropy, trained with Adam on a fixed
  * batch of 64 samples whose labels a fixed linear rule gives. With the mixed option:
  *   - the plan's products (forward and backward matmuls, GEMM epilogues) compute in bf16:

@@ -1,4 +1,4 @@
-/* tests/runtime/test_optim_fuse.c: optimizer fusion (runtime/pass_optim_fuse.c) through the
+/* tests/runtime/test_optim_fuse.c: optimizer fusion (runtime/compile/pass_optim_fuse.c) through the
  * public API: the update nodes of one optimizer become multi-tensor update nodes (counted in
  * wf_session_plan_stats()), and a training step gives the same bits as with
  * WF_SESSION_NO_OPTIM_FUSE: an MLP (whose weights span more than one 64K-element tile, so a

@@ -6,7 +6,7 @@
  * graphs of elementwise, reduction, matmul and shape ops over constants, placeholders and
  * variables, with their wf_gradients() and with several wf_minimize() training steps, give
  * identical bits with every pass on, each pass off, and all off. The passes do not reorder
- * floating-point work (runtime/passes.h), so bitwise equality is the right check. Also the
+ * floating-point work (runtime/compile/passes.h), so bitwise equality is the right check. Also the
  * graph and plan dumps (text and DOT), the statistics, bad flags, and concurrent runs. */
 #include "runtime_util.h"
 

@@ -91,7 +91,7 @@ static inline wf_plan_stats wf_test_plan_stats(wf_session *s, wf_node *const *fe
 }
 
 /* Whether 'a' and 'b' (contiguous) have the same dtype, shape and bytes: the passes do not
- * reorder floating-point work, so bitwise equality is the check (runtime/passes.h). */
+ * reorder floating-point work, so bitwise equality is the check (runtime/compile/passes.h). */
 static inline bool wf_test_same_bits(const wf_tensor *a, const wf_tensor *b)
 {
     if (wf_tensor_dtype(a) != wf_tensor_dtype(b) ||

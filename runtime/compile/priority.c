@@ -1,4 +1,4 @@
-/* runtime/priority.c: critical-path priority of a plan's nodes.
+/* runtime/compile/priority.c: critical-path priority of a plan's nodes.
  * Owns: each plan node's estimated cost (the op registry's flops and bytes, core/op.h, turned
  *   into nanoseconds), its priority (its cost plus the highest priority among its successors:
  *   the longest path from it to a sink, in estimated time), and 'prio_order', the plan
@@ -18,7 +18,7 @@
  *   GEMM runs at tens of GFLOP/s, and streaming memory at about 10 GB/s per core; only the
  *   ratios matter, and a chain of many tiny nodes still outweighs one tiny branch.
  * Not here: building the plan (plan.c), running it (exec.c), the cost functions (ops/). */
-#include "internal.h"
+#include "plan.h"
 
 #include <stdlib.h>
 
@@ -81,13 +81,13 @@ static bool is_async(const wf__plan *p, int i, bool local_reduce)
     return (op->flags & WF_OP_ASYNC) && !(local_reduce && op == &wf_op_dp_reduce);
 }
 
-void wf__plan_priority(wf__plan *p)
+void wf__plan_priority(wf__plan *p, const wf__compile_in *in)
 {
     p->prio_order = NULL;
-    if ((p->sess->flags & WF_SESSION_NO_PRIORITY) || p->n == 0 || p->run_inline)
+    if ((in->flags & WF_SESSION_NO_PRIORITY) || p->n == 0 || p->run_inline)
         return; /* inline plans run in plan order on one thread: nothing to choose */
     int n = p->n;
-    bool local_reduce = wf__dp_is_pipeline(p->sess->dp);
+    bool local_reduce = in->local_reduce;
     double *best = calloc((size_t)n, sizeof *best);   /* highest successor priority so far */
     double *boost = calloc((size_t)n, sizeof *boost); /* highest successor boost so far */
     ranked *r = malloc((size_t)n * sizeof *r);
@@ -99,7 +99,7 @@ void wf__plan_priority(wf__plan *p)
         free(order);
         return;
     }
-    /* Plan order is topological (internal.h): successors come later, so one backward sweep
+    /* Plan order is topological (plan.h): successors come later, so one backward sweep
      * finishes every node's successors before the node. */
     for (int i = n - 1; i >= 0; i--) {
         double prio = cost_ns(p, i) + best[i];

@@ -1,4 +1,4 @@
-/* runtime/pass_cse.c: common subexpression elimination: of two nodes with the same op, the
+/* runtime/compile/pass_cse.c: common subexpression elimination: of two nodes with the same op, the
  * same inputs (after the replacements so far, so merges cascade down a sweep in
  * topological order), equal attribute bags, dtype and shape, the later is replaced by the
  * earlier; constants with equal dtype, shape and bytes merge too (folding makes many).

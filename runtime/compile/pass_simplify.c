@@ -1,5 +1,5 @@
-/* runtime/pass_simplify.c: algebraic simplification: identities that remove work, applied in
- * one sweep in topological order (so neg(neg(neg(neg(x)))) and chains of reshapes collapse).
+/* runtime/compile/pass_simplify.c: algebraic simplification: identities that remove work, applied
+ * in one sweep in topological order (so neg(neg(neg(neg(x)))) and chains of reshapes collapse).
  * Owns: the rules, each exact bit for bit on every input (passes.h):
  *   - x * 1, 1 * x, x / 1 -> x, when the constant is all ones and the other operand already
  *     has the result's dtype and shape (a broadcast would change the shape: a -1 dimension
@@ -21,7 +21,7 @@
  * (passes.h: updates are ordered after the readers the graph had), or that touches a node that is
  * not replaceable (control edges, stateful, updates). Not here: the other passes (pass_*.c), the
  * framework (passes.c). */
-#include "../ops/table.h"
+#include "../../ops/table.h"
 #include "passes.h"
 
 #include <math.h>

@@ -1,9 +1,9 @@
-/* runtime/passes.c: the framework of the compile passes, and pass 1, pruning.
+/* runtime/compile/passes.c: the framework of the compile passes, and pass 1, pruning.
  * Owns: the pass context's arrays (passes.h), the replacement map and its log, the
  *   plan-owned nodes the passes make, the topological order of the working set, and
  *   pruning (reverse reachability from the fetches and targets over replaced input edges
  *   and control edges).
- * Invariants: those of runtime/passes.h.
+ * Invariants: those of runtime/compile/passes.h.
  * Cost: O(nodes + edges) per prune; a pass is one sweep in order, so a compile with every
  *   pass on is a small constant times the old prune-only compile.
  * Not here: the passes themselves (pass_*.c), the plan (plan.c). */
@@ -49,18 +49,18 @@ static int grow(wf__pass_ctx *c, int need)
     return 0;
 }
 
-int wf__pass_init(wf__pass_ctx *c, wf_session *s, const int32_t *key, int n_key)
+int wf__pass_init(wf__pass_ctx *c, const wf__compile_in *in, const int32_t *key, int n_key)
 {
     memset(c, 0, sizeof *c);
-    c->s = s;
+    c->in = in;
     c->key = key;
     c->n_key = n_key;
-    c->n_orig = s->n_nodes;
+    c->n_orig = in->n_nodes;
     int rc = grow(c, c->n_orig + 16);
     if (rc < 0)
         return rc;
     for (int id = 0; id < c->n_orig; id++) {
-        c->node[id] = wf_graph_node(s->g, id);
+        c->node[id] = wf_graph_node(in->g, id);
         c->repl[id] = id;
         c->order[id] = id;
         c->live[id] = 0;

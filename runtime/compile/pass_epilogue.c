@@ -1,7 +1,7 @@
-/* runtime/pass_epilogue.c: GEMM epilogue fusion: matmul -> add(bias row) -> activation, either
- * tail optional, becomes one plan-owned matmul_epilogue node (ops/table.h), whose kernel adds
- * the bias and applies the activation to each output tile right after its GEMM, while the
- * tile is in cache (ops/matmul_cpu.c).
+/* runtime/compile/pass_epilogue.c: GEMM epilogue fusion: matmul -> add(bias row) ->
+ * activation, either tail optional, becomes one plan-owned matmul_epilogue node (ops/table.h),
+ * whose kernel adds the bias and applies the activation to each output tile right after its
+ * GEMM, while the tile is in cache (ops/matmul_cpu.c).
  * Owns: the pattern and its conditions:
  *   - the matmul is a matmul node of any float dtype (transpose flags and batch axes kept);
  *   - the add reads the matmul once and a bias row: the add's dtype and shape are the
@@ -32,8 +32,8 @@
  *   before a shorter one inside it (an activation's chain before its add's).
  * Not here: the framework (passes.c), the kernel (ops/matmul_cpu.c), elementwise fusion
  *   (which runs after this pass and so never takes these adds and activations). */
-#include "../ops/kernels.h"
-#include "../ops/table.h"
+#include "../../ops/kernels.h"
+#include "../../ops/table.h"
 #include "passes.h"
 
 #include <stdio.h>

@@ -7,18 +7,18 @@
  *   data-parallel step, the same gradient bucket, so that the update of a bucket all-reduced
  *   early runs while later buckets are still on the network instead of after the last), the checks
  *   that make merging them safe, and the plan-owned fused nodes.
- * Why it is safe: runtime/passes.h states the rule this pass adds to the framework (the
+ * Why it is safe: runtime/compile/passes.h states the rule this pass adds to the framework (the
  *   exception for fused updates): members nobody reads as data and nobody fetches, no
  *   variable written twice, no member ordered after another, and (key, id) order stays
  *   topological. The fused node keeps every member's control edges (after every reader of
  *   every variable it writes), and the step counter's increment, ordered after each member,
- *   is ordered after it through the replacement map (internal.h: 'index_of').
+ *   is ordered after it through the replacement map (compile/plan.h: 'index_of').
  * Results: each element gets the same loop as before (grad/optim_cpu.c), so a step gives the
  *   same bits with the pass on and off.
  * Cost: O(groups x (nodes + edges)); a graph has a handful of optimizers.
  * Not here: the multi-tensor kernel (grad/optim_cpu.c), the pass framework (passes.c). */
-#include "../grad/update.h"
-#include "../ops/table.h"
+#include "../../grad/update.h"
+#include "../../ops/table.h"
 #include "passes.h"
 
 #include <stdio.h>
@@ -95,7 +95,7 @@ static void admit(state *st, int32_t id, int32_t chunk)
 }
 
 /* Checks that merging 'mem[0 .. m-1]' (stamped 'chunk') at order key 'key' keeps (key, id)
- * order topological (runtime/passes.h). */
+ * order topological (runtime/compile/passes.h). */
 static bool orderable(const state *st, const int32_t *mem, int m, int32_t chunk, int32_t key)
 {
     wf__pass_ctx *c = st->c;

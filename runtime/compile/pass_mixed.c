@@ -1,4 +1,4 @@
-/* runtime/pass_mixed.c: the precision options of a session (weft/runtime.h):
+/* runtime/compile/pass_mixed.c: the precision options of a session (weft/runtime.h):
  * WF_SESSION_MIXED_BF16, bf16 compute with f32 master weights, and WF_SESSION_TF32, TF32
  * tensor cores for f32 products on GPUs. Both are off by default; they are the only passes
  * that change result bits on purpose.
@@ -21,16 +21,16 @@
  * The TF32 option marks each live f32 matmul and matmul_epilogue (after the mixed rewrite:
  *   the products it left in f32) with attrs.dtype = WF__MATMUL_TF32 (ops/cuda_kernels.h),
  *   which the CUDA kernels read; on the CPU the mark changes nothing.
- * Invariants kept (runtime/passes.h): a replacement has its node's dtype and shape (the cast
- *   back to f32); new nodes take the order key of the node they serve and are made after
+ * Invariants kept (runtime/compile/passes.h): a replacement has its node's dtype and shape
+ *   (the cast back to f32); new nodes take the order key of the node they serve and are made after
  *   their inputs; only replaceable nodes are replaced. The exception this pass is for: the
  *   replacement computes the same values rounded through bf16, not the same bits. A new
  *   cast of a variable is a new reader of it, but it feeds only the replacement of a node
  *   that read the variable, which every update of that variable is ordered after (control
  *   edges resolve through the replacement), so the cast also runs before the update.
  * Not here: the cast and product kernels (ops/), the framework (passes.c). */
-#include "../ops/cuda_kernels.h"
-#include "../ops/table.h"
+#include "../../ops/cuda_kernels.h"
+#include "../../ops/table.h"
 #include "passes.h"
 
 #include <stdio.h>
@@ -139,8 +139,8 @@ static int mark_tf32(wf__pass_ctx *c, wf_node *nd)
 
 int wf__pass_mixed(wf__pass_ctx *c)
 {
-    bool bf16 = (c->s->flags & WF_SESSION_MIXED_BF16) != 0;
-    bool tf32 = (c->s->flags & WF_SESSION_TF32) != 0;
+    bool bf16 = (c->in->flags & WF_SESSION_MIXED_BF16) != 0;
+    bool tf32 = (c->in->flags & WF_SESSION_TF32) != 0;
     if (!bf16 && !tf32)
         return 0;
     int n = c->n, rc = 0, m = 0;

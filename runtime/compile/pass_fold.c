@@ -1,4 +1,4 @@
-/* runtime/pass_fold.c: constant folding: a node whose inputs are all constants (after the
+/* runtime/compile/pass_fold.c: constant folding: a node whose inputs are all constants (after the
  * replacements so far, so whole constant subgraphs fold in one sweep) is computed once at
  * compile time and replaced by a plan-owned constant.
  * Owns: which nodes fold and the compile-time kernel call.
@@ -13,7 +13,7 @@
  *   static shape, whatever computes it (a gradient seed spread over a variable's shape).
  *   The kernel gets a stand-in of that shape: one zero element with every stride 0.
  * Not here: the other passes (pass_*.c), the framework (passes.c). */
-#include "../ops/table.h"
+#include "../../ops/table.h"
 #include "passes.h"
 
 #include <stdlib.h>
@@ -73,8 +73,8 @@ static wf_tensor *compute(wf__pass_ctx *c, const wf_node *n)
         /* The session's runtime and kernel, as the plan's task would have them; step 0
          * (nothing that folds is random: stateful ops never fold). A failure only means
          * "not folded": the node then fails, or not, when it runs. */
-        wf_kernel_ctx kctx = { .rt = c->s->rt };
-        ok = wf__node_run(&fold_env, NULL, wf__kernels_find(c->s->kernels, n->op, WF_KERNEL_CPU),
+        wf_kernel_ctx kctx = { .rt = c->in->rt };
+        ok = wf__node_run(&fold_env, NULL, wf__kernels_find(c->in->kernels, n->op, WF_KERNEL_CPU),
                           &kctx, n, in, n->dtype, &n->shape, NULL, &out, NULL, 0) >= 0;
     }
     for (int k = 0; k < n->n_inputs; k++)
@@ -86,7 +86,7 @@ static bool foldable(const wf__pass_ctx *c, const wf_node *n)
 {
     const wf_op_def *op = n->op;
     if (!wf__pass_replaceable(n) || n->n_inputs == 0 ||
-        !wf__kernels_find(c->s->kernels, op, WF_KERNEL_CPU) || (op->flags & WF_OP_DYNAMIC_SHAPE) ||
+        !wf__kernels_find(c->in->kernels, op, WF_KERNEL_CPU) || (op->flags & WF_OP_DYNAMIC_SHAPE) ||
         !wf__pass_static(n->shape))
         return false;
     return wf_shape_numel(n->shape) <= WF__FOLD_MAX_NUMEL;

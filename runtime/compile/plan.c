@@ -1,19 +1,18 @@
-/* runtime/plan.c: compiling one set of fetches and targets into an executable plan.
+/* runtime/compile/plan.c: compiling one set of fetches and targets into an executable plan.
  * Owns: the compile pipeline (pruning, then the passes in the order docs/architecture.md
- *   gives, each a file of its own that the session's flags can switch off:
- *   runtime/passes.h), the plan's order, its input CSR arrays and consumer counts, and the
- *   session's cache of plans keyed by the set of fetched and targeted node ids.
- * Why a cache keyed by the set: TensorFlow's DirectSession does the same (one executor per
- *   feed/fetch/target signature): the first run of a set compiles, every later run replays
- *   the plan and its pre-built task graphs (a replayed task graph allocates and builds
- *   nothing: sched/taskgraph.c). Feeds are not part of the key because only placeholders
- *   can be fed, and they prune nothing.
+ *   gives, each a file of its own that the compile input's flags can switch off:
+ *   runtime/compile/passes.h), the plan's order, its input CSR arrays and consumer counts,
+ *   and freeing what a compile made (wf__plan_free()).
+ * Direction: everything comes in through wf__compile_in (plan.h) and goes out as the plan;
+ *   what the session does for a compile (a lazy variable's value, opening a device, a
+ *   pipeline's orderings) are the input's hooks. The session's cache of plans, keyed by the
+ *   set of fetched and targeted node ids, is the run side's (runtime/plans.c).
  * Cost: O(nodes + edges) of the needed subgraph per pass, plus a few bytes per graph node
  *   for the marks and 'index_of'. Measured on a 100,000-node chain of adds (thread CPU time
  *   of the first run, which compiles): ~17 ms with every pass off, ~50 ms with all on
  *   (CSE's hash table and the four prunes are most of the difference).
- * Not here: running a plan (exec.c), the session API (session.c), the passes (pass_*.c);
- *   fusion, placement and memory planning come later, each a file of its own. */
+ * Not here: running a plan (exec.c), the session API (session.c), the passes (pass_*.c),
+ *   placement (pass_place.c), the memory plan (memplan.c), priorities (priority.c). */
 #include "passes.h"
 
 #include <stddef.h>
@@ -21,16 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-void wf__plan_destroy(wf__plan *p)
+void wf__plan_free(wf__plan *p)
 {
     if (!p)
         return;
-    for (int i = 0; p->all_slots && i < p->max_slots; i++)
-        wf__slot_destroy(p->all_slots[i]);
-    free(p->all_slots);
-    wf__plan_place_free(p); /* after the slots: their device values use the devices */
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
+    wf__plan_place_free(p);
     free(p->key);
     free(p->nodes);
     free(p->kind);
@@ -62,7 +56,7 @@ static bool has_any_dim(wf_shape s)
 
 /* Fills the plan's per-node arrays from the live nodes of 'c', 'ids[0 .. n-1]' in
  * topological order. Returns 0 or a negative status with wf_last_errmsg(). */
-static int build(wf_session *s, wf__plan *p, wf__pass_ctx *c, const int32_t *ids, int n)
+static int build(const wf__compile_in *in, wf__plan *p, wf__pass_ctx *c, const int32_t *ids, int n)
 {
     char desc[WF_ERRMSG_MAX];
     int64_t edges = 0;
@@ -77,7 +71,7 @@ static int build(wf_session *s, wf__plan *p, wf__pass_ctx *c, const int32_t *ids
         p->nodes[i] = node;
         edges += node->n_inputs;
     }
-    for (int id = 0; id < s->n_nodes; id++)
+    for (int id = 0; id < in->n_nodes; id++)
         p->index_of[id] = pidx[wf__pass_find(c, id)];
     if (edges > INT32_MAX) {
         free(pidx);
@@ -94,7 +88,7 @@ static int build(wf_session *s, wf__plan *p, wf__pass_ctx *c, const int32_t *ids
     for (int i = 0; i < n && rc == 0; i++) {
         wf_node *node = p->nodes[i];
         const wf_op_def *op = node->op;
-        /* See 'run_inline' in internal.h; a -1 dimension or a dynamic output may be big. */
+        /* See 'run_inline' in plan.h; a -1 dimension or a dynamic output may be big. */
         if (has_any_dim(node->shape) || (op->flags & (WF_OP_DYNAMIC_SHAPE | WF_OP_ASYNC)) ||
             wf_shape_numel(node->shape) > WF__INLINE_NUMEL)
             p->run_inline = false;
@@ -112,8 +106,8 @@ static int build(wf_session *s, wf__plan *p, wf__pass_ctx *c, const int32_t *ids
                              wf__rt_node_desc(node, desc, sizeof desc));
         } else if (op == &wf_op_variable) {
             p->kind[i] = WF__PN_VARIABLE;
-            p->var[i] = s->var_of[node->id];
-            rc = wf__session_var_need(s, p->var[i]); /* a pipeline stage's, made now */
+            p->var[i] = in->var_of[node->id];
+            rc = in->var_need(in->ctx, p->var[i]); /* a pipeline stage's, made now */
         } else if (op->flags & WF_OP_SOURCE) {
             rc = wf__err(WF_EINVAL, "%s: a source op the session cannot feed",
                          wf__rt_node_desc(node, desc, sizeof desc));
@@ -159,20 +153,20 @@ static const pass_def passes[] = {
 };
 
 /* Runs the pipeline on 'c'; fills 'st'. Returns 0 or a negative status. */
-static int run_passes(wf_session *s, wf__pass_ctx *c, wf_plan_stats *st)
+static int run_passes(const wf__compile_in *in, wf__pass_ctx *c, wf_plan_stats *st)
 {
-    st->nodes_graph = s->n_nodes;
+    st->nodes_graph = in->n_nodes;
     int live = st->nodes_after_prune = wf__pass_prune(c);
     /* Every needed node's placement is checked, also of those a pass removes (a folded
      * constant would otherwise take a wrong device with it, unseen). */
     for (int id = 0; id < c->n_orig; id++)
         if (c->live[id]) {
-            int rc = wf__place_check_node(s, c->node[id]);
+            int rc = wf__place_check_node(in, c->node[id]);
             if (rc < 0)
                 return rc;
         }
     for (size_t k = 0; k < sizeof passes / sizeof passes[0]; k++) {
-        if (!(s->flags & passes[k].off_flag)) {
+        if (!(in->flags & passes[k].off_flag)) {
             int rc = passes[k].run(c);
             if (rc < 0)
                 return rc;
@@ -192,24 +186,21 @@ static int run_passes(wf_session *s, wf__pass_ctx *c, wf_plan_stats *st)
     return 0;
 }
 
-static int compile(wf_session *s, const int32_t *key, int n_key, wf__plan **out)
+int wf__plan_compile(const wf__compile_in *in, const int32_t *key, int n_key, wf__plan **out)
 {
     *out = NULL;
-    int nn = s->n_nodes;
+    int nn = in->n_nodes;
     wf__pass_ctx c;
-    int rc = wf__pass_init(&c, s, key, n_key);
+    int rc = wf__pass_init(&c, in, key, n_key);
     wf__plan *p = rc < 0 ? NULL : calloc(1, sizeof *p);
     if (!p) {
         wf__pass_deinit(&c);
         return wf__err(WF_ENOMEM, "wf_session_run: no memory to compile %d nodes", nn);
     }
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->sess = s;
     p->n_key = n_key;
-    p->max_slots = s->max_slots;
+    p->n_graph = nn;
     int32_t *ids = NULL;
-    rc = run_passes(s, &c, &p->stats);
+    rc = run_passes(in, &c, &p->stats);
     int n = 0;
     if (rc == 0 && !(ids = malloc((size_t)c.n * sizeof *ids)))
         rc = wf__err(WF_ENOMEM, "wf_session_run: no memory to compile %d nodes", c.n);
@@ -226,28 +217,27 @@ static int compile(wf_session *s, const int32_t *key, int n_key, wf__plan **out)
         p->uses0 = calloc((size_t)(n ? n : 1), sizeof *p->uses0);
         p->index_of = malloc((size_t)(nn ? nn : 1) * sizeof *p->index_of);
         p->placeholders = malloc((size_t)(n ? n : 1) * sizeof *p->placeholders);
-        p->all_slots = calloc((size_t)p->max_slots, sizeof *p->all_slots);
         if (!p->key || !p->nodes || !p->kind || !p->reinfer || !p->var || !p->in_off || !p->uses0 ||
-            !p->index_of || !p->placeholders || !p->all_slots)
+            !p->index_of || !p->placeholders)
             rc = wf__err(WF_ENOMEM, "wf_session_run: no memory for a plan of %d nodes", n);
     }
     if (rc == 0) {
         memcpy(p->key, key, (size_t)n_key * sizeof *key);
-        rc = build(s, p, &c, ids, n);
+        rc = build(in, p, &c, ids, n);
     }
     if (rc == 0) /* devices (pass_place.c): after build(), before the memory plan */
-        rc = wf__plan_place(p);
-    if (rc == 0 && s->dp) /* a pipeline's schedule, among the nodes of this plan */
-        rc = wf__dp_plan_order(p);
+        rc = wf__plan_place(p, in);
+    if (rc == 0 && in->add_order) /* a pipeline's schedule, among the nodes of this plan */
+        rc = in->add_order(in->ctx, p);
     if (rc == 0) /* critical-path priority (priority.c) */
-        wf__plan_priority(p);
+        wf__plan_priority(p, in);
     if (rc == 0 && c.n > c.n_orig) {
         wf__pass_take_nodes(&c, &p->made, &p->n_made);
         if (!p->made)
             rc = wf__err(WF_ENOMEM, "wf_session_run: no memory for the plan's nodes");
     }
-    if (rc == 0) /* after the order and the edges are final (runtime/memplan.c) */
-        wf__memplan_compile(p);
+    if (rc == 0) /* after the order and the edges are final (runtime/compile/memplan.c) */
+        wf__memplan_compile(p, in->flags);
     if (rc == 0) { /* the log points at graph nodes and 'made': both outlive the plan's use */
         p->log = c.log;
         p->n_log = c.n_log;
@@ -256,56 +246,9 @@ static int compile(wf_session *s, const int32_t *key, int n_key, wf__plan **out)
     free(ids);
     wf__pass_deinit(&c);
     if (rc < 0) {
-        wf__plan_destroy(p);
+        wf__plan_free(p);
         return rc;
     }
     *out = p;
-    return 0;
-}
-
-int wf__plan_get(wf_session *s, const int32_t *key, int n_key, wf__plan **out)
-{
-    pthread_mutex_lock(&s->plans_mu);
-    for (wf__plan *p = s->plans; p; p = p->next)
-        if (p->n_key == n_key && memcmp(p->key, key, (size_t)n_key * sizeof *key) == 0) {
-            pthread_mutex_unlock(&s->plans_mu);
-            *out = p;
-            return 0;
-        }
-    /* Without folding, a compile is O(needed nodes) and runs under the lock, so a set is
-     * never compiled twice; other runs wait for it only at their first step (this lookup).
-     * Folding runs kernels, which may split themselves with wf_parallel_for(): a worker
-     * waiting for those pieces may run other tasks meanwhile, and such a task may be a run
-     * of this session (runs from inside tasks are allowed) that needs 'plans_mu'. So a
-     * compile that may fold drops the lock, and a set compiled twice by racing runs keeps
-     * the plan inserted first. */
-    if (!(s->flags & WF_SESSION_NO_FOLD)) {
-        pthread_mutex_unlock(&s->plans_mu);
-        wf__plan *mine = NULL;
-        int rc = compile(s, key, n_key, &mine);
-        if (rc < 0)
-            return rc;
-        pthread_mutex_lock(&s->plans_mu);
-        for (wf__plan *p = s->plans; p; p = p->next)
-            if (p->n_key == n_key && memcmp(p->key, key, (size_t)n_key * sizeof *key) == 0) {
-                pthread_mutex_unlock(&s->plans_mu);
-                wf__plan_destroy(mine);
-                *out = p;
-                return 0;
-            }
-        *out = mine;
-    } else {
-        int rc = compile(s, key, n_key, out);
-        if (rc < 0) {
-            pthread_mutex_unlock(&s->plans_mu);
-            return rc;
-        }
-    }
-    (*out)->next = s->plans;
-    s->plans = *out;
-    s->n_plans++;
-    s->last_stats = (*out)->stats;
-    s->last_stats.n_plans = s->n_plans;
-    pthread_mutex_unlock(&s->plans_mu);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* runtime/pass_fuse.c: elementwise fusion: a chain or tree of elementwise nodes becomes one
+/* runtime/compile/pass_fuse.c: elementwise fusion: a chain or tree of elementwise nodes becomes one
  * fused_elementwise node (ops/fused.h) that computes it in one pass over memory, in tiles
  * across the workers, with the members' own loops (the same bits, passes.h).
  * Owns: the choice of groups. One sweep in reverse topological order: a node that can be an
@@ -32,8 +32,8 @@
  *   tested against the CPU only where a GPU is (none was lent so far); TODO(#6): fuse in GPU
  *   sessions once it has run on one, with a kernel_ok (core/op.h) for the programs it takes.
  * Not here: the program's format and kernel (ops/fused*.c), the framework (passes.c). */
-#include "../ops/fused.h"
-#include "../ops/table.h"
+#include "../../ops/fused.h"
+#include "../../ops/table.h"
 #include "passes.h"
 
 #include <weft/devices.h>
@@ -186,7 +186,7 @@ int wf__pass_fuse(wf__pass_ctx *c)
         rc = wf__err(WF_ENOMEM, "wf_session_run: no memory to fuse %d nodes", n0);
         goto done;
     }
-    if (c->s->device != -1 && wf_device_count(c->s->rt) > 1)
+    if (c->in->device != -1 && wf_device_count(c->in->rt) > 1)
         goto done; /* GPUs may take these nodes (file header) */
     if ((m = wf__pass_order(c, ids)) < 0) {
         rc = m;

@@ -1,4 +1,4 @@
-/* runtime/passes.h: the compile passes of a plan and what they share (module-internal).
+/* runtime/compile/passes.h: the compile passes of a plan and what they share (module-internal).
  * Owns: the pass context (wf__pass_ctx): the working node set of one compile, the rewrite
  *   map, the nodes the passes make, and the calls between plan.c and the pass files
  *   (passes.c: the framework and pruning; pass_fold.c: constant folding; pass_cse.c: common
@@ -53,7 +53,7 @@
 #ifndef WF_RUNTIME_PASSES_H
 #define WF_RUNTIME_PASSES_H
 
-#include "internal.h"
+#include "plan.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -83,14 +83,14 @@ typedef struct wf__rewrite {
 } wf__rewrite;
 
 typedef struct wf__pass_ctx {
-    wf_session *s;
-    int n_orig;     /* the session's nodes */
-    int n, cap;     /* working nodes; room in the arrays below */
-    wf_node **node; /* 'n' entries, see the invariants */
-    int32_t *repl;  /* per working id: itself, or what replaces it */
-    int32_t *order; /* per working id: its order key */
-    uint8_t *live;  /* per working id: needed by the key (after the latest prune) */
-    uint8_t *made;  /* per working id: WF__RW_* of a node a pass made (0: a graph node) */
+    const wf__compile_in *in; /* what the compile reads (plan.h) */
+    int n_orig;               /* the session's nodes */
+    int n, cap;               /* working nodes; room in the arrays below */
+    wf_node **node;           /* 'n' entries, see the invariants */
+    int32_t *repl;            /* per working id: itself, or what replaces it */
+    int32_t *order;           /* per working id: its order key */
+    uint8_t *live;            /* per working id: needed by the key (after the latest prune) */
+    uint8_t *made;            /* per working id: WF__RW_* of a node a pass made (0: a graph node) */
     int n_live;
     const int32_t *key; /* the fetched and targeted ids (originals) */
     int n_key;
@@ -108,8 +108,9 @@ typedef struct wf__pass_ctx {
 
 /* passes.c */
 
-/* Sets up 'c' for a compile of 'key' on 's'. Returns 0 or WF_ENOMEM (wf_last_errmsg()). */
-int wf__pass_init(wf__pass_ctx *c, wf_session *s, const int32_t *key, int n_key);
+/* Sets up 'c' for a compile of 'key' with 'in' (borrowed while 'c' lives). Returns 0 or
+ * WF_ENOMEM (wf_last_errmsg()). */
+int wf__pass_init(wf__pass_ctx *c, const wf__compile_in *in, const int32_t *key, int n_key);
 
 /* Frees what 'c' holds; the passes' nodes too unless wf__pass_take_nodes() took them. */
 void wf__pass_deinit(wf__pass_ctx *c);

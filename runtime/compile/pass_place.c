@@ -1,11 +1,12 @@
-/* runtime/pass_place.c: wiring placement/'s device assignment into a compiled plan.
+/* runtime/compile/pass_place.c: wiring placement/'s device assignment into a compiled plan.
  * Owns: the plan's side of placement: what wf__place() (placement/place.c, a pure
  *   function: the rule, the updates and resident variables, the copy nodes) is given (the
  *   plan's nodes and edges, the runtime's devices, the session's registry and rule), how its
  *   result replaces the plan's arrays (the partitioned node list with its copy nodes, the
- *   per-node kinds, uses, 'index_of', 'host_vars'), which of the session's devices the plan
- *   uses (opened once per session, wf__session_device(), runtime/var_device.c), and the
- *   kernel each plan node runs (the session's registered one for its device's kind).
+ *   per-node kinds, uses, 'index_of', 'host_vars'), which devices the plan uses (opened
+ *   through the compile input's open_device(): the session's, once per session,
+ *   runtime/var_device.c), and the kernel each plan node runs (the registered one for its
+ *   device's kind).
  * Devices are the session's: opened at the first plan that places a node there and shared
  *   by every plan, so the work of all plans and runs on a device is one in-order queue
  *   (devices/device.h), which is what lets one plan's update write a device value another
@@ -16,34 +17,36 @@
  *   devices test the placement and the residency).
  * Not here: the rule (placement/place.c), running placed nodes and the copies
  *   (exec_device.c), the device values of variables (var_device.c), the devices (devices/). */
-#include "../placement/place.h"
-#include "internal.h"
+#include "../../placement/place.h"
+#include "plan.h"
+
+#include <weft/devices.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* The runtime's real devices (the CPU, then the CUDA GPUs): at least the CPU. */
-static int real_devices(const wf_session *s)
+static int real_devices(const wf__compile_in *c)
 {
-    int n = wf_device_count(s->rt);
+    int n = wf_device_count(c->rt);
     return n < 1 ? 1 : n;
 }
 
-/* What placement reads of session 's' alone (wf__place_check()). */
-static wf__place_in session_in(const wf_session *s)
+/* What placement reads of the compile input 'c' alone (wf__place_check()). */
+static wf__place_in compile_in(const wf__compile_in *c)
 {
     return (wf__place_in){
-        .kernels = s->kernels,
-        .n_real = real_devices(s),
-        .n_sim = s->n_sim,
-        .device = s->device,
+        .kernels = c->kernels,
+        .n_real = real_devices(c),
+        .n_sim = c->n_sim,
+        .device = c->device,
     };
 }
 
-int wf__place_check_node(wf_session *s, const wf_node *node)
+int wf__place_check_node(const wf__compile_in *c, const wf_node *node)
 {
-    wf__place_in in = session_in(s);
+    wf__place_in in = compile_in(c);
     return wf__place_check(&in, node);
 }
 
@@ -52,7 +55,7 @@ void wf__plan_place_free(wf__plan *p)
     wf__plan_dev *pd = p->dev;
     if (!pd)
         return;
-    free(pd->devs); /* the session's devices: wf_session_destroy() closes them */
+    free(pd->devs); /* the run side's devices: it closes them (wf_session_destroy()) */
     wf__placement_free(&pd->pl);
     free(pd);
     p->dev = NULL;
@@ -94,12 +97,12 @@ static int take_partition(wf__plan *p, wf__placement *pl)
     }
     for (int32_t e = 0; e < pl->in_off[N]; e++)
         uses0[pl->in_idx[e]]++;
-    for (int id = 0; id < p->sess->n_nodes; id++)
+    for (int id = 0; id < p->n_graph; id++)
         if (p->index_of[id] >= 0)
             p->index_of[id] = pl->new_index[p->index_of[id]];
     /* A fetched node on a GPU is handed out by its copy to the host. */
     for (int k = 0; k < p->n_key; k++)
-        if (p->key[k] < p->sess->n_nodes && pl->key_at[k] >= 0)
+        if (p->key[k] < p->n_graph && pl->key_at[k] >= 0)
             p->index_of[p->key[k]] = pl->key_at[k];
     for (int k = 0; k < p->n_placeholders; k++)
         p->placeholders[k] = pl->new_index[p->placeholders[k]];
@@ -142,15 +145,14 @@ static int host_vars(wf__plan *p)
 }
 
 /* Places 'p' through wf__place() and opens the devices it uses. */
-static int place(wf__plan *p)
+static int place(wf__plan *p, const wf__compile_in *c)
 {
-    wf_session *s = p->sess;
     int32_t *key = malloc((size_t)(p->n_key ? p->n_key : 1) * sizeof *key);
     if (!key)
         return wf__err(WF_ENOMEM, "placement: no memory for %d fetches", p->n_key);
     for (int k = 0; k < p->n_key; k++)
-        key[k] = p->key[k] >= 0 && p->key[k] < s->n_nodes ? p->index_of[p->key[k]] : -1;
-    wf__place_in in = session_in(s);
+        key[k] = p->key[k] >= 0 && p->key[k] < p->n_graph ? p->index_of[p->key[k]] : -1;
+    wf__place_in in = compile_in(c);
     in.n = p->n;
     in.nodes = p->nodes;
     in.in_off = p->in_off;
@@ -180,7 +182,7 @@ static int place(wf__plan *p)
     for (int i = 0; rc >= 0 && i < p->n; i++) {
         int id = pd->pl.where[i];
         if (id > 0 && !pd->devs[id]) {
-            rc = wf__session_device(s, id, n_dev, &pd->devs[id]);
+            rc = c->open_device(c->ctx, id, n_dev, &pd->devs[id]);
             if (rc < 0) {
                 char why[WF_ERRMSG_MAX], desc[WF_ERRMSG_MAX], dn[32];
                 snprintf(why, sizeof why, "%s", wf_last_errmsg());
@@ -201,10 +203,9 @@ static int place(wf__plan *p)
  * host), so a run never looks one up. A node whose op has no kernel there is WF_ENODEV
  * naming the node and the device (nodes a pass made included: their placement is their
  * origin's). */
-static int resolve_kernels(wf__plan *p)
+static int resolve_kernels(wf__plan *p, const wf__compile_in *c)
 {
-    wf_session *s = p->sess;
-    int n_real = real_devices(s);
+    int n_real = real_devices(c);
     p->kernel = calloc((size_t)(p->n ? p->n : 1), sizeof *p->kernel);
     p->kdata = calloc((size_t)(p->n ? p->n : 1), sizeof *p->kdata);
     if (!p->kernel || !p->kdata)
@@ -217,8 +218,8 @@ static int resolve_kernels(wf__plan *p)
         int id = copy ? (node->attrs->to_dev ? node->attrs->to_dev : node->attrs->from_dev)
                       : (p->dev ? p->dev->pl.where[i] : 0);
         int kk = wf__place_kernel_kind(id, n_real);
-        p->kdata[i] = wf__kernels_data(s->kernels, node->op, kk);
-        if ((p->kernel[i] = wf__kernels_find(s->kernels, node->op, kk)))
+        p->kdata[i] = wf__kernels_data(c->kernels, node->op, kk);
+        if ((p->kernel[i] = wf__kernels_find(c->kernels, node->op, kk)))
             continue;
         char desc[WF_ERRMSG_MAX], dn[32];
         if (copy)
@@ -236,10 +237,10 @@ static int resolve_kernels(wf__plan *p)
     return 0;
 }
 
-int wf__plan_place(wf__plan *p)
+int wf__plan_place(wf__plan *p, const wf__compile_in *c)
 {
-    int rc = place(p);
+    int rc = place(p, c);
     if (rc >= 0)
-        rc = resolve_kernels(p);
+        rc = resolve_kernels(p, c);
     return rc;
 }
