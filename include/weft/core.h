@@ -254,6 +254,24 @@ WF_API wf_node *wf_send(wf_graph *g, wf_node *x, int peer, int edge);
 WF_API wf_node *wf_recv(wf_graph *g, wf_dtype dt, wf_shape shape, int peer, int edge);
 #define wf_recv(g, dt, shape, peer, edge) (WF__HERE(), (wf_recv)(g, dt, shape, peer, edge))
 
+/* Tensor parallelism, Megatron's pair over the ranks of the session's communicator (a group of
+ * 'size' ranks: wf_session_opts.comm must have exactly that many). 'wf_tp_enter' is the
+ * identity; its gradient is the all-reduce (sum) of the incoming gradient over the group.
+ * 'wf_tp_reduce' is the all-reduce (sum) of x over the group: every rank gets the rank-ordered
+ * sum x_0 + x_1 + ... + x_{size-1} (added in that order, so every rank gets the same bits
+ * whatever the arrival order); its gradient is the identity. x is f32 or f64 of any shape, the
+ * same on every rank (another size fails the run naming both ranks). 'edge' (0 .. 32767) keys
+ * the messages as wf_send()'s does: a tp_reduce's edge must not be another transfer's, and a
+ * tp_enter's edge is the one its gradient's all-reduce uses. Outside a session with a
+ * communicator tp_reduce fails placement with WF_ENODEV. wf_tp_split_create()
+ * (weft/placement.h) builds a whole split block with them. Returns the node, or NULL with the
+ * graph's error (size < 1, edge out of range, another dtype). Ownership: borrowed from 'g'. */
+WF_API wf_node *wf_tp_enter(wf_graph *g, wf_node *x, int size, int edge);
+#define wf_tp_enter(g, x, size, edge) (WF__HERE(), (wf_tp_enter)(g, x, size, edge))
+/* The all-reduce half of the pair: see wf_tp_enter() above. Ownership: borrowed from 'g'. */
+WF_API wf_node *wf_tp_reduce(wf_graph *g, wf_node *x, int size, int edge);
+#define wf_tp_reduce(g, x, size, edge) (WF__HERE(), (wf_tp_reduce)(g, x, size, edge))
+
 /* A constant node. Ownership: retains 't'. Returns NULL on error. */
 WF_API wf_node *wf_constant(wf_graph *g, wf_tensor *t);
 #define wf_constant(g, t) (WF__HERE(), (wf_constant)(g, t))
