@@ -90,8 +90,8 @@ static int find_block(const tp_split *s, const wf_tp_block *b, int k, int size, 
         return fail("block weight", w1->shape.rank != 2 ? w1 : w2, "is not a matrix");
     int64_t hid = w1->shape.dims[1];
     if (hid % size) {
-        snprintf(why, sizeof why, "its %lld columns do not divide into %d ranks", (long long)hid,
-                 size);
+        snprintf(why, sizeof why, "has %lld columns, which do not divide into %d ranks",
+                 (long long)hid, size);
         return fail("W1", w1, why);
     }
     if (w2->shape.dims[0] != hid) {
