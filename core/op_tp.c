@@ -2,9 +2,9 @@
  *   tp_enter (Megatron's f: the identity forward; its gradient all-reduces over the
  *   tensor-parallel group) and tp_reduce (g: the all-reduce (sum) forward; the identity
  *   gradient), and their constructors wf_tp_enter() / wf_tp_reduce() (weft/core.h).
- * Owns: their defs (arity, inference, flags), the checks of their attributes, and tp_enter's
- *   CPU kernel (the identity: its bytes, or nothing when the planner gave the output input 0's
- *   storage, WF_OP_INPLACE).
+ * Owns: their defs (arity, inference, flags) and the checks of their attributes; tp_enter's
+ *   CPU kernel is the identity that dp_grad uses too (wf__pass_kernel(), core/op_dist.c: its
+ *   bytes, or nothing when the planner gave the output input 0's storage, WF_OP_INPLACE).
  * Why here: the split rewrite (placement/tensor_split.c) inserts them as plain graph ops, and
  *   only the layer that owns the network (transport/tp_ops.c) can run tp_reduce, so, as send
  *   and recv (core/op_comm.c), its kernel is registered per session given a communicator.
@@ -17,10 +17,8 @@
 #include "error.h"
 #include "graph.h"
 #include "internal.h"
-#include "tensor.h"
 
 #include <stdio.h>
-#include <string.h>
 
 #define MAX_EDGE (1 << 15)
 
@@ -46,27 +44,12 @@ static int infer_tp(wf_node *n, char *err, size_t errlen)
     return 0;
 }
 
-static int tp_enter_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
-                           wf_tensor **out)
-{
-    (void)ctx;
-    (void)n;
-    size_t bytes = (size_t)in[0]->numel * wf_dtype_size(in[0]->dtype);
-    if ((*out)->data == in[0]->data)
-        return 0;
-    if (in[0]->contiguous) {
-        memcpy((*out)->data, in[0]->data, bytes);
-        return 0;
-    }
-    return wf_tensor_read(in[0], in[0]->dtype, (*out)->data, bytes);
-}
-
 const wf_op_def wf_op_tp_enter = {
     .name = "tp_enter",
     .min_inputs = 1,
     .max_inputs = 1,
     .infer = infer_tp,
-    .kernel = { [WF_KERNEL_CPU] = tp_enter_kernel },
+    .kernel = { [WF_KERNEL_CPU] = wf__pass_kernel },
     .flags = WF_OP_INPLACE,
 };
 
