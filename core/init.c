@@ -2,7 +2,9 @@
  * Owns: the counter-based generator: element i of a tensor is a function of (seed, i) only,
  *   bits(seed, c) = splitmix64(seed ^ splitmix64(c)), so values never depend on thread
  *   count, scheduling or the order elements are filled in, and any slice can be filled
- *   independently. Uniform draws use bits(seed, i); normal draws use Box-Muller on
+ *   independently (a shard of a split weight, wf_init.part_*, draws its elements' indices in the
+ *   full tensor and takes the full shape's fans, so it holds the full tensor's slice). Uniform
+ *   draws use bits(seed, i); normal draws use Box-Muller on
  *   bits(seed, 2i) and bits(seed, 2i + 1) (the cosine branch only: one draw per element
  *   keeps the element-i-only property).
  * Invariant: a value is computed in double and stored once (f32: one rounding; bf16/f16:
@@ -94,8 +96,31 @@ int wf__init_check(wf_init init, wf_dtype dt, wf_shape shape, char *err, size_t 
                  wf_dtype_name(dt));
         return WF_EINVAL;
     }
-    (void)shape;
+    if (init.part_full == 0 && init.part_begin == 0 && init.part_axis == 0)
+        return 0;
+    if (init.part_axis < 0 || init.part_axis >= shape.rank || init.part_full < 1 ||
+        init.part_begin < 0 || shape.dims[init.part_axis] < 0 ||
+        init.part_begin + shape.dims[init.part_axis] > init.part_full) {
+        char sh[160];
+        snprintf(err, errlen,
+                 "a shard %s at %lld along axis %d does not fit in a full dimension of %lld",
+                 wf_shape_str(shape, sh, sizeof sh), (long long)init.part_begin, init.part_axis,
+                 (long long)init.part_full);
+        return WF_EINVAL;
+    }
     return 0;
+}
+
+/* The full tensor's flat index of a shard's element i (wf_init.part_*), or i itself. */
+static uint64_t full_index(wf_init init, wf_shape shape, int64_t i)
+{
+    if (init.part_full == 0)
+        return (uint64_t)i;
+    int64_t inner = 1, d = shape.dims[init.part_axis];
+    for (int k = init.part_axis + 1; k < shape.rank; k++)
+        inner *= shape.dims[k];
+    int64_t o = i / (d * inner), j = (i / inner) % d, k = i % inner;
+    return (uint64_t)((o * init.part_full + j + init.part_begin) * inner + k);
 }
 
 int wf_init_tensor(wf_init init, wf_dtype dt, wf_shape shape, wf_tensor **out)
@@ -113,7 +138,10 @@ int wf_init_tensor(wf_init init, wf_dtype dt, wf_shape shape, wf_tensor **out)
     }
     double lo = 0, hi = 0, mean = 0, sd = 0, fi, fo;
     bool normal = false;
-    fans(shape, &fi, &fo);
+    wf_shape full = shape;
+    if (init.part_full > 0)
+        full.dims[init.part_axis] = init.part_full;
+    fans(full, &fi, &fo);
     switch (init.kind) {
     case WF_INIT_ZEROS:
         break;
@@ -153,12 +181,13 @@ int wf_init_tensor(wf_init init, wf_dtype dt, wf_shape shape, wf_tensor **out)
     bool random = init.kind >= WF_INIT_UNIFORM;
     for (int64_t i = 0; i < t->numel; i++) {
         double v;
+        uint64_t at = random ? full_index(init, shape, i) : 0;
         if (!random)
             v = lo;
         else if (normal)
-            v = mean + sd * normal01(init.seed, (uint64_t)i);
+            v = mean + sd * normal01(init.seed, at);
         else
-            v = lo + (hi - lo) * unit(bits(init.seed, (uint64_t)i));
+            v = lo + (hi - lo) * unit(bits(init.seed, at));
         char *p = t->data + (size_t)i * es;
         if (dt == WF_F32)
             *(float *)p = (float)v;

@@ -157,4 +157,10 @@ int wf__op_check_type(const wf_attrs *a, int64_t min_dim, char *err, size_t errl
  * 'err' (no node name). */
 int wf__init_check(wf_init init, wf_dtype dt, wf_shape shape, char *err, size_t errlen);
 
+/* A kernel whose value is input 0's bytes (core/op_dist.c): nothing to do when the planner gave
+ * the output input 0's storage (an op with WF_OP_INPLACE), else a copy. For dp_grad and
+ * tp_enter (core/op_tp.c). */
+int wf__pass_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                    wf_tensor **out);
+
 #endif /* WF_CORE_INTERNAL_H */

@@ -339,6 +339,16 @@ extern const wf_op_def wf_op_ps_join;
  * value is the header's; the kernel the runtime registers also records it. */
 extern const wf_op_def wf_op_ps_note;
 
+/* Tensor parallelism, Megatron's pair (core/op_tp.c; placement/tensor_split.c inserts them):
+ *   tp_enter: input x (f32 or f64); its value is x's (a CPU kernel here, WF_OP_INPLACE); its
+ *     gradient (grad/grad_dist.c) is a tp_reduce of the same attributes.
+ *   tp_reduce: input x; its value is the sum of x over the attrs.peer ranks of the
+ *     communicator, added in rank order; attrs.edge keys its messages. Kernel-less: the
+ *     transport registers it per session (transport/tp_ops.c); WF_OP_STATEFUL | WF_OP_ASYNC |
+ *     WF_OP_TRANSFER. Its gradient is a tp_enter of the same attributes. */
+extern const wf_op_def wf_op_tp_enter;
+extern const wf_op_def wf_op_tp_reduce;
+
 /* Aggregations of dp_reduce (attrs.axis); equal to wf_aggregation (weft/distribute.h):
  * MEAN weights shard k by its rows over the batch's (n_k / B: the mean over the global
  * batch), SUM by 1, SHARD_MEAN by 1 / S. */

@@ -3,7 +3,8 @@
  * one gradient bucket (or one fetched scalar) over every shard of every rank.
  * Owns: their defs (arity, inference, flags), the row split of a batch into shards
  *   (wf__shard_rows_range()), shard_rows' CPU kernel (a copy of contiguous rows), and dp_grad,
- *   the reduced gradient of a dp_reduce that reduces in place, and its kernel.
+ *   the reduced gradient of a dp_reduce that reduces in place, and its kernel (wf__pass_kernel(),
+ *   the identity that tp_enter, core/op_tp.c, uses too).
  * Why here: the rewrite (placement/replicate.c) inserts them as plain graph ops, and only the
  *   layer that owns the network (transport/coll_ops.c) can run dp_reduce, so, as send and
  *   recv (core/op_comm.c), its kernel is registered per session; shard_rows needs nothing
@@ -221,10 +222,10 @@ static int infer_dp_grad(wf_node *n, char *err, size_t errlen)
     return 0;
 }
 
-/* The value is input 0's, reduced in place by then: nothing to do when the planner gave the
- * output input 0's bytes (WF_OP_INPLACE), else a copy. */
-static int dp_grad_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
-                          wf_tensor **out)
+/* The value is input 0's (dp_grad's: reduced in place by then): nothing to do when the planner
+ * gave the output input 0's bytes (WF_OP_INPLACE), else a copy. */
+int wf__pass_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tensor *const *in,
+                    wf_tensor **out)
 {
     (void)ctx;
     (void)n;
@@ -243,6 +244,6 @@ const wf_op_def wf_op_dp_grad = {
     .min_inputs = 2,
     .max_inputs = 2,
     .infer = infer_dp_grad,
-    .kernel = { [WF_KERNEL_CPU] = dp_grad_kernel },
+    .kernel = { [WF_KERNEL_CPU] = wf__pass_kernel },
     .flags = WF_OP_STATEFUL | WF_OP_NO_GRAD | WF_OP_INPLACE,
 };

@@ -495,5 +495,8 @@ wf_grad_fn wf__grad_find(const wf_op_def *op)
     for (int i = 0; i < wf__grad_nn_len; i++)
         if (wf__grad_nn[i].op == op)
             return wf__grad_nn[i].fn;
+    for (int i = 0; i < wf__grad_dist_len; i++)
+        if (wf__grad_dist[i].op == op)
+            return wf__grad_dist[i].fn;
     return NULL;
 }

@@ -28,7 +28,7 @@
 /* The gradient function of 'op': its own slot first, then grad/'s tables; NULL if none. */
 wf_grad_fn wf__grad_find(const wf_op_def *op);
 
-/* The tables of grad_math.c (elementwise and reductions) and grad_nn.c (the rest). */
+/* The tables of grad_math.c (elementwise and reductions) and grad_nn.c (the rest of ops/). */
 typedef struct wf__grad_entry {
     const wf_op_def *op;
     wf_grad_fn fn;
@@ -38,6 +38,9 @@ extern const wf__grad_entry wf__grad_math[];
 extern const int wf__grad_math_len;
 extern const wf__grad_entry wf__grad_nn[];
 extern const int wf__grad_nn_len;
+/* grad_dist.c: the distributed ops of core/ (tensor parallelism's tp_enter and tp_reduce). */
+extern const wf__grad_entry wf__grad_dist[];
+extern const int wf__grad_dist_len;
 
 /* 'dx' (a gradient with the broadcast shape of node n's output) summed back to the shape of
  * n's input 'i': over the leading axes the input lacks and over the axes where it has size 1

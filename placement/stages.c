@@ -23,6 +23,7 @@
  *     i.e. f(i) = (1+b) S_k[i] - x in_k(C[i]) >= (1+b) S_k[j] + x out_k(C[j]) - T, so a
  *     sliding-window maximum of f over [lo(j), j-1] decides it: O(p n) per probe.
  * Not here: the schedules and their simulation (schedule.c), send/recv (partition.c). */
+#include "../ops/table.h"
 #include "internal.h"
 
 #include <math.h>
@@ -733,10 +734,20 @@ static int explain(const model *m, int kind)
     if (who >= 0 && biggest > cap) {
         const wf_node *v = wf_graph_node(m->g, who);
         char w[128];
+        /* a matmul's weight: tensor parallelism splits it over ranks (placement/tensor_split.c) */
+        bool matmul_weight = false;
+        for (int id = 0; id < m->N && !matmul_weight; id++) {
+            const wf_node *u = wf_graph_node(m->g, id);
+            matmul_weight = u->op == &wf_op_matmul && u->n_inputs > 1 && u->inputs[1] == v;
+        }
         return wf__err(WF_EINVAL,
                        "plan: %s '%s' (%s) alone needs %.0f bytes, more than any "
-                       "device's memory cap (the largest is %.0f)",
-                       v->op->name, v->name, where(v, w, sizeof w), biggest, cap);
+                       "device's memory cap (the largest is %.0f)%s",
+                       v->op->name, v->name, where(v, w, sizeof w), biggest, cap,
+                       matmul_weight ? "; it is a matmul's weight: split it over the ranks with "
+                                       "wf_tp_split_create() (weft/placement.h: W1 by columns, "
+                                       "W2 by rows of a two-matmul block, each rank holding 1/N)"
+                                     : "");
     }
     return wf__err(WF_EINVAL,
                    "plan: no split into %d stages fits the devices' memory caps "

@@ -1,6 +1,7 @@
 /* transport/p2p_ops.c: the CPU kernels of core's send and recv ops (core/op.h), registered
  *   for a session by wf__transport_register_kernels() (transport/post.h).
- * Owns: the wire form of a tensor between ranks and the key scheme of graph transfers.
+ * Owns: the wire form of a tensor between ranks and the key scheme of graph transfers; the
+ *   registration also covers tp_reduce (tp_ops.c), the other transfer op a session may run.
  * Wire form: two messages per value, a header (magic, dtype, rank, dimensions) and the
  *   bytes, so the receiver checks dtype and shape against its own node before it hands
  *   anything on: a mismatch fails the receiving run naming both ranks and both types, never
@@ -263,5 +264,7 @@ int wf__transport_register_kernels(wf__kernels *r, wf_comm *c)
     int rc = wf__kernels_register(r, &wf_op_send, WF_KERNEL_CPU, send_kernel, NULL, c);
     if (rc >= 0)
         rc = wf__kernels_register(r, &wf_op_recv, WF_KERNEL_CPU, recv_kernel, NULL, c);
+    if (rc >= 0) /* tensor parallelism's all-reduce (tp_ops.c) */
+        rc = wf__tp_register_kernels(r, c);
     return rc;
 }

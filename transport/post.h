@@ -1,7 +1,8 @@
 /* transport/post.h: posted point-to-point transfers, completed through the transport's actor
  * (a module interface for runtime/: not installed, not internal.h).
  * Owns: wf__comm_post_send() / wf__comm_post_recv(), and the registration of the kernels of
- *   core's send and recv ops (wf__transport_register_kernels(), transport/p2p_ops.c), and the
+ *   core's send and recv ops (wf__transport_register_kernels(), transport/p2p_ops.c; with them
+ *   tp_reduce's, transport/tp_ops.c), and the
  *   post of one value in their wire form from a loop of the library (wf__p2p_post()).
  * How a posted transfer goes (docs/architecture.md, "Transport"): the post is queued for the
  *   comm's thread "weft-net", which hands it to UCX at once and drives the UCX worker's
@@ -62,5 +63,10 @@ int wf__p2p_post(wf_comm *c, bool is_recv, int peer, int edge, uint64_t step, wf
  * communicator 'c', which the kernels use (it must outlive every plan of the registry's
  * session). Returns 0 or a negative wf_status. Ownership: 'c' is borrowed. */
 int wf__transport_register_kernels(wf__kernels *r, wf_comm *c);
+
+/* Registers into 'r' the CPU kernel of core's tp_reduce op (transport/tp_ops.c) for 'c';
+ * wf__transport_register_kernels() calls it with send's and recv's. Returns 0 or a negative
+ * wf_status. */
+int wf__tp_register_kernels(wf__kernels *r, wf_comm *c);
 
 #endif /* WF_TRANSPORT_POST_H */

@@ -254,6 +254,24 @@ WF_API wf_node *wf_send(wf_graph *g, wf_node *x, int peer, int edge);
 WF_API wf_node *wf_recv(wf_graph *g, wf_dtype dt, wf_shape shape, int peer, int edge);
 #define wf_recv(g, dt, shape, peer, edge) (WF__HERE(), (wf_recv)(g, dt, shape, peer, edge))
 
+/* Tensor parallelism, Megatron's pair over the ranks of the session's communicator (a group of
+ * 'size' ranks: wf_session_opts.comm must have exactly that many). 'wf_tp_enter' is the
+ * identity; its gradient is the all-reduce (sum) of the incoming gradient over the group.
+ * 'wf_tp_reduce' is the all-reduce (sum) of x over the group: every rank gets the rank-ordered
+ * sum x_0 + x_1 + ... + x_{size-1} (added in that order, so every rank gets the same bits
+ * whatever the arrival order); its gradient is the identity. x is f32 or f64 of any shape, the
+ * same on every rank (another size fails the run naming both ranks). 'edge' (0 .. 32767) keys
+ * the messages as wf_send()'s does: a tp_reduce's edge must not be another transfer's, and a
+ * tp_enter's edge is the one its gradient's all-reduce uses. Outside a session with a
+ * communicator tp_reduce fails placement with WF_ENODEV. wf_tp_split_create()
+ * (weft/placement.h) builds a whole split block with them. Returns the node, or NULL with the
+ * graph's error (size < 1, edge out of range, another dtype). Ownership: borrowed from 'g'. */
+WF_API wf_node *wf_tp_enter(wf_graph *g, wf_node *x, int size, int edge);
+#define wf_tp_enter(g, x, size, edge) (WF__HERE(), (wf_tp_enter)(g, x, size, edge))
+/* The all-reduce half of the pair: see wf_tp_enter() above. Ownership: borrowed from 'g'. */
+WF_API wf_node *wf_tp_reduce(wf_graph *g, wf_node *x, int size, int edge);
+#define wf_tp_reduce(g, x, size, edge) (WF__HERE(), (wf_tp_reduce)(g, x, size, edge))
+
 /* A constant node. Ownership: retains 't'. Returns NULL on error. */
 WF_API wf_node *wf_constant(wf_graph *g, wf_tensor *t);
 #define wf_constant(g, t) (WF__HERE(), (wf_constant)(g, t))
@@ -269,6 +287,13 @@ typedef struct wf_init {
     int kind; /* WF_INIT_* */
     uint64_t seed;
     double a, b; /* constant: a; uniform: [a, b); normal: mean a, stddev b */
+    /* A shard (tensor parallelism): with part_full > 0 the tensor is the slice [part_begin,
+     * part_begin + shape.dims[part_axis]) along axis part_axis of a full tensor whose
+     * dims[part_axis] is part_full (the other dims are the shard's), and holds exactly the
+     * values that slice of the full tensor gets from the same initializer (the same elements
+     * drawn, the fans of the full shape). 0 (the constructors' default): no shard. */
+    int part_axis;
+    int64_t part_begin, part_full;
 } wf_init;
 
 enum {
@@ -285,55 +310,55 @@ enum {
 
 static inline wf_init wf_init_zeros(void)
 {
-    wf_init r = { WF_INIT_ZEROS, 0, 0, 0 };
+    wf_init r = { WF_INIT_ZEROS, 0, 0, 0, 0, 0, 0 };
     return r;
 }
 
 static inline wf_init wf_init_ones(void)
 {
-    wf_init r = { WF_INIT_ONES, 0, 0, 0 };
+    wf_init r = { WF_INIT_ONES, 0, 0, 0, 0, 0, 0 };
     return r;
 }
 
 static inline wf_init wf_init_constant(double v)
 {
-    wf_init r = { WF_INIT_CONSTANT, 0, v, 0 };
+    wf_init r = { WF_INIT_CONSTANT, 0, v, 0, 0, 0, 0 };
     return r;
 }
 
 static inline wf_init wf_init_uniform(uint64_t seed, double lo, double hi)
 {
-    wf_init r = { WF_INIT_UNIFORM, seed, lo, hi };
+    wf_init r = { WF_INIT_UNIFORM, seed, lo, hi, 0, 0, 0 };
     return r;
 }
 
 static inline wf_init wf_init_normal(uint64_t seed, double mean, double stddev)
 {
-    wf_init r = { WF_INIT_NORMAL, seed, mean, stddev };
+    wf_init r = { WF_INIT_NORMAL, seed, mean, stddev, 0, 0, 0 };
     return r;
 }
 
 static inline wf_init wf_init_glorot_uniform(uint64_t seed)
 {
-    wf_init r = { WF_INIT_GLOROT_UNIFORM, seed, 0, 0 };
+    wf_init r = { WF_INIT_GLOROT_UNIFORM, seed, 0, 0, 0, 0, 0 };
     return r;
 }
 
 static inline wf_init wf_init_glorot_normal(uint64_t seed)
 {
-    wf_init r = { WF_INIT_GLOROT_NORMAL, seed, 0, 0 };
+    wf_init r = { WF_INIT_GLOROT_NORMAL, seed, 0, 0, 0, 0, 0 };
     return r;
 }
 
 static inline wf_init wf_init_he_uniform(uint64_t seed)
 {
-    wf_init r = { WF_INIT_HE_UNIFORM, seed, 0, 0 };
+    wf_init r = { WF_INIT_HE_UNIFORM, seed, 0, 0, 0, 0, 0 };
     return r;
 }
 
 static inline wf_init wf_init_he_normal(uint64_t seed)
 {
-    wf_init r = { WF_INIT_HE_NORMAL, seed, 0, 0 };
+    wf_init r = { WF_INIT_HE_NORMAL, seed, 0, 0, 0, 0, 0 };
     return r;
 }
 
@@ -342,6 +367,17 @@ static inline wf_init wf_init_he_normal(uint64_t seed)
  * wf_matmul(x, w) uses them; for rank >= 3, [out, in, k...]: fan_in = in * k...,
  * fan_out = out * k...). Returns 0, WF_EINVAL or WF_ENOMEM. Ownership: '*out' is owned. */
 WF_API WF_NODISCARD int wf_init_tensor(wf_init init, wf_dtype dt, wf_shape shape, wf_tensor **out);
+
+/* 'init' for the shard [begin, begin + the shard's dims[axis]) along 'axis' of a full tensor
+ * whose dims[axis] is 'full' (wf_init.part_*). A shard that does not fit in the full tensor is
+ * refused where the initializer is used (WF_EINVAL naming the axis, the range and 'full'). */
+static inline wf_init wf_init_part(wf_init init, int axis, int64_t begin, int64_t full)
+{
+    init.part_axis = axis;
+    init.part_begin = begin;
+    init.part_full = full;
+    return init;
+}
 
 /* A named, mutable variable: its value is owned by each session (static graphs) or by the
  * graph (eager graphs), starts from 'init', and is written only by update nodes. In an eager

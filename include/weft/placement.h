@@ -3,7 +3,8 @@
  *   per-op costs (the op's flops/bytes as the prior, measured times cached per op, shapes
  *   and device kind), user hints ("rank:1/cpu:0", for one node or a scope of nodes), the
  *   automatic split into pipeline stages, the partitioned graphs with send/recv pairs, the
- *   transfer keys, and the pipeline schedules (GPipe, 1F1B) with their static check.
+ *   transfer keys, the pipeline schedules (GPipe, 1F1B) with their static check, and tensor
+ *   parallelism's split of a two-matmul block (wf_tp_split_create()).
  * Owns: the public contract of placement/.
  * Pure: nothing here runs a kernel, touches a device or the network; every function takes a
  *   graph and descriptions and returns an assignment, a schedule or new graphs. Measuring
@@ -350,6 +351,42 @@ WF_API WF_NODISCARD int wf_pipe_check(int stages, int micro_batches,
 WF_API WF_NODISCARD int wf_pipe_simulate(const wf_pipe_schedule *s, const double *fwd_s,
                                          const double *bwd_s, const double *xfer_s, double *step_s,
                                          double *bubble);
+
+/* ---- Tensor parallelism ------------------------------------------------------------------- */
+
+/* A two-matmul block of a graph, x·W1 (+ b1) -> act -> ·W2 (+ b2) (Megatron's MLP), named by
+ * its variables: w1 [in, H] and w2 [H, out], read only by the block's two matmuls (no
+ * transposes); b1 [H] and b2 [out] (NULL: none) added to the matmuls' values; act any
+ * elementwise op of one input (relu, tanh, gelu, ...) between them, the one reader of the
+ * first matmul's (+ b1) value and read only by the second matmul. */
+typedef struct wf_tp_block {
+    const wf_node *w1, *b1, *w2, *b2;
+} wf_tp_block;
+
+/* Builds rank 'rank''s graph of a tensor-parallel group of 'size' ranks from forward graph 'g'
+ * (static; no gradients or updates yet): a copy of g in which each block of 'blocks' (n_blocks
+ * of them) is split Megatron's way. W1 and b1 are split by columns and W2 by rows: rank r holds
+ * the hidden range [r H / size, (r + 1) H / size), its variables of the same names with those
+ * shapes and initializers that give them the full variables' slices (wf_init_part()), so the
+ * split model starts where the single-process model does. A tp_enter ("<matmul1>/tp_enter":
+ * the identity; its gradient all-reduces x's) comes before the first matmul, and a tp_reduce
+ * ("<matmul2>/tp_reduce": the rank-ordered sum over the group) after the second, so b2 is
+ * added once, after the sum, and everything after the block is computed whole on every rank.
+ * Block k's pair uses key edges edge + 2k and edge + 2k + 1 (no other transfer of the rank's
+ * sessions may use them). Every other node is copied with its name, attributes and source
+ * location: find them in the new graph with wf_graph_find(). Then add the loss's gradients
+ * and the optimizer to the new graph (wf_minimize) and run it in a session given a
+ * communicator of 'size' ranks (wf_session_opts.comm). Use it when one matmul's weights
+ * exceed a device's memory: each rank holds 1/size of W1, b1 and W2.
+ * Returns 0, or WF_EINVAL with the message naming the node and its shape: a rank outside
+ * 0 .. size - 1, an H that does not divide into 'size' parts, W2's rows not W1's columns, a
+ * bias of another shape, a block whose structure differs (a variable read elsewhere, an inner
+ * value read outside the block, no elementwise activation), a graph with gradients or
+ * updates, edges beyond 2^15; or WF_ENOMEM. Ownership: the caller owns '*out'
+ * (wf_graph_destroy()); 'g' is only read. */
+WF_API WF_NODISCARD int wf_tp_split_create(const wf_graph *g, const wf_tp_block *blocks,
+                                           int n_blocks, int rank, int size, int edge,
+                                           wf_graph **out);
 
 #ifdef __cplusplus
 }

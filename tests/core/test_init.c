@@ -241,3 +241,55 @@ Test(core_init, bad_arguments_are_refused)
     cr_assert(strstr(wf_last_errmsg(), "float"), "message: %s", wf_last_errmsg());
     cr_assert_null(t);
 }
+
+/* A shard (wf_init_part) holds the bits of its slice of the full tensor: columns [begin,
+ * begin + c) of an [r, full] weight (axis 1), rows of a [full, c] one (axis 0), for every kind
+ * whose values depend on the element or the fans (Glorot and He take the full shape's). */
+static void check_shard(wf_init init, wf_shape full, int axis, int64_t begin, int64_t len)
+{
+    wf_tensor *f = make(init, WF_F32, full);
+    wf_shape ss = full;
+    ss.dims[axis] = len;
+    wf_tensor *s = make(wf_init_part(init, axis, begin, full.dims[axis]), WF_F32, ss);
+    const float *fv = wf_tensor_data_f32(f), *sv = wf_tensor_data_f32(s);
+    int64_t inner = 1;
+    for (int k = axis + 1; k < full.rank; k++)
+        inner *= full.dims[k];
+    for (int64_t i = 0; i < wf_tensor_numel(s); i++) {
+        int64_t o = i / (len * inner), j = (i / inner) % len, k = i % inner;
+        int64_t at = (o * full.dims[axis] + j + begin) * inner + k;
+        cr_assert(memcmp(&sv[i], &fv[at], sizeof(float)) == 0,
+                  "kind %d axis %d begin %lld: shard element %lld is %.9g, the full tensor's "
+                  "%lld is %.9g",
+                  init.kind, axis, (long long)begin, (long long)i, sv[i], (long long)at, fv[at]);
+    }
+    wf_tensor_release(f);
+    wf_tensor_release(s);
+}
+
+Test(core_init, a_shard_holds_the_bits_of_its_slice_of_the_full_tensor)
+{
+    wf_init kinds[] = { wf_init_glorot_uniform(7), wf_init_glorot_normal(8), wf_init_he_uniform(9),
+                        wf_init_normal(10, 0.5, 2.0), wf_init_uniform(11, -1, 3) };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        check_shard(kinds[k], WF_SHAPE(6, 8), 1, 4, 4); /* the second half of the columns */
+        check_shard(kinds[k], WF_SHAPE(6, 8), 1, 2, 3);
+        check_shard(kinds[k], WF_SHAPE(9, 5), 0, 3, 3); /* the middle third of the rows */
+        check_shard(kinds[k], WF_SHAPE(9), 0, 6, 3);    /* a bias */
+        check_shard(kinds[k], WF_SHAPE(2, 6, 3), 1, 2, 2);
+    }
+}
+
+Test(core_init, a_shard_outside_its_full_tensor_is_refused_naming_the_range)
+{
+    wf_tensor *t = NULL;
+    int rc = wf_init_tensor(wf_init_part(wf_init_glorot_uniform(1), 1, 6, 8), WF_F32,
+                            WF_SHAPE(4, 4), &t);
+    cr_assert_eq(rc, WF_EINVAL, "got %s", wf_err_name(rc));
+    cr_assert_null(t);
+    cr_assert(strstr(wf_last_errmsg(), "at 6 along axis 1") &&
+                  strstr(wf_last_errmsg(), "full dimension of 8"),
+              "message: %s", wf_last_errmsg());
+    rc = wf_init_tensor(wf_init_part(wf_init_ones(), 2, 0, 8), WF_F32, WF_SHAPE(4, 4), &t);
+    cr_assert_eq(rc, WF_EINVAL, "axis 2 of a rank-2 shard: got %s", wf_err_name(rc));
+}

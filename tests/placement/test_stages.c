@@ -578,6 +578,8 @@ Test(placement_stages, memory_caps_that_cannot_fit_are_refused_naming_the_node_o
     cr_assert_eq(rc, WF_EINVAL);
     cr_assert(strstr(wf_last_errmsg(), "variable 'W") && strstr(wf_last_errmsg(), "alone needs"),
               "%s", wf_last_errmsg());
+    /* the weight is a matmul's: the message names the split that makes it fit */
+    cr_assert(strstr(wf_last_errmsg(), "wf_tp_split_create()"), "%s", wf_last_errmsg());
     wf_cluster_destroy(c);
     /* each weight fits, but four of them do not fit on two devices */
     c = equal_cluster(2, 1.2e6);
