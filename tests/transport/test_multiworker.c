@@ -348,6 +348,39 @@ static int trace_spans(const char *buf, long run, span *out, int cap)
     return n;
 }
 
+/* Runs 4 steps of 's' on batch 0 (256 rows); rank 0 then writes the runtime's trace and reads
+ * it into 'buf' (NUL-terminated). 0, or 1 after a check failed (said on stderr). */
+static int train_traced(wf_session *s, wf_node *x, wf_node *y, wf_node *loss, wf_node *train,
+                        int rank, char *buf, size_t cap)
+{
+    static float xs[256 * IN];
+    static int32_t ys[256];
+    batch_of(0, 256, xs, ys);
+    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(256, IN), xs);
+    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(256), ys);
+    wf_feed f[] = { { x, xt }, { y, yt } };
+    for (int step = 0; step < 4; step++) {
+        wf_tensor *out = NULL;
+        int rc = wf_session_run(s, f, 2, &loss, 1, &out, &train, 1);
+        TU_CHECK(rc == 0, "step %d: %s", step, wf_session_errmsg(s));
+        wf_tensor_release(out);
+    }
+    wf_tensor_release(xt);
+    wf_tensor_release(yt);
+    if (rank != 0)
+        return 0;
+    char path[96];
+    snprintf(path, sizeof path, "/tmp/weft-mw-trace-%d.json", (int)getpid());
+    TU_CHECK(wf_runtime_trace_write(tu_rt, path) > 0, "trace: %s", wf_last_errmsg());
+    FILE *fp = fopen(path, "r");
+    TU_CHECK(fp, "open %s", path);
+    size_t len = fread(buf, 1, cap - 1, fp);
+    buf[len] = 0;
+    fclose(fp);
+    unlink(path);
+    return 0;
+}
+
 /* Rank 0 traces steps 2 to 4 of a 3-layer MLP with 4 KiB buckets: the first bucket's
  * reduction (the last layer's gradients, which backward makes first) starts before the last
  * matmul of backward (the first layer's weight gradient) ends: communication overlaps
@@ -371,31 +404,9 @@ static int rank_trace(wf_comm *c, int rank, int size, void *argp)
     TU_CHECK(train, "build: %s", wf_graph_errmsg(g));
     wf_session *s = NULL;
     TU_OK(wf_session_create(g, &(wf_session_opts){ .strategy = st }, &s));
-    static float xs[256 * IN];
-    static int32_t ys[256];
-    batch_of(0, 256, xs, ys);
-    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(256, IN), xs);
-    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(256), ys);
-    wf_feed f[] = { { x, xt }, { y, yt } };
-    for (int step = 0; step < 4; step++) {
-        wf_tensor *out = NULL;
-        int rc = wf_session_run(s, f, 2, &loss, 1, &out, &train, 1);
-        TU_CHECK(rc == 0, "step %d: %s", step, wf_session_errmsg(s));
-        wf_tensor_release(out);
-    }
-    wf_tensor_release(xt);
-    wf_tensor_release(yt);
+    static char buf[8 << 20]; /* rank 0's trace of the 4 steps */
+    TU_CHECK(train_traced(s, x, y, loss, train, rank, buf, sizeof buf) == 0, "see above");
     if (rank == 0) {
-        char path[96];
-        snprintf(path, sizeof path, "/tmp/weft-mw-trace-%d.json", (int)getpid());
-        TU_CHECK(wf_runtime_trace_write(tu_rt, path) > 0, "trace: %s", wf_last_errmsg());
-        FILE *fp = fopen(path, "r");
-        TU_CHECK(fp, "open %s", path);
-        static char buf[8 << 20];
-        size_t len = fread(buf, 1, sizeof buf - 1, fp);
-        buf[len] = 0;
-        fclose(fp);
-        unlink(path);
         static span sp[16384];
         int overlapped = 0;
         for (long run = 1; run <= 3; run++) {
@@ -468,31 +479,9 @@ static int rank_trace_updates(wf_comm *c, int rank, int size, void *argp)
     TU_OK(wf_session_plan_stats(s, &loss, 1, &train, 1, &ps));
     TU_CHECK(ps.n_optim_fused == 2, "%d multi-tensor updates (2 buckets: expected 2)",
              ps.n_optim_fused);
-    static float xs[256 * IN];
-    static int32_t ys[256];
-    batch_of(0, 256, xs, ys);
-    wf_tensor *xt = wf_tensor_from(WF_F32, WF_SHAPE(256, IN), xs);
-    wf_tensor *yt = wf_tensor_from(WF_I32, WF_SHAPE(256), ys);
-    wf_feed f[] = { { x, xt }, { y, yt } };
-    for (int step = 0; step < 4; step++) {
-        wf_tensor *out = NULL;
-        int rc = wf_session_run(s, f, 2, &loss, 1, &out, &train, 1);
-        TU_CHECK(rc == 0, "step %d: %s", step, wf_session_errmsg(s));
-        wf_tensor_release(out);
-    }
-    wf_tensor_release(xt);
-    wf_tensor_release(yt);
+    static char buf[8 << 20]; /* rank 0's trace of the 4 steps */
+    TU_CHECK(train_traced(s, x, y, loss, train, rank, buf, sizeof buf) == 0, "see above");
     if (rank == 0) {
-        char path[96];
-        snprintf(path, sizeof path, "/tmp/weft-mw-utrace-%d.json", (int)getpid());
-        TU_CHECK(wf_runtime_trace_write(tu_rt, path) > 0, "trace: %s", wf_last_errmsg());
-        FILE *fp = fopen(path, "r");
-        TU_CHECK(fp, "open %s", path);
-        static char buf[8 << 20];
-        size_t len = fread(buf, 1, sizeof buf - 1, fp);
-        buf[len] = 0;
-        fclose(fp);
-        unlink(path);
         static span sp[16384];
         int early = 0;
         for (long run = 1; run <= 3; run++) {
