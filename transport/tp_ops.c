@@ -38,12 +38,13 @@ typedef struct tpx {
     size_t count;
     wf_tensor *mine; /* this rank's value, contiguous (a reference until every send is done) */
     wf_tensor *out;  /* the node's output (the caller's) */
-    char **val;      /* size values: val[rank] is mine's bytes, the others received */
-    char *bufs;      /* the received values, (size - 1) * count elements */
     _Atomic int left;
     _Atomic int failed;
     int rc;
     char why[WF_ERRMSG_MAX];
+    /* size values: val[rank] is mine's bytes, the others point into the received values,
+     * (size - 1) * count elements after the array, in the same block: one allocation a run */
+    char *val[];
 } tpx;
 
 static uint64_t key_of(uint64_t step, int edge)
@@ -54,8 +55,6 @@ static uint64_t key_of(uint64_t step, int edge)
 static void tpx_free(tpx *x)
 {
     wf_tensor_release(x->mine);
-    free(x->val);
-    free(x->bufs);
     free(x);
 }
 
@@ -131,21 +130,20 @@ static int tp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
     int rc = wf_comm_status(c);
     if (rc < 0)
         return rc;
-    tpx *x = calloc(1, sizeof *x);
-    if (x) {
-        x->val = calloc((size_t)size, sizeof *x->val);
-        x->bufs = malloc((size_t)(size - 1) * count * es + 1);
-        if (t->contiguous) {
-            x->mine = wf_tensor_retain((wf_tensor *)t);
-        } else if ((x->mine = wf__tensor_alloc(t->dtype, t->shape)) &&
-                   (rc = wf_tensor_read(t, t->dtype, (void *)x->mine->data, count * es)) < 0) {
-            tpx_free(x);
-            return rc;
-        }
+    size_t head = sizeof(tpx) + (size_t)size * sizeof(char *);
+    tpx *x = malloc(head + (size_t)(size - 1) * count * es);
+    if (!x)
+        return wf__err(WF_ENOMEM, "no memory for the all-reduce of %zu values", count);
+    memset(x, 0, head);
+    if (t->contiguous) {
+        x->mine = wf_tensor_retain((wf_tensor *)t);
+    } else if ((x->mine = wf__tensor_alloc(t->dtype, t->shape)) &&
+               (rc = wf_tensor_read(t, t->dtype, (void *)x->mine->data, count * es)) < 0) {
+        tpx_free(x);
+        return rc;
     }
-    if (!x || !x->val || !x->bufs || !x->mine) {
-        if (x)
-            tpx_free(x);
+    if (!x->mine) {
+        tpx_free(x);
         return wf__err(WF_ENOMEM, "no memory for the all-reduce of %zu values", count);
     }
     x->c = c;
@@ -158,7 +156,7 @@ static int tp_reduce_kernel(const wf_kernel_ctx *ctx, const wf_node *n, wf_tenso
     x->count = count;
     x->out = *out;
     for (int q = 0, k = 0; q < size; q++)
-        x->val[q] = q == me ? (char *)x->mine->data : x->bufs + (size_t)(k++) * count * es;
+        x->val[q] = q == me ? (char *)x->mine->data : (char *)x + head + (size_t)(k++) * count * es;
     /* a send and a receive per peer, and the poster's own hold */
     atomic_init(&x->left, 2 * (size - 1) + 1);
     uint64_t key = key_of(ctx->xfer_step, (int)n->attrs->edge);
